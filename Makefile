@@ -1,0 +1,39 @@
+# Portico's make targets are the interface for humans and CI.
+SHELL := /bin/bash
+K8S_VERSION := 1.37.2
+CONTROLPLANE_DIR := $(CURDIR)/bin/k8s/$(K8S_VERSION)
+export KUBEBUILDER_ASSETS := $(CONTROLPLANE_DIR)
+CONTROLLER_GEN := go tool controller-gen
+
+.PHONY: all generate controlplane test unit demo build clean
+
+all: build
+
+## generate: regenerate deepcopy code and CRD manifests from api/ (controller-gen).
+generate:
+	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./api/...
+	$(CONTROLLER_GEN) crd paths=./api/... output:crd:dir=config/crd/bases
+
+## controlplane: build kube-apiserver, etcd and kubectl from source into bin/k8s/<version> (cached).
+controlplane:
+	@bash hack/controlplane/build.sh $(CONTROLPLANE_DIR)
+
+## build: build Portico's binaries into bin/.
+build:
+	go build -o bin/ ./cmd/...
+
+## test: unit and integration tests against a real kube-apiserver and etcd.
+test: controlplane
+	go vet ./...
+	go test -count=1 ./...
+
+## unit: the tests that need no control plane.
+unit:
+	go test -count=1 $$(go list ./... | grep -v -e /e2e)
+
+## demo: a local control plane with Portico's CRDs and the home-lab pool.
+demo: controlplane
+	go run ./cmd/portico-demo
+
+clean:
+	rm -rf bin/portico-* bin/kubectl-portico

@@ -1,0 +1,30 @@
+package v1alpha1
+
+// Service annotations a user may set. MetalLB's spellings (metallb.io/* and the deprecated
+// metallb.universe.tf/*) of the same three are honoured too, so Services move over unchanged;
+// the Portico spelling wins when both are present.
+const (
+	// AnnotationLoadBalancerIPs requests addresses: a comma list, at most one per family.
+	AnnotationLoadBalancerIPs = "portico.dev/loadBalancerIPs"
+	// AnnotationAddressPool requests a pool by name.
+	AnnotationAddressPool = "portico.dev/address-pool"
+	// AnnotationAllowSharedIP is a sharing key: Services with the same key may share an
+	// address when their ports do not clash.
+	AnnotationAllowSharedIP = "portico.dev/allow-shared-ip"
+
+	// AnnotationAllocatedFromPool is written by the controller: the pool the address came from.
+	AnnotationAllocatedFromPool = "portico.dev/allocated-from-pool"
+)
+
+// MetalLB's annotation spellings, in the order they are consulted after Portico's own.
+var (
+	MetalLBLoadBalancerIPs = []string{"metallb.io/loadBalancerIPs", "metallb.universe.tf/loadBalancerIPs"}
+	MetalLBAddressPool     = []string{"metallb.io/address-pool", "metallb.universe.tf/address-pool"}
+	MetalLBAllowSharedIP   = []string{"metallb.io/allow-shared-ip", "metallb.universe.tf/allow-shared-ip"}
+)
+
+// DefaultLoadBalancerClass is the spec.loadBalancerClass Portico handles besides no class.
+const DefaultLoadBalancerClass = "portico.dev/lb"
+
+// LabelExcludeFromExternalLoadBalancers keeps a node from announcing any address.
+const LabelExcludeFromExternalLoadBalancers = "node.kubernetes.io/exclude-from-external-load-balancers"

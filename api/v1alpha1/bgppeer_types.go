@@ -1,0 +1,157 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// SecretKeyRef points at one key of a Secret.
+type SecretKeyRef struct {
+	Namespace Name `json:"namespace"`
+	Name      Name `json:"name"`
+	// Key in the Secret's data.
+	// +kubebuilder:default=password
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[-._a-zA-Z0-9]+$`
+	// +optional
+	Key string `json:"key,omitempty"`
+}
+
+// BGPPeerSpec describes one BGP session that matching nodes open to a router.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.holdTime) || !has(self.keepaliveTime) || duration(self.holdTime) == duration('0s') || duration(self.keepaliveTime) < duration(self.holdTime)",message="keepaliveTime must be shorter than holdTime",fieldPath=".keepaliveTime"
+type BGPPeerSpec struct {
+	// MyASN is the speaker's autonomous system number.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=4294967295
+	// +kubebuilder:validation:Format=int64
+	MyASN uint32 `json:"myASN"`
+
+	// PeerASN is the router's autonomous system number; equal to myASN means iBGP.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=4294967295
+	// +kubebuilder:validation:Format=int64
+	PeerASN uint32 `json:"peerASN"`
+
+	// PeerAddress is the router's address.
+	PeerAddress IPAddress `json:"peerAddress"`
+
+	// PeerPort is the router's TCP port.
+	// +kubebuilder:default=179
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	// +optional
+	PeerPort int32 `json:"peerPort,omitempty"`
+
+	// SourceAddress is the local address the session is opened from; by default the kernel
+	// picks one.
+	// +optional
+	SourceAddress IPAddress `json:"sourceAddress,omitempty"`
+
+	// HoldTime is proposed to the router: 0 (no keepalives) or at least 3s. Default 90s.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) == duration('0s') || (duration(self) >= duration('3s') && duration(self) <= duration('65535s'))",message="holdTime must be 0s or between 3s and 65535s (RFC 4271)"
+	// +optional
+	HoldTime *metav1.Duration `json:"holdTime,omitempty"`
+
+	// KeepaliveTime is the interval between keepalives. Default a third of holdTime.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s') && duration(self) <= duration('21845s')",message="keepaliveTime must be between 0s and 21845s"
+	// +optional
+	KeepaliveTime *metav1.Duration `json:"keepaliveTime,omitempty"`
+
+	// ConnectTime is the wait between attempts to open the session. Default 5s, so a lost
+	// session comes back within seconds.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s') && duration(self) <= duration('65535s')",message="connectTime must be between 1s and 65535s"
+	// +optional
+	ConnectTime *metav1.Duration `json:"connectTime,omitempty"`
+
+	// RouterID overrides the BGP identifier, an IPv4 address; by default the node's.
+	// +kubebuilder:validation:MaxLength=15
+	// +kubebuilder:validation:XValidation:rule="isIP(self) && ip(self).family() == 4",message="routerID must be an IPv4 address"
+	// +optional
+	RouterID string `json:"routerID,omitempty"`
+
+	// NodeSelectors limit the nodes that open this session; empty means every node.
+	// +kubebuilder:validation:MaxItems=16
+	// +listType=atomic
+	// +optional
+	NodeSelectors []metav1.LabelSelector `json:"nodeSelectors,omitempty"`
+
+	// PasswordSecret holds the TCP MD5 password. It is never logged, nor copied into status
+	// or events.
+	// +optional
+	PasswordSecret *SecretKeyRef `json:"passwordSecret,omitempty"`
+
+	// EBGPMultiHop allows an eBGP router that is not directly connected.
+	// +optional
+	EBGPMultiHop bool `json:"ebgpMultiHop,omitempty"`
+
+	// EnableGracefulRestart keeps the router's routes while a speaker restarts.
+	// +optional
+	EnableGracefulRestart bool `json:"enableGracefulRestart,omitempty"`
+}
+
+// BGPSessionState is the state of one node's session with one router.
+type BGPSessionState struct {
+	// Node whose speaker holds the session.
+	Node string `json:"node"`
+	// State as BGP names it: Idle, Connect, Active, OpenSent, OpenConfirm, Established.
+	State string `json:"state"`
+	// Since is when the session entered this state.
+	// +optional
+	Since *metav1.Time `json:"since,omitempty"`
+	// Message explains a session that is not Established (the last error seen).
+	// +optional
+	Message string `json:"message,omitempty"`
+}
+
+// BGPPeerStatus is written by the controller, folded from the Speaker objects.
+type BGPPeerStatus struct {
+	// Sessions, one per node that matches the peer's nodeSelectors.
+	// +listType=map
+	// +listMapKey=node
+	// +optional
+	Sessions []BGPSessionState `json:"sessions,omitempty"`
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// BGPPeer is a router that speakers on matching nodes peer with.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Cluster,categories=portico
+// +kubebuilder:printcolumn:name="Peer",type=string,JSONPath=`.spec.peerAddress`
+// +kubebuilder:printcolumn:name="Peer-ASN",type=integer,JSONPath=`.spec.peerASN`
+// +kubebuilder:printcolumn:name="My-ASN",type=integer,JSONPath=`.spec.myASN`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type BGPPeer struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec BGPPeerSpec `json:"spec"`
+	// +optional
+	Status BGPPeerStatus `json:"status,omitempty"`
+}
+
+// BGPPeerList is a list of BGPPeers.
+//
+// +kubebuilder:object:root=true
+type BGPPeerList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []BGPPeer `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&BGPPeer{}, &BGPPeerList{})
+}

@@ -1,0 +1,69 @@
+package v1alpha1
+
+// Condition types on a LoadBalancer Service's status.conditions, written by the controller.
+const (
+	// ConditionIPAllocated: the Service holds an address (or why not).
+	ConditionIPAllocated = "portico.dev/IPAllocated"
+	// ConditionEndpointsReady: the Service's EndpointSlices hold ready endpoints.
+	ConditionEndpointsReady = "portico.dev/EndpointsReady"
+	// ConditionAnnounced: some node announces the address over L2 or BGP.
+	ConditionAnnounced = "portico.dev/Announced"
+	// ConditionReachable: the network answers for the address from the expected node.
+	ConditionReachable = "portico.dev/Reachable"
+)
+
+// Reasons of ConditionIPAllocated.
+const (
+	ReasonAllocated               = "Allocated"
+	ReasonNoMatchingPool          = "NoMatchingPool"
+	ReasonPoolExhausted           = "PoolExhausted"
+	ReasonRequestedIPInUse        = "RequestedIPInUse"
+	ReasonRequestedIPNotInAnyPool = "RequestedIPNotInAnyPool"
+	ReasonSharingConflict         = "SharingConflict"
+	ReasonFamilyUnavailable       = "FamilyUnavailable"
+	ReasonInvalidAnnotation       = "InvalidAnnotation"
+	ReasonOrphanedIP              = "OrphanedIP"
+)
+
+// Reasons of ConditionEndpointsReady.
+const (
+	ReasonNoEndpoints      = "NoEndpoints"
+	ReasonNoReadyEndpoints = "NoReadyEndpoints"
+	ReasonNoSelector       = "NoSelector"
+	ReasonEndpointsReady   = "Ready"
+)
+
+// Reasons of ConditionAnnounced.
+const (
+	ReasonAnnouncedL2      = "L2"
+	ReasonAnnouncedBGP     = "BGP"
+	ReasonNoAdvertisement  = "NoAdvertisement"
+	ReasonNoEligibleNode   = "NoEligibleNode"
+	ReasonNoLocalEndpoints = "NoLocalEndpoints"
+	ReasonNoSpeakers       = "NoSpeakers"
+)
+
+// Reasons of ConditionReachable.
+const (
+	ReasonAnswered        = "Answered"
+	ReasonNoAnswer        = "NoAnswer"
+	ReasonMultipleAnswers = "MultipleAnswers"
+	ReasonForeignAnswer   = "ForeignAnswer"
+)
+
+// Condition types on Portico objects (pools, advertisements, peers, speakers).
+const (
+	// ConditionReady: the object is valid and in use.
+	ConditionReady = "Ready"
+	// ConditionOverlapping: a pool shares addresses with another pool.
+	ConditionOverlapping = "Overlapping"
+	// ConditionExhausted: a pool has no free address left.
+	ConditionExhausted = "Exhausted"
+)
+
+// Reasons of the Ready condition on a pool.
+const (
+	ReasonValid            = "Valid"
+	ReasonInvalidAddresses = "InvalidAddresses"
+	ReasonInvalidSelector  = "InvalidSelector"
+)

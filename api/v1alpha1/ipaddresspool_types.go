@@ -1,0 +1,140 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// AddressRange is one entry of a pool: a CIDR ("10.0.0.0/24", "2001:db8::/120") or an
+// inclusive range of two addresses of one family ("10.0.0.200-10.0.0.215"). Spaces around
+// the dash are allowed. A CIDR must name its network: "10.0.0.200/28" is refused because it
+// silently means 10.0.0.192-10.0.0.207.
+//
+// CEL cannot order two IPv6 addresses, so an IPv6 range whose start is after its end is
+// reported by the controller on the pool's Ready condition instead.
+//
+// +kubebuilder:validation:MaxLength=100
+// +kubebuilder:validation:XValidation:rule="isCIDR(self) || (self.split('-').size() == 2 && isIP(self.split('-')[0].trim()) && isIP(self.split('-')[1].trim()))",message="must be a CIDR such as 10.0.0.0/24 or 2001:db8::/120, or a range such as 10.0.0.200-10.0.0.215"
+// +kubebuilder:validation:XValidation:rule="!isCIDR(self) || cidr(self).ip() == cidr(self).masked().ip()",message="CIDR has host bits set: write its network address (10.0.0.192/28, not 10.0.0.200/28; 2001:db8::/64, not 2001:db8::1/64), or a range to start elsewhere"
+// +kubebuilder:validation:XValidation:rule="!(self.split('-').size() == 2 && isIP(self.split('-')[0].trim()) && isIP(self.split('-')[1].trim())) || ip(self.split('-')[0].trim()).family() == ip(self.split('-')[1].trim()).family()",message="a range must not mix IPv4 and IPv6"
+// +kubebuilder:validation:XValidation:rule="!(self.split('-').size() == 2 && isIP(self.split('-')[0].trim()) && isIP(self.split('-')[1].trim())) || ip(self.split('-')[0].trim()).family() != 4 || ip(self.split('-')[1].trim()).family() != 4 || ((int(self.split('-')[0].trim().split('.')[0]) * 256 + int(self.split('-')[0].trim().split('.')[1])) * 256 + int(self.split('-')[0].trim().split('.')[2])) * 256 + int(self.split('-')[0].trim().split('.')[3]) <= ((int(self.split('-')[1].trim().split('.')[0]) * 256 + int(self.split('-')[1].trim().split('.')[1])) * 256 + int(self.split('-')[1].trim().split('.')[2])) * 256 + int(self.split('-')[1].trim().split('.')[3])",messageExpression="'range start ' + self.split('-')[0].trim() + ' is after its end ' + self.split('-')[1].trim()"
+type AddressRange string
+
+// ServiceAllocation narrows which Services a pool serves and in which order pools are tried.
+type ServiceAllocation struct {
+	// Priority orders the pools a Service may use: lower first. Pools without
+	// serviceAllocation are tried after all pools that have one; ties go by pool name.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	Priority int32 `json:"priority,omitempty"`
+
+	// Namespaces whose Services may use this pool.
+	// +kubebuilder:validation:MaxItems=256
+	// +listType=set
+	// +optional
+	Namespaces []Name `json:"namespaces,omitempty"`
+
+	// NamespaceSelectors select namespaces (by label) whose Services may use this pool.
+	// +kubebuilder:validation:MaxItems=16
+	// +listType=atomic
+	// +optional
+	NamespaceSelectors []metav1.LabelSelector `json:"namespaceSelectors,omitempty"`
+
+	// ServiceSelectors select Services (by label) that may use this pool.
+	// +kubebuilder:validation:MaxItems=16
+	// +listType=atomic
+	// +optional
+	ServiceSelectors []metav1.LabelSelector `json:"serviceSelectors,omitempty"`
+}
+
+// IPAddressPoolSpec lists the addresses Portico may hand to LoadBalancer Services.
+type IPAddressPoolSpec struct {
+	// Addresses are CIDRs or start-end ranges, IPv4 and IPv6 mixed freely across entries.
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=64
+	// +listType=set
+	Addresses []AddressRange `json:"addresses"`
+
+	// AutoAssign lets Services that did not ask for this pool or for an address get one from
+	// it. When false the pool only serves explicit requests.
+	// +kubebuilder:default=true
+	// +optional
+	AutoAssign *bool `json:"autoAssign,omitempty"`
+
+	// AvoidBuggyIPs skips addresses ending in .0 and .255, which some old clients and
+	// routers mistake for network or broadcast addresses.
+	// +optional
+	AvoidBuggyIPs bool `json:"avoidBuggyIPs,omitempty"`
+
+	// ServiceAllocation limits the pool to some namespaces or Services and sets its priority.
+	// +optional
+	ServiceAllocation *ServiceAllocation `json:"serviceAllocation,omitempty"`
+}
+
+// IPAddressPoolStatus is written by the controller only.
+type IPAddressPoolStatus struct {
+	// ObservedGeneration is the spec generation the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// AssignedIPv4 and AssignedIPv6 count addresses held by Services.
+	// +optional
+	AssignedIPv4 int64 `json:"assignedIPv4,omitempty"`
+	// +optional
+	AssignedIPv6 int64 `json:"assignedIPv6,omitempty"`
+
+	// AvailableIPv4 and AvailableIPv6 count free addresses, in decimal: an IPv6 pool can
+	// hold more addresses than an int64 counts.
+	// +optional
+	AvailableIPv4 string `json:"availableIPv4,omitempty"`
+	// +optional
+	AvailableIPv6 string `json:"availableIPv6,omitempty"`
+
+	// Assigned and Available add up both families, for `kubectl get ipaddresspools`.
+	// +optional
+	Assigned int64 `json:"assigned,omitempty"`
+	// +optional
+	Available string `json:"available,omitempty"`
+
+	// Waiting counts Services that want this pool but have no address from it.
+	// +optional
+	Waiting int32 `json:"waiting,omitempty"`
+
+	// Conditions: Ready, Overlapping, Exhausted.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// IPAddressPool is a set of addresses Portico assigns to LoadBalancer Services.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Cluster,categories=portico
+// +kubebuilder:printcolumn:name="Addresses",type=string,JSONPath=`.spec.addresses`
+// +kubebuilder:printcolumn:name="Assigned",type=integer,JSONPath=`.status.assigned`
+// +kubebuilder:printcolumn:name="Available",type=string,JSONPath=`.status.available`
+// +kubebuilder:printcolumn:name="Waiting",type=integer,JSONPath=`.status.waiting`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type IPAddressPool struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec IPAddressPoolSpec `json:"spec"`
+	// +optional
+	Status IPAddressPoolStatus `json:"status,omitempty"`
+}
+
+// IPAddressPoolList is a list of IPAddressPools.
+//
+// +kubebuilder:object:root=true
+type IPAddressPoolList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []IPAddressPool `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&IPAddressPool{}, &IPAddressPoolList{})
+}

@@ -1,0 +1,79 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// L2AdvertisementSpec says which pools are announced over ARP/NDP, from which nodes and on
+// which interfaces. Empty pool lists select every pool.
+type L2AdvertisementSpec struct {
+	// IPAddressPools names the pools to announce.
+	// +kubebuilder:validation:MaxItems=64
+	// +listType=set
+	// +optional
+	IPAddressPools []Name `json:"ipAddressPools,omitempty"`
+
+	// IPAddressPoolSelectors select the pools to announce by label.
+	// +kubebuilder:validation:MaxItems=16
+	// +listType=atomic
+	// +optional
+	IPAddressPoolSelectors []metav1.LabelSelector `json:"ipAddressPoolSelectors,omitempty"`
+
+	// NodeSelectors limit the nodes that may announce; empty means every node.
+	// +kubebuilder:validation:MaxItems=16
+	// +listType=atomic
+	// +optional
+	NodeSelectors []metav1.LabelSelector `json:"nodeSelectors,omitempty"`
+
+	// Interfaces to answer on; empty means every suitable interface of the node.
+	// +kubebuilder:validation:MaxItems=32
+	// +listType=set
+	// +optional
+	Interfaces []InterfaceName `json:"interfaces,omitempty"`
+
+	// ServiceSelectors limit the Services announced; empty means every Service.
+	// +kubebuilder:validation:MaxItems=16
+	// +listType=atomic
+	// +optional
+	ServiceSelectors []metav1.LabelSelector `json:"serviceSelectors,omitempty"`
+}
+
+// L2AdvertisementStatus is written by the controller only.
+type L2AdvertisementStatus struct {
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// L2Advertisement announces pools' addresses on the local network over ARP (IPv4) and NDP
+// (IPv6), from one elected node per address.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Cluster,categories=portico
+// +kubebuilder:printcolumn:name="Pools",type=string,JSONPath=`.spec.ipAddressPools`
+// +kubebuilder:printcolumn:name="Interfaces",type=string,JSONPath=`.spec.interfaces`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type L2Advertisement struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +optional
+	Spec L2AdvertisementSpec `json:"spec,omitempty"`
+	// +optional
+	Status L2AdvertisementStatus `json:"status,omitempty"`
+}
+
+// L2AdvertisementList is a list of L2Advertisements.
+//
+// +kubebuilder:object:root=true
+type L2AdvertisementList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []L2Advertisement `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&L2Advertisement{}, &L2AdvertisementList{})
+}

@@ -1,0 +1,119 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Protocol is how an address is announced.
+// +kubebuilder:validation:Enum=L2;BGP
+type Protocol string
+
+const (
+	ProtocolL2  Protocol = "L2"
+	ProtocolBGP Protocol = "BGP"
+)
+
+// Announcement is one address a speaker announces.
+type Announcement struct {
+	// IP is the announced address.
+	IP string `json:"ip"`
+	// Service is "namespace/name".
+	Service  string   `json:"service"`
+	Protocol Protocol `json:"protocol"`
+	// Interfaces the address is answered on (L2).
+	// +listType=atomic
+	// +optional
+	Interfaces []string `json:"interfaces,omitempty"`
+	// Peers the address is advertised to (BGP), by BGPPeer name.
+	// +listType=atomic
+	// +optional
+	Peers []string `json:"peers,omitempty"`
+}
+
+// PeerSession is this node's session with one BGPPeer.
+type PeerSession struct {
+	// Peer is the BGPPeer's name.
+	Peer string `json:"peer"`
+	// State as BGP names it: Idle, Connect, Active, OpenSent, OpenConfirm, Established.
+	State string `json:"state"`
+	// +optional
+	Since *metav1.Time `json:"since,omitempty"`
+	// Message is the last error seen on a session that is not Established.
+	// +optional
+	Message string `json:"message,omitempty"`
+}
+
+// SelfCheck is the result of probing an address this node does not own.
+type SelfCheck struct {
+	// IP that was probed.
+	IP string `json:"ip"`
+	// MACs that answered, empty when nobody did.
+	// +listType=atomic
+	// +optional
+	MACs []string `json:"macs,omitempty"`
+	// Time of the probe.
+	Time metav1.Time `json:"time"`
+}
+
+// SpeakerStatus is what one node's speaker announces and sees. Only that speaker writes it.
+type SpeakerStatus struct {
+	// Announcements lists every address this node announces.
+	// +listType=atomic
+	// +optional
+	Announcements []Announcement `json:"announcements,omitempty"`
+	// L2Announcements counts the L2 announcements, for `kubectl get speakers`.
+	// +optional
+	L2Announcements int32 `json:"l2Announcements,omitempty"`
+	// Sessions lists this node's BGP sessions.
+	// +listType=map
+	// +listMapKey=peer
+	// +optional
+	Sessions []PeerSession `json:"sessions,omitempty"`
+	// BGPPeersUp counts Established sessions, for `kubectl get speakers`.
+	// +optional
+	BGPPeersUp int32 `json:"bgpPeersUp,omitempty"`
+	// SelfChecks are the latest probe results.
+	// +listType=atomic
+	// +optional
+	SelfChecks []SelfCheck `json:"selfChecks,omitempty"`
+	// ConfigErrors are configuration problems this speaker sees (an interface that does not
+	// exist here, a Secret it cannot read, ...).
+	// +listType=atomic
+	// +optional
+	ConfigErrors []string `json:"configErrors,omitempty"`
+	// Conditions: Ready.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// Speaker is one node's report of what it announces; its name is the node's name.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Cluster,categories=portico
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="L2",type=integer,JSONPath=`.status.l2Announcements`
+// +kubebuilder:printcolumn:name="BGP-Peers-Up",type=integer,JSONPath=`.status.bgpPeersUp`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type Speaker struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +optional
+	Status SpeakerStatus `json:"status,omitempty"`
+}
+
+// SpeakerList is a list of Speakers.
+//
+// +kubebuilder:object:root=true
+type SpeakerList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Speaker `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&Speaker{}, &SpeakerList{})
+}

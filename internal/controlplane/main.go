@@ -1,0 +1,26 @@
+package controlplane
+
+import (
+	"fmt"
+	"os"
+	"testing"
+)
+
+// Main is a TestMain for packages whose tests share one control plane: it starts it, stores
+// it in *cp, runs the tests and stops it. A missing binary fails the package, never skips it.
+func Main(m *testing.M, cp **ControlPlane) {
+	started, err := Start(Options{})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: %v\n", err)
+		os.Exit(1)
+	}
+	*cp = started
+	code := m.Run()
+	if err := started.Stop(); err != nil {
+		fmt.Fprintf(os.Stderr, "stopping the control plane: %v\n", err)
+		if code == 0 {
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
