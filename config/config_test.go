@@ -1,0 +1,65 @@
+package config_test
+
+import (
+	"os/exec"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/portico-lb/portico/internal/controlplane"
+)
+
+var cp *controlplane.ControlPlane
+
+func TestMain(m *testing.M) { controlplane.Main(m, &cp) }
+
+func kubectl(t *testing.T, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(cp.Kubectl, append([]string{"--kubeconfig", cp.Kubeconfig}, args...)...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// TestSamplesAreAccepted applies config/samples with the real kubectl, as a user would, and
+// checks what `kubectl get` prints for them.
+func TestSamplesAreAccepted(t *testing.T) {
+	out := kubectl(t, "apply", "-f", "samples/")
+	for _, want := range []string{
+		"ipaddresspool.portico.dev/home-lab created",
+		"ipaddresspool.portico.dev/datacenter created",
+		"l2advertisement.portico.dev/home-lab created",
+		"bgppeer.portico.dev/tor-r1 created",
+		"bgpadvertisement.portico.dev/datacenter created",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("kubectl apply output lacks %q:\n%s", want, out)
+		}
+	}
+
+	pools := kubectl(t, "get", "ipaddresspools")
+	t.Logf("kubectl get ipaddresspools:\n%s", pools)
+	header := regexp.MustCompile(`^NAME\s+ADDRESSES\s+ASSIGNED\s+AVAILABLE\s+WAITING\s+AGE\n`)
+	if !header.MatchString(pools) {
+		t.Errorf("printer columns: want NAME ADDRESSES ASSIGNED AVAILABLE WAITING AGE, got:\n%s", pools)
+	}
+	if !regexp.MustCompile(`(?m)^home-lab\s+\["10\.0\.0\.200-10\.0\.0\.215"\]\s`).MatchString(pools) {
+		t.Errorf("home-lab row does not show its addresses:\n%s", pools)
+	}
+
+	// The portico category lists every Portico object at once.
+	all := kubectl(t, "get", "portico", "-o", "name")
+	for _, want := range []string{"ipaddresspool.portico.dev/home-lab", "bgppeer.portico.dev/tor-r1"} {
+		if !strings.Contains(all, want) {
+			t.Errorf("kubectl get portico lacks %s:\n%s", want, all)
+		}
+	}
+
+	// Applying again changes nothing: the samples are stable under the schema's defaults.
+	again := kubectl(t, "apply", "-f", "samples/")
+	if strings.Contains(again, "configured") {
+		t.Errorf("re-applying the samples changed them:\n%s", again)
+	}
+}

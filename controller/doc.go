@@ -1,0 +1,3 @@
+// Package controller holds Portico's reconcilers: they read Services, pools and the speakers'
+// reports, ask the pure allocator (package allocator) for decisions and write status back.
+package controller

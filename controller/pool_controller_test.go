@@ -1,0 +1,141 @@
+package controller_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
+	"github.com/portico-lb/portico/controller"
+	"github.com/portico-lb/portico/internal/controlplane"
+)
+
+var cp *controlplane.ControlPlane
+
+func TestMain(m *testing.M) { controlplane.Main(m, &cp) }
+
+// startManager runs the controller's reconcilers against the test apiserver until the test ends.
+func startManager(t *testing.T) {
+	t.Helper()
+	mgr, err := ctrl.NewManager(cp.Config, ctrl.Options{
+		Scheme:  cp.Scheme,
+		Metrics: metricsserver.Options{BindAddress: "0"},
+		// Each test runs its own manager in this one process.
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := (&controller.PoolReconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	})
+}
+
+// waitForReady polls the pool until its Ready condition has the wanted status and reason.
+func waitForReady(t *testing.T, name string, status metav1.ConditionStatus, reason string) metav1.Condition {
+	t.Helper()
+	var last *metav1.Condition
+	err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 30*time.Second, true,
+		func(ctx context.Context) (bool, error) {
+			var pool porticov1.IPAddressPool
+			if err := cp.Client.Get(ctx, client.ObjectKey{Name: name}, &pool); err != nil {
+				return false, err
+			}
+			last = meta.FindStatusCondition(pool.Status.Conditions, porticov1.ConditionReady)
+			return last != nil && last.Status == status && last.Reason == reason &&
+				last.ObservedGeneration == pool.Generation, nil
+		})
+	if err != nil {
+		t.Fatalf("pool %s: want Ready=%s/%s, last seen %+v: %v", name, status, reason, last, err)
+	}
+	return *last
+}
+
+func createPool(t *testing.T, name string, spec porticov1.IPAddressPoolSpec) *porticov1.IPAddressPool {
+	t.Helper()
+	pool := &porticov1.IPAddressPool{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: spec}
+	if err := cp.Client.Create(context.Background(), pool); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cp.Client.Delete(context.Background(), pool) })
+	return pool
+}
+
+// TestPoolReadyReportsWhatCELCannot covers the rules the apiserver cannot enforce: each
+// is accepted by the apiserver and then reported on the pool, naming the entry.
+func TestPoolReadyReportsWhatCELCannot(t *testing.T) {
+	startManager(t)
+	cases := []struct {
+		name   string
+		spec   porticov1.IPAddressPoolSpec
+		reason string
+		want   string
+	}{
+		{"ipv6-backwards", porticov1.IPAddressPoolSpec{Addresses: []porticov1.AddressRange{"2001:db8::10-2001:db8::1"}},
+			porticov1.ReasonInvalidAddresses, `addresses[0] "2001:db8::10-2001:db8::1": range start 2001:db8::10 is after its end 2001:db8::1`},
+		{"overlapping-entries", porticov1.IPAddressPoolSpec{Addresses: []porticov1.AddressRange{"10.0.0.0/24", "10.0.0.200-10.0.0.215"}},
+			porticov1.ReasonInvalidAddresses, `addresses[1] "10.0.0.200-10.0.0.215": overlaps addresses[0] "10.0.0.0/24"`},
+		{"bad-selector", porticov1.IPAddressPoolSpec{
+			Addresses: []porticov1.AddressRange{"10.0.1.0/24"},
+			ServiceAllocation: &porticov1.ServiceAllocation{ServiceSelectors: []metav1.LabelSelector{{
+				MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "app", Operator: "Matches", Values: []string{"gitea"}}},
+			}}},
+		}, porticov1.ReasonInvalidSelector, `serviceAllocation.serviceSelectors[0]: "Matches" is not a valid label selector operator`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			createPool(t, tc.name, tc.spec)
+			cond := waitForReady(t, tc.name, metav1.ConditionFalse, tc.reason)
+			if !strings.Contains(cond.Message, tc.want) {
+				t.Errorf("Ready message %q lacks %q", cond.Message, tc.want)
+			}
+		})
+	}
+}
+
+// TestPoolReadyFollowsEdits: a valid pool is Ready, breaking it makes it not Ready, fixing it
+// makes it Ready again, each with the generation it describes.
+func TestPoolReadyFollowsEdits(t *testing.T) {
+	startManager(t)
+	ctx := context.Background()
+	pool := createPool(t, "home-lab", porticov1.IPAddressPoolSpec{Addresses: []porticov1.AddressRange{"10.0.0.200-10.0.0.215"}})
+	waitForReady(t, pool.Name, metav1.ConditionTrue, porticov1.ReasonValid)
+
+	for i, edit := range []struct {
+		addresses []porticov1.AddressRange
+		status    metav1.ConditionStatus
+		reason    string
+	}{
+		{[]porticov1.AddressRange{"10.0.0.200-10.0.0.215", "2001:db8::ff-2001:db8::1"}, metav1.ConditionFalse, porticov1.ReasonInvalidAddresses},
+		{[]porticov1.AddressRange{"10.0.0.200-10.0.0.215", "2001:db8::1-2001:db8::ff"}, metav1.ConditionTrue, porticov1.ReasonValid},
+	} {
+		if err := cp.Client.Get(ctx, client.ObjectKeyFromObject(pool), pool); err != nil {
+			t.Fatal(err)
+		}
+		pool.Spec.Addresses = edit.addresses
+		if err := cp.Client.Update(ctx, pool); err != nil {
+			t.Fatalf("edit %d: %v", i, err)
+		}
+		cond := waitForReady(t, pool.Name, edit.status, edit.reason)
+		t.Logf("edit %d: Ready=%s %s: %s", i, cond.Status, cond.Reason, cond.Message)
+	}
+}
