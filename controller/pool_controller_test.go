@@ -36,7 +36,7 @@ func startManager(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := (&controller.PoolReconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
+	if err := controller.Setup(mgr); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())

@@ -1,0 +1,65 @@
+// Command portico-controller assigns addresses from IPAddressPools to LoadBalancer Services
+// and reports on pools. Run two replicas with --leader-elect for high availability.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/portico-lb/portico/controller"
+	"github.com/portico-lb/portico/internal/kube"
+)
+
+func main() {
+	metricsAddr := flag.String("metrics-bind-address", ":7472", "address the Prometheus metrics endpoint binds to; 0 disables it")
+	probeAddr := flag.String("health-probe-bind-address", ":7473", "address the /healthz and /readyz endpoints bind to")
+	leaderElect := flag.Bool("leader-elect", false, "elect one active replica through a Lease, so two or more can run")
+	leaderNamespace := flag.String("leader-election-namespace", "", "namespace of the leader Lease (default: the pod's own)")
+	logOpts := zap.Options{}
+	logOpts.BindFlags(flag.CommandLine)
+	flag.Parse()
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&logOpts)))
+
+	if err := run(*metricsAddr, *probeAddr, *leaderElect, *leaderNamespace); err != nil {
+		fmt.Fprintln(os.Stderr, "portico-controller:", err)
+		os.Exit(1)
+	}
+}
+
+func run(metricsAddr, probeAddr string, leaderElect bool, leaderNamespace string) error {
+	scheme, err := kube.NewScheme()
+	if err != nil {
+		return err
+	}
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		return err
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                  scheme,
+		Metrics:                 metricsserver.Options{BindAddress: metricsAddr},
+		HealthProbeBindAddress:  probeAddr,
+		LeaderElection:          leaderElect,
+		LeaderElectionID:        "portico-controller.portico.dev",
+		LeaderElectionNamespace: leaderNamespace,
+	})
+	if err != nil {
+		return err
+	}
+	if err := controller.Setup(mgr); err != nil {
+		return err
+	}
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
+		return err
+	}
+	return mgr.Start(ctrl.SetupSignalHandler())
+}

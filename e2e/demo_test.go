@@ -1,0 +1,113 @@
+package e2e
+
+import (
+	"bufio"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/portico-lb/portico/internal/controlplane"
+)
+
+// buildDemo builds cmd/portico-demo, the program behind `make demo`.
+func buildDemo(t *testing.T) (bin, root string) {
+	t.Helper()
+	root, err := controlplane.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin = filepath.Join(t.TempDir(), "portico-demo")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/portico-demo")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin, root
+}
+
+// TestDemoOnce runs the demo non-interactively and checks what a person would see.
+func TestDemoOnce(t *testing.T) {
+	bin, root := buildDemo(t)
+	cmd := exec.Command(bin, "--once")
+	cmd.Dir = root
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("portico-demo --once: %v\n%s", err, out)
+	}
+	t.Logf("demo output:\n%s", out)
+	for _, want := range []*regexp.Regexp{
+		regexp.MustCompile(`ipaddresspool.portico.dev/home-lab created`),
+		regexp.MustCompile(`(?m)^NAME\s+ADDRESSES\s+ASSIGNED\s+AVAILABLE\s+WAITING\s+READY\s+AGE$`),
+		regexp.MustCompile(`(?m)^home-lab\s+\["10\.0\.0\.200-10\.0\.0\.215"\]\s+True\s`),
+		regexp.MustCompile(`export KUBECONFIG=\S+`),
+		regexp.MustCompile(`==> stopping the control plane`),
+	} {
+		if !want.Match(out) {
+			t.Errorf("demo output lacks %s", want)
+		}
+	}
+}
+
+// TestDemoStopsCleanlyOnInterrupt runs the demo as `make demo` does, waits until it is up,
+// presses Ctrl-C and checks that it exits cleanly and removes what it made.
+func TestDemoStopsCleanlyOnInterrupt(t *testing.T) {
+	bin, root := buildDemo(t)
+	cmd := exec.Command(bin)
+	cmd.Dir = root
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+
+	kubeconfig := ""
+	lines := bufio.NewScanner(stdout)
+	for lines.Scan() {
+		line := lines.Text()
+		if k, ok := strings.CutPrefix(strings.TrimSpace(line), "export KUBECONFIG="); ok {
+			kubeconfig = k
+		}
+		if strings.HasPrefix(line, "Press Ctrl-C") {
+			break
+		}
+	}
+	if kubeconfig == "" {
+		t.Fatal("the demo never printed its kubeconfig and the Ctrl-C prompt")
+	}
+	if _, err := os.Stat(kubeconfig); err != nil {
+		t.Fatalf("kubeconfig printed but missing while the demo runs: %v", err)
+	}
+	// The printed kubeconfig works with the printed kubectl while the demo runs.
+	kubectl := filepath.Join(root, "bin", "k8s", controlplane.Version, "kubectl")
+	if out, err := exec.Command(kubectl, "--kubeconfig", kubeconfig, "get", "ipaddresspool", "home-lab").CombinedOutput(); err != nil {
+		t.Fatalf("kubectl against the running demo: %v\n%s", err, out)
+	}
+
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	for lines.Scan() { // drain, so the demo never blocks on a full pipe
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("demo exit after Ctrl-C: %v", err)
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatal("demo did not exit within 2 minutes of Ctrl-C")
+	}
+	if _, err := os.Stat(kubeconfig); !os.IsNotExist(err) {
+		t.Errorf("kubeconfig %s left behind after Ctrl-C (stat: %v)", kubeconfig, err)
+	}
+}

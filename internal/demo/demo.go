@@ -1,0 +1,133 @@
+// Package demo runs Portico's home-lab picture locally: a real kube-apiserver and etcd, the
+// CRDs, the home-lab pool 10.0.0.200-10.0.0.215 and its L2Advertisement, and the controller.
+package demo
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/util/wait"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
+	"github.com/portico-lb/portico/controller"
+	"github.com/portico-lb/portico/internal/controlplane"
+)
+
+// Options of a demo run.
+type Options struct {
+	// Out receives what a person reads.
+	Out io.Writer
+	// Once returns after printing, instead of waiting for ctx to end.
+	Once bool
+}
+
+// Run sets the demo up, prints it, waits for ctx to end (unless Once) and tears it down.
+func Run(ctx context.Context, opts Options) (err error) {
+	out := opts.Out
+	root, err := controlplane.ModuleRoot()
+	if err != nil {
+		return err
+	}
+	logDir, err := os.MkdirTemp("", "portico-demo-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(logDir)
+
+	fmt.Fprintln(out, "==> starting kube-apiserver and etcd (built from source by `make controlplane`)")
+	cp, err := controlplane.Start(controlplane.Options{})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		fmt.Fprintln(out, "==> stopping the control plane")
+		if stopErr := cp.Stop(); err == nil {
+			err = stopErr
+		}
+	}()
+
+	logFile, err := os.Create(filepath.Join(logDir, "portico-controller.log"))
+	if err != nil {
+		return err
+	}
+	defer logFile.Close()
+	stopController, err := startController(cp, zap.New(zap.WriteTo(logFile)))
+	if err != nil {
+		return err
+	}
+	defer stopController()
+
+	kubectl := func(args ...string) error {
+		fmt.Fprintf(out, "\n$ kubectl %s\n", strings.Join(args, " "))
+		cmd := exec.CommandContext(ctx, cp.Kubectl, append([]string{"--kubeconfig", cp.Kubeconfig}, args...)...)
+		cmd.Stdout, cmd.Stderr, cmd.Dir = out, out, root
+		return cmd.Run()
+	}
+	if err := kubectl("apply", "-f", "config/samples/ipaddresspool-home-lab.yaml", "-f", "config/samples/l2advertisement-home-lab.yaml"); err != nil {
+		return err
+	}
+	if err := waitPoolReady(ctx, cp.Client, "home-lab"); err != nil {
+		return err
+	}
+	if err := kubectl("get", "ipaddresspools", "-o", "wide"); err != nil {
+		return err
+	}
+	if err := kubectl("get", "l2advertisements"); err != nil {
+		return err
+	}
+
+	fmt.Fprintf(out, "\nThe control plane is yours to explore:\n  export KUBECONFIG=%s\n  %s get portico\n", cp.Kubeconfig, cp.Kubectl)
+	fmt.Fprintf(out, "Controller log: %s\n", logFile.Name())
+	if opts.Once {
+		return nil
+	}
+	fmt.Fprintln(out, "Press Ctrl-C to stop and clean up.")
+	<-ctx.Done()
+	return nil
+}
+
+// startController runs Portico's reconcilers in this process, as portico-controller would.
+func startController(cp *controlplane.ControlPlane, log logr.Logger) (stop func(), err error) {
+	mgr, err := ctrl.NewManager(cp.Config, ctrl.Options{
+		Scheme:  cp.Scheme,
+		Metrics: metricsserver.Options{BindAddress: "0"},
+		Logger:  log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := controller.Setup(mgr); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := mgr.Start(ctx); err != nil {
+			log.Error(err, "controller stopped")
+		}
+	}()
+	return func() { cancel(); <-done }, nil
+}
+
+func waitPoolReady(ctx context.Context, c client.Client, name string) error {
+	return wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		var pool porticov1.IPAddressPool
+		if err := c.Get(ctx, client.ObjectKey{Name: name}, &pool); err != nil {
+			return false, client.IgnoreNotFound(err)
+		}
+		return meta.IsStatusConditionTrue(pool.Status.Conditions, porticov1.ConditionReady), nil
+	})
+}
