@@ -5,7 +5,7 @@ CONTROLPLANE_DIR := $(CURDIR)/bin/k8s/$(K8S_VERSION)
 export KUBEBUILDER_ASSETS := $(CONTROLPLANE_DIR)
 CONTROLLER_GEN := go tool controller-gen
 
-.PHONY: all generate controlplane test unit demo build clean
+.PHONY: all generate controlplane test demo build clean
 
 all: build
 
@@ -27,13 +27,11 @@ test: controlplane
 	go vet ./...
 	go test -count=1 ./...
 
-## unit: the tests that need no control plane.
-unit:
-	go test -count=1 $$(go list ./... | grep -v -e /e2e)
-
 ## demo: a local control plane with Portico's CRDs and the home-lab pool.
+DEMO_FLAGS ?=
 demo: controlplane
-	go run ./cmd/portico-demo
+	go run ./cmd/portico-demo $(DEMO_FLAGS)
 
+## clean: remove Portico's binaries (the control plane in bin/k8s is kept).
 clean:
-	rm -rf bin/portico-* bin/kubectl-portico
+	rm -f bin/portico-*

@@ -63,3 +63,13 @@ func TestSamplesAreAccepted(t *testing.T) {
 		t.Errorf("re-applying the samples changed them:\n%s", again)
 	}
 }
+
+// TestCRDKustomization: `kubectl apply -k config/crd` installs all five CRDs.
+func TestCRDKustomization(t *testing.T) {
+	out := kubectl(t, "kustomize", "crd")
+	for _, crd := range []string{"ipaddresspools", "l2advertisements", "bgppeers", "bgpadvertisements", "speakers"} {
+		if !strings.Contains(out, "name: "+crd+".portico.dev\n") {
+			t.Errorf("kubectl kustomize config/crd lacks %s.portico.dev", crd)
+		}
+	}
+}

@@ -1,0 +1,91 @@
+package controlplane
+
+import (
+	"context"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/discovery"
+)
+
+// TestMissingBinariesNameTheFix: without the binaries, tests fail with the command to run.
+func TestMissingBinariesNameTheFix(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "etcd"), []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("KUBEBUILDER_ASSETS", dir)
+	_, err := AssetsDir("/unused")
+	if err == nil {
+		t.Fatal("AssetsDir accepted a directory without kube-apiserver and kubectl")
+	}
+	for _, want := range []string{dir, "kube-apiserver, kubectl", "run `make controlplane`"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q lacks %q", err, want)
+		}
+	}
+	if strings.Contains(err.Error(), "etcd,") {
+		t.Errorf("error %q names etcd, which is present", err)
+	}
+}
+
+// TestStart starts the real control plane: it reports the version it was built as, serves
+// our CRDs, and allocates ClusterIPs outside the home-lab pool.
+func TestStart(t *testing.T) {
+	cp, err := Start(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := cp.Stop(); err != nil {
+			t.Error(err)
+		}
+		if _, err := os.Stat(cp.Kubeconfig); !os.IsNotExist(err) {
+			t.Errorf("kubeconfig left behind: %v", err)
+		}
+	}()
+
+	dc, err := discovery.NewDiscoveryClientForConfig(cp.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := dc.ServerVersion()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.GitVersion != "v"+Version {
+		t.Errorf("apiserver reports %s, want v%s", v.GitVersion, Version)
+	}
+	resources, err := dc.ServerResourcesForGroupVersion("portico.dev/v1alpha1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kinds []string
+	for _, r := range resources.APIResources {
+		if !strings.Contains(r.Name, "/") {
+			kinds = append(kinds, r.Kind)
+		}
+	}
+	slices.Sort(kinds)
+	if got := strings.Join(kinds, ","); got != "BGPAdvertisement,BGPPeer,IPAddressPool,L2Advertisement,Speaker" {
+		t.Errorf("portico.dev/v1alpha1 serves %s", got)
+	}
+
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: "default"},
+		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 80}}},
+	}
+	if err := cp.Client.Create(context.Background(), svc); err != nil {
+		t.Fatal(err)
+	}
+	ip, err := netip.ParseAddr(svc.Spec.ClusterIP)
+	if err != nil || !netip.MustParsePrefix(ServiceCIDR).Contains(ip) {
+		t.Errorf("ClusterIP %q is not in %s", svc.Spec.ClusterIP, ServiceCIDR)
+	}
+}
