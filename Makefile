@@ -24,6 +24,8 @@ build:
 
 ## test: unit and integration tests against a real kube-apiserver and etcd.
 test: controlplane
+	@bad=$$(gofmt -l $$(find . -name '*.go' -not -path './bin/*')); \
+	if [ -n "$$bad" ]; then echo "gofmt needed (run gofmt -w):"; echo "$$bad"; exit 1; fi
 	go vet ./...
 	go test -count=1 ./...
 

@@ -228,4 +228,3 @@ func object(t *testing.T, kind, name, spec string) *unstructured.Unstructured {
 	u.SetName(name)
 	return u
 }
-

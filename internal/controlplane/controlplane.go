@@ -14,6 +14,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -117,19 +118,15 @@ func (cp *ControlPlane) finish() error {
 		return err
 	}
 	// The "default" namespace exists only once the apiserver's bootstrap controller ran.
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	for {
-		var ns corev1.Namespace
-		err := c.Get(ctx, client.ObjectKey{Name: "default"}, &ns)
-		if err == nil {
-			return nil
-		}
-		if ctx.Err() != nil {
-			return fmt.Errorf("namespace default never appeared: %w", err)
-		}
-		time.Sleep(50 * time.Millisecond)
+	err = wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, time.Minute, true,
+		func(ctx context.Context) (bool, error) {
+			var ns corev1.Namespace
+			return c.Get(ctx, client.ObjectKey{Name: "default"}, &ns) == nil, nil
+		})
+	if err != nil {
+		return fmt.Errorf("namespace default never appeared: %w", err)
 	}
+	return nil
 }
 
 // Stop stops kube-apiserver and etcd and removes the kubeconfig.

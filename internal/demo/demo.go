@@ -89,10 +89,10 @@ func Run(ctx context.Context, opts Options) (err error) {
 	}
 
 	fmt.Fprintf(out, "\nThe control plane is yours to explore:\n  export KUBECONFIG=%s\n  %s get portico\n", cp.Kubeconfig, cp.Kubectl)
-	fmt.Fprintf(out, "Controller log: %s\n", logFile.Name())
 	if opts.Once {
 		return nil
 	}
+	fmt.Fprintf(out, "Controller log: %s\n", logFile.Name())
 	fmt.Fprintln(out, "Press Ctrl-C to stop and clean up.")
 	<-ctx.Done()
 	return nil
