@@ -1,0 +1,237 @@
+package allocator
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+)
+
+// Allocator hands out addresses from pools to Services. It is not safe for concurrent use:
+// the caller serialises calls.
+type Allocator struct {
+	pools    map[string]*poolState
+	order    []*poolState // allocation order: pools with serviceAllocation by priority, then the rest, by name
+	taken    *runs        // every address in use
+	takenBug *runs        // the same, joined across .0/.255 gaps, searched by avoidBuggyIPs pools
+	ips      map[netip.Addr]*holding
+	byKey    map[string]map[netip.Addr]struct{} // sharing key → addresses used under it
+	services map[string]*assignment
+}
+
+// assignment is what one Service holds and the request it was made for.
+type assignment struct {
+	req  Request
+	ips  []netip.Addr
+	pool string
+}
+
+// New returns an allocator with no pools and no assignments.
+func New() *Allocator {
+	a := &Allocator{
+		pools:    map[string]*poolState{},
+		taken:    newRuns(nil),
+		ips:      map[netip.Addr]*holding{},
+		byKey:    map[string]map[netip.Addr]struct{}{},
+		services: map[string]*assignment{},
+	}
+	// A buggy address given out by explicit request is taken, not filler.
+	a.takenBug = newRuns(func(x netip.Addr) bool { return isBuggy(x) && a.ips[x] == nil })
+	return a
+}
+
+// Assignment returns what service holds.
+func (a *Allocator) Assignment(service string) (Assignment, bool) {
+	asg, ok := a.services[service]
+	if !ok {
+		return Assignment{}, false
+	}
+	return Assignment{IPs: slices.Clone(asg.ips), Pool: asg.pool}, true
+}
+
+func (a *Allocator) current(service string) Assignment {
+	asg, _ := a.Assignment(service)
+	return asg
+}
+
+// Allocate gives req's Service addresses, or returns why it cannot. A Service that holds
+// addresses keeps them unless its request changed so that they no longer fit; if the new
+// request cannot be met, it keeps what it has and the error says so.
+func (a *Allocator) Allocate(req Request) (Assignment, error) {
+	if cur, ok := a.services[req.Service]; ok {
+		if a.fits(cur, &req) {
+			a.rekey(cur, req)
+			return a.current(req.Service), nil
+		}
+	}
+	ips, pool, err := a.choose(&req)
+	if err != nil {
+		if cur, ok := a.services[req.Service]; ok {
+			err.Message += fmt.Sprintf("; keeping %s until the request can be met", joinAddrs(cur.ips))
+		}
+		return Assignment{}, err
+	}
+	a.Release(req.Service)
+	a.hold(&assignment{req: req, ips: ips, pool: pool})
+	return a.current(req.Service), nil
+}
+
+// Restore records addresses a Service already holds (read back from its status after a
+// restart), in or out of any pool. It fails only when another Service holds one of them and
+// may not share it.
+func (a *Allocator) Restore(req Request, ips []netip.Addr) (Assignment, error) {
+	for _, ip := range ips {
+		if err := a.usable(ip, &req); err != nil {
+			return Assignment{}, err
+		}
+	}
+	a.Release(req.Service)
+	a.hold(&assignment{req: req, ips: slices.Clone(ips), pool: a.poolHolding(ips, req.Pool)})
+	return a.current(req.Service), nil
+}
+
+// Release frees what service holds and returns the addresses no Service uses any more.
+func (a *Allocator) Release(service string) []netip.Addr {
+	asg, ok := a.services[service]
+	if !ok {
+		return nil
+	}
+	delete(a.services, service)
+	var freed []netip.Addr
+	for _, ip := range asg.ips {
+		h := a.ips[ip]
+		delete(h.users, service)
+		if len(h.users) > 0 {
+			continue
+		}
+		delete(a.ips, ip)
+		a.unindexKey(h.key, ip)
+		a.taken.remove(ip)
+		a.takenBug.remove(ip)
+		for _, p := range a.order {
+			p.count(ip, -1)
+		}
+		freed = append(freed, ip)
+	}
+	return freed
+}
+
+func (a *Allocator) hold(asg *assignment) {
+	a.services[asg.req.Service] = asg
+	for _, ip := range asg.ips {
+		h := a.ips[ip]
+		if h == nil {
+			h = &holding{key: asg.req.SharingKey, users: map[string]*assignment{}}
+			a.ips[ip] = h
+			a.indexKey(h.key, ip)
+			a.taken.add(ip)
+			a.takenBug.add(ip)
+			for _, p := range a.order {
+				p.count(ip, 1)
+			}
+		}
+		h.users[asg.req.Service] = asg
+	}
+}
+
+// rekey stores an updated request for an assignment that still fits it. An address the
+// Service holds alone follows a change of its sharing key.
+func (a *Allocator) rekey(asg *assignment, req Request) {
+	asg.req = req
+	for _, ip := range asg.ips {
+		h := a.ips[ip]
+		h.users[req.Service] = asg
+		if h.key != req.SharingKey {
+			a.unindexKey(h.key, ip)
+			h.key = req.SharingKey
+			a.indexKey(h.key, ip)
+		}
+	}
+}
+
+func (a *Allocator) indexKey(key string, ip netip.Addr) {
+	if key == "" {
+		return
+	}
+	if a.byKey[key] == nil {
+		a.byKey[key] = map[netip.Addr]struct{}{}
+	}
+	a.byKey[key][ip] = struct{}{}
+}
+
+func (a *Allocator) unindexKey(key string, ip netip.Addr) {
+	delete(a.byKey[key], ip)
+	if len(a.byKey[key]) == 0 {
+		delete(a.byKey, key)
+	}
+}
+
+// fits reports whether what a Service holds still meets its request.
+func (a *Allocator) fits(cur *assignment, req *Request) bool {
+	if len(req.IPs) > 0 && !sameAddrs(cur.ips, req.IPs) {
+		return false
+	}
+	if req.Pool != "" && cur.pool != req.Pool && cur.pool != "" {
+		return false
+	}
+	if len(req.IPs) == 0 && !familiesFit(cur.ips, req) {
+		return false
+	}
+	for _, ip := range cur.ips {
+		if h := a.ips[ip]; len(h.users) > 1 && (h.key != req.SharingKey || a.usable(ip, req) != nil) {
+			return false
+		}
+	}
+	return true
+}
+
+// familiesFit: the held families are what the request's ipFamilyPolicy asks for. A
+// PreferDualStack Service that got one family keeps it.
+func familiesFit(ips []netip.Addr, req *Request) bool {
+	held := map[Family]bool{}
+	for _, ip := range ips {
+		held[FamilyOf(ip)] = true
+	}
+	want := wantedFamilies(req)
+	switch req.DualStack {
+	case RequireDualStack:
+		return len(held) == 2
+	case PreferDualStack:
+		return held[want[0]] || held[want[len(want)-1]]
+	default:
+		return len(held) == 1 && held[want[0]]
+	}
+}
+
+func wantedFamilies(req *Request) []Family {
+	fams := req.Families
+	if len(fams) == 0 {
+		fams = []Family{IPv4}
+	}
+	if req.DualStack == SingleStack {
+		return fams[:1]
+	}
+	if len(fams) == 1 {
+		other := IPv6
+		if fams[0] == IPv6 {
+			other = IPv4
+		}
+		fams = []Family{fams[0], other}
+	}
+	return fams
+}
+
+func sameAddrs(a, b []netip.Addr) bool {
+	x, y := slices.Clone(a), slices.Clone(b)
+	slices.SortFunc(x, netip.Addr.Compare)
+	slices.SortFunc(y, netip.Addr.Compare)
+	return slices.Equal(x, y)
+}
+
+func joinAddrs(ips []netip.Addr) string {
+	s := make([]string, len(ips))
+	for i, ip := range ips {
+		s[i] = ip.String()
+	}
+	return strings.Join(s, ",")
+}

@@ -1,0 +1,166 @@
+package allocator
+
+import (
+	"cmp"
+	"math/big"
+	"net/netip"
+	"slices"
+)
+
+// Pool is an address pool as the allocator sees it.
+type Pool struct {
+	Name   string
+	Ranges []Range
+	// AutoAssign lets the pool serve Services that asked for no pool and no address.
+	AutoAssign bool
+	// AvoidBuggyIPs keeps IPv4 addresses ending in .0 and .255 from automatic allocation.
+	AvoidBuggyIPs bool
+	// HasServiceAllocation: the pool serves only the Services whose Request.Selected names it,
+	// and is tried before pools without one, by Priority (lower first).
+	HasServiceAllocation bool
+	Priority             int32
+}
+
+// poolState is a pool with its counts.
+type poolState struct {
+	Pool
+	size     [2]*big.Int // addresses per family (index famIndex)
+	buggy    int64       // IPv4 buggy addresses, counted only with AvoidBuggyIPs
+	assigned [2]int64    // addresses in use, per family
+	// assignedBuggy counts buggy addresses in use (given by explicit request), so they are not
+	// subtracted twice from what is available.
+	assignedBuggy int64
+}
+
+func famIndex(f Family) int {
+	if f == IPv4 {
+		return 0
+	}
+	return 1
+}
+
+func newPoolState(p Pool) *poolState {
+	ps := &poolState{Pool: p, size: [2]*big.Int{new(big.Int), new(big.Int)}}
+	ps.Ranges = slices.Clone(p.Ranges)
+	slices.SortFunc(ps.Ranges, func(a, b Range) int { return a.First.Compare(b.First) })
+	for _, r := range ps.Ranges {
+		ps.size[famIndex(FamilyOf(r.First))].Add(ps.size[famIndex(FamilyOf(r.First))], r.size())
+		if p.AvoidBuggyIPs {
+			ps.buggy += buggyIn(r)
+		}
+	}
+	return ps
+}
+
+func (r Range) size() *big.Int {
+	first, last := new(big.Int).SetBytes(r.First.AsSlice()), new(big.Int).SetBytes(r.Last.AsSlice())
+	return last.Sub(last, first).Add(last, big.NewInt(1))
+}
+
+func (p *poolState) contains(ip netip.Addr) bool {
+	for _, r := range p.Ranges {
+		if r.Contains(ip) {
+			return true
+		}
+	}
+	return false
+}
+
+func (p *poolState) hasFamily(f Family) bool { return p.size[famIndex(f)].Sign() > 0 }
+
+// count adds delta to the pool's counts for ip, when ip is in the pool.
+func (p *poolState) count(ip netip.Addr, delta int64) {
+	if !p.contains(ip) {
+		return
+	}
+	p.assigned[famIndex(FamilyOf(ip))] += delta
+	if p.AvoidBuggyIPs && isBuggy(ip) {
+		p.assignedBuggy += delta
+	}
+}
+
+// Stats are a pool's counts.
+type Stats struct {
+	Size      [2]*big.Int // per family: [0] IPv4, [1] IPv6
+	Assigned  [2]int64
+	Available [2]*big.Int
+}
+
+// Stats returns the named pool's counts.
+func (a *Allocator) Stats(pool string) (Stats, bool) {
+	p, ok := a.pools[pool]
+	if !ok {
+		return Stats{}, false
+	}
+	s := Stats{Size: p.size, Assigned: p.assigned}
+	for i := range 2 {
+		avail := new(big.Int).Sub(p.size[i], big.NewInt(p.assigned[i]))
+		if i == 0 {
+			avail.Sub(avail, big.NewInt(p.buggy-p.assignedBuggy))
+		}
+		s.Available[i] = avail
+	}
+	return s, true
+}
+
+// SetPools replaces the pool configuration. Assignments are kept whatever the pools now say:
+// an address left outside every pool stays assigned and is reported as orphaned.
+func (a *Allocator) SetPools(pools []Pool) {
+	a.pools = make(map[string]*poolState, len(pools))
+	a.order = a.order[:0]
+	for _, p := range pools {
+		ps := newPoolState(p)
+		a.pools[p.Name] = ps
+		a.order = append(a.order, ps)
+	}
+	slices.SortFunc(a.order, func(x, y *poolState) int {
+		if x.HasServiceAllocation != y.HasServiceAllocation {
+			if x.HasServiceAllocation {
+				return -1
+			}
+			return 1
+		}
+		return cmp.Or(cmp.Compare(x.Priority, y.Priority), cmp.Compare(x.Name, y.Name))
+	})
+	for ip := range a.ips {
+		for _, p := range a.order {
+			p.count(ip, 1)
+		}
+	}
+	for _, asg := range a.services {
+		asg.pool = a.poolHolding(asg.ips, asg.pool)
+	}
+}
+
+// poolHolding names the pool that holds all of ips: the current one if it still does, else
+// the first in allocation order, else "" (orphaned).
+func (a *Allocator) poolHolding(ips []netip.Addr, current string) string {
+	holds := func(p *poolState) bool {
+		for _, ip := range ips {
+			if !p.contains(ip) {
+				return false
+			}
+		}
+		return len(ips) > 0
+	}
+	if p, ok := a.pools[current]; ok && holds(p) {
+		return current
+	}
+	for _, p := range a.order {
+		if holds(p) {
+			return p.Name
+		}
+	}
+	return ""
+}
+
+// PoolsContaining names the pools holding ip, in allocation order.
+func (a *Allocator) PoolsContaining(ip netip.Addr) []string {
+	var names []string
+	for _, p := range a.order {
+		if p.contains(ip) {
+			names = append(names, p.Name)
+		}
+	}
+	return names
+}

@@ -1,0 +1,253 @@
+package allocator
+
+import (
+	"fmt"
+	"math/big"
+	"math/rand/v2"
+	"net/netip"
+	"testing"
+)
+
+// The property test and the fuzz target drive random sequences of pool edits, requests,
+// restores and releases over small, overlapping pools, and check the invariants after every
+// step against a brute-force recount.
+
+var propertyPools = [][]Pool{
+	{
+		{Name: "a", Ranges: mustRanges("198.51.100.0-198.51.100.5"), AutoAssign: true},
+		{Name: "b", Ranges: mustRanges("198.51.100.4/30", "2001:db8::/125"), AutoAssign: true, AvoidBuggyIPs: true},
+		{Name: "c", Ranges: mustRanges("203.0.113.254-203.0.114.1", "2001:db8::6-2001:db8::9"), AvoidBuggyIPs: true, HasServiceAllocation: true, Priority: 1},
+	},
+	{
+		{Name: "a", Ranges: mustRanges("198.51.100.2-198.51.100.3"), AutoAssign: true},
+		{Name: "c", Ranges: mustRanges("203.0.113.255-203.0.114.0", "2001:db8::/126"), AutoAssign: true, HasServiceAllocation: true},
+	},
+	{},
+}
+
+func mustRanges(entries ...string) []Range {
+	rs, errs := ParsePool(entries)
+	if len(errs) > 0 {
+		panic(fmt.Sprint(errs))
+	}
+	return rs
+}
+
+// step applies one operation chosen by the next bytes of next().
+func step(a *Allocator, next func() byte) string {
+	svc := fmt.Sprintf("ns/s%d", next()%12)
+	req := Request{Service: svc}
+	switch next() % 3 {
+	case 1:
+		req.Families, req.DualStack = []Family{IPv6}, SingleStack
+	case 2:
+		req.Families, req.DualStack = []Family{IPv4, IPv6}, DualStack(1+next()%2)
+	}
+	if k := next() % 4; k > 0 {
+		req.SharingKey = fmt.Sprintf("k%d", k%2)
+		req.Ports = []Port{{Protocol: "TCP", Port: int32(next() % 3)}}
+		req.Local = next()%4 == 0
+		req.Selector = fmt.Sprintf("app=%d", next()%2)
+	}
+	if next()%3 == 0 {
+		req.Selected = []string{"c"}
+	}
+	switch next() % 8 {
+	case 0:
+		req.Pool = string(rune('a' + next()%4))
+	case 1:
+		req.IPs = []netip.Addr{netip.AddrFrom4([4]byte{198, 51, 100, next() % 8})}
+	}
+	switch op := next() % 10; {
+	case op < 5:
+		_, err := a.Allocate(req)
+		return fmt.Sprintf("allocate %+v: %v", req, err)
+	case op < 7:
+		a.Release(svc)
+		return "release " + svc
+	case op < 8:
+		ip := netip.AddrFrom4([4]byte{198, 51, 100, next() % 8})
+		_, err := a.Restore(req, []netip.Addr{ip})
+		return fmt.Sprintf("restore %+v %s: %v", req, ip, err)
+	default:
+		a.SetPools(propertyPools[next()%byte(len(propertyPools))])
+		return "set pools"
+	}
+}
+
+func checkInvariants(t *testing.T, a *Allocator) {
+	t.Helper()
+	held := map[netip.Addr][]*assignment{}
+	for svc, asg := range a.services {
+		if asg.req.Service != svc {
+			t.Fatalf("assignment of %s records request of %s", svc, asg.req.Service)
+		}
+		for _, ip := range asg.ips {
+			held[ip] = append(held[ip], asg)
+		}
+		if want := a.poolHolding(asg.ips, asg.pool); want != asg.pool {
+			t.Fatalf("%s holds %v in pool %q, but the pool holding them is %q", svc, asg.ips, asg.pool, want)
+		}
+	}
+	if len(held) != len(a.ips) {
+		t.Fatalf("%d addresses held by Services, %d recorded", len(held), len(a.ips))
+	}
+	for ip, users := range held {
+		h := a.ips[ip]
+		if h == nil || len(h.users) != len(users) {
+			t.Fatalf("%s: users %d, recorded %v", ip, len(users), h)
+		}
+		for i, x := range users {
+			if x.req.SharingKey != h.key {
+				t.Fatalf("%s held under key %q by %s with key %q", ip, h.key, x.req.Service, x.req.SharingKey)
+			}
+			for _, y := range users[i+1:] {
+				if x.req.SharingKey == "" || portClash(x.req.Ports, y.req.Ports) != nil ||
+					(x.req.Local || y.req.Local) && !(x.req.Local && y.req.Local && x.req.Selector == y.req.Selector) {
+					t.Fatalf("%s held by %s and %s, which may not share it", ip, x.req.Service, y.req.Service)
+				}
+			}
+		}
+		for _, s := range []*runs{a.taken, a.takenBug} {
+			if _, ok := s.containing(ip); !ok {
+				t.Fatalf("%s is held but free in the runs", ip)
+			}
+		}
+	}
+	// every run holds only held addresses (and, in takenBug, fillers) and is maximal
+	a.taken.tree.Ascend(func(r run) bool {
+		for x := r.first; x.Compare(r.last) <= 0; x = x.Next() {
+			if a.ips[x] == nil {
+				t.Fatalf("run %v-%v covers free %s", r.first, r.last, x)
+			}
+		}
+		if a.ips[r.last.Next()] != nil {
+			t.Fatalf("run %v-%v is not maximal", r.first, r.last)
+		}
+		return true
+	})
+	var prev *run
+	a.takenBug.tree.Ascend(func(r run) bool {
+		for x := r.first; x.Compare(r.last) <= 0; x = x.Next() {
+			if a.ips[x] == nil && !a.takenBug.filler(x) {
+				t.Fatalf("buggy-aware run %v-%v covers free %s", r.first, r.last, x)
+			}
+		}
+		if a.takenBug.filler(r.first) || a.takenBug.filler(r.last) {
+			t.Fatalf("buggy-aware run %v-%v starts or ends with a filler", r.first, r.last)
+		}
+		if prev != nil && prev.last.BitLen() == r.first.BitLen() && a.takenBug.joinable(prev.last, r.first) {
+			t.Fatalf("buggy-aware runs %v-%v and %v-%v should be one", prev.first, prev.last, r.first, r.last)
+		}
+		prev = &r
+		return true
+	})
+	for _, p := range a.order {
+		var assigned [2]int64
+		var assignedBuggy int64
+		for ip := range held {
+			if p.contains(ip) {
+				assigned[famIndex(FamilyOf(ip))]++
+				if p.AvoidBuggyIPs && isBuggy(ip) {
+					assignedBuggy++
+				}
+			}
+		}
+		if assigned != p.assigned || assignedBuggy != p.assignedBuggy {
+			t.Fatalf("pool %s counts %v/%d, recount %v/%d", p.Name, p.assigned, p.assignedBuggy, assigned, assignedBuggy)
+		}
+		var buggy int64
+		for _, r := range p.Ranges {
+			for x := r.First; x.IsValid() && x.Compare(r.Last) <= 0; x = x.Next() {
+				if p.AvoidBuggyIPs && isBuggy(x) {
+					buggy++
+				}
+			}
+		}
+		if buggy != p.buggy {
+			t.Fatalf("pool %s counts %d buggy addresses, recount %d", p.Name, p.buggy, buggy)
+		}
+		s, _ := a.Stats(p.Name)
+		want := new(big.Int).Sub(p.size[0], big.NewInt(assigned[0]+buggy-assignedBuggy))
+		if s.Available[0].Cmp(want) != 0 {
+			t.Fatalf("pool %s: %s IPv4 available, recount %s", p.Name, s.Available[0], want)
+		}
+	}
+}
+
+// checkLowestFree: what an exclusive Service gets automatically is the lowest usable address.
+func checkLowestFree(t *testing.T, a *Allocator, asg Assignment) {
+	t.Helper()
+	p := a.pools[asg.Pool]
+	for _, got := range asg.IPs {
+		for _, r := range p.Ranges {
+			for x := r.First; x.IsValid() && x.Compare(r.Last) <= 0 && x.Less(got); x = x.Next() {
+				if FamilyOf(x) == FamilyOf(got) && a.ips[x] == nil && !(p.AvoidBuggyIPs && isBuggy(x)) {
+					t.Fatalf("got %s from pool %s, but %s is free", got, p.Name, x)
+				}
+			}
+		}
+	}
+}
+
+func TestRandomSequencesKeepInvariants(t *testing.T) {
+	for seed := range uint64(300) {
+		rng := rand.New(rand.NewPCG(seed, 7))
+		a := New()
+		a.SetPools(propertyPools[0])
+		for i := range 200 {
+			what := step(a, func() byte { return byte(rng.Uint32()) })
+			if t.Failed() {
+				t.Fatalf("seed %d step %d: %s", seed, i, what)
+			}
+			checkInvariants(t, a)
+		}
+	}
+}
+
+func TestLowestFreeFirst(t *testing.T) {
+	for seed := range uint64(100) {
+		rng := rand.New(rand.NewPCG(seed, 11))
+		a := New()
+		a.SetPools(propertyPools[0])
+		for range 100 {
+			svc := fmt.Sprintf("ns/s%d", rng.IntN(20))
+			if rng.IntN(3) == 0 {
+				a.Release(svc)
+				continue
+			}
+			a.Release(svc)
+			req := Request{Service: svc, Selected: []string{"c"}}
+			if rng.IntN(2) == 0 {
+				req.Families = []Family{IPv6}
+			}
+			if asg, err := a.Allocate(req); err == nil {
+				checkLowestFree(t, a, asg)
+			}
+		}
+	}
+}
+
+func FuzzAllocator(f *testing.F) {
+	f.Add([]byte{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13})
+	f.Add([]byte{0, 0, 0, 3, 1, 0, 0, 0, 1, 5, 9, 9, 9, 9, 9, 9, 9, 9, 0, 1})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		a := New()
+		a.SetPools(propertyPools[0])
+		i := 0
+		next := func() byte {
+			if i >= len(data) {
+				return 0
+			}
+			i++
+			return data[i-1]
+		}
+		for i < len(data) {
+			what := step(a, next)
+			checkInvariants(t, a)
+			if t.Failed() {
+				t.Fatalf("after %s", what)
+			}
+		}
+	})
+}
