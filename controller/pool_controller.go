@@ -4,50 +4,253 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/big"
+	"slices"
 	"strings"
+	"time"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
 	"github.com/portico-lb/portico/controller/allocator"
 )
 
-// PoolReconciler keeps each IPAddressPool's Ready condition true to its spec. It reports what
-// the CRD's CEL rules cannot check (an IPv6 range that runs backwards, entries of one pool that
-// overlap, malformed label selectors), and anything that reached the apiserver while
-// validation was relaxed.
+// poolWriteInterval is the least time between two status writes of one pool: a burst of
+// allocations makes one write a second, not one per Service.
+const poolWriteInterval = time.Second
+
+// PoolReconciler feeds pool edits to the allocator and keeps each IPAddressPool's status true:
+// counts, waiting Services, and the Ready, Overlapping, Exhausted and OrphanedIPs conditions.
+// Ready reports what the CRD's CEL rules cannot check (an IPv6 range that runs backwards,
+// entries of one pool that overlap, malformed label selectors).
 type PoolReconciler struct {
-	Client client.Client
+	Client    client.Client
+	state     *state
+	lastWrite map[string]time.Time
 }
 
-// SetupWithManager registers the reconciler.
-func (r *PoolReconciler) SetupWithManager(mgr ctrl.Manager) error {
+func (r *PoolReconciler) setup(mgr ctrl.Manager) error {
+	r.lastWrite = map[string]time.Time{}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&porticov1.IPAddressPool{}).
 		Named("ipaddresspool").
+		WatchesRawSource(source.Channel(r.state.dirty, &handler.EnqueueRequestForObject{})).
 		Complete(r)
 }
 
-// Reconcile sets the Ready condition, writing only when it changed.
+// Reconcile syncs the allocator's pools and writes this pool's status, at most once a second.
 func (r *PoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var pool porticov1.IPAddressPool
-	if err := r.Client.Get(ctx, req.NamespacedName, &pool); err != nil {
-		return ctrl.Result{}, client.IgnoreNotFound(err)
+	err := r.Client.Get(ctx, req.NamespacedName, &pool)
+	if client.IgnoreNotFound(err) != nil {
+		return ctrl.Result{}, err
 	}
-	ready := poolReadyCondition(&pool)
-	ready.ObservedGeneration = pool.Generation
-	changed := meta.SetStatusCondition(&pool.Status.Conditions, ready)
-	if pool.Status.ObservedGeneration != pool.Generation {
-		pool.Status.ObservedGeneration = pool.Generation
-		changed = true
+	found := err == nil
+
+	s := r.state
+	s.mu.Lock()
+	if err := s.ensureLoaded(ctx); err != nil {
+		s.mu.Unlock()
+		return ctrl.Result{}, err
 	}
-	if !changed {
+	moved, err := s.syncPools(ctx)
+	if err != nil {
+		s.mu.Unlock()
+		return ctrl.Result{}, err
+	}
+	var facts poolFacts
+	if found {
+		facts = r.facts(&pool)
+	}
+	var retry []string
+	if len(moved) > 0 || found && pool.Status.ObservedGeneration != pool.Generation {
+		retry = append(moved, s.waitingServices()...)
+	}
+	s.mu.Unlock()
+	if len(moved) > 0 {
+		s.retryServices(retry)
+		s.poolsDirty(r.otherPools(ctx, req.Name))
+	} else if len(retry) > 0 {
+		s.retryServices(retry)
+	}
+	if !found {
+		forgetPoolMetrics(req.Name)
+		delete(r.lastWrite, req.Name)
 		return ctrl.Result{}, nil
 	}
-	return ctrl.Result{}, r.Client.Status().Update(ctx, &pool)
+
+	want := pool.DeepCopy()
+	r.fill(ctx, want, facts)
+	facts.export(pool.Name)
+	if equality.Semantic.DeepEqual(want.Status, pool.Status) {
+		return ctrl.Result{}, nil
+	}
+	if wait := poolWriteInterval - time.Since(r.lastWrite[pool.Name]); wait > 0 {
+		return ctrl.Result{RequeueAfter: wait}, nil
+	}
+	r.lastWrite[pool.Name] = time.Now()
+	return ctrl.Result{}, r.Client.Status().Update(ctx, want)
+}
+
+// poolFacts is what the allocator knows of one pool, read under the state's lock.
+type poolFacts struct {
+	stats   allocator.Stats
+	waiting int32
+	orphans []string
+}
+
+func (r *PoolReconciler) facts(pool *porticov1.IPAddressPool) poolFacts {
+	s := r.state
+	f := poolFacts{}
+	f.stats, _ = s.alloc.Stats(pool.Name)
+	for _, w := range s.waiting {
+		if slices.Contains(w.pools, pool.Name) {
+			f.waiting++
+		}
+	}
+	for svc, p := range s.orphanOf {
+		if p == pool.Name {
+			f.orphans = append(f.orphans, svc)
+		}
+	}
+	slices.Sort(f.orphans)
+	return f
+}
+
+func (f poolFacts) export(pool string) {
+	for i, fam := range []string{"IPv4", "IPv6"} {
+		if f.stats.Size[i] == nil {
+			continue
+		}
+		avail, _ := new(big.Float).SetInt(f.stats.Available[i]).Float64()
+		poolAddresses.WithLabelValues(pool, fam).Set(avail + float64(f.stats.Assigned[i]))
+		poolAddressesInUse.WithLabelValues(pool, fam).Set(float64(f.stats.Assigned[i]))
+	}
+	poolServicesWaiting.WithLabelValues(pool).Set(float64(f.waiting))
+}
+
+func forgetPoolMetrics(pool string) {
+	for _, fam := range []string{"IPv4", "IPv6"} {
+		poolAddresses.DeleteLabelValues(pool, fam)
+		poolAddressesInUse.DeleteLabelValues(pool, fam)
+	}
+	poolServicesWaiting.DeleteLabelValues(pool)
+}
+
+// fill computes the pool's whole status.
+func (r *PoolReconciler) fill(ctx context.Context, pool *porticov1.IPAddressPool, f poolFacts) {
+	st := &pool.Status
+	st.ObservedGeneration = pool.Generation
+	if f.stats.Size[0] != nil {
+		st.AssignedIPv4, st.AssignedIPv6 = f.stats.Assigned[0], f.stats.Assigned[1]
+		st.AvailableIPv4, st.AvailableIPv6 = decimalIf(f.stats.Size[0], f.stats.Available[0]), decimalIf(f.stats.Size[1], f.stats.Available[1])
+		st.Assigned = f.stats.Assigned[0] + f.stats.Assigned[1]
+		st.Available = new(big.Int).Add(f.stats.Available[0], f.stats.Available[1]).String()
+	}
+	st.Waiting = f.waiting
+
+	set := func(c metav1.Condition) {
+		c.ObservedGeneration = pool.Generation
+		meta.SetStatusCondition(&st.Conditions, c)
+	}
+	set(poolReadyCondition(pool))
+	set(r.overlapCondition(ctx, pool))
+	set(exhaustedCondition(f))
+	set(orphanCondition(f))
+}
+
+func decimalIf(size, n *big.Int) string {
+	if size == nil || size.Sign() == 0 {
+		return ""
+	}
+	return n.String()
+}
+
+func exhaustedCondition(f poolFacts) metav1.Condition {
+	c := metav1.Condition{Type: porticov1.ConditionExhausted}
+	if f.stats.Size[0] == nil {
+		c.Status, c.Reason, c.Message = metav1.ConditionUnknown, "NoAddresses", "the pool has no valid address"
+		return c
+	}
+	free := new(big.Int).Add(f.stats.Available[0], f.stats.Available[1])
+	if free.Sign() > 0 {
+		c.Status, c.Reason = metav1.ConditionFalse, "FreeAddresses"
+		c.Message = fmt.Sprintf("%s addresses free", free)
+		return c
+	}
+	c.Status, c.Reason = metav1.ConditionTrue, porticov1.ReasonPoolExhausted
+	c.Message = fmt.Sprintf("all %d usable addresses are assigned; %d Services wait for one", f.stats.Assigned[0]+f.stats.Assigned[1], f.waiting)
+	return c
+}
+
+func orphanCondition(f poolFacts) metav1.Condition {
+	c := metav1.Condition{Type: porticov1.ConditionOrphanedIPs, Status: metav1.ConditionFalse, Reason: "None",
+		Message: "every address given from this pool is still in it"}
+	if len(f.orphans) > 0 {
+		shown := f.orphans[:min(len(f.orphans), 5)]
+		c.Status, c.Reason = metav1.ConditionTrue, porticov1.ReasonOrphanedIP
+		c.Message = fmt.Sprintf("%d Services hold addresses this pool no longer contains (kept until they let go): %s", len(f.orphans), strings.Join(shown, ", "))
+	}
+	return c
+}
+
+// overlapCondition names the other pools that share addresses with this one.
+func (r *PoolReconciler) overlapCondition(ctx context.Context, pool *porticov1.IPAddressPool) metav1.Condition {
+	c := metav1.Condition{Type: porticov1.ConditionOverlapping, Status: metav1.ConditionFalse, Reason: "NoOverlap",
+		Message: "no other pool shares an address with this one"}
+	var others porticov1.IPAddressPoolList
+	if err := r.Client.List(ctx, &others); err != nil {
+		return c
+	}
+	mine := allocatorPool(pool).Ranges
+	var found []string
+	for i := range others.Items {
+		o := &others.Items[i]
+		if o.Name == pool.Name {
+			continue
+		}
+		for _, a := range mine {
+			for _, b := range allocatorPool(o).Ranges {
+				if a.Overlaps(b) {
+					found = append(found, fmt.Sprintf("%s (%s overlaps %s)", o.Name, a, b))
+				}
+			}
+		}
+	}
+	if len(found) > 0 {
+		slices.Sort(found)
+		c.Status, c.Reason = metav1.ConditionTrue, porticov1.ConditionOverlapping
+		c.Message = "shares addresses with pool " + strings.Join(found, "; ") + "; an address taken through one pool is taken in both"
+	}
+	return c
+}
+
+func (r *PoolReconciler) otherPools(ctx context.Context, except string) []string {
+	var list porticov1.IPAddressPoolList
+	if err := r.Client.List(ctx, &list); err != nil {
+		return nil
+	}
+	var names []string
+	for _, p := range list.Items {
+		if p.Name != except {
+			names = append(names, p.Name)
+		}
+	}
+	return names
+}
+
+func keys[V any](m map[string]V) []string {
+	k := make([]string, 0, len(m))
+	for x := range m {
+		k = append(k, x)
+	}
+	return k
 }
 
 // poolReadyCondition judges a pool's spec on its own; problems between pools are other

@@ -22,7 +22,12 @@ import (
 
 var cp *controlplane.ControlPlane
 
-func TestMain(m *testing.M) { controlplane.Main(m, &cp) }
+// The control plane is dual-stack, so dual-stack Services can be created.
+func TestMain(m *testing.M) {
+	controlplane.MainWith(m, &cp, controlplane.Options{APIServerArgs: map[string]string{
+		"service-cluster-ip-range": controlplane.ServiceCIDR + ",fd00:10:96::/112",
+	}})
+}
 
 // startManager runs the controller's reconcilers against the test apiserver until the test ends.
 func startManager(t *testing.T) {
@@ -36,7 +41,7 @@ func startManager(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := controller.Setup(mgr); err != nil {
+	if err := controller.Setup(mgr, controller.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -77,6 +82,10 @@ func createPool(t *testing.T, name string, spec porticov1.IPAddressPoolSpec) *po
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cp.Client.Delete(context.Background(), pool) })
+	// Wait until the controller has seen it, so Services created next find it.
+	waitPool(t, name, "a Ready condition", func(p *porticov1.IPAddressPool) bool {
+		return meta.FindStatusCondition(p.Status.Conditions, porticov1.ConditionReady) != nil
+	})
 	return pool
 }
 

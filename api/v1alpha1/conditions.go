@@ -67,3 +67,7 @@ const (
 	ReasonInvalidAddresses = "InvalidAddresses"
 	ReasonInvalidSelector  = "InvalidSelector"
 )
+
+// ConditionOrphanedIPs: Services hold addresses that this pool gave them but no longer
+// contains (the pool was shrunk); they keep them until they let go.
+const ConditionOrphanedIPs = "OrphanedIPs"

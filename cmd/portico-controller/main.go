@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
 	"github.com/portico-lb/portico/controller"
 	"github.com/portico-lb/portico/internal/kube"
 )
@@ -21,18 +22,19 @@ func main() {
 	probeAddr := flag.String("health-probe-bind-address", ":7473", "address the /healthz and /readyz endpoints bind to")
 	leaderElect := flag.Bool("leader-elect", false, "elect one active replica through a Lease, so two or more can run")
 	leaderNamespace := flag.String("leader-election-namespace", "", "namespace of the leader Lease (default: the pod's own)")
+	lbClass := flag.String("load-balancer-class", porticov1.DefaultLoadBalancerClass, "spec.loadBalancerClass handled besides Services with no class")
 	logOpts := zap.Options{}
 	logOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&logOpts)))
 
-	if err := run(*metricsAddr, *probeAddr, *leaderElect, *leaderNamespace); err != nil {
+	if err := run(*metricsAddr, *probeAddr, *leaderElect, *leaderNamespace, *lbClass); err != nil {
 		fmt.Fprintln(os.Stderr, "portico-controller:", err)
 		os.Exit(1)
 	}
 }
 
-func run(metricsAddr, probeAddr string, leaderElect bool, leaderNamespace string) error {
+func run(metricsAddr, probeAddr string, leaderElect bool, leaderNamespace, lbClass string) error {
 	scheme, err := kube.NewScheme()
 	if err != nil {
 		return err
@@ -52,7 +54,7 @@ func run(metricsAddr, probeAddr string, leaderElect bool, leaderNamespace string
 	if err != nil {
 		return err
 	}
-	if err := controller.Setup(mgr); err != nil {
+	if err := controller.Setup(mgr, controller.Options{LoadBalancerClass: lbClass}); err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {

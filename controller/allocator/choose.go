@@ -194,3 +194,28 @@ func familyList(fams []Family) string {
 	}
 	return strings.Join(s, "+")
 }
+
+// PoolsFor names the pools a request could be served from, for telling pools how many
+// Services wait on them.
+func (a *Allocator) PoolsFor(req Request) []string {
+	if len(req.IPs) > 0 {
+		var names []string
+		for _, ip := range req.IPs {
+			for _, n := range a.PoolsContaining(ip) {
+				if !slices.Contains(names, n) && (req.Pool == "" || n == req.Pool) {
+					names = append(names, n)
+				}
+			}
+		}
+		return names
+	}
+	candidates, err := a.candidates(&req)
+	if err != nil {
+		return nil
+	}
+	names := make([]string, len(candidates))
+	for i, p := range candidates {
+		names[i] = p.Name
+	}
+	return names
+}

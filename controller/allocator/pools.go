@@ -104,8 +104,9 @@ func (a *Allocator) Stats(pool string) (Stats, bool) {
 }
 
 // SetPools replaces the pool configuration. Assignments are kept whatever the pools now say:
-// an address left outside every pool stays assigned and is reported as orphaned.
-func (a *Allocator) SetPools(pools []Pool) {
+// an address left outside every pool stays assigned and is reported as orphaned. It returns
+// the Services whose pool changed (to another pool, or to none).
+func (a *Allocator) SetPools(pools []Pool) (moved []string) {
 	a.pools = make(map[string]*poolState, len(pools))
 	a.order = a.order[:0]
 	for _, p := range pools {
@@ -127,9 +128,14 @@ func (a *Allocator) SetPools(pools []Pool) {
 			p.count(ip, 1)
 		}
 	}
-	for _, asg := range a.services {
-		asg.pool = a.poolHolding(asg.ips, asg.pool)
+	for svc, asg := range a.services {
+		if p := a.poolHolding(asg.ips, asg.pool); p != asg.pool {
+			asg.pool = p
+			moved = append(moved, svc)
+		}
 	}
+	slices.Sort(moved)
+	return moved
 }
 
 // poolHolding names the pool that holds all of ips: the current one if it still does, else

@@ -8,8 +8,11 @@ import (
 
 // Main is a TestMain for packages whose tests share one control plane: it starts it, stores
 // it in *cp, runs the tests and stops it. A missing binary fails the package, never skips it.
-func Main(m *testing.M, cp **ControlPlane) {
-	started, err := Start(Options{})
+func Main(m *testing.M, cp **ControlPlane) { MainWith(m, cp, Options{}) }
+
+// MainWith is Main with options, e.g. a dual-stack service CIDR.
+func MainWith(m *testing.M, cp **ControlPlane, opts Options) {
+	started, err := Start(opts)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "FAIL: %v\n", err)
 		os.Exit(1)

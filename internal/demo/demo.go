@@ -108,7 +108,7 @@ func startController(cp *controlplane.ControlPlane, log logr.Logger) (stop func(
 	if err != nil {
 		return nil, err
 	}
-	if err := controller.Setup(mgr); err != nil {
+	if err := controller.Setup(mgr, controller.Options{}); err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())

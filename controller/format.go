@@ -1,0 +1,15 @@
+package controller
+
+import (
+	"net/netip"
+	"strings"
+)
+
+// joinAddrs prints addresses for a person: "10.0.0.200" or "10.0.0.200 and 2001:db8::1".
+func joinAddrs(ips []netip.Addr) string {
+	s := make([]string, len(ips))
+	for i, ip := range ips {
+		s[i] = ip.String()
+	}
+	return strings.Join(s, " and ")
+}

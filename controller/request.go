@@ -1,0 +1,119 @@
+package controller
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
+	"github.com/portico-lb/portico/controller/allocator"
+)
+
+// annotationError is a Service annotation that cannot be honoured.
+type annotationError struct{ msg string }
+
+func (e *annotationError) Error() string { return e.msg }
+
+// annotation returns the first of Portico's and MetalLB's spellings that is set.
+func annotation(svc *corev1.Service, portico string, metallb []string) (name, value string, ok bool) {
+	for _, k := range append([]string{portico}, metallb...) {
+		if v, ok := svc.Annotations[k]; ok {
+			return k, v, true
+		}
+	}
+	return "", "", false
+}
+
+// buildRequest turns a Service into an allocator request. selected names the pools whose
+// serviceAllocation selects the Service. A malformed annotation is an *annotationError; the
+// request returned with it still names the Service and its ports, so held addresses can be kept.
+func buildRequest(svc *corev1.Service, selected []string) (allocator.Request, error) {
+	req := allocator.Request{
+		Service:  svc.Namespace + "/" + svc.Name,
+		Selected: selected,
+		Local:    svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal,
+		Selector: labels.SelectorFromSet(svc.Spec.Selector).String(),
+	}
+	for _, p := range svc.Spec.Ports {
+		req.Ports = append(req.Ports, allocator.Port{Protocol: string(p.Protocol), Port: p.Port})
+	}
+	for _, f := range svc.Spec.IPFamilies {
+		req.Families = append(req.Families, map[corev1.IPFamily]allocator.Family{corev1.IPv4Protocol: allocator.IPv4, corev1.IPv6Protocol: allocator.IPv6}[f])
+	}
+	if p := svc.Spec.IPFamilyPolicy; p != nil {
+		req.DualStack = map[corev1.IPFamilyPolicy]allocator.DualStack{
+			corev1.IPFamilyPolicyPreferDualStack:  allocator.PreferDualStack,
+			corev1.IPFamilyPolicyRequireDualStack: allocator.RequireDualStack,
+		}[*p]
+	}
+	if _, v, ok := annotation(svc, porticov1.AnnotationAllowSharedIP, porticov1.MetalLBAllowSharedIP); ok {
+		req.SharingKey = v
+	}
+	if name, v, ok := annotation(svc, porticov1.AnnotationAddressPool, porticov1.MetalLBAddressPool); ok {
+		if v == "" {
+			return req, &annotationError{fmt.Sprintf("%s is empty; name an IPAddressPool", name)}
+		}
+		req.Pool = v
+	}
+	ips, err := requestedIPs(svc)
+	req.IPs = ips
+	if len(ips) > 0 {
+		req.Families = nil
+		for _, ip := range ips {
+			req.Families = append(req.Families, allocator.FamilyOf(ip))
+		}
+	}
+	return req, err
+}
+
+// requestedIPs reads the loadBalancerIPs annotation, or else the deprecated
+// spec.loadBalancerIP: at most one address per family.
+func requestedIPs(svc *corev1.Service) ([]netip.Addr, error) {
+	name, v, ok := annotation(svc, porticov1.AnnotationLoadBalancerIPs, porticov1.MetalLBLoadBalancerIPs)
+	if !ok {
+		if svc.Spec.LoadBalancerIP == "" {
+			return nil, nil
+		}
+		name, v = "spec.loadBalancerIP", svc.Spec.LoadBalancerIP
+	}
+	var ips []netip.Addr
+	seen := map[allocator.Family]bool{}
+	for _, s := range strings.Split(v, ",") {
+		ip, err := netip.ParseAddr(strings.TrimSpace(s))
+		if err != nil || ip.Zone() != "" || ip.Is4In6() {
+			return nil, &annotationError{fmt.Sprintf("%s: %q is not an IP address", name, strings.TrimSpace(s))}
+		}
+		if seen[allocator.FamilyOf(ip)] {
+			return nil, &annotationError{fmt.Sprintf("%s: %q names two %s addresses; give at most one per family", name, v, allocator.FamilyOf(ip))}
+		}
+		seen[allocator.FamilyOf(ip)] = true
+		ips = append(ips, ip)
+	}
+	return ips, nil
+}
+
+// selects reports whether a pool's serviceAllocation selects a Service in a namespace with
+// the given labels. Namespaces and namespace selectors are alternatives; service selectors
+// must also match when given.
+func selects(sa *porticov1.ServiceAllocation, svc *corev1.Service, nsLabels map[string]string) bool {
+	nsOK := len(sa.Namespaces) == 0 && len(sa.NamespaceSelectors) == 0
+	for _, n := range sa.Namespaces {
+		nsOK = nsOK || string(n) == svc.Namespace
+	}
+	nsOK = nsOK || anyMatches(sa.NamespaceSelectors, nsLabels)
+	return nsOK && (len(sa.ServiceSelectors) == 0 || anyMatches(sa.ServiceSelectors, svc.Labels))
+}
+
+func anyMatches(selectors []metav1.LabelSelector, set map[string]string) bool {
+	for i := range selectors {
+		// A malformed selector matches nothing; the pool's Ready condition names it.
+		if s, err := metav1.LabelSelectorAsSelector(&selectors[i]); err == nil && s.Matches(labels.Set(set)) {
+			return true
+		}
+	}
+	return false
+}

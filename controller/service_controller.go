@@ -1,0 +1,247 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
+	"github.com/portico-lb/portico/controller/allocator"
+)
+
+// ServiceReconciler gives LoadBalancer Services addresses and says in their status how it went.
+type ServiceReconciler struct {
+	Client   client.Client
+	Recorder events.EventRecorder
+	state    *state
+}
+
+func (r *ServiceReconciler) setup(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&corev1.Service{}).
+		Named("service").
+		// One worker: the allocator is one state machine, and a reconcile costs microseconds.
+		WithOptions(controller.Options{MaxConcurrentReconciles: 1}).
+		WatchesRawSource(source.Channel(r.state.retry, &handler.EnqueueRequestForObject{})).
+		Complete(r)
+}
+
+// Reconcile allocates or releases the Service's addresses and writes its status, in one
+// request and only when something changed.
+func (r *ServiceReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	key := req.Namespace + "/" + req.Name
+	var svc corev1.Service
+	err := r.Client.Get(ctx, req.NamespacedName, &svc)
+	if client.IgnoreNotFound(err) != nil {
+		return ctrl.Result{}, err
+	}
+	found := err == nil
+
+	s := r.state
+	s.mu.Lock()
+	if err := s.ensureLoaded(ctx); err != nil {
+		s.mu.Unlock()
+		return ctrl.Result{}, err
+	}
+	// The pool reconciler may not have run yet for a pool this Service already sees.
+	moved, err := s.syncPools(ctx)
+	if err != nil {
+		s.mu.Unlock()
+		return ctrl.Result{}, err
+	}
+	if len(moved) > 0 {
+		retry := append(moved, s.waitingServices()...)
+		defer s.retryServices(retry)
+		defer s.poolsDirty(keys(s.poolGen))
+	}
+	if !found || !s.ours(&svc) {
+		freed := r.release(key)
+		s.mu.Unlock()
+		r.afterRelease(freed)
+		if found {
+			return ctrl.Result{}, r.forget(ctx, &svc)
+		}
+		return ctrl.Result{}, nil
+	}
+	outcome := r.allocate(ctx, &svc, key)
+	s.mu.Unlock()
+	r.afterRelease(outcome.freed)
+	s.poolsDirty(outcome.pools)
+	return ctrl.Result{}, r.write(ctx, &svc, outcome)
+}
+
+// outcome is what one allocation decided.
+type outcome struct {
+	asg   allocator.Assignment
+	err   error    // why the request is not met (the Service may still keep asg)
+	freed []string // pools that gained a free address
+	pools []string // pools whose counts may have changed
+}
+
+func (r *ServiceReconciler) allocate(ctx context.Context, svc *corev1.Service, key string) outcome {
+	s := r.state
+	before, _ := s.alloc.Assignment(key)
+	req, reqErr := s.request(ctx, svc)
+	var o outcome
+	if reqErr != nil {
+		o.asg, _ = s.alloc.Assignment(key) // keep what it has
+		o.err = reqErr
+	} else {
+		o.asg, o.err = s.alloc.Allocate(req)
+		if o.err != nil {
+			o.asg, _ = s.alloc.Assignment(key)
+		}
+	}
+	if o.err != nil {
+		s.waiting[key] = waiter{since: svc.CreationTimestamp.Time, pools: s.alloc.PoolsFor(req)}
+	} else {
+		delete(s.waiting, key)
+	}
+	if o.asg.Orphaned() {
+		s.orphanOf[key] = svc.Annotations[porticov1.AnnotationAllocatedFromPool]
+	} else {
+		delete(s.orphanOf, key)
+	}
+	changed := !slices.Equal(before.IPs, o.asg.IPs)
+	if changed && before.Pool != "" {
+		o.freed = append(o.freed, before.Pool)
+	}
+	o.pools = appendPools(o.pools, before.Pool, o.asg.Pool)
+	o.pools = append(o.pools, s.waiting[key].pools...)
+	return o
+}
+
+// release frees what a gone (or no longer LoadBalancer) Service held; returns the pools that
+// gained addresses.
+func (r *ServiceReconciler) release(key string) []string {
+	s := r.state
+	held, ok := s.alloc.Assignment(key)
+	delete(s.waiting, key)
+	if !ok {
+		return nil
+	}
+	s.alloc.Release(key)
+	orphanPool := s.orphanOf[key]
+	delete(s.orphanOf, key)
+	return appendPools(nil, held.Pool, orphanPool)
+}
+
+// afterRelease lets waiting Services try again when addresses were freed.
+func (r *ServiceReconciler) afterRelease(pools []string) {
+	if len(pools) == 0 {
+		return
+	}
+	s := r.state
+	s.mu.Lock()
+	retry := s.waitingServices()
+	s.mu.Unlock()
+	s.retryServices(retry)
+	s.poolsDirty(pools)
+}
+
+func appendPools(pools []string, names ...string) []string {
+	for _, n := range names {
+		if n != "" {
+			pools = append(pools, n)
+		}
+	}
+	return pools
+}
+
+// write puts the outcome into the Service: ingress, the IPAllocated condition and the
+// allocated-from-pool annotation, in one status update, when any of them changed.
+func (r *ServiceReconciler) write(ctx context.Context, svc *corev1.Service, o outcome) error {
+	want := svc.DeepCopy()
+	want.Status.LoadBalancer.Ingress = nil
+	for _, ip := range o.asg.IPs {
+		want.Status.LoadBalancer.Ingress = append(want.Status.LoadBalancer.Ingress,
+			corev1.LoadBalancerIngress{IP: ip.String(), IPMode: ptr.To(corev1.LoadBalancerIPModeVIP)})
+	}
+	cond := allocatedCondition(o)
+	cond.ObservedGeneration = svc.Generation
+	condChanged := meta.SetStatusCondition(&want.Status.Conditions, cond)
+	if o.asg.Pool != "" {
+		if want.Annotations == nil {
+			want.Annotations = map[string]string{}
+		}
+		want.Annotations[porticov1.AnnotationAllocatedFromPool] = o.asg.Pool
+	} else if len(o.asg.IPs) == 0 {
+		delete(want.Annotations, porticov1.AnnotationAllocatedFromPool)
+	} // an orphaned address keeps naming the pool it came from
+
+	if equality.Semantic.DeepEqual(want.Status, svc.Status) && equality.Semantic.DeepEqual(want.Annotations, svc.Annotations) {
+		return nil
+	}
+	// On kube-apiserver 1.37 a status update also stores metadata annotations: one request.
+	if err := r.Client.Status().Update(ctx, want); err != nil {
+		return err
+	}
+	if condChanged {
+		r.event(want, cond)
+	}
+	return nil
+}
+
+func (r *ServiceReconciler) event(svc *corev1.Service, cond metav1.Condition) {
+	if r.Recorder == nil {
+		return
+	}
+	if cond.Status == metav1.ConditionTrue {
+		r.Recorder.Eventf(svc, nil, corev1.EventTypeNormal, "IPAllocated", "Allocate", "%s", cond.Message)
+		allocations.Inc()
+		return
+	}
+	r.Recorder.Eventf(svc, nil, corev1.EventTypeWarning, "AllocationFailed", "Allocate", "%s: %s", cond.Reason, cond.Message)
+	allocationFailures.WithLabelValues(cond.Reason).Inc()
+}
+
+func allocatedCondition(o outcome) metav1.Condition {
+	c := metav1.Condition{Type: porticov1.ConditionIPAllocated}
+	var annErr *annotationError
+	var allocErr *allocator.Error
+	switch {
+	case errors.As(o.err, &annErr):
+		c.Status, c.Reason, c.Message = metav1.ConditionFalse, porticov1.ReasonInvalidAnnotation, annErr.Error()
+		if len(o.asg.IPs) > 0 {
+			c.Message += fmt.Sprintf("; keeping %s", joinAddrs(o.asg.IPs))
+		}
+	case errors.As(o.err, &allocErr):
+		c.Status, c.Reason, c.Message = metav1.ConditionFalse, string(allocErr.Reason), allocErr.Message
+	case o.err != nil:
+		c.Status, c.Reason, c.Message = metav1.ConditionFalse, "Error", o.err.Error()
+	case o.asg.Orphaned():
+		c.Status, c.Reason = metav1.ConditionTrue, porticov1.ReasonOrphanedIP
+		c.Message = fmt.Sprintf("%s is in no IPAddressPool any more; it stays assigned until the Service is deleted or asks for another address", joinAddrs(o.asg.IPs))
+	default:
+		c.Status, c.Reason = metav1.ConditionTrue, porticov1.ReasonAllocated
+		c.Message = fmt.Sprintf("%s from pool %s", joinAddrs(o.asg.IPs), o.asg.Pool)
+	}
+	return c
+}
+
+// forget removes what Portico wrote on a Service it no longer handles.
+func (r *ServiceReconciler) forget(ctx context.Context, svc *corev1.Service) error {
+	want := svc.DeepCopy()
+	removed := meta.RemoveStatusCondition(&want.Status.Conditions, porticov1.ConditionIPAllocated)
+	if _, ok := want.Annotations[porticov1.AnnotationAllocatedFromPool]; ok {
+		delete(want.Annotations, porticov1.AnnotationAllocatedFromPool)
+		removed = true
+	}
+	if !removed {
+		return nil
+	}
+	return r.Client.Status().Update(ctx, want)
+}

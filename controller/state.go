@@ -1,0 +1,216 @@
+package controller
+
+import (
+	"cmp"
+	"context"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
+	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
+	"github.com/portico-lb/portico/controller/allocator"
+)
+
+// state is what the Service and pool reconcilers share: the allocator and what it was fed.
+// Every access holds mu.
+type state struct {
+	reader client.Reader
+	class  string
+
+	mu       sync.Mutex
+	alloc    *allocator.Allocator
+	loaded   bool
+	poolGen  map[string]int64  // pool → generation the allocator was given
+	waiting  map[string]waiter // Services without the address they want
+	orphanOf map[string]string // Service → pool it got an address from that no longer holds it
+
+	retry chan event.GenericEvent // Services to reconcile again
+	dirty chan event.GenericEvent // pools whose status may have changed
+}
+
+func newState(reader client.Reader, class string) *state {
+	return &state{
+		reader:   reader,
+		class:    class,
+		alloc:    allocator.New(),
+		waiting:  map[string]waiter{},
+		orphanOf: map[string]string{},
+		retry:    make(chan event.GenericEvent, 4096),
+		dirty:    make(chan event.GenericEvent, 1024),
+	}
+}
+
+// waiter is a Service waiting for an address.
+type waiter struct {
+	since time.Time // the Service's creation: the oldest waiter is retried first
+	pools []string  // pools it could get one from
+}
+
+// waitingServices lists the waiting Services, oldest first.
+func (s *state) waitingServices() []string {
+	names := keys(s.waiting)
+	slices.SortFunc(names, func(a, b string) int {
+		return cmp.Or(s.waiting[a].since.Compare(s.waiting[b].since), cmp.Compare(a, b))
+	})
+	return names
+}
+
+// ours reports whether Portico handles the Service.
+func (s *state) ours(svc *corev1.Service) bool {
+	return svc.Spec.Type == corev1.ServiceTypeLoadBalancer && svc.DeletionTimestamp == nil &&
+		(svc.Spec.LoadBalancerClass == nil || *svc.Spec.LoadBalancerClass == s.class)
+}
+
+// ensureLoaded rebuilds the allocator from the pools and from every Service's status, once,
+// before anything new is allocated: addresses never move across restarts.
+func (s *state) ensureLoaded(ctx context.Context) error {
+	if s.loaded {
+		return nil
+	}
+	if _, err := s.syncPools(ctx); err != nil {
+		return err
+	}
+	var svcs corev1.ServiceList
+	if err := s.reader.List(ctx, &svcs); err != nil {
+		return err
+	}
+	// Oldest first: if two Services claim one address, the older keeps it.
+	slices.SortFunc(svcs.Items, func(a, b corev1.Service) int {
+		return cmp.Or(a.CreationTimestamp.Compare(b.CreationTimestamp.Time), cmp.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name))
+	})
+	log := logf.FromContext(ctx)
+	restored := 0
+	for i := range svcs.Items {
+		svc := &svcs.Items[i]
+		ips := ingressIPs(svc)
+		if !s.ours(svc) || len(ips) == 0 {
+			continue
+		}
+		req, _ := s.request(ctx, svc) // a bad annotation does not stop the Service keeping its address
+		if _, err := s.alloc.Restore(req, ips); err != nil {
+			log.Info("not restoring an address from status", "service", req.Service, "reason", err.Error())
+			continue
+		}
+		restored++
+	}
+	log.Info("state rebuilt from Service status", "services", restored)
+	s.loaded = true
+	return nil
+}
+
+// syncPools gives the allocator the pools in the cache if they changed, and returns the
+// Services whose pool changed as a result.
+func (s *state) syncPools(ctx context.Context) (moved []string, err error) {
+	var list porticov1.IPAddressPoolList
+	if err := s.reader.List(ctx, &list); err != nil {
+		return nil, err
+	}
+	gen := make(map[string]int64, len(list.Items))
+	pools := make([]allocator.Pool, 0, len(list.Items))
+	for i := range list.Items {
+		p := &list.Items[i]
+		gen[p.Name] = p.Generation
+		pools = append(pools, allocatorPool(p))
+	}
+	if s.poolGen != nil && mapsEqual(gen, s.poolGen) {
+		return nil, nil
+	}
+	s.poolGen = gen
+	return s.alloc.SetPools(pools), nil
+}
+
+func mapsEqual(a, b map[string]int64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
+
+// allocatorPool is the allocator's view of a pool: its valid entries (the invalid ones are
+// named on the pool's Ready condition).
+func allocatorPool(p *porticov1.IPAddressPool) allocator.Pool {
+	entries := make([]string, len(p.Spec.Addresses))
+	for i, a := range p.Spec.Addresses {
+		entries[i] = string(a)
+	}
+	ranges, _ := allocator.ParsePool(entries)
+	ap := allocator.Pool{
+		Name:          p.Name,
+		Ranges:        ranges,
+		AutoAssign:    p.Spec.AutoAssign == nil || *p.Spec.AutoAssign,
+		AvoidBuggyIPs: p.Spec.AvoidBuggyIPs,
+	}
+	if sa := p.Spec.ServiceAllocation; sa != nil {
+		ap.HasServiceAllocation = true
+		ap.Priority = sa.Priority
+	}
+	return ap
+}
+
+// request builds the allocator request for a Service, evaluating pools' serviceAllocation.
+func (s *state) request(ctx context.Context, svc *corev1.Service) (allocator.Request, error) {
+	var pools porticov1.IPAddressPoolList
+	if err := s.reader.List(ctx, &pools); err != nil {
+		return allocator.Request{}, err
+	}
+	var nsLabels map[string]string
+	var selected []string
+	for i := range pools.Items {
+		sa := pools.Items[i].Spec.ServiceAllocation
+		if sa == nil {
+			continue
+		}
+		if nsLabels == nil && len(sa.NamespaceSelectors) > 0 {
+			var ns corev1.Namespace
+			if err := s.reader.Get(ctx, client.ObjectKey{Name: svc.Namespace}, &ns); err == nil {
+				nsLabels = ns.Labels
+			}
+		}
+		if selects(sa, svc, nsLabels) {
+			selected = append(selected, pools.Items[i].Name)
+		}
+	}
+	return buildRequest(svc, selected)
+}
+
+// ingressIPs reads the addresses in a Service's status.
+func ingressIPs(svc *corev1.Service) []netip.Addr {
+	var ips []netip.Addr
+	for _, in := range svc.Status.LoadBalancer.Ingress {
+		if ip, err := netip.ParseAddr(in.IP); err == nil {
+			ips = append(ips, ip)
+		}
+	}
+	return ips
+}
+
+// retryServices asks for the named Services to be reconciled again. Call without mu held.
+func (s *state) retryServices(names []string) {
+	for _, n := range names {
+		ns, name, _ := strings.Cut(n, "/")
+		svc := &corev1.Service{}
+		svc.Namespace, svc.Name = ns, name
+		s.retry <- event.GenericEvent{Object: svc}
+	}
+}
+
+// poolsDirty asks for the named pools' status to be written again. Call without mu held.
+func (s *state) poolsDirty(names []string) {
+	for _, n := range names {
+		p := &porticov1.IPAddressPool{}
+		p.Name = n
+		s.dirty <- event.GenericEvent{Object: p}
+	}
+}
