@@ -21,13 +21,7 @@ func buildDemo(t *testing.T) (bin, root string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bin = filepath.Join(t.TempDir(), "portico-demo")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/portico-demo")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin, root
+	return buildBinary(t, "./cmd/portico-demo"), root
 }
 
 // TestDemoOnce runs the demo non-interactively and checks what a person would see.

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"time"
 
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -22,19 +23,35 @@ func main() {
 	probeAddr := flag.String("health-probe-bind-address", ":7473", "address the /healthz and /readyz endpoints bind to")
 	leaderElect := flag.Bool("leader-elect", false, "elect one active replica through a Lease, so two or more can run")
 	leaderNamespace := flag.String("leader-election-namespace", "", "namespace of the leader Lease (default: the pod's own)")
+	leaseDuration := flag.Duration("leader-elect-lease-duration", 15*time.Second, "how long followers wait before taking over from a leader that stopped renewing")
+	renewDeadline := flag.Duration("leader-elect-renew-deadline", 10*time.Second, "how long the leader keeps trying to renew before it steps down")
+	retryPeriod := flag.Duration("leader-elect-retry-period", 2*time.Second, "how often candidates try to take the lease")
 	lbClass := flag.String("load-balancer-class", porticov1.DefaultLoadBalancerClass, "spec.loadBalancerClass handled besides Services with no class")
 	logOpts := zap.Options{}
 	logOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&logOpts)))
 
-	if err := run(*metricsAddr, *probeAddr, *leaderElect, *leaderNamespace, *lbClass); err != nil {
+	opts := ctrl.Options{
+		Metrics:                 metricsserver.Options{BindAddress: *metricsAddr},
+		HealthProbeBindAddress:  *probeAddr,
+		LeaderElection:          *leaderElect,
+		LeaderElectionID:        "portico-controller.portico.dev",
+		LeaderElectionNamespace: *leaderNamespace,
+		LeaseDuration:           leaseDuration,
+		RenewDeadline:           renewDeadline,
+		RetryPeriod:             retryPeriod,
+		// Stepping down at once on shutdown lets the other replica take over without
+		// waiting for the lease to expire.
+		LeaderElectionReleaseOnCancel: true,
+	}
+	if err := run(opts, *lbClass); err != nil {
 		fmt.Fprintln(os.Stderr, "portico-controller:", err)
 		os.Exit(1)
 	}
 }
 
-func run(metricsAddr, probeAddr string, leaderElect bool, leaderNamespace, lbClass string) error {
+func run(opts ctrl.Options, lbClass string) error {
 	scheme, err := kube.NewScheme()
 	if err != nil {
 		return err
@@ -43,14 +60,8 @@ func run(metricsAddr, probeAddr string, leaderElect bool, leaderNamespace, lbCla
 	if err != nil {
 		return err
 	}
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                  scheme,
-		Metrics:                 metricsserver.Options{BindAddress: metricsAddr},
-		HealthProbeBindAddress:  probeAddr,
-		LeaderElection:          leaderElect,
-		LeaderElectionID:        "portico-controller.portico.dev",
-		LeaderElectionNamespace: leaderNamespace,
-	})
+	opts.Scheme = scheme
+	mgr, err := ctrl.NewManager(cfg, opts)
 	if err != nil {
 		return err
 	}

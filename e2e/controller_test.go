@@ -1,0 +1,211 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
+	"github.com/portico-lb/portico/internal/controlplane"
+)
+
+func startControlPlane(t *testing.T) *controlplane.ControlPlane {
+	t.Helper()
+	cp, err := controlplane.Start(controlplane.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := cp.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	return cp
+}
+
+func createPool(t *testing.T, cp *controlplane.ControlPlane, name string, addresses ...porticov1.AddressRange) {
+	t.Helper()
+	pool := &porticov1.IPAddressPool{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: porticov1.IPAddressPoolSpec{Addresses: addresses}}
+	if err := cp.Client.Create(context.Background(), pool); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// createServices creates n LoadBalancer Services named svc-0000... in namespace default, from
+// a few goroutines at once.
+func createServices(t *testing.T, cp *controlplane.ControlPlane, from, to int) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make(chan error, to-from)
+	next := make(chan int)
+	for range 8 {
+		wg.Go(func() {
+			for i := range next {
+				svc := &corev1.Service{
+					ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: fmt.Sprintf("svc-%04d", i)},
+					Spec: corev1.ServiceSpec{
+						Type:  corev1.ServiceTypeLoadBalancer,
+						Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}},
+					},
+				}
+				if err := cp.Client.Create(context.Background(), svc); err != nil {
+					errs <- err
+				}
+			}
+		})
+	}
+	for i := from; i < to; i++ {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+}
+
+// snapshot is every Service's addresses and resourceVersion.
+type snapshot map[string]struct{ ips, version string }
+
+func takeSnapshot(t *testing.T, cp *controlplane.ControlPlane) snapshot {
+	t.Helper()
+	var list corev1.ServiceList
+	if err := cp.Client.List(context.Background(), &list, client.InNamespace("default")); err != nil {
+		t.Fatal(err)
+	}
+	s := snapshot{}
+	for _, svc := range list.Items {
+		if svc.Spec.Type != corev1.ServiceTypeLoadBalancer {
+			continue
+		}
+		var ips []string
+		for _, in := range svc.Status.LoadBalancer.Ingress {
+			ips = append(ips, in.IP)
+		}
+		s[svc.Name] = struct{ ips, version string }{strings.Join(ips, ","), svc.ResourceVersion}
+	}
+	return s
+}
+
+// waitAllAllocated waits until n Services have an address, and checks no address is held twice.
+func waitAllAllocated(t *testing.T, cp *controlplane.ControlPlane, n int) snapshot {
+	t.Helper()
+	var s snapshot
+	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 3*time.Minute, true, func(context.Context) (bool, error) {
+		s = takeSnapshot(t, cp)
+		done := 0
+		for _, v := range s {
+			if v.ips != "" {
+				done++
+			}
+		}
+		return done == n, nil
+	})
+	if err != nil {
+		t.Fatalf("not every one of %d Services got an address", n)
+	}
+	holder := map[string]string{}
+	for name, v := range s {
+		if other, ok := holder[v.ips]; ok {
+			t.Fatalf("%s and %s both hold %s", name, other, v.ips)
+		}
+		holder[v.ips] = name
+	}
+	return s
+}
+
+// TestRestartChangesNothing: a controller process killed and started again with 1000
+// Services changes no address and writes nothing.
+func TestRestartChangesNothing(t *testing.T) {
+	const n = 1000
+	cp := startControlPlane(t)
+	createPool(t, cp, "bench", "198.18.0.0/20")
+	first := startController(t, cp, logFile(t, "first"))
+	createServices(t, cp, 0, n)
+	before := waitAllAllocated(t, cp, n)
+	first.waitSettled(t, n)
+	pool := waitPoolAssigned(t, cp, "bench", n) // pool status writes are coalesced: wait for the last
+	before = takeSnapshot(t, cp)
+
+	first.stop(syscall.SIGKILL)
+	second := startController(t, cp, logFile(t, "second"))
+	second.waitSettled(t, n)
+
+	after := takeSnapshot(t, cp)
+	changed, written := 0, 0
+	for name, b := range before {
+		a := after[name]
+		if a.ips != b.ips {
+			changed++
+			t.Errorf("%s: %s before the restart, %s after", name, b.ips, a.ips)
+		}
+		if a.version != b.version {
+			written++
+		}
+	}
+	var poolAfter porticov1.IPAddressPool
+	if err := cp.Client.Get(context.Background(), client.ObjectKey{Name: "bench"}, &poolAfter); err != nil {
+		t.Fatal(err)
+	}
+	if poolAfter.ResourceVersion != pool.ResourceVersion {
+		written++
+	}
+	t.Logf("restart with %d Services: %d addresses changed, %d objects written", n, changed, written)
+	if written > 0 {
+		t.Errorf("the restarted controller wrote %d objects; want none", written)
+	}
+}
+
+// TestLeaderKilledWhileCreating: two replicas with leader election; the leader is killed while
+// Services are being created. Every Service still gets an address, and no address is held twice.
+func TestLeaderKilledWhileCreating(t *testing.T) {
+	const n = 300
+	cp := startControlPlane(t)
+	createPool(t, cp, "ha", "198.18.16.0/22")
+	args := []string{"--leader-elect", "--leader-election-namespace", "default",
+		"--leader-elect-lease-duration", "4s", "--leader-elect-renew-deadline", "3s", "--leader-elect-retry-period", "500ms"}
+	leader := startController(t, cp, logFile(t, "leader"), args...)
+	waitLeader(t, cp) // the first replica holds the lease
+	startController(t, cp, logFile(t, "follower"), args...)
+
+	createServices(t, cp, 0, n/2)
+	leader.stop(syscall.SIGKILL)
+	createServices(t, cp, n/2, n)
+	waitAllAllocated(t, cp, n)
+}
+
+func waitPoolAssigned(t *testing.T, cp *controlplane.ControlPlane, name string, n int64) *porticov1.IPAddressPool {
+	t.Helper()
+	var pool porticov1.IPAddressPool
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		err := cp.Client.Get(ctx, client.ObjectKey{Name: name}, &pool)
+		return err == nil && pool.Status.Assigned == n && pool.Status.Waiting == 0, nil
+	})
+	if err != nil {
+		t.Fatalf("pool %s never counted %d assigned: %+v", name, n, pool.Status)
+	}
+	return &pool
+}
+
+func waitLeader(t *testing.T, cp *controlplane.ControlPlane) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		var l coordinationLease
+		err := cp.Client.Get(ctx, client.ObjectKey{Namespace: "default", Name: "portico-controller.portico.dev"}, &l.Lease)
+		return err == nil && l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != "", nil
+	})
+	if err != nil {
+		t.Fatal("no replica took the leader lease")
+	}
+}
