@@ -7,7 +7,6 @@ import (
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
@@ -27,13 +26,16 @@ type ServiceReconciler struct {
 	Client   client.Client
 	Recorder events.EventRecorder
 	state    *state
+	writer   *statusWriter
 }
 
 func (r *ServiceReconciler) setup(mgr ctrl.Manager) error {
+	r.writer = newStatusWriter(r.Client, r.event, func(key string) { r.state.retryServices([]string{key}) })
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&corev1.Service{}).
 		Named("service").
-		// One worker: the allocator is one state machine, and a reconcile costs microseconds.
+		// One worker decides, in queue order (the allocator is one state machine and a decision
+		// costs microseconds); the status writer sends the results in parallel.
 		WithOptions(controller.Options{MaxConcurrentReconciles: 1}).
 		WatchesRawSource(source.Channel(r.state.retry, &handler.EnqueueRequestForObject{})).
 		Complete(r)
@@ -72,7 +74,9 @@ func (r *ServiceReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		s.mu.Unlock()
 		r.afterRelease(freed)
 		if found {
-			return ctrl.Result{}, r.forget(ctx, &svc)
+			r.forget(&svc)
+		} else {
+			r.writer.forget(key)
 		}
 		return ctrl.Result{}, nil
 	}
@@ -80,7 +84,8 @@ func (r *ServiceReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	s.mu.Unlock()
 	r.afterRelease(outcome.freed)
 	s.poolsDirty(outcome.pools)
-	return ctrl.Result{}, r.write(ctx, &svc, outcome)
+	r.write(&svc, outcome)
+	return ctrl.Result{}, nil
 }
 
 // outcome is what one allocation decided.
@@ -163,7 +168,7 @@ func appendPools(pools []string, names ...string) []string {
 
 // write puts the outcome into the Service: ingress, the IPAllocated condition and the
 // allocated-from-pool annotation, in one status update, when any of them changed.
-func (r *ServiceReconciler) write(ctx context.Context, svc *corev1.Service, o outcome) error {
+func (r *ServiceReconciler) write(svc *corev1.Service, o outcome) {
 	want := svc.DeepCopy()
 	want.Status.LoadBalancer.Ingress = nil
 	for _, ip := range o.asg.IPs {
@@ -182,23 +187,19 @@ func (r *ServiceReconciler) write(ctx context.Context, svc *corev1.Service, o ou
 		delete(want.Annotations, porticov1.AnnotationAllocatedFromPool)
 	} // an orphaned address keeps naming the pool it came from
 
-	if equality.Semantic.DeepEqual(want.Status, svc.Status) && equality.Semantic.DeepEqual(want.Annotations, svc.Annotations) {
-		return nil
-	}
-	// On kube-apiserver 1.37 a status update also stores metadata annotations: one request.
-	if err := r.Client.Status().Update(ctx, want); err != nil {
-		return err
-	}
+	var changed *metav1.Condition
 	if condChanged {
-		r.event(want, cond)
+		changed = &cond
 	}
-	return nil
+	r.writer.submit(svc.Namespace+"/"+svc.Name, svc, want, changed)
 }
 
-func (r *ServiceReconciler) event(svc *corev1.Service, cond metav1.Condition) {
-	if r.Recorder == nil {
+// event tells the story of a written condition change on the Service.
+func (r *ServiceReconciler) event(svc *corev1.Service, changed *metav1.Condition) {
+	if r.Recorder == nil || changed == nil {
 		return
 	}
+	cond := *changed
 	if cond.Status == metav1.ConditionTrue {
 		r.Recorder.Eventf(svc, nil, corev1.EventTypeNormal, "IPAllocated", "Allocate", "%s", cond.Message)
 		allocations.Inc()
@@ -233,15 +234,14 @@ func allocatedCondition(o outcome) metav1.Condition {
 }
 
 // forget removes what Portico wrote on a Service it no longer handles.
-func (r *ServiceReconciler) forget(ctx context.Context, svc *corev1.Service) error {
+func (r *ServiceReconciler) forget(svc *corev1.Service) {
 	want := svc.DeepCopy()
 	removed := meta.RemoveStatusCondition(&want.Status.Conditions, porticov1.ConditionIPAllocated)
 	if _, ok := want.Annotations[porticov1.AnnotationAllocatedFromPool]; ok {
 		delete(want.Annotations, porticov1.AnnotationAllocatedFromPool)
 		removed = true
 	}
-	if !removed {
-		return nil
+	if removed {
+		r.writer.submit(svc.Namespace+"/"+svc.Name, svc, want, nil)
 	}
-	return r.Client.Status().Update(ctx, want)
 }

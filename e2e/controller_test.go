@@ -19,7 +19,7 @@ import (
 	"github.com/portico-lb/portico/internal/controlplane"
 )
 
-func startControlPlane(t *testing.T) *controlplane.ControlPlane {
+func startControlPlane(t testing.TB) *controlplane.ControlPlane {
 	t.Helper()
 	cp, err := controlplane.Start(controlplane.Options{})
 	if err != nil {
@@ -33,7 +33,7 @@ func startControlPlane(t *testing.T) *controlplane.ControlPlane {
 	return cp
 }
 
-func createPool(t *testing.T, cp *controlplane.ControlPlane, name string, addresses ...porticov1.AddressRange) {
+func createPool(t testing.TB, cp *controlplane.ControlPlane, name string, addresses ...porticov1.AddressRange) {
 	t.Helper()
 	pool := &porticov1.IPAddressPool{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: porticov1.IPAddressPoolSpec{Addresses: addresses}}
 	if err := cp.Client.Create(context.Background(), pool); err != nil {
@@ -43,7 +43,7 @@ func createPool(t *testing.T, cp *controlplane.ControlPlane, name string, addres
 
 // createServices creates n LoadBalancer Services named svc-0000... in namespace default, from
 // a few goroutines at once.
-func createServices(t *testing.T, cp *controlplane.ControlPlane, from, to int) {
+func createServices(t testing.TB, cp *controlplane.ControlPlane, from, to int) {
 	t.Helper()
 	var wg sync.WaitGroup
 	errs := make(chan error, to-from)
@@ -78,7 +78,7 @@ func createServices(t *testing.T, cp *controlplane.ControlPlane, from, to int) {
 // snapshot is every Service's addresses and resourceVersion.
 type snapshot map[string]struct{ ips, version string }
 
-func takeSnapshot(t *testing.T, cp *controlplane.ControlPlane) snapshot {
+func takeSnapshot(t testing.TB, cp *controlplane.ControlPlane) snapshot {
 	t.Helper()
 	var list corev1.ServiceList
 	if err := cp.Client.List(context.Background(), &list, client.InNamespace("default")); err != nil {
@@ -99,7 +99,7 @@ func takeSnapshot(t *testing.T, cp *controlplane.ControlPlane) snapshot {
 }
 
 // waitAllAllocated waits until n Services have an address, and checks no address is held twice.
-func waitAllAllocated(t *testing.T, cp *controlplane.ControlPlane, n int) snapshot {
+func waitAllAllocated(t testing.TB, cp *controlplane.ControlPlane, n int) snapshot {
 	t.Helper()
 	var s snapshot
 	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 3*time.Minute, true, func(context.Context) (bool, error) {
@@ -185,7 +185,7 @@ func TestLeaderKilledWhileCreating(t *testing.T) {
 	waitAllAllocated(t, cp, n)
 }
 
-func waitPoolAssigned(t *testing.T, cp *controlplane.ControlPlane, name string, n int64) *porticov1.IPAddressPool {
+func waitPoolAssigned(t testing.TB, cp *controlplane.ControlPlane, name string, n int64) *porticov1.IPAddressPool {
 	t.Helper()
 	var pool porticov1.IPAddressPool
 	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
@@ -198,7 +198,7 @@ func waitPoolAssigned(t *testing.T, cp *controlplane.ControlPlane, name string, 
 	return &pool
 }
 
-func waitLeader(t *testing.T, cp *controlplane.ControlPlane) {
+func waitLeader(t testing.TB, cp *controlplane.ControlPlane) {
 	t.Helper()
 	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		var l coordinationLease

@@ -36,8 +36,12 @@ func TestDemoOnce(t *testing.T) {
 	t.Logf("demo output:\n%s", out)
 	for _, want := range []*regexp.Regexp{
 		regexp.MustCompile(`ipaddresspool.portico.dev/home-lab created`),
-		regexp.MustCompile(`(?m)^NAME\s+ADDRESSES\s+ASSIGNED\s+AVAILABLE\s+WAITING\s+READY\s+AGE$`),
-		regexp.MustCompile(`(?m)^home-lab\s+\["10\.0\.0\.200-10\.0\.0\.215"\]\s+True\s`),
+		regexp.MustCompile(`(?m)^gitea\s+LoadBalancer\s+10\.\S+\s+10\.0\.0\.200\s+80:`),
+		regexp.MustCompile(`(?m)^argocd\s+LoadBalancer\s+10\.\S+\s+10\.0\.0\.201\s+443:`),
+		regexp.MustCompile(`(?m)^harbor\s+LoadBalancer\s+10\.\S+\s+10\.0\.0\.202\s+443:`),
+		regexp.MustCompile(`(?m)^grafana\s+LoadBalancer\s+10\.\S+\s+10\.0\.0\.203\s+80:`),
+		regexp.MustCompile(`(?m)^NAME\s+ADDRESSES\s+ASSIGNED\s+AVAILABLE\s+WAITING\s+AGE$`),
+		regexp.MustCompile(`(?m)^home-lab\s+\["10\.0\.0\.200-10\.0\.0\.215"\]\s+4\s+12\s+0\s`),
 		regexp.MustCompile(`export KUBECONFIG=\S+`),
 		regexp.MustCompile(`==> stopping the control plane`),
 	} {

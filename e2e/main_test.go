@@ -26,6 +26,7 @@ import (
 var binDir string
 
 func TestMain(m *testing.M) {
+	controlplane.QuietLogs()
 	var err error
 	if binDir, err = os.MkdirTemp("", "portico-e2e-bin-"); err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -45,7 +46,7 @@ type buildResult struct {
 }
 
 // buildBinary builds a main package of the module once per test run.
-func buildBinary(t *testing.T, pkg string) string {
+func buildBinary(t testing.TB, pkg string) string {
 	t.Helper()
 	root, err := controlplane.ModuleRoot()
 	if err != nil {
@@ -68,7 +69,7 @@ func buildBinary(t *testing.T, pkg string) string {
 }
 
 // freeAddr returns a loopback address with a port nobody listens on.
-func freeAddr(t *testing.T) string {
+func freeAddr(t testing.TB) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -86,7 +87,7 @@ type controllerProcess struct {
 }
 
 // startController runs portico-controller against the control plane until the test ends.
-func startController(t *testing.T, cp *controlplane.ControlPlane, log io.Writer, args ...string) *controllerProcess {
+func startController(t testing.TB, cp *controlplane.ControlPlane, log io.Writer, args ...string) *controllerProcess {
 	t.Helper()
 	bin := buildBinary(t, "./cmd/portico-controller")
 	p := &controllerProcess{metrics: freeAddr(t), done: make(chan error, 1)}
@@ -155,7 +156,7 @@ func sum(families map[string]*dto.MetricFamily, name string, labels map[string]s
 
 // waitSettled waits until the process has reconciled at least n Services and has nothing
 // queued: then everything it was going to write is written.
-func (p *controllerProcess) waitSettled(t *testing.T, n int) {
+func (p *controllerProcess) waitSettled(t testing.TB, n int) {
 	t.Helper()
 	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
 		m, err := p.scrape(ctx)
@@ -174,7 +175,7 @@ func (p *controllerProcess) waitSettled(t *testing.T, n int) {
 type coordinationLease struct{ coordinationv1.Lease }
 
 // logFile collects a process's output; the test prints its end when it fails.
-func logFile(t *testing.T, name string) *os.File {
+func logFile(t testing.TB, name string) *os.File {
 	t.Helper()
 	f, err := os.Create(filepath.Join(t.TempDir(), name+".log"))
 	if err != nil {

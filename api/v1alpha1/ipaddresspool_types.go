@@ -78,9 +78,9 @@ type IPAddressPoolStatus struct {
 
 	// AssignedIPv4 and AssignedIPv6 count addresses held by Services.
 	// +optional
-	AssignedIPv4 int64 `json:"assignedIPv4,omitempty"`
+	AssignedIPv4 int64 `json:"assignedIPv4"`
 	// +optional
-	AssignedIPv6 int64 `json:"assignedIPv6,omitempty"`
+	AssignedIPv6 int64 `json:"assignedIPv6"`
 
 	// AvailableIPv4 and AvailableIPv6 count free addresses, in decimal: an IPv6 pool can
 	// hold more addresses than an int64 counts.
@@ -91,13 +91,13 @@ type IPAddressPoolStatus struct {
 
 	// Assigned and Available add up both families, for `kubectl get ipaddresspools`.
 	// +optional
-	Assigned int64 `json:"assigned,omitempty"`
+	Assigned int64 `json:"assigned"`
 	// +optional
 	Available string `json:"available,omitempty"`
 
 	// Waiting counts Services that want this pool but have no address from it.
 	// +optional
-	Waiting int32 `json:"waiting,omitempty"`
+	Waiting int32 `json:"waiting"`
 
 	// Conditions: Ready, Overlapping, Exhausted.
 	// +listType=map

@@ -2,8 +2,12 @@ package controlplane
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"testing"
+
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 )
 
 // Main is a TestMain for packages whose tests share one control plane: it starts it, stores
@@ -12,6 +16,7 @@ func Main(m *testing.M, cp **ControlPlane) { MainWith(m, cp, Options{}) }
 
 // MainWith is Main with options, e.g. a dual-stack service CIDR.
 func MainWith(m *testing.M, cp **ControlPlane, opts Options) {
+	QuietLogs()
 	started, err := Start(opts)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "FAIL: %v\n", err)
@@ -26,4 +31,14 @@ func MainWith(m *testing.M, cp **ControlPlane, opts Options) {
 		}
 	}
 	os.Exit(code)
+}
+
+// QuietLogs sends controller-runtime's logs from test processes nowhere, unless
+// PORTICO_TEST_LOGS=1 asks for them on stderr.
+func QuietLogs() {
+	out := io.Discard
+	if os.Getenv("PORTICO_TEST_LOGS") == "1" {
+		out = os.Stderr
+	}
+	logf.SetLogger(zap.New(zap.WriteTo(out)))
 }

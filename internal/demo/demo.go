@@ -1,5 +1,6 @@
 // Package demo runs Portico's home-lab picture locally: a real kube-apiserver and etcd, the
-// CRDs, the home-lab pool 10.0.0.200-10.0.0.215 and its L2Advertisement, and the controller.
+// CRDs, the home-lab pool 10.0.0.200-10.0.0.215 and its L2Advertisement, the controller, and
+// Services gitea, argocd, harbor and grafana getting .200 to .203.
 package demo
 
 import (
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/util/wait"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -78,14 +80,27 @@ func Run(ctx context.Context, opts Options) (err error) {
 	if err := kubectl("apply", "-f", "config/samples/ipaddresspool-home-lab.yaml", "-f", "config/samples/l2advertisement-home-lab.yaml"); err != nil {
 		return err
 	}
-	if err := waitPoolReady(ctx, cp.Client, "home-lab"); err != nil {
+	if err := waitPool(ctx, cp.Client, "home-lab", func(p *porticov1.IPAddressPool) bool {
+		return meta.IsStatusConditionTrue(p.Status.Conditions, porticov1.ConditionReady)
+	}); err != nil {
 		return err
 	}
-	if err := kubectl("get", "ipaddresspools", "-o", "wide"); err != nil {
+	fmt.Fprintf(out, "\n$ kubectl apply -f - <<EOF   # gitea, argocd, harbor, grafana\n")
+	apply := exec.CommandContext(ctx, cp.Kubectl, "--kubeconfig", cp.Kubeconfig, "apply", "-f", "-")
+	apply.Stdin, apply.Stdout, apply.Stderr = strings.NewReader(homeLabServices), out, out
+	if err := apply.Run(); err != nil {
 		return err
 	}
-	if err := kubectl("get", "l2advertisements"); err != nil {
+	if err := waitAddresses(ctx, cp.Client, "default", 4); err != nil {
 		return err
+	}
+	if err := waitPool(ctx, cp.Client, "home-lab", func(p *porticov1.IPAddressPool) bool { return p.Status.Assigned == 4 }); err != nil {
+		return err
+	}
+	for _, args := range [][]string{{"get", "svc"}, {"get", "ipaddresspools"}, {"get", "l2advertisements"}} {
+		if err := kubectl(args...); err != nil {
+			return err
+		}
 	}
 
 	fmt.Fprintf(out, "\nThe control plane is yours to explore:\n  export KUBECONFIG=%s\n  %s get portico\n", cp.Kubeconfig, cp.Kubectl)
@@ -122,12 +137,53 @@ func startController(cp *controlplane.ControlPlane, log logr.Logger) (stop func(
 	return func() { cancel(); <-done }, nil
 }
 
-func waitPoolReady(ctx context.Context, c client.Client, name string) error {
+// homeLabServices are the seed notes' four Services, created in this order.
+const homeLabServices = `
+apiVersion: v1
+kind: Service
+metadata: {name: gitea}
+spec: {type: LoadBalancer, selector: {app: gitea}, ports: [{name: http, port: 80, targetPort: 3000}]}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: argocd}
+spec: {type: LoadBalancer, selector: {app: argocd}, ports: [{name: https, port: 443, targetPort: 8080}]}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: harbor}
+spec: {type: LoadBalancer, selector: {app: harbor}, ports: [{name: https, port: 443, targetPort: 8443}]}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: grafana}
+spec: {type: LoadBalancer, selector: {app: grafana}, ports: [{name: http, port: 80, targetPort: 3000}]}
+`
+
+// waitAddresses waits until n LoadBalancer Services of the namespace have an address.
+func waitAddresses(ctx context.Context, c client.Client, ns string, n int) error {
+	return wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		var svcs corev1.ServiceList
+		if err := c.List(ctx, &svcs, client.InNamespace(ns)); err != nil {
+			return false, err
+		}
+		got := 0
+		for _, s := range svcs.Items {
+			if len(s.Status.LoadBalancer.Ingress) > 0 {
+				got++
+			}
+		}
+		return got >= n, nil
+	})
+}
+
+// waitPool waits until the pool's status satisfies ok.
+func waitPool(ctx context.Context, c client.Client, name string, ok func(*porticov1.IPAddressPool) bool) error {
 	return wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		var pool porticov1.IPAddressPool
 		if err := c.Get(ctx, client.ObjectKey{Name: name}, &pool); err != nil {
 			return false, client.IgnoreNotFound(err)
 		}
-		return meta.IsStatusConditionTrue(pool.Status.Conditions, porticov1.ConditionReady), nil
+		return ok(&pool), nil
 	})
 }

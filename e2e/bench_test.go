@@ -1,0 +1,309 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	"github.com/portico-lb/portico/internal/controlplane"
+)
+
+// benchServices is the number of Services in the end-to-end benchmarks: 5000, or
+// $PORTICO_BENCH_SERVICES (CI runs a smaller size).
+func benchServices(b *testing.B) int {
+	if s := os.Getenv("PORTICO_BENCH_SERVICES"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return n
+	}
+	return 5000
+}
+
+// ipWatch records when each Service of a namespace first shows an address.
+type ipWatch struct {
+	mu   sync.Mutex
+	seen map[string]time.Time
+	n    int
+	all  chan struct{} // closed when n Services have an address
+	stop func()
+}
+
+func watchIPs(b *testing.B, cp *controlplane.ControlPlane, ns string, n int) *ipWatch {
+	cs := kubernetes.NewForConfigOrDie(cp.Config)
+	ctx, cancel := context.WithCancel(context.Background())
+	w, err := cs.CoreV1().Services(ns).Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	iw := &ipWatch{seen: map[string]time.Time{}, n: n, all: make(chan struct{}), stop: cancel}
+	go func() {
+		for ev := range w.ResultChan() {
+			svc, ok := ev.Object.(*corev1.Service)
+			if !ok || ev.Type == watch.Deleted || len(svc.Status.LoadBalancer.Ingress) == 0 {
+				continue
+			}
+			iw.mu.Lock()
+			if _, done := iw.seen[svc.Name]; !done {
+				iw.seen[svc.Name] = time.Now()
+				if len(iw.seen) == iw.n {
+					close(iw.all)
+				}
+			}
+			iw.mu.Unlock()
+		}
+	}()
+	b.Cleanup(cancel)
+	return iw
+}
+
+func (iw *ipWatch) wait(b *testing.B) time.Time {
+	select {
+	case <-iw.all:
+	case <-time.After(10 * time.Minute):
+		b.Fatalf("only %d of %d Services got an address", len(iw.seen), iw.n)
+	}
+	iw.mu.Lock()
+	defer iw.mu.Unlock()
+	var last time.Time
+	for _, t := range iw.seen {
+		if t.After(last) {
+			last = t
+		}
+	}
+	return last
+}
+
+// create makes n Services from 8 goroutines; write, when set, is called right after each
+// creation (the floor's single status write). It returns each Service's creation time.
+func create(b *testing.B, cp *controlplane.ControlPlane, ns string, n int, write func(*corev1.Service, int) error) map[string]time.Time {
+	var mu sync.Mutex
+	created := map[string]time.Time{}
+	next := make(chan int)
+	var wg sync.WaitGroup
+	var failed error
+	for range 8 {
+		wg.Go(func() {
+			for i := range next {
+				svc := &corev1.Service{
+					ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("svc-%05d", i)},
+					Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer,
+						Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}},
+				}
+				start := time.Now()
+				err := cp.Client.Create(context.Background(), svc)
+				if err == nil && write != nil {
+					err = write(svc, i)
+				}
+				mu.Lock()
+				created[svc.Name] = start
+				if err != nil {
+					failed = err
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	if failed != nil {
+		b.Fatal(failed)
+	}
+	return created
+}
+
+// floorWrite gives Service i an address with one status write, as an ideal controller would.
+func floorWrite(cp *controlplane.ControlPlane) func(*corev1.Service, int) error {
+	return func(svc *corev1.Service, i int) error {
+		svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{
+			IP: fmt.Sprintf("198.18.%d.%d", i/256, i%256), IPMode: ptr.To(corev1.LoadBalancerIPModeVIP)}}
+		return cp.Client.Status().Update(context.Background(), svc)
+	}
+}
+
+// apiWrites counts the apiserver's write requests by resource ("services/status", "events").
+func apiWrites(b *testing.B, cp *controlplane.ControlPlane) map[string]float64 {
+	cs := kubernetes.NewForConfigOrDie(cp.Config)
+	raw, err := cs.RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
+	if err != nil {
+		b.Fatal(err)
+	}
+	counts := map[string]float64{}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if !strings.HasPrefix(line, "apiserver_request_total{") {
+			continue
+		}
+		labels, value, _ := strings.Cut(line[len("apiserver_request_total{"):], "} ")
+		l := map[string]string{}
+		for _, kv := range strings.Split(labels, ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			l[k] = strings.Trim(v, `"`)
+		}
+		if !slices.Contains([]string{"POST", "PUT", "PATCH", "APPLY"}, l["verb"]) {
+			continue
+		}
+		key := l["resource"]
+		if l["subresource"] != "" {
+			key += "/" + l["subresource"]
+		}
+		v, _ := strconv.ParseFloat(value, 64)
+		counts[key] += v
+	}
+	return counts
+}
+
+func delta(after, before map[string]float64, keys ...string) float64 {
+	d := 0.0
+	for _, k := range keys {
+		d += after[k] - before[k]
+	}
+	return d
+}
+
+// peakRSS reads a process's peak resident memory in MiB.
+func peakRSS(b *testing.B, pid int) float64 {
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmHWM:" {
+			kb, _ := strconv.ParseFloat(f[1], 64)
+			return kb / 1024
+		}
+	}
+	return 0
+}
+
+func median(ds []time.Duration) time.Duration {
+	slices.Sort(ds)
+	return ds[len(ds)/2]
+}
+
+// BenchmarkBurst: n Services created while the controller runs, against the floor (the same
+// creations, each followed by one status write from the client, no controller).
+func BenchmarkBurst(b *testing.B) {
+	n := benchServices(b)
+	floor := func() time.Duration {
+		cp := startControlPlane(b)
+		iw := watchIPs(b, cp, "default", n)
+		start := time.Now()
+		create(b, cp, "default", n, floorWrite(cp))
+		return iw.wait(b).Sub(start)
+	}()
+
+	cp := startControlPlane(b)
+	createPool(b, cp, "bench", "198.18.0.0/16")
+	ctrl := startController(b, cp, logFile(b, "controller"))
+	waitPoolAssigned(b, cp, "bench", 0) // the controller is up and has seen the pool
+	before := apiWrites(b, cp)
+	iw := watchIPs(b, cp, "default", n)
+	start := time.Now()
+	created := create(b, cp, "default", n, nil)
+	took := iw.wait(b).Sub(start)
+	ctrl.waitSettled(b, n)
+	waitPoolAssigned(b, cp, "bench", int64(n))
+	after := apiWrites(b, cp)
+
+	var lat []time.Duration
+	for name, at := range iw.seen {
+		lat = append(lat, at.Sub(created[name]))
+	}
+	b.ReportMetric(float64(n), "services")
+	b.ReportMetric(took.Seconds(), "s-all-allocated")
+	b.ReportMetric(floor.Seconds(), "s-floor")
+	b.ReportMetric(took.Seconds()/floor.Seconds(), "x-floor")
+	b.ReportMetric(float64(median(lat).Milliseconds()), "ms-p50-create-to-ip")
+	b.ReportMetric(delta(after, before, "services/status", "services")/float64(n), "service-writes/svc")
+	b.ReportMetric(delta(after, before, "events")/float64(n), "events/svc")
+	b.ReportMetric(peakRSS(b, ctrl.cmd.Process.Pid), "MiB-peak-rss")
+}
+
+// BenchmarkBacklog: n Services exist before the controller starts, against the floor (a loop
+// that writes each Service's status once), then a restart with the same n Services.
+func BenchmarkBacklog(b *testing.B) {
+	n := benchServices(b)
+	floor := func() time.Duration {
+		cp := startControlPlane(b)
+		create(b, cp, "default", n, nil)
+		iw := watchIPs(b, cp, "default", n)
+		var list corev1.ServiceList
+		start := time.Now()
+		if err := cp.Client.List(context.Background(), &list); err != nil {
+			b.Fatal(err)
+		}
+		work := make(chan int)
+		var wg sync.WaitGroup
+		write := floorWrite(cp)
+		for range 8 {
+			wg.Go(func() {
+				for i := range work {
+					if err := write(&list.Items[i], i); err != nil {
+						b.Error(err)
+					}
+				}
+			})
+		}
+		for i := range list.Items {
+			if list.Items[i].Spec.Type == corev1.ServiceTypeLoadBalancer {
+				work <- i
+			}
+		}
+		close(work)
+		wg.Wait()
+		return iw.wait(b).Sub(start)
+	}()
+
+	cp := startControlPlane(b)
+	createPool(b, cp, "bench", "198.18.0.0/16")
+	create(b, cp, "default", n, nil)
+	iw := watchIPs(b, cp, "default", n)
+	start := time.Now()
+	first := startController(b, cp, logFile(b, "first"))
+	took := iw.wait(b).Sub(start)
+	first.waitSettled(b, n)
+	waitPoolAssigned(b, cp, "bench", int64(n))
+	snap := takeSnapshot(b, cp)
+	rss := peakRSS(b, first.cmd.Process.Pid)
+
+	first.stop(syscall.SIGKILL)
+	before := apiWrites(b, cp)
+	restart := time.Now()
+	second := startController(b, cp, logFile(b, "second"))
+	second.waitSettled(b, n)
+	settled := time.Since(restart)
+	after := apiWrites(b, cp)
+	changed := 0
+	for name, s := range takeSnapshot(b, cp) {
+		if snap[name].ips != s.ips {
+			changed++
+		}
+	}
+
+	b.ReportMetric(float64(n), "services")
+	b.ReportMetric(took.Seconds(), "s-all-allocated")
+	b.ReportMetric(floor.Seconds(), "s-floor")
+	b.ReportMetric(took.Seconds()/floor.Seconds(), "x-floor")
+	b.ReportMetric(rss, "MiB-peak-rss")
+	b.ReportMetric(settled.Seconds(), "s-restart-settle")
+	b.ReportMetric(delta(after, before, "services", "services/status", "ipaddresspools", "ipaddresspools/status", "events"), "restart-writes")
+	b.ReportMetric(float64(changed), "restart-ips-changed")
+}
