@@ -5,7 +5,7 @@ CONTROLPLANE_DIR := $(CURDIR)/bin/k8s/$(K8S_VERSION)
 export KUBEBUILDER_ASSETS := $(CONTROLPLANE_DIR)
 CONTROLLER_GEN := go tool controller-gen
 
-.PHONY: all generate controlplane test demo build clean
+.PHONY: all generate controlplane test bench demo build clean
 
 all: build
 
@@ -28,6 +28,15 @@ test: controlplane
 	if [ -n "$$bad" ]; then echo "gofmt needed (run gofmt -w):"; echo "$$bad"; exit 1; fi
 	go vet ./...
 	go test -count=1 ./...
+
+## bench: allocator micro-benchmarks and end-to-end benchmarks against the real apiserver
+## (5000 Services, 3 runs; BENCH_SERVICES=300 BENCH_COUNT=1 for a quick one, as CI does).
+## Results go in BENCHMARKS.md.
+BENCH_SERVICES ?= 5000
+BENCH_COUNT ?= 3
+bench: controlplane
+	go test -run '^$$' -bench . -benchtime 20000x -count $(BENCH_COUNT) ./controller/allocator/
+	PORTICO_BENCH_SERVICES=$(BENCH_SERVICES) go test -run '^$$' -bench . -benchtime 1x -count $(BENCH_COUNT) -timeout 60m ./e2e/
 
 ## demo: a local control plane with Portico's CRDs and the home-lab pool.
 DEMO_FLAGS ?=
