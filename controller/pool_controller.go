@@ -54,31 +54,16 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	found := err == nil
 
 	s := r.state
-	s.mu.Lock()
-	if err := s.ensureLoaded(ctx); err != nil {
-		s.mu.Unlock()
-		return ctrl.Result{}, err
-	}
-	moved, err := s.syncPools(ctx)
+	after, err := s.lock(ctx)
 	if err != nil {
-		s.mu.Unlock()
 		return ctrl.Result{}, err
 	}
 	var facts poolFacts
 	if found {
 		facts = r.facts(&pool)
 	}
-	var retry []string
-	if len(moved) > 0 || found && pool.Status.ObservedGeneration != pool.Generation {
-		retry = append(moved, s.waitingServices()...)
-	}
 	s.mu.Unlock()
-	if len(moved) > 0 {
-		s.retryServices(retry)
-		s.poolsDirty(r.otherPools(ctx, req.Name))
-	} else if len(retry) > 0 {
-		s.retryServices(retry)
-	}
+	after()
 	if !found {
 		forgetPoolMetrics(req.Name)
 		delete(r.lastWrite, req.Name)
@@ -229,20 +214,6 @@ func (r *PoolReconciler) overlapCondition(ctx context.Context, pool *porticov1.I
 		c.Message = "shares addresses with pool " + strings.Join(found, "; ") + "; an address taken through one pool is taken in both"
 	}
 	return c
-}
-
-func (r *PoolReconciler) otherPools(ctx context.Context, except string) []string {
-	var list porticov1.IPAddressPoolList
-	if err := r.Client.List(ctx, &list); err != nil {
-		return nil
-	}
-	var names []string
-	for _, p := range list.Items {
-		if p.Name != except {
-			names = append(names, p.Name)
-		}
-	}
-	return names
 }
 
 func keys[V any](m map[string]V) []string {

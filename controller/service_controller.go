@@ -53,22 +53,11 @@ func (r *ServiceReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	found := err == nil
 
 	s := r.state
-	s.mu.Lock()
-	if err := s.ensureLoaded(ctx); err != nil {
-		s.mu.Unlock()
-		return ctrl.Result{}, err
-	}
-	// The pool reconciler may not have run yet for a pool this Service already sees.
-	moved, err := s.syncPools(ctx)
+	after, err := s.lock(ctx)
 	if err != nil {
-		s.mu.Unlock()
 		return ctrl.Result{}, err
 	}
-	if len(moved) > 0 {
-		retry := append(moved, s.waitingServices()...)
-		defer s.retryServices(retry)
-		defer s.poolsDirty(keys(s.poolGen))
-	}
+	defer after()
 	if !found || !s.ours(&svc) {
 		freed := r.release(key)
 		s.mu.Unlock()

@@ -74,7 +74,7 @@ func (s *state) ensureLoaded(ctx context.Context) error {
 	if s.loaded {
 		return nil
 	}
-	if _, err := s.syncPools(ctx); err != nil {
+	if _, _, err := s.syncPools(ctx); err != nil {
 		return err
 	}
 	var svcs corev1.ServiceList
@@ -105,12 +105,37 @@ func (s *state) ensureLoaded(ctx context.Context) error {
 	return nil
 }
 
+// lock takes mu with the allocator loaded and fed the pools in the cache. When the pools
+// changed, the returned func (to call after unlocking) retries the waiting Services and those
+// whose pool changed, and refreshes every pool's status.
+func (s *state) lock(ctx context.Context) (after func(), err error) {
+	s.mu.Lock()
+	err = s.ensureLoaded(ctx)
+	var changed bool
+	var moved []string
+	if err == nil {
+		changed, moved, err = s.syncPools(ctx)
+	}
+	if err != nil {
+		s.mu.Unlock()
+		return nil, err
+	}
+	if !changed {
+		return func() {}, nil
+	}
+	retry, pools := append(moved, s.waitingServices()...), keys(s.poolGen)
+	return func() {
+		s.retryServices(retry)
+		s.poolsDirty(pools)
+	}, nil
+}
+
 // syncPools gives the allocator the pools in the cache if they changed, and returns the
 // Services whose pool changed as a result.
-func (s *state) syncPools(ctx context.Context) (moved []string, err error) {
+func (s *state) syncPools(ctx context.Context) (changed bool, moved []string, err error) {
 	var list porticov1.IPAddressPoolList
 	if err := s.reader.List(ctx, &list); err != nil {
-		return nil, err
+		return false, nil, err
 	}
 	gen := make(map[string]int64, len(list.Items))
 	pools := make([]allocator.Pool, 0, len(list.Items))
@@ -120,10 +145,10 @@ func (s *state) syncPools(ctx context.Context) (moved []string, err error) {
 		pools = append(pools, allocatorPool(p))
 	}
 	if s.poolGen != nil && mapsEqual(gen, s.poolGen) {
-		return nil, nil
+		return false, nil, nil
 	}
 	s.poolGen = gen
-	return s.alloc.SetPools(pools), nil
+	return true, s.alloc.SetPools(pools), nil
 }
 
 func mapsEqual(a, b map[string]int64) bool {
