@@ -103,7 +103,9 @@ func create(b *testing.B, cp *controlplane.ControlPlane, ns string, n int, write
 				svc := &corev1.Service{
 					ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("svc-%05d", i)},
 					Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer,
-						Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}},
+						// The node-port range (2768 ports) would run out before 5000 Services.
+						AllocateLoadBalancerNodePorts: ptr.To(false),
+						Ports:                         []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}},
 				}
 				start := time.Now()
 				err := cp.Client.Create(context.Background(), svc)
