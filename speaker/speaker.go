@@ -1,0 +1,289 @@
+package speaker
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/portico-lb/portico/api/v1alpha1"
+	"github.com/portico-lb/portico/speaker/l2"
+	"github.com/portico-lb/portico/speaker/membership"
+)
+
+// Speaker answers on this node for the addresses it owns and reports them in its Speaker
+// object. It is a controller-runtime Runnable: every watched change and every membership change
+// triggers one recomputation of the whole plan (cheap: a hash per address and node).
+type Speaker struct {
+	Node     string
+	LBClass  string
+	Cache    cache.Cache
+	Client   client.Client // writes go straight to the apiserver
+	Group    *membership.Group
+	MLPort   int // peers' memberlist port, to join them at their nodes' InternalIP
+	Announce *l2.Announcer
+	Recorder record.EventRecorder
+	Metrics  *Metrics
+	Log      logr.Logger
+
+	kick    chan struct{}
+	cause   atomic.Value // string: why the next recomputation runs
+	lostAt  atomic.Int64 // unix nanos of the latest member loss not yet acted upon
+	owned   map[netip.Addr]Claim
+	ifaces  map[netip.Addr][]string
+	status  *v1alpha1.SpeakerStatus
+	joining atomic.Bool
+}
+
+// Start runs until ctx ends; then it stops answering at once and leaves the group, so the other
+// speakers take over without waiting for failure detection.
+func (s *Speaker) Start(ctx context.Context) error {
+	s.kick = make(chan struct{}, 1)
+	s.owned = map[netip.Addr]Claim{}
+	for _, obj := range []client.Object{&corev1.Service{}, &discoveryv1.EndpointSlice{}, &corev1.Node{},
+		&v1alpha1.L2Advertisement{}, &v1alpha1.IPAddressPool{}} {
+		inf, err := s.Cache.GetInformer(ctx, obj)
+		if err != nil {
+			return err
+		}
+		trigger := func(any) { s.trigger("config") }
+		if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{AddFunc: trigger, DeleteFunc: trigger,
+			UpdateFunc: func(_, _ any) { s.trigger("config") }}); err != nil {
+			return err
+		}
+	}
+	if !s.Cache.WaitForCacheSync(ctx) {
+		return fmt.Errorf("cache never synced")
+	}
+	s.joinPeers(ctx)
+	rejoin := time.NewTicker(time.Second)
+	defer rejoin.Stop()
+	s.trigger("config")
+	for {
+		select {
+		case <-ctx.Done():
+			s.shutdown()
+			return nil
+		case ch := <-s.Group.Changes():
+			if ch.Joined {
+				s.trigger("member-joined")
+			} else {
+				s.lostAt.CompareAndSwap(0, ch.At.UnixNano())
+				s.trigger("member-lost")
+			}
+		case <-rejoin.C:
+			// Rejoining nodes that are not members heals partitions within about a second,
+			// instead of memberlist's own dead-node gossip (30 s by default).
+			s.joinPeers(ctx)
+		case <-s.kick:
+			s.reconcile(ctx)
+		}
+	}
+}
+
+func (s *Speaker) trigger(cause string) {
+	// member-lost wins over a config cause queued before it, so failovers are counted as such.
+	if prev, _ := s.cause.Load().(string); prev != "member-lost" || cause == "member-lost" {
+		s.cause.Store(cause)
+	}
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (s *Speaker) shutdown() {
+	if err := s.Announce.Close(); err != nil {
+		s.Log.Error(err, "closing responders")
+	}
+	if err := s.Group.Leave(time.Second); err != nil {
+		s.Log.Error(err, "leaving the gossip group")
+	}
+	s.Log.Info("stopped answering and left the group")
+}
+
+func (s *Speaker) joinPeers(ctx context.Context) {
+	if !s.joining.CompareAndSwap(false, true) {
+		return // a join is still waiting on an unreachable peer
+	}
+	var nodes corev1.NodeList
+	if err := s.Cache.List(ctx, &nodes); err != nil {
+		s.joining.Store(false)
+		return
+	}
+	var peers []string
+	for _, n := range nodes.Items {
+		if n.Name == s.Node || s.Group.IsAlive(n.Name) {
+			continue
+		}
+		for _, a := range n.Status.Addresses {
+			if a.Type == corev1.NodeInternalIP {
+				peers = append(peers, membership.HostPort(a.Address, s.MLPort))
+			}
+		}
+	}
+	go func() {
+		defer s.joining.Store(false)
+		if err := s.Group.Join(peers); err != nil {
+			s.Log.V(1).Info("joining peers", "peers", peers, "error", err.Error())
+		}
+	}()
+}
+
+func (s *Speaker) world(ctx context.Context) (World, error) {
+	var w World
+	var svcs corev1.ServiceList
+	var eps discoveryv1.EndpointSliceList
+	var nodes corev1.NodeList
+	var ads v1alpha1.L2AdvertisementList
+	var pools v1alpha1.IPAddressPoolList
+	for _, l := range []client.ObjectList{&svcs, &eps, &nodes, &ads, &pools} {
+		if err := s.Cache.List(ctx, l); err != nil {
+			return w, err
+		}
+	}
+	return World{Services: svcs.Items, EndpointSlices: eps.Items, Nodes: nodes.Items, Advertisements: ads.Items, Pools: pools.Items}, nil
+}
+
+func (s *Speaker) reconcile(ctx context.Context) {
+	cause, _ := s.cause.Swap("config").(string)
+	lostAt := s.lostAt.Swap(0)
+	w, err := s.world(ctx)
+	if err != nil {
+		s.Log.Error(err, "reading the cache")
+		return
+	}
+	plan := MakePlan(w, s.Node, s.LBClass, s.Group.IsAlive)
+	want := l2.Want{}
+	for ip, c := range plan.Mine {
+		want[ip] = c.Interfaces
+	}
+	answered, problems := s.Announce.Set(want)
+	if lostAt != 0 && gained(s.owned, plan.Mine) > 0 {
+		// Set has sent the first gratuitous frames when it returns.
+		s.Metrics.failover.Observe(time.Since(time.Unix(0, lostAt)).Seconds())
+	}
+	for ip, c := range plan.Mine {
+		if _, had := s.owned[ip]; !had {
+			s.Metrics.ownerChanges.WithLabelValues(cause, "gained").Inc()
+			s.event(ctx, c.Service, ip, answered[ip])
+		}
+	}
+	for ip := range s.owned {
+		if _, keep := plan.Mine[ip]; !keep {
+			s.Metrics.ownerChanges.WithLabelValues(cause, "lost").Inc()
+		}
+	}
+	s.owned, s.ifaces = plan.Mine, answered
+	s.Metrics.announced.Set(float64(len(plan.Mine)))
+	for _, p := range problems {
+		plan.Problems = append(plan.Problems, p.Error())
+	}
+	slices.Sort(plan.Problems)
+	s.writeStatus(ctx, plan, answered)
+}
+
+func gained(old, now map[netip.Addr]Claim) int {
+	n := 0
+	for ip := range now {
+		if _, had := old[ip]; !had {
+			n++
+		}
+	}
+	return n
+}
+
+func (s *Speaker) event(ctx context.Context, service string, ip netip.Addr, ifaces []string) {
+	ns, name, _ := strings.Cut(service, "/")
+	var svc corev1.Service
+	if err := s.Cache.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &svc); err != nil {
+		return
+	}
+	where := strings.Join(ifaces, ",")
+	if where == "" {
+		where = "no interface"
+	}
+	s.Recorder.Eventf(&svc, corev1.EventTypeNormal, "Announced", "announcing %s from node %s on %s", ip, s.Node, where)
+}
+
+func (s *Speaker) writeStatus(ctx context.Context, plan Plan, answered map[netip.Addr][]string) {
+	st := v1alpha1.SpeakerStatus{ConfigErrors: plan.Problems}
+	ips := make([]netip.Addr, 0, len(plan.Mine))
+	for ip := range plan.Mine {
+		ips = append(ips, ip)
+	}
+	slices.SortFunc(ips, netip.Addr.Compare)
+	for _, ip := range ips {
+		st.Announcements = append(st.Announcements, v1alpha1.Announcement{IP: ip.String(), Service: plan.Mine[ip].Service,
+			Protocol: v1alpha1.ProtocolL2, Interfaces: answered[ip]})
+	}
+	st.L2Announcements = int32(len(st.Announcements))
+	ready := metav1.Condition{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Running", Message: "answering for its addresses"}
+	if len(plan.Problems) > 0 {
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, "ConfigErrors", plan.Problems[0]
+	}
+	if s.status != nil && equalStatus(*s.status, st, ready) {
+		return
+	}
+	sp := &v1alpha1.Speaker{ObjectMeta: metav1.ObjectMeta{Name: s.Node}}
+	if err := s.Client.Get(ctx, client.ObjectKeyFromObject(sp), sp); apierrors.IsNotFound(err) {
+		if err := s.Client.Create(ctx, sp); err != nil {
+			s.Log.Error(err, "creating Speaker object")
+			return
+		}
+	} else if err != nil {
+		s.Log.Error(err, "reading Speaker object")
+		return
+	}
+	st.Conditions = sp.Status.Conditions
+	setCondition(&st.Conditions, ready, sp.Generation)
+	sp.Status = st
+	if err := s.Client.Status().Update(ctx, sp); err != nil {
+		s.Log.Error(err, "writing Speaker status")
+		s.trigger("config") // try again
+		return
+	}
+	s.status = &st
+}
+
+func equalStatus(a, b v1alpha1.SpeakerStatus, ready metav1.Condition) bool {
+	var cur *metav1.Condition
+	for i := range a.Conditions {
+		if a.Conditions[i].Type == ready.Type {
+			cur = &a.Conditions[i]
+		}
+	}
+	return cur != nil && cur.Status == ready.Status && cur.Message == ready.Message &&
+		slices.Equal(a.ConfigErrors, b.ConfigErrors) && slices.EqualFunc(a.Announcements, b.Announcements, func(x, y v1alpha1.Announcement) bool {
+		return x.IP == y.IP && x.Service == y.Service && slices.Equal(x.Interfaces, y.Interfaces)
+	})
+}
+
+func setCondition(conds *[]metav1.Condition, c metav1.Condition, gen int64) {
+	c.ObservedGeneration = gen
+	c.LastTransitionTime = metav1.Now()
+	for i := range *conds {
+		if (*conds)[i].Type == c.Type {
+			if (*conds)[i].Status == c.Status {
+				c.LastTransitionTime = (*conds)[i].LastTransitionTime
+			}
+			(*conds)[i] = c
+			return
+		}
+	}
+	*conds = append(*conds, c)
+}
