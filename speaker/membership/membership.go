@@ -58,9 +58,12 @@ type Group struct {
 
 	mu    sync.Mutex
 	alive map[string]bool
+
+	leave sync.Once
+	left  error
 }
 
-// Join starts gossiping. Changes (buffered) receives every join and leave after that.
+// Start starts gossiping. Changes (buffered) receives every join and leave after that.
 func Start(cfg Config) (*Group, error) {
 	mc := memberlist.DefaultLANConfig()
 	mc.Name = cfg.Name
@@ -131,13 +134,16 @@ func (g *Group) Join(peers []string) error {
 }
 
 // Leave tells the others this node is going (they take over at once, without waiting for
-// failure detection) and stops gossiping.
+// failure detection) and stops gossiping. Later calls return the first call's result
+// (memberlist panics on a Leave after Shutdown).
 func (g *Group) Leave(timeout time.Duration) error {
-	err := g.ml.Leave(timeout)
-	if serr := g.ml.Shutdown(); err == nil {
-		err = serr
-	}
-	return err
+	g.leave.Do(func() {
+		g.left = g.ml.Leave(timeout)
+		if err := g.ml.Shutdown(); g.left == nil {
+			g.left = err
+		}
+	})
+	return g.left
 }
 
 // HostPort joins an address and a port the way Join expects.
