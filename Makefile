@@ -5,7 +5,7 @@ CONTROLPLANE_DIR := $(CURDIR)/bin/k8s/$(K8S_VERSION)
 export KUBEBUILDER_ASSETS := $(CONTROLPLANE_DIR)
 CONTROLLER_GEN := go tool controller-gen
 
-.PHONY: all generate controlplane test demo build clean
+.PHONY: all generate controlplane test demo build clean bench-l2
 
 all: build
 
@@ -28,6 +28,14 @@ test: controlplane
 	if [ -n "$$bad" ]; then echo "gofmt needed (run gofmt -w):"; echo "$$bad"; exit 1; fi
 	go vet ./...
 	go test -count=1 ./...
+
+## bench-l2: L2 failover, dual answering after a partition, speaker memory and the detection
+## trade-off, measured with real speakers in network namespaces (root); the report goes to
+## bin/bench-l2.md (pasted into BENCHMARKS-L2.md).
+bench-l2: controlplane
+	@mkdir -p bin
+	PORTICO_BENCH_L2_OUT=$(CURDIR)/bin/bench-l2.md go test -count=1 -run '^$$' -bench '^BenchmarkL2$$' -benchtime 1x -timeout 30m ./e2e/
+	@cat bin/bench-l2.md
 
 ## demo: a local control plane with Portico's CRDs and the home-lab pool.
 DEMO_FLAGS ?=

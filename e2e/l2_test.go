@@ -79,16 +79,31 @@ func hashOwner(ip netip.Addr, nodes ...string) string {
 	return o
 }
 
+// ownerAndNext are the owner of ip among the three nodes, and the owner once it is gone.
+func ownerAndNext(ip netip.Addr) (owner, next string) {
+	all := []string{"node-a", "node-b", "node-c"}
+	owner = hashOwner(ip, all...)
+	return owner, hashOwner(ip, slices.DeleteFunc(all, func(n string) bool { return n == owner })...)
+}
+
+// notHashOwner is the last node (in list order) that the hash would not pick for ip.
+func notHashOwner(ip netip.Addr, nodes []string) string {
+	owner := hashOwner(ip, nodes...)
+	for i := len(nodes) - 1; i >= 0; i-- {
+		if nodes[i] != owner {
+			return nodes[i]
+		}
+	}
+	return ""
+}
+
 // failover checks that after hurting the owner the client's existing entry moves to the next
 // owner, without the client asking again (the gratuitous announcement does it). It returns the
 // time from the blow to the client's entry changing, measured by polling.
 func (e *l2Env) failover(ip netip.Addr, hurt func(owner string)) (owner, next string, took time.Duration) {
 	e.t.Helper()
-	all := []string{"node-a", "node-b", "node-c"}
-	owner = hashOwner(ip, all...)
+	owner, next = ownerAndNext(ip)
 	e.expectOwner(ip, owner)
-	rest := slices.DeleteFunc(slices.Clone(all), func(n string) bool { return n == owner })
-	next = hashOwner(ip, rest...)
 	start := time.Now()
 	hurt(owner)
 	waitFor(e.t, "client's entry for "+ip.String()+" moves to "+next, 5*time.Second, func() bool {
@@ -157,13 +172,8 @@ func TestL2(t *testing.T) {
 		t.Run("nodeSelectors restrict who answers", func(t *testing.T) {
 			e.t = t
 			ip := netip.MustParseAddr("198.51.100.205")
-			// Pick the node the hash likes least, so the selector is what puts it there.
-			only := all[0]
-			for _, n := range all {
-				if hashOwner(ip, all...) != n {
-					only = n
-				}
-			}
+			// A node the hash would not pick, so the selector is what puts it there.
+			only := notHashOwner(ip, all)
 			e.create(scenario{name: "selectors", ip: ip, ad: v1alpha1.L2AdvertisementSpec{
 				NodeSelectors: []metav1.LabelSelector{{MatchLabels: map[string]string{"kubernetes.io/hostname": only}}}}})
 			e.expectOwner(ip, only)
@@ -190,12 +200,10 @@ func TestL2(t *testing.T) {
 			e.t = t
 			ip := netip.MustParseAddr("198.51.100.207")
 			e.create(scenario{name: "exclude", ip: ip})
-			owner := hashOwner(ip, all...)
+			owner, next := ownerAndNext(ip)
 			e.expectOwner(ip, owner)
 			setLabel(t, e, owner, v1alpha1.LabelExcludeFromExternalLoadBalancers, "")
 			t.Cleanup(func() { setLabel(t, e, owner, v1alpha1.LabelExcludeFromExternalLoadBalancers, "-") })
-			rest := slices.DeleteFunc(slices.Clone(all), func(n string) bool { return n == owner })
-			next := hashOwner(ip, rest...)
 			waitFor(t, "client's entry moves to "+next, 20*time.Second, func() bool {
 				return netlab.Neighbour(e.Client.NS, ip) == e.macOf(next)
 			})
@@ -207,12 +215,7 @@ func TestL2(t *testing.T) {
 			ip := netip.MustParseAddr("198.51.100.208")
 			svc := e.create(scenario{name: "local", ip: ip, local: true})
 			// The endpoint sits on a node the hash would not pick.
-			host := all[0]
-			for _, n := range all {
-				if hashOwner(ip, all...) != n {
-					host = n
-				}
-			}
+			host := notHashOwner(ip, all)
 			setEndpoint(t, e, svc, host)
 			e.expectOwner(ip, host)
 		})
@@ -223,7 +226,7 @@ func TestL2(t *testing.T) {
 			e.create(scenario{name: "garbage", ip: ip})
 			owner := hashOwner(ip, all...)
 			e.expectOwner(ip, owner)
-			sendGarbage(t, e.Client.NS, 1000)
+			must(t, netlab.SendGarbage(e.Client.NS, 1000))
 			run(t, "ip", "-n", e.Client.NS, "neigh", "flush", "all")
 			e.expectOwner(ip, owner)
 		})

@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -50,7 +49,7 @@ type labNode struct {
 // and re-executes the test binary in the control-plane namespace (speakers in the node
 // namespaces must reach the apiserver, and nothing may be configured in the root namespace);
 // the inner call runs body with a control plane bound to the bridge.
-func inLab(t *testing.T, body func(t *testing.T, e *l2Env)) {
+func inLab[T testing.TB](t T, body func(t T, e *l2Env)) {
 	if raw := os.Getenv(labEnv); raw != "" {
 		var lab l2Lab
 		if err := json.Unmarshal([]byte(raw), &lab); err != nil {
@@ -89,7 +88,11 @@ func inLab(t *testing.T, body func(t *testing.T, e *l2Env)) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command("ip", "netns", "exec", lab.CP.NS, self, "-test.run", "^"+t.Name()+"$", "-test.v", "-test.count=1")
+	args := []string{"-test.run", "^" + t.Name() + "$", "-test.v", "-test.count=1"}
+	if _, isBench := any(t).(*testing.B); isBench {
+		args = []string{"-test.run", "^$", "-test.bench", "^" + t.Name() + "$", "-test.benchtime", "1x", "-test.v"}
+	}
+	cmd := exec.Command("ip", append([]string{"netns", "exec", lab.CP.NS, self}, args...)...)
 	cmd.Env = append(os.Environ(), labEnv+"="+string(raw))
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -99,7 +102,7 @@ func inLab(t *testing.T, body func(t *testing.T, e *l2Env)) {
 	if err != nil {
 		t.Fatalf("inner run failed: %v", err)
 	}
-	if !strings.Contains(out.String(), "--- PASS: "+t.Name()) {
+	if !regexp.MustCompile(`(?m)^PASS$`).MatchString(out.String()) {
 		t.Fatal("inner run did not pass")
 	}
 }
@@ -107,7 +110,8 @@ func inLab(t *testing.T, body func(t *testing.T, e *l2Env)) {
 // l2Env is the inner side: the control plane, the speakers and helpers.
 type l2Env struct {
 	*l2Lab
-	t          *testing.T
+	t          testing.TB
+	extraArgs  []string // added to every speaker's command line
 	cp         *controlplane.ControlPlane
 	c          client.Client
 	kubeconfig string
@@ -120,7 +124,7 @@ type speakerProc struct {
 	done chan struct{} // closed when the process has exited
 }
 
-func startEnv(t *testing.T, lab *l2Lab) *l2Env {
+func startEnv(t testing.TB, lab *l2Lab) *l2Env {
 	cpIP := lab.CP.IPv4.Addr().String()
 	cp, err := controlplane.Start(controlplane.Options{APIServerArgs: map[string]string{
 		"bind-address": "0.0.0.0", "advertise-address": cpIP}})
@@ -189,7 +193,8 @@ func (e *l2Env) startSpeaker(name string) {
 		e.t.Fatal(err)
 	}
 	cmd := exec.Command("ip", "netns", "exec", n.NS, e.Speaker, "--node-name", name, "--kubeconfig", e.kubeconfig,
-		"--memberlist-bind-address", n.IPv4.Addr().String(), "--metrics-bind-address", "0")
+		"--memberlist-bind-address", n.IPv4.Addr().String(), "--metrics-bind-address", n.IPv4.Addr().String()+":7474")
+	cmd.Args = append(cmd.Args, e.extraArgs...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		e.t.Fatal(err)
@@ -272,20 +277,12 @@ func (e *l2Env) arpingMACs(ip netip.Addr, count int) []string {
 	return macs
 }
 
-func waitFor(t *testing.T, what string, within time.Duration, cond func() bool) time.Duration {
+func waitFor(t testing.TB, what string, within time.Duration, cond func() bool) time.Duration {
 	t.Helper()
-	start := time.Now()
-	deadline := start.Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", within, what)
-		}
-		time.Sleep(10 * time.Millisecond) // polling interval, not synchronisation
-	}
-	return time.Since(start)
+	return netlab.WaitFor(t, what, within, cond)
 }
 
-func must(t *testing.T, err error) {
+func must(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)

@@ -12,6 +12,7 @@ type Metrics struct {
 	ownerChanges *prometheus.CounterVec
 	failover     prometheus.Histogram
 	announced    prometheus.Gauge
+	membersLost  prometheus.Counter
 }
 
 // NewMetrics creates the series and registers them with reg.
@@ -31,8 +32,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1}}),
 		announced: prometheus.NewGauge(prometheus.GaugeOpts{Name: "portico_l2_announced_addresses",
 			Help: "Addresses this node answers for."}),
+		membersLost: prometheus.NewCounter(prometheus.CounterOpts{Name: "portico_memberlist_members_lost_total",
+			Help: "Members this node saw leave or declared dead; when nobody really died these are false suspicions."}),
 	}
-	reg.MustRegister(m.requests, m.replies, m.gratuitous, m.ownerChanges, m.failover, m.announced)
+	reg.MustRegister(m.requests, m.replies, m.gratuitous, m.ownerChanges, m.failover, m.announced, m.membersLost)
 	return m
 }
 

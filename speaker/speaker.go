@@ -33,6 +33,7 @@ type Speaker struct {
 	LBClass  string
 	Cache    cache.Cache
 	Client   client.Client // writes go straight to the apiserver
+	Reader   client.Reader // reads the Speaker object fresh before updating it (no conflicts with a lagging cache)
 	Group    *membership.Group
 	MLPort   int // peers' memberlist port, to join them at their nodes' InternalIP
 	Announce *l2.Announcer
@@ -69,8 +70,10 @@ func (s *Speaker) Start(ctx context.Context) error {
 	if !s.Cache.WaitForCacheSync(ctx) {
 		return fmt.Errorf("cache never synced")
 	}
-	s.joinPeers(ctx)
-	rejoin := time.NewTicker(time.Second)
+	// A speaker that answered before joining would see itself alone and claim every address,
+	// so the first join completes before the first plan.
+	s.joinPeers(ctx, true)
+	rejoin := time.NewTicker(500 * time.Millisecond)
 	defer rejoin.Stop()
 	s.trigger("config")
 	for {
@@ -82,13 +85,15 @@ func (s *Speaker) Start(ctx context.Context) error {
 			if ch.Joined {
 				s.trigger("member-joined")
 			} else {
+				s.Metrics.membersLost.Inc()
 				s.lostAt.CompareAndSwap(0, ch.At.UnixNano())
 				s.trigger("member-lost")
 			}
 		case <-rejoin.C:
-			// Rejoining nodes that are not members heals partitions within about a second,
-			// instead of memberlist's own dead-node gossip (30 s by default).
-			s.joinPeers(ctx)
+			// Rejoining nodes that are not members heals a partition within half a second
+			// (memberlist alone would wait for its dead-node gossip, 30 s by default), which
+			// bounds how long two nodes answer for one address afterwards.
+			s.joinPeers(ctx, false)
 		case <-s.kick:
 			s.reconcile(ctx)
 		}
@@ -116,7 +121,9 @@ func (s *Speaker) shutdown() {
 	s.Log.Info("stopped answering and left the group")
 }
 
-func (s *Speaker) joinPeers(ctx context.Context) {
+// joinPeers contacts the nodes whose speakers are not members, at their InternalIP; wait makes
+// it return only when the attempt is over.
+func (s *Speaker) joinPeers(ctx context.Context, wait bool) {
 	if !s.joining.CompareAndSwap(false, true) {
 		return // a join is still waiting on an unreachable peer
 	}
@@ -136,12 +143,17 @@ func (s *Speaker) joinPeers(ctx context.Context) {
 			}
 		}
 	}
-	go func() {
+	join := func() {
 		defer s.joining.Store(false)
 		if err := s.Group.Join(peers); err != nil {
 			s.Log.V(1).Info("joining peers", "peers", peers, "error", err.Error())
 		}
-	}()
+	}
+	if wait {
+		join()
+		return
+	}
+	go join()
 }
 
 func (s *Speaker) world(ctx context.Context) (World, error) {
@@ -240,7 +252,7 @@ func (s *Speaker) writeStatus(ctx context.Context, plan Plan, answered map[netip
 		return
 	}
 	sp := &v1alpha1.Speaker{ObjectMeta: metav1.ObjectMeta{Name: s.Node}}
-	if err := s.Client.Get(ctx, client.ObjectKeyFromObject(sp), sp); apierrors.IsNotFound(err) {
+	if err := s.Reader.Get(ctx, client.ObjectKeyFromObject(sp), sp); apierrors.IsNotFound(err) {
 		if err := s.Client.Create(ctx, sp); err != nil {
 			s.Log.Error(err, "creating Speaker object")
 			return

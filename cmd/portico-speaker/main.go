@@ -79,7 +79,7 @@ func run(o options) error {
 	}
 	metrics := speaker.NewMetrics(crmetrics.Registry)
 	s := &speaker.Speaker{
-		Node: o.node, LBClass: o.lbClass, Cache: mgr.GetCache(), Client: mgr.GetClient(), Group: group, MLPort: o.port,
+		Node: o.node, LBClass: o.lbClass, Cache: mgr.GetCache(), Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Group: group, MLPort: o.port,
 		Announce: l2.NewAnnouncer(log.WithName("l2"), metrics), Recorder: mgr.GetEventRecorderFor("portico-speaker"),
 		Metrics: metrics, Log: log,
 	}

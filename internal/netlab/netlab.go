@@ -4,6 +4,7 @@
 package netlab
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -13,7 +14,11 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/mdlayher/ethernet"
+	"github.com/mdlayher/packet"
+	"golang.org/x/net/ipv6"
 	"golang.org/x/sys/unix"
 )
 
@@ -146,4 +151,65 @@ func In(ns string, fn func() error) error {
 		errc <- fn()
 	}()
 	return <-errc
+}
+
+// WaitFor polls cond every 10 ms until it holds, failing the test after within. It returns how
+// long it waited.
+func WaitFor(t testing.TB, what string, within time.Duration, cond func() bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	deadline := start.Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", within, what)
+		}
+		time.Sleep(10 * time.Millisecond) // polling interval, not synchronisation
+	}
+	return time.Since(start)
+}
+
+// SendGarbage sends n malformed ARP frames and ICMPv6 neighbour solicitations from namespace ns
+// to everyone on its eth0 segment: truncated, with absurd lengths, with a zero-length option.
+func SendGarbage(ns string, n int) error {
+	bcast := []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 2, 0, 0, 0, 0, 1}
+	arpFrames := [][]byte{
+		append(append([]byte{}, bcast...), 0x08, 0x06),                                  // ARP EtherType, no payload
+		append(append([]byte{}, bcast...), 0x08, 0x06, 0, 1, 0x08, 0, 0xff, 0xff, 0, 1), // absurd address lengths
+		append(append([]byte{}, bcast...), append([]byte{0x08, 0x06, 0, 1, 0x08, 0, 6, 4, 0, 1}, make([]byte, 50)...)...),
+	}
+	icmp := [][]byte{
+		{135, 0, 0, 0}, // neighbour solicitation, truncated
+		append([]byte{135, 0, 0, 0, 0, 0, 0, 0}, make([]byte, 16)...),                                              // target ::
+		append([]byte{135, 0, 0, 0, 0, 0, 0, 0, 0x20, 1, 0x0d, 0xb8, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 2, 0x09}, 1, 0), // option length 0
+	}
+	return In(ns, func() error {
+		ifi, err := net.InterfaceByName("eth0")
+		if err != nil {
+			return err
+		}
+		pc, err := packet.Listen(ifi, packet.Raw, int(ethernet.EtherTypeARP), nil)
+		if err != nil {
+			return err
+		}
+		defer pc.Close()
+		c, err := net.ListenPacket("ip6:ipv6-icmp", "::")
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		p6 := ipv6.NewPacketConn(c)
+		if err := errors.Join(p6.SetMulticastHopLimit(255), p6.SetMulticastInterface(ifi)); err != nil {
+			return err
+		}
+		all := &net.IPAddr{IP: net.ParseIP("ff02::1"), Zone: "eth0"}
+		for i := 0; i < n; i++ {
+			if _, err := pc.WriteTo(arpFrames[i%len(arpFrames)], &packet.Addr{HardwareAddr: ethernet.Broadcast}); err != nil {
+				return err
+			}
+			if _, err := p6.WriteTo(icmp[i%len(icmp)], nil, all); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }

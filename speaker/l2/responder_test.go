@@ -1,28 +1,18 @@
 package l2
 
 import (
-	"net"
 	"net/netip"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/mdlayher/ethernet"
-	"github.com/mdlayher/packet"
 
 	"github.com/portico-lb/portico/internal/netlab"
 )
 
-// waitFor polls cond until it holds or the deadline passes.
 func waitFor(t *testing.T, what string, within time.Duration, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", within, what)
-		}
-		time.Sleep(10 * time.Millisecond) // polling interval, not synchronisation
-	}
+	netlab.WaitFor(t, what, within, cond)
 }
 
 func openIn(t *testing.T, ns string) *Announcer {
@@ -86,29 +76,7 @@ func TestResponderInNamespaces(t *testing.T) {
 
 	t.Run("garbage frames", func(t *testing.T) {
 		setIn(t, nodeA.NS, a, Want{vip4: {"eth0"}})
-		err := netlab.In(client.NS, func() error {
-			ifi, err := net.InterfaceByName("eth0")
-			if err != nil {
-				return err
-			}
-			c, err := packet.Listen(ifi, packet.Raw, int(ethernet.EtherTypeARP), nil)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			garbage := [][]byte{
-				{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 2, 0, 0, 0, 0, 1, 0x08, 0x06},                            // header only
-				{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 2, 0, 0, 0, 0, 1, 0x08, 0x06, 0, 1, 0x08, 0, 0xff, 0xff}, // absurd lengths
-				append([]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 2, 0, 0, 0, 0, 1, 0x08, 0x06}, make([]byte, 60)...),
-			}
-			for i := 0; i < 300; i++ {
-				if _, err := c.WriteTo(garbage[i%len(garbage)], &packet.Addr{HardwareAddr: ethernet.Broadcast}); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-		if err != nil {
+		if err := netlab.SendGarbage(client.NS, 300); err != nil {
 			t.Fatal(err)
 		}
 		lab.MustRun("ip", "-n", client.NS, "neigh", "flush", "all")

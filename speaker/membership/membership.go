@@ -77,6 +77,8 @@ func Start(cfg Config) (*Group, error) {
 	// Gossip runs only when something is queued, so a short interval costs nothing when idle
 	// and gets a leaving member's goodbye out within 20 ms (the SIGTERM failover path).
 	mc.GossipInterval = 20 * time.Millisecond
+	// Joining a node that is gone must not hold a starting speaker for memberlist's default 10 s.
+	mc.TCPTimeout = time.Second
 	if len(cfg.Key) > 0 {
 		switch len(cfg.Key) {
 		case 16, 24, 32:
