@@ -12,8 +12,6 @@ import (
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
@@ -46,7 +44,7 @@ type Speaker struct {
 	lostAt  atomic.Int64 // unix nanos of the latest member loss not yet acted upon
 	owned   map[netip.Addr]Claim
 	ifaces  map[netip.Addr][]string
-	status  *v1alpha1.SpeakerStatus
+	reports chan statusReport // the latest status to write; a newer one replaces an unwritten one
 	joining atomic.Bool
 }
 
@@ -54,7 +52,11 @@ type Speaker struct {
 // speakers take over without waiting for failure detection.
 func (s *Speaker) Start(ctx context.Context) error {
 	s.kick = make(chan struct{}, 1)
+	s.reports = make(chan statusReport, 1)
 	s.owned = map[netip.Addr]Claim{}
+	// Status goes to the apiserver from its own goroutine: a slow or unreachable apiserver must
+	// never delay reacting to a member's loss.
+	go s.writeStatuses(ctx)
 	for _, obj := range []client.Object{&corev1.Service{}, &discoveryv1.EndpointSlice{}, &corev1.Node{},
 		&v1alpha1.L2Advertisement{}, &v1alpha1.IPAddressPool{}} {
 		inf, err := s.Cache.GetInformer(ctx, obj)
@@ -82,6 +84,7 @@ func (s *Speaker) Start(ctx context.Context) error {
 			s.shutdown()
 			return nil
 		case ch := <-s.Group.Changes():
+			s.Log.Info("membership changed", "member", ch.Name, "alive", ch.Joined)
 			if ch.Joined {
 				s.trigger("member-joined")
 			} else {
@@ -192,12 +195,14 @@ func (s *Speaker) reconcile(ctx context.Context) {
 	for ip, c := range plan.Mine {
 		if _, had := s.owned[ip]; !had {
 			s.Metrics.ownerChanges.WithLabelValues(cause, "gained").Inc()
+			s.Log.Info("answering", "ip", ip, "service", c.Service, "interfaces", answered[ip], "cause", cause)
 			s.event(ctx, c.Service, ip, answered[ip])
 		}
 	}
 	for ip := range s.owned {
 		if _, keep := plan.Mine[ip]; !keep {
 			s.Metrics.ownerChanges.WithLabelValues(cause, "lost").Inc()
+			s.Log.Info("stopped answering", "ip", ip, "cause", cause)
 		}
 	}
 	s.owned, s.ifaces = plan.Mine, answered
@@ -206,7 +211,7 @@ func (s *Speaker) reconcile(ctx context.Context) {
 		plan.Problems = append(plan.Problems, p.Error())
 	}
 	slices.Sort(plan.Problems)
-	s.writeStatus(ctx, plan, answered)
+	s.report(plan, answered)
 }
 
 func gained(old, now map[netip.Addr]Claim) int {
@@ -230,72 +235,4 @@ func (s *Speaker) event(ctx context.Context, service string, ip netip.Addr, ifac
 		where = "no interface"
 	}
 	s.Recorder.Eventf(&svc, corev1.EventTypeNormal, "Announced", "announcing %s from node %s on %s", ip, s.Node, where)
-}
-
-func (s *Speaker) writeStatus(ctx context.Context, plan Plan, answered map[netip.Addr][]string) {
-	st := v1alpha1.SpeakerStatus{ConfigErrors: plan.Problems}
-	ips := make([]netip.Addr, 0, len(plan.Mine))
-	for ip := range plan.Mine {
-		ips = append(ips, ip)
-	}
-	slices.SortFunc(ips, netip.Addr.Compare)
-	for _, ip := range ips {
-		st.Announcements = append(st.Announcements, v1alpha1.Announcement{IP: ip.String(), Service: plan.Mine[ip].Service,
-			Protocol: v1alpha1.ProtocolL2, Interfaces: answered[ip]})
-	}
-	st.L2Announcements = int32(len(st.Announcements))
-	ready := metav1.Condition{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Running", Message: "answering for its addresses"}
-	if len(plan.Problems) > 0 {
-		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, "ConfigErrors", plan.Problems[0]
-	}
-	if s.status != nil && equalStatus(*s.status, st, ready) {
-		return
-	}
-	sp := &v1alpha1.Speaker{ObjectMeta: metav1.ObjectMeta{Name: s.Node}}
-	if err := s.Reader.Get(ctx, client.ObjectKeyFromObject(sp), sp); apierrors.IsNotFound(err) {
-		if err := s.Client.Create(ctx, sp); err != nil {
-			s.Log.Error(err, "creating Speaker object")
-			return
-		}
-	} else if err != nil {
-		s.Log.Error(err, "reading Speaker object")
-		return
-	}
-	st.Conditions = sp.Status.Conditions
-	setCondition(&st.Conditions, ready, sp.Generation)
-	sp.Status = st
-	if err := s.Client.Status().Update(ctx, sp); err != nil {
-		s.Log.Error(err, "writing Speaker status")
-		s.trigger("config") // try again
-		return
-	}
-	s.status = &st
-}
-
-func equalStatus(a, b v1alpha1.SpeakerStatus, ready metav1.Condition) bool {
-	var cur *metav1.Condition
-	for i := range a.Conditions {
-		if a.Conditions[i].Type == ready.Type {
-			cur = &a.Conditions[i]
-		}
-	}
-	return cur != nil && cur.Status == ready.Status && cur.Message == ready.Message &&
-		slices.Equal(a.ConfigErrors, b.ConfigErrors) && slices.EqualFunc(a.Announcements, b.Announcements, func(x, y v1alpha1.Announcement) bool {
-		return x.IP == y.IP && x.Service == y.Service && slices.Equal(x.Interfaces, y.Interfaces)
-	})
-}
-
-func setCondition(conds *[]metav1.Condition, c metav1.Condition, gen int64) {
-	c.ObservedGeneration = gen
-	c.LastTransitionTime = metav1.Now()
-	for i := range *conds {
-		if (*conds)[i].Type == c.Type {
-			if (*conds)[i].Status == c.Status {
-				c.LastTransitionTime = (*conds)[i].LastTransitionTime
-			}
-			(*conds)[i] = c
-			return
-		}
-	}
-	*conds = append(*conds, c)
 }
