@@ -73,6 +73,18 @@ func (e *l2Env) expectOwner(ip netip.Addr, want string) {
 	})
 }
 
+// settle waits until owner alone reports and answers ip and the client resolves it there. After
+// a heal or a restart two nodes can answer for a short while (the isolated node kept answering;
+// BENCHMARKS-L2.md measures the window), so this polls, with a bound, instead of asserting at
+// once.
+func (e *l2Env) settle(ip netip.Addr, owner string) {
+	waitFor(e.t, owner+" alone answers "+ip.String(), 10*time.Second, func() bool {
+		return slices.Equal(e.announcers(ip), []string{owner}) &&
+			(ip.Is6() || slices.Equal(e.arpingMACs(ip, 1), []string{e.macOf(owner)})) && // arping speaks IPv4 only
+			netlab.Resolve(e.Client.NS, ip) == e.macOf(owner)
+	})
+}
+
 // hashOwner is the owner election picks among the given nodes.
 func hashOwner(ip netip.Addr, nodes ...string) string {
 	o, _ := election.Owner(ip, nodes)
@@ -159,13 +171,14 @@ func TestL2(t *testing.T) {
 				e.create(scenario{name: "fo-" + strings.ToLower(strings.ReplaceAll(strings.ReplaceAll(tc.name, " ", "-"), "IPv6", "v6")), ip: ip})
 				owner, next, took := e.failover(ip, func(owner string) { tc.hurt(e, owner) })
 				t.Logf("%s: client's entry moved from %s to %s %v after the blow", tc.name, owner, next, took.Round(time.Millisecond))
-				// Heal: the owner comes back and takes its address back, announcing it.
+				// Heal: the owner comes back and takes its address back, announcing it; within
+				// a bounded time it is the only one answering.
 				if tc.name == "link cut" {
 					run(t, "ip", "-n", e.Switch, "link", "set", e.node(owner).Port, "up")
 				} else {
 					e.startSpeaker(owner)
 				}
-				e.expectOwner(ip, owner)
+				e.settle(ip, owner)
 			})
 		}
 

@@ -193,16 +193,6 @@ func (e *l2Env) timedFailover(ip netip.Addr, blow string) (time.Duration, float6
 	return took, g
 }
 
-// settle waits until owner alone reports and answers ip and the client resolves it there: the
-// starting point of every measured run. Right after a restart two nodes can answer for a short
-// while (the partition-heal figure measures exactly that), so this polls instead of asserting.
-func (e *l2Env) settle(ip netip.Addr, owner string) {
-	waitFor(e.t, owner+" alone answers "+ip.String(), 30*time.Second, func() bool {
-		return slices.Equal(e.announcers(ip), []string{owner}) && slices.Equal(e.arpingMACs(ip, 1), []string{e.macOf(owner)}) &&
-			netlab.Resolve(e.Client.NS, ip) == e.macOf(owner)
-	})
-}
-
 // histogram reads a speaker's failover histogram (sum in seconds, count).
 func (e *l2Env) histogram(node string) (sum, count float64) {
 	return e.metric(node, "portico_l2_failover_seconds_sum"), e.metric(node, "portico_l2_failover_seconds_count")
