@@ -5,7 +5,7 @@ CONTROLPLANE_DIR := $(CURDIR)/bin/k8s/$(K8S_VERSION)
 export KUBEBUILDER_ASSETS := $(CONTROLPLANE_DIR)
 CONTROLLER_GEN := go tool controller-gen
 
-.PHONY: all generate controlplane test bench demo build clean
+.PHONY: all generate controlplane test bench bench-l2 demo build clean
 
 all: build
 
@@ -29,14 +29,23 @@ test: controlplane
 	go vet ./...
 	go test -count=1 ./...
 
-## bench: allocator micro-benchmarks and end-to-end benchmarks against the real apiserver
-## (5000 Services, 3 runs; BENCH_SERVICES=300 BENCH_COUNT=1 for a quick one, as CI does).
-## Results go in BENCHMARKS.md.
+## bench: allocator micro-benchmarks, end-to-end controller benchmarks against the real
+## apiserver (5000 Services, 3 runs; BENCH_SERVICES=300 BENCH_COUNT=1 for a quick one, as CI
+## does) and the L2 failover benchmark. Results go in BENCHMARKS.md.
 BENCH_SERVICES ?= 5000
 BENCH_COUNT ?= 3
 bench: controlplane
 	go test -run '^$$' -bench . -benchtime 20000x -count $(BENCH_COUNT) ./controller/allocator/
-	PORTICO_BENCH_SERVICES=$(BENCH_SERVICES) go test -run '^$$' -bench . -benchtime 1x -count $(BENCH_COUNT) -timeout 60m ./e2e/
+	PORTICO_BENCH_SERVICES=$(BENCH_SERVICES) go test -run '^$$' -bench '^Benchmark(Burst|Backlog)$$' -benchtime 1x -count $(BENCH_COUNT) -timeout 60m ./e2e/
+	$(MAKE) bench-l2
+
+## bench-l2: L2 failover, dual answering after a partition, speaker memory and the detection
+## trade-off, measured with real speakers in network namespaces (root); the report goes to
+## bin/bench-l2.md (pasted into BENCHMARKS-L2.md).
+bench-l2: controlplane
+	@mkdir -p bin
+	PORTICO_BENCH_L2_OUT=$(CURDIR)/bin/bench-l2.md go test -count=1 -run '^$$' -bench '^BenchmarkL2$$' -benchtime 1x -timeout 30m ./e2e/
+	@cat bin/bench-l2.md
 
 ## demo: a local control plane with Portico's CRDs and the home-lab pool.
 DEMO_FLAGS ?=

@@ -15,8 +15,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 
 	"github.com/portico-lb/portico/internal/controlplane"
@@ -45,30 +46,35 @@ type ipWatch struct {
 }
 
 func watchIPs(b *testing.B, cp *controlplane.ControlPlane, ns string, n int) *ipWatch {
-	cs := kubernetes.NewForConfigOrDie(cp.Config)
-	ctx, cancel := context.WithCancel(context.Background())
-	w, err := cs.CoreV1().Services(ns).Watch(ctx, metav1.ListOptions{})
-	if err != nil {
+	iw := &ipWatch{seen: map[string]time.Time{}, n: n, all: make(chan struct{})}
+	record := func(obj any) {
+		svc, ok := obj.(*corev1.Service)
+		if !ok || len(svc.Status.LoadBalancer.Ingress) == 0 {
+			return
+		}
+		iw.mu.Lock()
+		defer iw.mu.Unlock()
+		if _, done := iw.seen[svc.Name]; !done {
+			iw.seen[svc.Name] = time.Now()
+			if len(iw.seen) == iw.n {
+				close(iw.all)
+			}
+		}
+	}
+	// An informer, not a bare watch: it survives the apiserver closing a long watch.
+	factory := informers.NewSharedInformerFactoryWithOptions(kubernetes.NewForConfigOrDie(cp.Config), 0, informers.WithNamespace(ns))
+	inf := factory.Core().V1().Services().Informer()
+	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    record,
+		UpdateFunc: func(_, obj any) { record(obj) },
+	}); err != nil {
 		b.Fatal(err)
 	}
-	iw := &ipWatch{seen: map[string]time.Time{}, n: n, all: make(chan struct{}), stop: cancel}
-	go func() {
-		for ev := range w.ResultChan() {
-			svc, ok := ev.Object.(*corev1.Service)
-			if !ok || ev.Type == watch.Deleted || len(svc.Status.LoadBalancer.Ingress) == 0 {
-				continue
-			}
-			iw.mu.Lock()
-			if _, done := iw.seen[svc.Name]; !done {
-				iw.seen[svc.Name] = time.Now()
-				if len(iw.seen) == iw.n {
-					close(iw.all)
-				}
-			}
-			iw.mu.Unlock()
-		}
-	}()
-	b.Cleanup(cancel)
+	stop := make(chan struct{})
+	factory.Start(stop)
+	factory.WaitForCacheSync(stop)
+	iw.stop = func() { close(stop) }
+	b.Cleanup(iw.stop)
 	return iw
 }
 
@@ -199,11 +205,6 @@ func peakRSS(b *testing.B, pid int) float64 {
 // leaseWrites are the apiserver's own lease renewals, not the controller's.
 func leaseWrites(after, before map[string]float64) float64 {
 	return delta(after, before, "PUT leases", "POST leases", "PATCH leases")
-}
-
-func median(ds []time.Duration) time.Duration {
-	slices.Sort(ds)
-	return ds[len(ds)/2]
 }
 
 // BenchmarkBurst: n Services created while the controller runs, against the floor (the same

@@ -1,0 +1,393 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/mdlayher/arp"
+	"github.com/mdlayher/ethernet"
+	"github.com/mdlayher/packet"
+
+	"github.com/portico-lb/portico/api/v1alpha1"
+	"github.com/portico-lb/portico/internal/netlab"
+)
+
+// benchRuns is how many failovers each case measures (the issue asks for at least 10).
+const benchRuns = 11
+
+// BenchmarkL2 measures failover at the client, dual answering after a partition heals, speaker
+// memory and the failure-detection trade-off, and prints a Markdown report (make bench-l2 saves
+// it). It is a benchmark so that `go test` never runs it by accident; it ignores b.N.
+func BenchmarkL2(b *testing.B) {
+	inLab(b, func(b *testing.B, e *l2Env) {
+		var rep strings.Builder
+		fmt.Fprintf(&rep, "Measured %s on %d CPUs; three speakers and a client in network namespaces on one bridge, real kube-apiserver.\n\n",
+			time.Now().UTC().Format("2006-01-02"), runtimeCPUs())
+		ip := netip.MustParseAddr("198.51.100.220")
+		e.create(scenario{name: "bench", ip: ip})
+
+		fmt.Fprintf(&rep, "### Failover (default detection: probe 200 ms, timeout 100 ms, suspicion ×2)\n\n")
+		fmt.Fprintf(&rep, "Time from the blow to the client's neighbour entry holding the new owner's MAC (`ip -ts monitor neigh` in the client), %d runs each; the speaker's own histogram (member loss detected → first gratuitous ARP) alongside.\n\n", benchRuns)
+		fmt.Fprintf(&rep, "| blow | median | min | max | speaker: detected → GARP sent (mean) |\n|---|---|---|---|---|\n")
+		for _, blow := range []string{"SIGTERM", "SIGKILL", "link cut"} {
+			var ds []time.Duration
+			var garp []float64
+			for i := 0; i < benchRuns; i++ {
+				d, g := e.timedFailover(ip, blow)
+				ds = append(ds, d)
+				if g >= 0 {
+					garp = append(garp, g)
+				}
+			}
+			fmt.Fprintf(&rep, "| %s | %s | %s | %s | %s |\n", blow, ms(median(ds)), ms(slices.Min(ds)), ms(slices.Max(ds)), meanMS(garp))
+		}
+
+		var dual []time.Duration
+		for i := 0; i < benchRuns; i++ {
+			dual = append(dual, e.partitionHeal(ip))
+		}
+		fmt.Fprintf(&rep, "\n### After a partition heals\n\nThe owner's bridge port goes down until another node has taken over, then comes back. Time during which two MACs answer ARP for the address after the heal (probed from the client every 20 ms), %d runs: median %s, max %s.\n",
+			benchRuns, ms(median(dual)), ms(slices.Max(dual)))
+
+		fmt.Fprintf(&rep, "\n### Speaker memory (VmRSS)\n\n| state | max over the three speakers |\n|---|---|\n")
+		fmt.Fprintf(&rep, "| idle, one Service announced | %s |\n", mib(e.maxRSS()))
+		many := e.createMany(1000)
+		fmt.Fprintf(&rep, "| 1000 IPv6 addresses announced by one node (%s) | %s |\n", many, mib(e.rssOf(many)))
+
+		fmt.Fprintf(&rep, "\n### Detection timing trade-off\n\nSIGKILL failover (median of %d) against false member losses counted by all three speakers while 4 busy loops load the 2 CPUs for 20 s with nobody dying.\n\n", benchRuns)
+		fmt.Fprintf(&rep, "| probe interval / timeout / suspicion mult | SIGKILL failover median | false member losses in 20 s of CPU load |\n|---|---|---|\n")
+		for _, d := range []struct{ interval, timeout, mult string }{{"1s", "500ms", "4"}, {"200ms", "100ms", "2"}, {"100ms", "50ms", "1"}} {
+			e.restartSpeakers([]string{"--memberlist-probe-interval", d.interval, "--memberlist-probe-timeout", d.timeout, "--memberlist-suspicion-mult", d.mult})
+			var ds []time.Duration
+			for i := 0; i < benchRuns; i++ {
+				dd, _ := e.timedFailover(ip, "SIGKILL")
+				ds = append(ds, dd)
+			}
+			fmt.Fprintf(&rep, "| %s / %s / %s | %s | %d |\n", d.interval, d.timeout, d.mult, ms(median(ds)), e.falseLossesUnderLoad(20*time.Second))
+		}
+		b.Log("\n" + rep.String())
+		if out := os.Getenv("PORTICO_BENCH_L2_OUT"); out != "" {
+			must(b, os.WriteFile(out, []byte(rep.String()), 0o644))
+		}
+	})
+}
+
+func runtimeCPUs() int {
+	n := 0
+	b, _ := os.ReadFile("/proc/cpuinfo")
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, "processor") {
+			n++
+		}
+	}
+	return n
+}
+
+func median(ds []time.Duration) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.0f ms", float64(d.Microseconds())/1000) }
+
+func meanMS(xs []float64) string {
+	if len(xs) == 0 {
+		return "n/a"
+	}
+	sum := 0.0
+	for _, x := range xs {
+		sum += x
+	}
+	return fmt.Sprintf("%.1f ms", sum/float64(len(xs))*1000)
+}
+
+func mib(kb int) string { return fmt.Sprintf("%.1f MiB", float64(kb)/1024) }
+
+// neighWatch follows the client's neighbour table and reports when ip gets mac.
+func (e *l2Env) neighWatch(ip netip.Addr, mac string) (got <-chan time.Time, stop func()) {
+	cmd := exec.Command("ip", "-n", e.Client.NS, "-ts", "monitor", "neigh")
+	out, err := cmd.StdoutPipe()
+	must(e.t, err)
+	must(e.t, cmd.Start())
+	ch := make(chan time.Time, 1)
+	ready := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(out)
+		close(ready)
+		for sc.Scan() {
+			line := sc.Text()
+			f := strings.Fields(line)
+			if len(f) < 5 || f[1] != ip.String() || !strings.Contains(line, "lladdr "+mac) {
+				continue
+			}
+			ts, err := time.ParseInLocation("[2006-01-02T15:04:05.000000]", f[0], time.Local)
+			if err == nil {
+				select {
+				case ch <- ts:
+				default:
+				}
+			}
+		}
+	}()
+	<-ready
+	return ch, func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }
+}
+
+// timedFailover hurts ip's owner, times the client's entry moving to the next owner, heals and
+// waits for the owner to take the address back. It also returns the mean of the new owner's
+// failover histogram for this run (seconds; -1 when it recorded nothing).
+func (e *l2Env) timedFailover(ip netip.Addr, blow string) (time.Duration, float64) {
+	owner, next := ownerAndNext(ip)
+	e.settle(ip, owner)
+	sum0, n0 := e.histogram(next)
+	got, stop := e.neighWatch(ip, e.macOf(next))
+	defer stop()
+	var t0 time.Time
+	switch blow {
+	case "SIGTERM", "SIGKILL":
+		sig := syscall.SIGTERM
+		if blow == "SIGKILL" {
+			sig = syscall.SIGKILL
+		}
+		p := e.speakers[owner]
+		delete(e.speakers, owner)
+		t0 = time.Now()
+		_ = p.cmd.Process.Signal(sig)
+		defer func() { <-p.done; e.startSpeaker(owner) }()
+	case "link cut":
+		t0 = time.Now()
+		run(e.t, "ip", "-n", e.Switch, "link", "set", e.node(owner).Port, "down")
+		defer run(e.t, "ip", "-n", e.Switch, "link", "set", e.node(owner).Port, "up")
+	}
+	var took time.Duration
+	select {
+	case ts := <-got:
+		took = ts.Sub(t0)
+	case <-time.After(10 * time.Second):
+		e.t.Fatalf("%s: client's entry never moved to %s", blow, next)
+	}
+	sum1, n1 := e.histogram(next)
+	g := -1.0
+	if n1 > n0 {
+		g = (sum1 - sum0) / (n1 - n0)
+	}
+	return took, g
+}
+
+// histogram reads a speaker's failover histogram (sum in seconds, count).
+func (e *l2Env) histogram(node string) (sum, count float64) {
+	return e.metric(node, "portico_l2_failover_seconds_sum"), e.metric(node, "portico_l2_failover_seconds_count")
+}
+
+// metric scrapes one unlabelled series from a speaker's metrics endpoint (0 when absent).
+func (e *l2Env) metric(node, name string) float64 {
+	resp, err := http.Get("http://" + e.node(node).IPv4.Addr().String() + ":7474/metrics")
+	if err != nil {
+		return 0
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	for _, l := range strings.Split(string(body), "\n") {
+		if f := strings.Fields(l); len(f) == 2 && f[0] == name {
+			v, _ := strconv.ParseFloat(f[1], 64)
+			return v
+		}
+	}
+	return 0
+}
+
+// partitionHeal cuts the owner off until the next node answers, heals, and returns how long
+// after the heal two MACs still answered.
+func (e *l2Env) partitionHeal(ip netip.Addr) time.Duration {
+	owner, next := ownerAndNext(ip)
+	e.settle(ip, owner)
+	port := e.node(owner).Port
+	run(e.t, "ip", "-n", e.Switch, "link", "set", port, "down")
+	waitFor(e.t, next+" takes over", 10*time.Second, func() bool { return netlab.Resolve(e.Client.NS, ip) == e.macOf(next) })
+	prober := e.arpProber()
+	defer prober.close()
+	heal := time.Now()
+	run(e.t, "ip", "-n", e.Switch, "link", "set", port, "up")
+	last := time.Duration(0)
+	for time.Since(heal) < 3*time.Second {
+		if macs := prober.ask(ip, 20*time.Millisecond); len(macs) > 1 {
+			last = time.Since(heal)
+		}
+	}
+	return last
+}
+
+type arpProber struct {
+	c   *packet.Conn
+	mac net.HardwareAddr
+	src netip.Addr
+	mu  sync.Mutex
+}
+
+// arpProber opens a raw ARP socket in the client namespace; it asks without touching the
+// client's neighbour table.
+func (e *l2Env) arpProber() *arpProber {
+	p := &arpProber{mac: e.Client.MAC, src: e.Client.IPv4.Addr()}
+	must(e.t, netlab.In(e.Client.NS, func() error {
+		ifi, err := net.InterfaceByName("eth0")
+		if err != nil {
+			return err
+		}
+		p.c, err = packet.Listen(ifi, packet.Raw, int(ethernet.EtherTypeARP), nil)
+		return err
+	}))
+	return p
+}
+
+func (p *arpProber) close() { _ = p.c.Close() }
+
+// ask broadcasts one request for ip and returns the MACs that answer within wait.
+func (p *arpProber) ask(ip netip.Addr, wait time.Duration) []string {
+	req, _ := arp.NewPacket(arp.OperationRequest, p.mac, p.src, ethernet.Broadcast, ip)
+	pb, _ := req.MarshalBinary()
+	fb, _ := (&ethernet.Frame{Destination: ethernet.Broadcast, Source: p.mac, EtherType: ethernet.EtherTypeARP, Payload: pb}).MarshalBinary()
+	_, _ = p.c.WriteTo(fb, &packet.Addr{HardwareAddr: ethernet.Broadcast})
+	deadline := time.Now().Add(wait)
+	_ = p.c.SetReadDeadline(deadline)
+	var macs []string
+	buf := make([]byte, 1514)
+	for time.Now().Before(deadline) {
+		n, _, err := p.c.ReadFrom(buf)
+		if err != nil {
+			break
+		}
+		var f ethernet.Frame
+		var a arp.Packet
+		if f.UnmarshalBinary(buf[:n]) != nil || a.UnmarshalBinary(f.Payload) != nil {
+			continue
+		}
+		if a.Operation == arp.OperationReply && a.SenderIP == ip && !slices.Contains(macs, a.SenderHardwareAddr.String()) {
+			macs = append(macs, a.SenderHardwareAddr.String())
+		}
+	}
+	return macs
+}
+
+func (e *l2Env) rssOf(node string) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", e.speakers[node].cmd.Process.Pid))
+	must(e.t, err)
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, "VmRSS:") {
+			kb, _ := strconv.Atoi(strings.Fields(l)[1])
+			return kb
+		}
+	}
+	return 0
+}
+
+func (e *l2Env) maxRSS() int {
+	m := 0
+	for _, n := range e.Nodes {
+		m = max(m, e.rssOf(n.Name))
+	}
+	return m
+}
+
+// createMany gives one node n IPv6 addresses (one Service each) and waits until it announces
+// them all; it returns the node's name.
+func (e *l2Env) createMany(n int) string {
+	ctx := context.Background()
+	node := "node-a"
+	pool := &v1alpha1.IPAddressPool{ObjectMeta: metav1.ObjectMeta{Name: "many"},
+		Spec: v1alpha1.IPAddressPoolSpec{Addresses: []v1alpha1.AddressRange{"2001:db8:1::1:0/112"}}}
+	must(e.t, e.c.Create(ctx, pool))
+	ad := &v1alpha1.L2Advertisement{ObjectMeta: metav1.ObjectMeta{Name: "many"}, Spec: v1alpha1.L2AdvertisementSpec{
+		IPAddressPools: []v1alpha1.Name{"many"},
+		NodeSelectors:  []metav1.LabelSelector{{MatchLabels: map[string]string{"kubernetes.io/hostname": node}}}}}
+	must(e.t, e.c.Create(ctx, ad))
+	ip := netip.MustParseAddr("2001:db8:1::1:1")
+	var wg sync.WaitGroup
+	work := make(chan netip.Addr)
+	for w := 0; w < 4; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for a := range work {
+				svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "many-" + strings.ReplaceAll(a.String(), ":", "-"), Namespace: "default"},
+					Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(80)}}}}
+				if err := e.c.Create(ctx, svc); err != nil {
+					e.t.Error(err)
+					continue
+				}
+				svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: a.String()}}
+				if err := e.c.Status().Update(ctx, svc); err != nil {
+					e.t.Error(err)
+				}
+			}
+		}()
+	}
+	for i := 0; i < n; i++ {
+		work <- ip
+		ip = ip.Next()
+	}
+	close(work)
+	wg.Wait()
+	waitFor(e.t, fmt.Sprintf("%s announces %d addresses", node, n+1), 2*time.Minute, func() bool {
+		var sp v1alpha1.Speaker
+		return e.c.Get(ctx, clientKey(node), &sp) == nil && int(sp.Status.L2Announcements) >= n
+	})
+	return node
+}
+
+// restartSpeakers stops every speaker (SIGTERM) and starts them again with extra flags.
+func (e *l2Env) restartSpeakers(extra []string) {
+	for _, n := range e.Nodes {
+		e.kill(n.Name, syscall.SIGTERM)
+	}
+	e.extraArgs = extra
+	for _, n := range e.Nodes {
+		e.startSpeaker(n.Name)
+	}
+}
+
+// falseLossesUnderLoad loads the CPUs with busy loops for d while nobody dies, and returns
+// how many member losses the speakers counted meanwhile.
+func (e *l2Env) falseLossesUnderLoad(d time.Duration) int {
+	// Wait until the group is whole again after the restart or the last failover.
+	ip := netip.MustParseAddr("198.51.100.220")
+	e.settle(ip, hashOwner(ip, "node-a", "node-b", "node-c"))
+	before := 0.0
+	for _, n := range e.Nodes {
+		before += e.metric(n.Name, "portico_memberlist_members_lost_total")
+	}
+	var hogs []*exec.Cmd
+	for i := 0; i < 4; i++ {
+		c := exec.Command("sh", "-c", "while :; do :; done")
+		must(e.t, c.Start())
+		hogs = append(hogs, c)
+	}
+	time.Sleep(d) // the load period itself is what is measured, not a wait for a condition
+	for _, c := range hogs {
+		_ = c.Process.Kill()
+		_ = c.Wait()
+	}
+	after := 0.0
+	for _, n := range e.Nodes {
+		after += e.metric(n.Name, "portico_memberlist_members_lost_total")
+	}
+	return int(after - before)
+}

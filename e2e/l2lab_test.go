@@ -1,0 +1,281 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/portico-lb/portico/api/v1alpha1"
+	"github.com/portico-lb/portico/internal/controlplane"
+	"github.com/portico-lb/portico/internal/netlab"
+)
+
+// labEnv carries the lab from the outer test process (root namespace, builds the lab) to the
+// inner one (re-executed under `ip netns exec` in the control-plane namespace).
+const labEnv = "PORTICO_E2E_L2_LAB"
+
+// l2Lab is the topology: a bridge, the control plane's namespace, a client and three nodes.
+type l2Lab struct {
+	Speaker string // the portico-speaker binary
+	Switch  string
+	CP      netlab.Host
+	Client  netlab.Host
+	Nodes   []labNode
+}
+
+type labNode struct {
+	Name string
+	netlab.Host
+}
+
+// inLab runs body inside the lab: the outer call builds the namespaces and the speaker binary
+// and re-executes the test binary in the control-plane namespace (speakers in the node
+// namespaces must reach the apiserver, and nothing may be configured in the root namespace);
+// the inner call runs body with a control plane bound to the bridge.
+func inLab[T testing.TB](t T, body func(t T, e *l2Env)) {
+	if raw := os.Getenv(labEnv); raw != "" {
+		var lab l2Lab
+		if err := json.Unmarshal([]byte(raw), &lab); err != nil {
+			t.Fatal(err)
+		}
+		body(t, startEnv(t, &lab))
+		return
+	}
+	if why := netlab.Usable(); why != "" {
+		t.Skip(why)
+	}
+	if _, err := exec.LookPath("arping"); err != nil {
+		t.Skip("needs arping")
+	}
+	bin := buildBinary(t, "./cmd/portico-speaker")
+	l := netlab.New(t)
+	lab := l2Lab{Speaker: bin, Switch: l.Switch,
+		CP:     l.AddHost("cp", "02:00:00:00:00:02", "198.51.100.2/24", "2001:db8:1::2/64"),
+		Client: l.AddHost("client", "02:00:00:00:00:01", "198.51.100.1/24", "2001:db8:1::1/64"),
+	}
+	for i, name := range []string{"node-a", "node-b", "node-c"} {
+		lab.Nodes = append(lab.Nodes, labNode{Name: name, Host: l.AddHost(name[5:], fmt.Sprintf("02:00:00:00:00:%02x", 0x0a+i),
+			fmt.Sprintf("198.51.100.%d/24", 11+i), fmt.Sprintf("2001:db8:1::%d/64", 11+i))})
+	}
+	raw, _ := json.Marshal(lab)
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"-test.run", "^" + t.Name() + "$", "-test.v", "-test.count=1"}
+	if _, isBench := any(t).(*testing.B); isBench {
+		args = []string{"-test.run", "^$", "-test.bench", "^" + t.Name() + "$", "-test.benchtime", "1x", "-test.v"}
+	}
+	cmd := exec.Command("ip", append([]string{"netns", "exec", lab.CP.NS, self}, args...)...)
+	cmd.Env = append(os.Environ(), labEnv+"="+string(raw))
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err = cmd.Run()
+	// The inner run's own lines, indented so they are not taken for this process's results.
+	t.Log("inner run:\n" + regexp.MustCompile(`(?m)^`).ReplaceAllString(out.String(), "    | "))
+	if err != nil {
+		t.Fatalf("inner run failed: %v", err)
+	}
+	if !regexp.MustCompile(`(?m)^PASS$`).MatchString(out.String()) {
+		t.Fatal("inner run did not pass")
+	}
+}
+
+// l2Env is the inner side: the control plane, the speakers and helpers.
+type l2Env struct {
+	*l2Lab
+	t          testing.TB
+	extraArgs  []string // added to every speaker's command line
+	cp         *controlplane.ControlPlane
+	c          client.Client
+	kubeconfig string
+	logs       string
+	speakers   map[string]*speakerProc
+}
+
+type speakerProc struct {
+	cmd  *exec.Cmd
+	done chan struct{} // closed when the process has exited
+}
+
+func startEnv(t testing.TB, lab *l2Lab) *l2Env {
+	cpIP := lab.CP.IPv4.Addr().String()
+	cp, err := controlplane.Start(controlplane.Options{APIServerArgs: map[string]string{
+		"bind-address": "0.0.0.0", "advertise-address": cpIP}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cp.Stop() })
+	e := &l2Env{l2Lab: lab, t: t, cp: cp, c: cp.Client, logs: t.TempDir(), speakers: map[string]*speakerProc{}}
+	e.kubeconfig = e.writeKubeconfig(cpIP)
+	ctx := context.Background()
+	for _, n := range lab.Nodes {
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name, Labels: map[string]string{"kubernetes.io/hostname": n.Name}}}
+		must(t, e.c.Create(ctx, node))
+		node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: n.IPv4.Addr().String()}}
+		must(t, e.c.Status().Update(ctx, node))
+	}
+	for _, n := range lab.Nodes {
+		e.startSpeaker(n.Name)
+	}
+	t.Cleanup(func() {
+		for name := range e.speakers {
+			e.kill(name, syscall.SIGKILL)
+		}
+		if t.Failed() {
+			e.dumpLogs()
+		}
+	})
+	return e
+}
+
+// writeKubeconfig points the speakers at the apiserver's bridge address; envtest's serving
+// certificate names 127.0.0.1 only, hence tls-server-name.
+func (e *l2Env) writeKubeconfig(ip string) string {
+	u, err := url.Parse(e.cp.Config.Host)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["lab"] = &clientcmdapi.Cluster{Server: "https://" + ip + ":" + u.Port(), TLSServerName: "127.0.0.1",
+		CertificateAuthorityData: e.cp.Config.CAData}
+	cfg.AuthInfos["admin"] = &clientcmdapi.AuthInfo{ClientCertificateData: e.cp.Config.CertData,
+		ClientKeyData: e.cp.Config.KeyData, Token: e.cp.Config.BearerToken}
+	cfg.Contexts["lab"] = &clientcmdapi.Context{Cluster: "lab", AuthInfo: "admin"}
+	cfg.CurrentContext = "lab"
+	path := filepath.Join(e.logs, "speaker.kubeconfig")
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		e.t.Fatal(err)
+	}
+	return path
+}
+
+func (e *l2Env) node(name string) labNode {
+	for _, n := range e.Nodes {
+		if n.Name == name {
+			return n
+		}
+	}
+	e.t.Fatalf("no node %s", name)
+	return labNode{}
+}
+
+func (e *l2Env) startSpeaker(name string) {
+	n := e.node(name)
+	logf, err := os.OpenFile(filepath.Join(e.logs, name+".log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	cmd := exec.Command("ip", "netns", "exec", n.NS, e.Speaker, "--node-name", name, "--kubeconfig", e.kubeconfig,
+		"--memberlist-bind-address", n.IPv4.Addr().String(), "--metrics-bind-address", n.IPv4.Addr().String()+":7474")
+	cmd.Args = append(cmd.Args, e.extraArgs...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		e.t.Fatal(err)
+	}
+	p := &speakerProc{cmd: cmd, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); logf.Close(); close(p.done) }()
+	e.speakers[name] = p
+}
+
+// kill signals a speaker (ip netns exec execs it, so the PID is the speaker's) and waits for it
+// to be gone.
+func (e *l2Env) kill(name string, sig syscall.Signal) {
+	p := e.speakers[name]
+	if p == nil {
+		return
+	}
+	delete(e.speakers, name)
+	_ = p.cmd.Process.Signal(sig)
+	select {
+	case <-p.done:
+	case <-time.After(10 * time.Second):
+		e.t.Errorf("%s did not exit within 10s of %v", name, sig)
+	}
+}
+
+func (e *l2Env) dumpLogs() {
+	for _, n := range e.Nodes {
+		b, _ := os.ReadFile(filepath.Join(e.logs, n.Name+".log"))
+		if len(b) > 20000 {
+			b = b[len(b)-20000:]
+		}
+		e.t.Logf("%s log (tail):\n%s", n.Name, b)
+	}
+}
+
+// announcers lists the nodes whose Speaker status announces ip.
+func (e *l2Env) announcers(ip netip.Addr) []string {
+	var list v1alpha1.SpeakerList
+	if err := e.c.List(context.Background(), &list); err != nil {
+		return nil
+	}
+	var out []string
+	for _, s := range list.Items {
+		for _, a := range s.Status.Announcements {
+			if a.IP == ip.String() {
+				out = append(out, s.Name)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// macOf returns the MAC of a node by name.
+func (e *l2Env) macOf(name string) string { return e.node(name).MAC.String() }
+
+// nodeByMAC names the node with that MAC, or returns the MAC itself.
+func (e *l2Env) nodeByMAC(mac string) string {
+	for _, n := range e.Nodes {
+		if n.MAC.String() == mac {
+			return n.Name
+		}
+	}
+	return mac
+}
+
+var arpingFrom = regexp.MustCompile(`bytes from ([0-9a-f:]{17})`)
+
+// arpingMACs sends count ARP requests from the client and returns every MAC that answered
+// (Habets arping; it uses its own socket, so it does not touch the client's neighbour table).
+func (e *l2Env) arpingMACs(ip netip.Addr, count int) []string {
+	out, _ := exec.Command("ip", "netns", "exec", e.Client.NS, "arping", "-c", fmt.Sprint(count), "-w", "3", "-i", "eth0", ip.String()).CombinedOutput()
+	var macs []string
+	for _, m := range arpingFrom.FindAllStringSubmatch(string(out), -1) {
+		if !slices.Contains(macs, m[1]) {
+			macs = append(macs, m[1])
+		}
+	}
+	slices.Sort(macs)
+	return macs
+}
+
+func waitFor(t testing.TB, what string, within time.Duration, cond func() bool) time.Duration {
+	t.Helper()
+	return netlab.WaitFor(t, what, within, cond)
+}
+
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,67 @@
+package election
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// Candidate is what the speaker knows about one node when it decides who may answer for one
+// Service's address.
+type Candidate struct {
+	Name string
+	// Alive: the node's speaker is a live member of the gossip group.
+	Alive bool
+	// Selected: the L2Advertisement's nodeSelectors match the node (true when it has none).
+	Selected bool
+	// Excluded: the node carries node.kubernetes.io/exclude-from-external-load-balancers.
+	Excluded bool
+	// LocalEndpoint: the node holds a ready endpoint of the Service.
+	LocalEndpoint bool
+}
+
+// Policy is the part of the Service that changes who may answer.
+type Policy struct {
+	// LocalOnly is externalTrafficPolicy: Local; then only nodes with a ready endpoint answer,
+	// because the others would drop the traffic.
+	LocalOnly bool
+}
+
+// Eligible returns the sorted names of the candidates that may answer, and, when none may, a
+// reason that names what excluded them (for the Service's Announced condition).
+func Eligible(cands []Candidate, p Policy) (names []string, whyNone string) {
+	var dead, unselected, excluded, noEndpoint []string
+	for _, c := range cands {
+		switch {
+		case !c.Alive:
+			dead = append(dead, c.Name)
+		case !c.Selected:
+			unselected = append(unselected, c.Name)
+		case c.Excluded:
+			excluded = append(excluded, c.Name)
+		case p.LocalOnly && !c.LocalEndpoint:
+			noEndpoint = append(noEndpoint, c.Name)
+		default:
+			names = append(names, c.Name)
+		}
+	}
+	sort.Strings(names)
+	if len(names) > 0 {
+		return names, ""
+	}
+	if len(cands) == 0 {
+		return nil, "no speaker is running"
+	}
+	var parts []string
+	add := func(what string, nodes []string) {
+		if len(nodes) > 0 {
+			sort.Strings(nodes)
+			parts = append(parts, fmt.Sprintf("%s: %s", what, strings.Join(nodes, ",")))
+		}
+	}
+	add("speaker not alive", dead)
+	add("not matched by nodeSelectors", unselected)
+	add("labelled exclude-from-external-load-balancers", excluded)
+	add("no ready local endpoint (externalTrafficPolicy Local)", noEndpoint)
+	return nil, "no eligible node (" + strings.Join(parts, "; ") + ")"
+}

@@ -1,0 +1,171 @@
+// Package membership tells a speaker which other speakers are alive, through
+// hashicorp/memberlist gossip. It knows nothing of Kubernetes: the caller hands it peer
+// addresses (found through the apiserver) and the encryption key (read from a Secret).
+package membership
+
+import (
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// Config says how to gossip.
+type Config struct {
+	// Name is this node's name, unique in the group.
+	Name string
+	// BindAddr and BindPort are where memberlist listens (UDP and TCP).
+	BindAddr string
+	BindPort int
+	// Key encrypts the gossip (16, 24 or 32 bytes, AES); empty sends it in clear.
+	Key []byte
+	// Detection tunes how fast a silent member is declared dead.
+	Detection Detection
+	// Log receives memberlist's own log lines; nil discards them.
+	Log io.Writer
+}
+
+// Detection is the failure-detection timing. A member that stops answering is probed within
+// ProbeInterval, gets ProbeTimeout to answer, and is then suspected for SuspicionMult ×
+// max(1, log10(members)) × ProbeInterval before it is declared dead. Shorter settings fail over
+// faster and suspect more often under CPU load (BENCHMARKS-L2.md shows the trade-off).
+type Detection struct {
+	ProbeInterval time.Duration
+	ProbeTimeout  time.Duration
+	SuspicionMult int
+}
+
+// DefaultDetection declares a silent member dead in well under a second in a small cluster:
+// at most 200 ms until the next probe, 100 ms for its answer, 400 ms of suspicion.
+var DefaultDetection = Detection{ProbeInterval: 200 * time.Millisecond, ProbeTimeout: 100 * time.Millisecond, SuspicionMult: 2}
+
+// Change is a member joining or leaving, with the time memberlist noticed it.
+type Change struct {
+	Name   string
+	Joined bool
+	At     time.Time
+}
+
+// Group is this node's view of the gossip group.
+type Group struct {
+	ml      *memberlist.Memberlist
+	changes chan Change
+
+	mu    sync.Mutex
+	alive map[string]bool
+
+	leave sync.Once
+	left  error
+}
+
+// Start starts gossiping. Changes (buffered) receives every join and leave after that.
+func Start(cfg Config) (*Group, error) {
+	mc := memberlist.DefaultLANConfig()
+	mc.Name = cfg.Name
+	mc.BindAddr, mc.AdvertiseAddr = cfg.BindAddr, ""
+	mc.BindPort, mc.AdvertisePort = cfg.BindPort, cfg.BindPort
+	d := cfg.Detection
+	if d.ProbeInterval <= 0 || d.ProbeTimeout <= 0 || d.SuspicionMult < 1 || d.ProbeTimeout >= d.ProbeInterval {
+		return nil, fmt.Errorf("membership: bad failure-detection timing %+v (need 0 < probe timeout < probe interval, suspicion multiplier ≥ 1)", d)
+	}
+	mc.ProbeInterval, mc.ProbeTimeout, mc.SuspicionMult = d.ProbeInterval, d.ProbeTimeout, d.SuspicionMult
+	// Gossip runs only when something is queued, so a short interval costs nothing when idle
+	// and gets a leaving member's goodbye out within 20 ms (the SIGTERM failover path).
+	mc.GossipInterval = 20 * time.Millisecond
+	// Joining a node that is gone must not hold a starting speaker for memberlist's default 10 s.
+	mc.TCPTimeout = time.Second
+	if len(cfg.Key) > 0 {
+		switch len(cfg.Key) {
+		case 16, 24, 32:
+		default:
+			return nil, fmt.Errorf("membership: encryption key is %d bytes, want 16, 24 or 32", len(cfg.Key))
+		}
+		mc.SecretKey = cfg.Key
+	}
+	out := cfg.Log
+	if out == nil {
+		out = io.Discard
+	}
+	mc.Logger = log.New(out, "memberlist ", log.LstdFlags)
+	g := &Group{changes: make(chan Change, 1024), alive: map[string]bool{}}
+	mc.Events = events{g}
+	ml, err := memberlist.Create(mc)
+	if err != nil {
+		return nil, fmt.Errorf("membership: %w", err)
+	}
+	g.ml = ml
+	return g, nil
+}
+
+// Changes delivers joins and leaves, oldest first.
+func (g *Group) Changes() <-chan Change { return g.changes }
+
+// Alive lists the members alive now, this node included, sorted.
+func (g *Group) Alive() []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	out := make([]string, 0, len(g.alive))
+	for n, ok := range g.alive {
+		if ok {
+			out = append(out, n)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// IsAlive reports whether name is a live member.
+func (g *Group) IsAlive(name string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.alive[name]
+}
+
+// Join contacts peers ("host:port"); it succeeds when one answered.
+func (g *Group) Join(peers []string) error {
+	if len(peers) == 0 {
+		return nil
+	}
+	_, err := g.ml.Join(peers)
+	return err
+}
+
+// Leave tells the others this node is going (they take over at once, without waiting for
+// failure detection) and stops gossiping. Later calls return the first call's result
+// (memberlist panics on a Leave after Shutdown).
+func (g *Group) Leave(timeout time.Duration) error {
+	g.leave.Do(func() {
+		g.left = g.ml.Leave(timeout)
+		if err := g.ml.Shutdown(); g.left == nil {
+			g.left = err
+		}
+	})
+	return g.left
+}
+
+// HostPort joins an address and a port the way Join expects.
+func HostPort(addr string, port int) string { return net.JoinHostPort(addr, fmt.Sprint(port)) }
+
+type events struct{ g *Group }
+
+func (e events) set(n *memberlist.Node, alive bool) {
+	e.g.mu.Lock()
+	changed := e.g.alive[n.Name] != alive
+	e.g.alive[n.Name] = alive
+	e.g.mu.Unlock()
+	if changed {
+		select {
+		case e.g.changes <- Change{Name: n.Name, Joined: alive, At: time.Now()}:
+		default: // the consumer recomputes from Alive() anyway; a dropped change loses no state
+		}
+	}
+}
+
+func (e events) NotifyJoin(n *memberlist.Node)   { e.set(n, true) }
+func (e events) NotifyLeave(n *memberlist.Node)  { e.set(n, false) }
+func (e events) NotifyUpdate(n *memberlist.Node) {}

@@ -1,0 +1,45 @@
+package speaker
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the speaker's Prometheus series (portico_ prefix).
+type Metrics struct {
+	requests     *prometheus.CounterVec
+	replies      *prometheus.CounterVec
+	gratuitous   *prometheus.CounterVec
+	ownerChanges *prometheus.CounterVec
+	failover     prometheus.Histogram
+	announced    prometheus.Gauge
+	membersLost  prometheus.Counter
+}
+
+// NewMetrics creates the series and registers them with reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "portico_l2_requests_total",
+			Help: "ARP requests and neighbour solicitations received for addresses this node owns."}, []string{"protocol"}),
+		replies: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "portico_l2_replies_total",
+			Help: "ARP replies and neighbour advertisements sent in answer."}, []string{"protocol"}),
+		gratuitous: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "portico_l2_gratuitous_total",
+			Help: "Gratuitous ARP and unsolicited neighbour advertisements sent on takeover."}, []string{"protocol"}),
+		ownerChanges: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "portico_l2_owner_changes_total",
+			Help: "Addresses this node started (gained) or stopped (lost) answering for, by cause: member-lost, member-joined, config."},
+			[]string{"cause", "direction"}),
+		failover: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "portico_l2_failover_seconds",
+			Help:    "Time from a member's loss being detected to this node's first gratuitous announcement of the addresses it took over.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1}}),
+		announced: prometheus.NewGauge(prometheus.GaugeOpts{Name: "portico_l2_announced_addresses",
+			Help: "Addresses this node answers for."}),
+		membersLost: prometheus.NewCounter(prometheus.CounterOpts{Name: "portico_memberlist_members_lost_total",
+			Help: "Members this node saw leave or declared dead; when nobody really died these are false suspicions."}),
+	}
+	reg.MustRegister(m.requests, m.replies, m.gratuitous, m.ownerChanges, m.failover, m.announced, m.membersLost)
+	return m
+}
+
+// Request, Reply and Gratuitous make Metrics an l2.Counters.
+func (m *Metrics) Request(proto string)    { m.requests.WithLabelValues(proto).Inc() }
+func (m *Metrics) Reply(proto string)      { m.replies.WithLabelValues(proto).Inc() }
+func (m *Metrics) Gratuitous(proto string) { m.gratuitous.WithLabelValues(proto).Inc() }

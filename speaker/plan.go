@@ -1,0 +1,200 @@
+package speaker
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"sort"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/portico-lb/portico/api/v1alpha1"
+	"github.com/portico-lb/portico/controller/allocator"
+	"github.com/portico-lb/portico/speaker/election"
+)
+
+// World is everything the speaker reads from the apiserver, as listed from its cache.
+type World struct {
+	Services       []corev1.Service
+	EndpointSlices []discoveryv1.EndpointSlice
+	Nodes          []corev1.Node
+	Advertisements []v1alpha1.L2Advertisement
+	Pools          []v1alpha1.IPAddressPool
+}
+
+// Claim is one address this node answers for.
+type Claim struct {
+	Service string // namespace/name
+	// Interfaces to answer on; nil means every suitable interface.
+	Interfaces []string
+}
+
+// Plan is what this node should answer for, and what it finds wrong with the configuration.
+type Plan struct {
+	Mine     map[netip.Addr]Claim
+	Problems []string
+}
+
+// MakePlan decides, from the cluster's objects and the live members, which addresses node me
+// answers for. Every speaker runs it on the same inputs and election.Owner makes them agree.
+func MakePlan(w World, me, lbClass string, alive func(node string) bool) Plan {
+	p := Plan{Mine: map[netip.Addr]Claim{}}
+	pools := parsePools(w.Pools, &p)
+	for i := range w.Services {
+		svc := &w.Services[i]
+		if svc.Spec.Type != corev1.ServiceTypeLoadBalancer {
+			continue
+		}
+		if c := svc.Spec.LoadBalancerClass; c != nil && *c != lbClass {
+			continue
+		}
+		key := svc.Namespace + "/" + svc.Name
+		for _, ing := range svc.Status.LoadBalancer.Ingress {
+			ip, err := netip.ParseAddr(ing.IP)
+			if err != nil {
+				continue // a hostname ingress, or another controller's business
+			}
+			ip = ip.Unmap()
+			pool, ok := poolOf(svc, ip, pools)
+			if !ok {
+				p.Problems = append(p.Problems, fmt.Sprintf("%s: address %s is in no IPAddressPool", key, ip))
+				continue
+			}
+			ads := advertisementsFor(w.Advertisements, pool, svc)
+			if len(ads) == 0 {
+				continue // not announced over L2; the controller reports NoAdvertisement
+			}
+			cands, myIfaces, problems := candidates(w, ads, svc, me, alive)
+			p.Problems = append(p.Problems, problems...)
+			eligible, _ := election.Eligible(cands, election.Policy{
+				LocalOnly: svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal,
+			})
+			if owner, ok := election.Owner(ip, eligible); ok && owner == me {
+				p.Mine[ip] = Claim{Service: key, Interfaces: myIfaces}
+			}
+		}
+	}
+	sort.Strings(p.Problems)
+	p.Problems = slices.Compact(p.Problems)
+	return p
+}
+
+type parsedPool struct {
+	pool   *v1alpha1.IPAddressPool
+	ranges []allocator.Range
+}
+
+func parsePools(in []v1alpha1.IPAddressPool, p *Plan) []parsedPool {
+	out := make([]parsedPool, 0, len(in))
+	for i := range in {
+		entries := make([]string, len(in[i].Spec.Addresses))
+		for j, a := range in[i].Spec.Addresses {
+			entries[j] = string(a)
+		}
+		ranges, errs := allocator.ParsePool(entries)
+		for _, err := range errs {
+			p.Problems = append(p.Problems, fmt.Sprintf("IPAddressPool %s: %v", in[i].Name, err))
+		}
+		out = append(out, parsedPool{pool: &in[i], ranges: ranges})
+	}
+	return out
+}
+
+// poolOf finds the pool an address came from: the controller's annotation when it names a pool
+// holding the address, otherwise the first pool (by name) that contains it.
+func poolOf(svc *corev1.Service, ip netip.Addr, pools []parsedPool) (*v1alpha1.IPAddressPool, bool) {
+	named := svc.Annotations[v1alpha1.AnnotationAllocatedFromPool]
+	var found *v1alpha1.IPAddressPool
+	for _, pp := range pools {
+		if !slices.ContainsFunc(pp.ranges, func(r allocator.Range) bool { return r.Contains(ip) }) {
+			continue
+		}
+		if pp.pool.Name == named {
+			return pp.pool, true
+		}
+		if found == nil || pp.pool.Name < found.Name {
+			found = pp.pool
+		}
+	}
+	return found, found != nil
+}
+
+func matchesAny(sels []metav1.LabelSelector, set map[string]string) bool {
+	for i := range sels {
+		s, err := metav1.LabelSelectorAsSelector(&sels[i])
+		if err == nil && s.Matches(labels.Set(set)) {
+			return true
+		}
+	}
+	return false
+}
+
+// advertisementsFor returns the L2Advertisements that announce the pool's addresses for svc.
+func advertisementsFor(ads []v1alpha1.L2Advertisement, pool *v1alpha1.IPAddressPool, svc *corev1.Service) []*v1alpha1.L2Advertisement {
+	var out []*v1alpha1.L2Advertisement
+	for i := range ads {
+		s := &ads[i].Spec
+		poolOK := len(s.IPAddressPools) == 0 && len(s.IPAddressPoolSelectors) == 0 ||
+			slices.Contains(s.IPAddressPools, v1alpha1.Name(pool.Name)) || matchesAny(s.IPAddressPoolSelectors, pool.Labels)
+		svcOK := len(s.ServiceSelectors) == 0 || matchesAny(s.ServiceSelectors, svc.Labels)
+		if poolOK && svcOK {
+			out = append(out, &ads[i])
+		}
+	}
+	return out
+}
+
+// candidates describes every node for election, and the interfaces node me would answer on
+// (nil: all suitable; the union over the advertisements selecting me).
+func candidates(w World, ads []*v1alpha1.L2Advertisement, svc *corev1.Service, me string, alive func(string) bool) ([]election.Candidate, []string, []string) {
+	local := readyNodes(w.EndpointSlices, svc)
+	var myIfaces []string
+	allIfaces := false
+	var problems []string
+	cands := make([]election.Candidate, 0, len(w.Nodes))
+	for i := range w.Nodes {
+		n := &w.Nodes[i]
+		c := election.Candidate{Name: n.Name, Alive: alive(n.Name), LocalEndpoint: local[n.Name]}
+		_, c.Excluded = n.Labels[v1alpha1.LabelExcludeFromExternalLoadBalancers]
+		for _, ad := range ads {
+			if len(ad.Spec.NodeSelectors) > 0 && !matchesAny(ad.Spec.NodeSelectors, n.Labels) {
+				continue
+			}
+			c.Selected = true
+			if n.Name == me {
+				if len(ad.Spec.Interfaces) == 0 {
+					allIfaces = true
+				}
+				for _, ifc := range ad.Spec.Interfaces {
+					myIfaces = append(myIfaces, string(ifc))
+				}
+			}
+		}
+		cands = append(cands, c)
+	}
+	if allIfaces {
+		return cands, nil, problems
+	}
+	sort.Strings(myIfaces)
+	return cands, slices.Compact(myIfaces), problems
+}
+
+// readyNodes are the nodes holding a ready endpoint of svc.
+func readyNodes(slices []discoveryv1.EndpointSlice, svc *corev1.Service) map[string]bool {
+	out := map[string]bool{}
+	for i := range slices {
+		s := &slices[i]
+		if s.Namespace != svc.Namespace || s.Labels[discoveryv1.LabelServiceName] != svc.Name {
+			continue
+		}
+		for _, ep := range s.Endpoints {
+			if ep.NodeName != nil && (ep.Conditions.Ready == nil || *ep.Conditions.Ready) {
+				out[*ep.NodeName] = true
+			}
+		}
+	}
+	return out
+}

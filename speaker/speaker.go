@@ -1,0 +1,238 @@
+package speaker
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/types"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/portico-lb/portico/api/v1alpha1"
+	"github.com/portico-lb/portico/speaker/l2"
+	"github.com/portico-lb/portico/speaker/membership"
+)
+
+// Speaker answers on this node for the addresses it owns and reports them in its Speaker
+// object. It is a controller-runtime Runnable: every watched change and every membership change
+// triggers one recomputation of the whole plan (cheap: a hash per address and node).
+type Speaker struct {
+	Node     string
+	LBClass  string
+	Cache    cache.Cache
+	Client   client.Client // writes go straight to the apiserver
+	Reader   client.Reader // reads the Speaker object fresh before updating it (no conflicts with a lagging cache)
+	Group    *membership.Group
+	MLPort   int // peers' memberlist port, to join them at their nodes' InternalIP
+	Announce *l2.Announcer
+	Recorder record.EventRecorder
+	Metrics  *Metrics
+	Log      logr.Logger
+
+	kick    chan struct{}
+	cause   atomic.Value // string: why the next recomputation runs
+	lostAt  atomic.Int64 // unix nanos of the latest member loss not yet acted upon
+	owned   map[netip.Addr]Claim
+	ifaces  map[netip.Addr][]string
+	reports chan statusReport // the latest status to write; a newer one replaces an unwritten one
+	joining atomic.Bool
+}
+
+// Start runs until ctx ends; then it stops answering at once and leaves the group, so the other
+// speakers take over without waiting for failure detection.
+func (s *Speaker) Start(ctx context.Context) error {
+	s.kick = make(chan struct{}, 1)
+	s.reports = make(chan statusReport, 1)
+	s.owned = map[netip.Addr]Claim{}
+	// Status goes to the apiserver from its own goroutine: a slow or unreachable apiserver must
+	// never delay reacting to a member's loss.
+	go s.writeStatuses(ctx)
+	for _, obj := range []client.Object{&corev1.Service{}, &discoveryv1.EndpointSlice{}, &corev1.Node{},
+		&v1alpha1.L2Advertisement{}, &v1alpha1.IPAddressPool{}} {
+		inf, err := s.Cache.GetInformer(ctx, obj)
+		if err != nil {
+			return err
+		}
+		trigger := func(any) { s.trigger("config") }
+		if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{AddFunc: trigger, DeleteFunc: trigger,
+			UpdateFunc: func(_, _ any) { s.trigger("config") }}); err != nil {
+			return err
+		}
+	}
+	if !s.Cache.WaitForCacheSync(ctx) {
+		return fmt.Errorf("cache never synced")
+	}
+	// A speaker that answered before joining would see itself alone and claim every address,
+	// so the first join completes before the first plan.
+	s.joinPeers(ctx, true)
+	rejoin := time.NewTicker(500 * time.Millisecond)
+	defer rejoin.Stop()
+	s.trigger("config")
+	for {
+		select {
+		case <-ctx.Done():
+			s.shutdown()
+			return nil
+		case ch := <-s.Group.Changes():
+			s.Log.Info("membership changed", "member", ch.Name, "alive", ch.Joined)
+			if ch.Joined {
+				s.trigger("member-joined")
+			} else {
+				s.Metrics.membersLost.Inc()
+				s.lostAt.CompareAndSwap(0, ch.At.UnixNano())
+				s.trigger("member-lost")
+			}
+		case <-rejoin.C:
+			// Rejoining nodes that are not members heals a partition within half a second
+			// (memberlist alone would wait for its dead-node gossip, 30 s by default), which
+			// bounds how long two nodes answer for one address afterwards.
+			s.joinPeers(ctx, false)
+		case <-s.kick:
+			s.reconcile(ctx)
+		}
+	}
+}
+
+func (s *Speaker) trigger(cause string) {
+	// member-lost wins over a config cause queued before it, so failovers are counted as such.
+	if prev, _ := s.cause.Load().(string); prev != "member-lost" || cause == "member-lost" {
+		s.cause.Store(cause)
+	}
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (s *Speaker) shutdown() {
+	if err := s.Announce.Close(); err != nil {
+		s.Log.Error(err, "closing responders")
+	}
+	if err := s.Group.Leave(time.Second); err != nil {
+		s.Log.Error(err, "leaving the gossip group")
+	}
+	s.Log.Info("stopped answering and left the group")
+}
+
+// joinPeers contacts the nodes whose speakers are not members, at their InternalIP; wait makes
+// it return only when the attempt is over.
+func (s *Speaker) joinPeers(ctx context.Context, wait bool) {
+	if !s.joining.CompareAndSwap(false, true) {
+		return // a join is still waiting on an unreachable peer
+	}
+	var nodes corev1.NodeList
+	if err := s.Cache.List(ctx, &nodes); err != nil {
+		s.joining.Store(false)
+		return
+	}
+	var peers []string
+	for _, n := range nodes.Items {
+		if n.Name == s.Node || s.Group.IsAlive(n.Name) {
+			continue
+		}
+		for _, a := range n.Status.Addresses {
+			if a.Type == corev1.NodeInternalIP {
+				peers = append(peers, membership.HostPort(a.Address, s.MLPort))
+			}
+		}
+	}
+	join := func() {
+		defer s.joining.Store(false)
+		if err := s.Group.Join(peers); err != nil {
+			s.Log.V(1).Info("joining peers", "peers", peers, "error", err.Error())
+		}
+	}
+	if wait {
+		join()
+		return
+	}
+	go join()
+}
+
+func (s *Speaker) world(ctx context.Context) (World, error) {
+	var w World
+	var svcs corev1.ServiceList
+	var eps discoveryv1.EndpointSliceList
+	var nodes corev1.NodeList
+	var ads v1alpha1.L2AdvertisementList
+	var pools v1alpha1.IPAddressPoolList
+	for _, l := range []client.ObjectList{&svcs, &eps, &nodes, &ads, &pools} {
+		if err := s.Cache.List(ctx, l); err != nil {
+			return w, err
+		}
+	}
+	return World{Services: svcs.Items, EndpointSlices: eps.Items, Nodes: nodes.Items, Advertisements: ads.Items, Pools: pools.Items}, nil
+}
+
+func (s *Speaker) reconcile(ctx context.Context) {
+	cause, _ := s.cause.Swap("config").(string)
+	lostAt := s.lostAt.Swap(0)
+	w, err := s.world(ctx)
+	if err != nil {
+		s.Log.Error(err, "reading the cache")
+		return
+	}
+	plan := MakePlan(w, s.Node, s.LBClass, s.Group.IsAlive)
+	want := l2.Want{}
+	for ip, c := range plan.Mine {
+		want[ip] = c.Interfaces
+	}
+	answered, problems := s.Announce.Set(want)
+	if lostAt != 0 && gained(s.owned, plan.Mine) > 0 {
+		// Set has sent the first gratuitous frames when it returns.
+		s.Metrics.failover.Observe(time.Since(time.Unix(0, lostAt)).Seconds())
+	}
+	for ip, c := range plan.Mine {
+		if _, had := s.owned[ip]; !had {
+			s.Metrics.ownerChanges.WithLabelValues(cause, "gained").Inc()
+			s.Log.Info("answering", "ip", ip, "service", c.Service, "interfaces", answered[ip], "cause", cause)
+			s.event(ctx, c.Service, ip, answered[ip])
+		}
+	}
+	for ip := range s.owned {
+		if _, keep := plan.Mine[ip]; !keep {
+			s.Metrics.ownerChanges.WithLabelValues(cause, "lost").Inc()
+			s.Log.Info("stopped answering", "ip", ip, "cause", cause)
+		}
+	}
+	s.owned, s.ifaces = plan.Mine, answered
+	s.Metrics.announced.Set(float64(len(plan.Mine)))
+	for _, p := range problems {
+		plan.Problems = append(plan.Problems, p.Error())
+	}
+	slices.Sort(plan.Problems)
+	s.report(plan, answered)
+}
+
+func gained(old, now map[netip.Addr]Claim) int {
+	n := 0
+	for ip := range now {
+		if _, had := old[ip]; !had {
+			n++
+		}
+	}
+	return n
+}
+
+func (s *Speaker) event(ctx context.Context, service string, ip netip.Addr, ifaces []string) {
+	ns, name, _ := strings.Cut(service, "/")
+	var svc corev1.Service
+	if err := s.Cache.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &svc); err != nil {
+		return
+	}
+	where := strings.Join(ifaces, ",")
+	if where == "" {
+		where = "no interface"
+	}
+	s.Recorder.Eventf(&svc, corev1.EventTypeNormal, "Announced", "announcing %s from node %s on %s", ip, s.Node, where)
+}

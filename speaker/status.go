@@ -1,0 +1,116 @@
+package speaker
+
+import (
+	"context"
+	"net/netip"
+	"slices"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/portico-lb/portico/api/v1alpha1"
+)
+
+type statusReport struct {
+	status v1alpha1.SpeakerStatus
+	ready  metav1.Condition
+}
+
+// report queues the status for plan, replacing any report not yet written.
+func (s *Speaker) report(plan Plan, answered map[netip.Addr][]string) {
+	st := v1alpha1.SpeakerStatus{ConfigErrors: plan.Problems}
+	ips := make([]netip.Addr, 0, len(plan.Mine))
+	for ip := range plan.Mine {
+		ips = append(ips, ip)
+	}
+	slices.SortFunc(ips, netip.Addr.Compare)
+	for _, ip := range ips {
+		st.Announcements = append(st.Announcements, v1alpha1.Announcement{IP: ip.String(), Service: plan.Mine[ip].Service,
+			Protocol: v1alpha1.ProtocolL2, Interfaces: answered[ip]})
+	}
+	st.L2Announcements = int32(len(st.Announcements))
+	ready := metav1.Condition{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Running", Message: "answering for its addresses"}
+	if len(plan.Problems) > 0 {
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, "ConfigErrors", plan.Problems[0]
+	}
+	select {
+	case <-s.reports:
+	default:
+	}
+	s.reports <- statusReport{status: st, ready: ready}
+}
+
+// writeStatuses writes reports until ctx ends, retrying a failed write every 500 ms unless a
+// newer report arrives first.
+func (s *Speaker) writeStatuses(ctx context.Context) {
+	var written *statusReport
+	for {
+		var r statusReport
+		select {
+		case <-ctx.Done():
+			return
+		case r = <-s.reports:
+		}
+		for {
+			if written != nil && sameStatus(*written, r) {
+				break
+			}
+			err := s.writeStatus(ctx, r)
+			if err == nil {
+				written = &r
+				break
+			}
+			s.Log.Info("writing Speaker status failed, retrying", "error", err.Error())
+			t := time.NewTimer(500 * time.Millisecond)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case r = <-s.reports:
+				t.Stop()
+			case <-t.C:
+			}
+		}
+	}
+}
+
+func (s *Speaker) writeStatus(ctx context.Context, r statusReport) error {
+	sp := &v1alpha1.Speaker{ObjectMeta: metav1.ObjectMeta{Name: s.Node}}
+	if err := s.Reader.Get(ctx, client.ObjectKeyFromObject(sp), sp); apierrors.IsNotFound(err) {
+		if err := s.Client.Create(ctx, sp); err != nil {
+			return err
+		}
+	} else if err != nil {
+		return err
+	}
+	st := r.status
+	st.Conditions = slices.Clone(sp.Status.Conditions)
+	setCondition(&st.Conditions, r.ready, sp.Generation)
+	sp.Status = st
+	return s.Client.Status().Update(ctx, sp)
+}
+
+func sameStatus(a, b statusReport) bool {
+	return a.ready.Status == b.ready.Status && a.ready.Message == b.ready.Message &&
+		slices.Equal(a.status.ConfigErrors, b.status.ConfigErrors) &&
+		slices.EqualFunc(a.status.Announcements, b.status.Announcements, func(x, y v1alpha1.Announcement) bool {
+			return x.IP == y.IP && x.Service == y.Service && slices.Equal(x.Interfaces, y.Interfaces)
+		})
+}
+
+func setCondition(conds *[]metav1.Condition, c metav1.Condition, gen int64) {
+	c.ObservedGeneration = gen
+	c.LastTransitionTime = metav1.Now()
+	for i := range *conds {
+		if (*conds)[i].Type == c.Type {
+			if (*conds)[i].Status == c.Status {
+				c.LastTransitionTime = (*conds)[i].LastTransitionTime
+			}
+			(*conds)[i] = c
+			return
+		}
+	}
+	*conds = append(*conds, c)
+}
