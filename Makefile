@@ -41,7 +41,7 @@ bench: controlplane
 
 ## bench-l2: L2 failover, dual answering after a partition, speaker memory and the detection
 ## trade-off, measured with real speakers in network namespaces (root); the report goes to
-## bin/bench-l2.md (pasted into BENCHMARKS-L2.md).
+## bin/bench-l2.md (its section of BENCHMARKS.md).
 bench-l2: controlplane
 	@mkdir -p bin
 	PORTICO_BENCH_L2_OUT=$(CURDIR)/bin/bench-l2.md go test -count=1 -run '^$$' -bench '^BenchmarkL2$$' -benchtime 1x -timeout 30m ./e2e/

@@ -75,7 +75,7 @@ func (e *l2Env) expectOwner(ip netip.Addr, want string) {
 
 // settle waits until owner alone reports and answers ip and the client resolves it there. After
 // a heal or a restart two nodes can answer for a short while (the isolated node kept answering;
-// BENCHMARKS-L2.md measures the window), so this polls, with a bound, instead of asserting at
+// BENCHMARKS.md measures the window), so this polls, with a bound, instead of asserting at
 // once.
 func (e *l2Env) settle(ip netip.Addr, owner string) {
 	waitFor(e.t, owner+" alone answers "+ip.String(), 10*time.Second, func() bool {

@@ -52,16 +52,7 @@ func main() {
 }
 
 func run(opts ctrl.Options, lbClass string) error {
-	scheme, err := kube.NewScheme()
-	if err != nil {
-		return err
-	}
-	cfg, err := ctrl.GetConfig()
-	if err != nil {
-		return err
-	}
-	opts.Scheme = scheme
-	mgr, err := ctrl.NewManager(cfg, opts)
+	mgr, err := kube.NewManager(opts)
 	if err != nil {
 		return err
 	}

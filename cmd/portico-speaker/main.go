@@ -57,15 +57,7 @@ func run(o options) error {
 		return fmt.Errorf("no node name: set --node-name or NODE_NAME")
 	}
 	log := ctrl.Log.WithName("speaker").WithValues("node", o.node)
-	scheme, err := kube.NewScheme()
-	if err != nil {
-		return err
-	}
-	cfg, err := ctrl.GetConfig()
-	if err != nil {
-		return err
-	}
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: o.metricsAddr}})
+	mgr, err := kube.NewManager(ctrl.Options{Metrics: metricsserver.Options{BindAddress: o.metricsAddr}})
 	if err != nil {
 		return err
 	}

@@ -4,6 +4,7 @@ package kube
 import (
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
 
 	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
 )
@@ -18,4 +19,19 @@ func NewScheme() (*runtime.Scheme, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// NewManager connects to the cluster (in-cluster, --kubeconfig or $KUBECONFIG) and returns a
+// controller-runtime manager whose scheme knows Portico's types.
+func NewManager(opts ctrl.Options) (ctrl.Manager, error) {
+	scheme, err := NewScheme()
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		return nil, err
+	}
+	opts.Scheme = scheme
+	return ctrl.NewManager(cfg, opts)
 }

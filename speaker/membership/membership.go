@@ -33,7 +33,7 @@ type Config struct {
 // Detection is the failure-detection timing. A member that stops answering is probed within
 // ProbeInterval, gets ProbeTimeout to answer, and is then suspected for SuspicionMult ×
 // max(1, log10(members)) × ProbeInterval before it is declared dead. Shorter settings fail over
-// faster and suspect more often under CPU load (BENCHMARKS-L2.md shows the trade-off).
+// faster and suspect more often under CPU load (BENCHMARKS.md shows the trade-off).
 type Detection struct {
 	ProbeInterval time.Duration
 	ProbeTimeout  time.Duration
