@@ -34,17 +34,18 @@ test: controlplane
 ## does) and the L2 failover benchmark. Results go in BENCHMARKS.md.
 BENCH_SERVICES ?= 5000
 BENCH_COUNT ?= 3
+BENCH_L2_RUNS ?= 11
 bench: controlplane
 	go test -run '^$$' -bench . -benchtime 20000x -count $(BENCH_COUNT) ./controller/allocator/
 	PORTICO_BENCH_SERVICES=$(BENCH_SERVICES) go test -run '^$$' -bench '^Benchmark(Burst|Backlog)$$' -benchtime 1x -count $(BENCH_COUNT) -timeout 60m ./e2e/
 	$(MAKE) bench-l2
 
-## bench-l2: L2 failover, dual answering after a partition, speaker memory and the detection
+## bench-l2 (BENCH_L2_RUNS, default 11): L2 failover, dual answering after a partition, speaker memory and the detection
 ## trade-off, measured with real speakers in network namespaces (root); the report goes to
 ## bin/bench-l2.md (its section of BENCHMARKS.md).
 bench-l2: controlplane
 	@mkdir -p bin
-	PORTICO_BENCH_L2_OUT=$(CURDIR)/bin/bench-l2.md go test -count=1 -run '^$$' -bench '^BenchmarkL2$$' -benchtime 1x -timeout 30m ./e2e/
+	PORTICO_BENCH_L2_RUNS=$(BENCH_L2_RUNS) PORTICO_BENCH_L2_OUT=$(CURDIR)/bin/bench-l2.md go test -count=1 -run '^$$' -bench '^BenchmarkL2$$' -benchtime 1x -timeout 30m ./e2e/
 	@cat bin/bench-l2.md
 
 ## demo: a local control plane with Portico's CRDs and the home-lab pool.

@@ -5,16 +5,19 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
@@ -38,7 +41,24 @@ func (r *ServiceReconciler) setup(mgr ctrl.Manager) error {
 		// costs microseconds); the status writer sends the results in parallel.
 		WithOptions(controller.Options{MaxConcurrentReconciles: 1}).
 		WatchesRawSource(source.Channel(r.state.retry, &handler.EnqueueRequestForObject{})).
+		// A namespace's labels decide which pools' namespaceSelectors take its Services.
+		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.waitingIn)).
 		Complete(r)
+}
+
+// waitingIn lists the waiting Services of a namespace whose labels may have changed; Services
+// that hold addresses keep them either way.
+func (r *ServiceReconciler) waitingIn(_ context.Context, ns client.Object) []reconcile.Request {
+	s := r.state
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var reqs []reconcile.Request
+	for _, key := range s.waitingServices() {
+		if namespace, name, _ := strings.Cut(key, "/"); namespace == ns.GetName() {
+			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: namespace, Name: name}})
+		}
+	}
+	return reqs
 }
 
 // Reconcile allocates or releases the Service's addresses and writes its status, in one

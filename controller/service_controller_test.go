@@ -366,6 +366,24 @@ func TestPoolSelection(t *testing.T) {
 	waitIPs(t, prod, "app", "198.51.100.68")
 	createService(t, prod, "edge", func(s *corev1.Service) { s.Labels = map[string]string{"tier": "edge"} })
 	waitIPs(t, prod, "edge", "198.51.100.72")
+
+	// A waiting Service gets its address when its namespace is labelled into a pool.
+	createPool(t, "sel-staging", porticov1.IPAddressPoolSpec{
+		Addresses: []porticov1.AddressRange{"198.51.100.76/30"}, AutoAssign: ptr.To(false),
+		ServiceAllocation: &porticov1.ServiceAllocation{NamespaceSelectors: []metav1.LabelSelector{{
+			MatchLabels: map[string]string{"env": "staging"}}}},
+	})
+	createService(t, dev, "staged", withAnnotation(porticov1.AnnotationAddressPool, "sel-staging"))
+	waitReason(t, dev, "staged", porticov1.ReasonNoMatchingPool)
+	var ns corev1.Namespace
+	if err := cp.Client.Get(context.Background(), client.ObjectKey{Name: dev}, &ns); err != nil {
+		t.Fatal(err)
+	}
+	ns.Labels["env"] = "staging"
+	if err := cp.Client.Update(context.Background(), &ns); err != nil {
+		t.Fatal(err)
+	}
+	waitIPs(t, dev, "staged", "198.51.100.76")
 }
 
 // TestOrphans: shrinking a pool under an assigned address keeps the address and says so on
