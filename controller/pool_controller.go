@@ -47,11 +47,10 @@ func (r *PoolReconciler) setup(mgr ctrl.Manager) error {
 // Reconcile syncs the allocator's pools and writes this pool's status, at most once a second.
 func (r *PoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var pool porticov1.IPAddressPool
-	err := r.Client.Get(ctx, req.NamespacedName, &pool)
-	if client.IgnoreNotFound(err) != nil {
+	found, err := get(ctx, r.Client, req.NamespacedName, &pool)
+	if err != nil {
 		return ctrl.Result{}, err
 	}
-	found := err == nil
 
 	s := r.state
 	after, err := s.lock(ctx)
@@ -214,14 +213,6 @@ func (r *PoolReconciler) overlapCondition(ctx context.Context, pool *porticov1.I
 		c.Message = "shares addresses with pool " + strings.Join(found, "; ") + "; an address taken through one pool is taken in both"
 	}
 	return c
-}
-
-func keys[V any](m map[string]V) []string {
-	k := make([]string, 0, len(m))
-	for x := range m {
-		k = append(k, x)
-	}
-	return k
 }
 
 // poolReadyCondition judges a pool's spec on its own; problems between pools are other

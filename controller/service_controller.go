@@ -66,11 +66,10 @@ func (r *ServiceReconciler) waitingIn(_ context.Context, ns client.Object) []rec
 func (r *ServiceReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	key := req.Namespace + "/" + req.Name
 	var svc corev1.Service
-	err := r.Client.Get(ctx, req.NamespacedName, &svc)
-	if client.IgnoreNotFound(err) != nil {
+	found, err := get(ctx, r.Client, req.NamespacedName, &svc)
+	if err != nil {
 		return ctrl.Result{}, err
 	}
-	found := err == nil
 
 	s := r.state
 	after, err := s.lock(ctx)

@@ -3,6 +3,7 @@ package controller
 import (
 	"cmp"
 	"context"
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
@@ -55,7 +57,7 @@ type waiter struct {
 
 // waitingServices lists the waiting Services, oldest first.
 func (s *state) waitingServices() []string {
-	names := keys(s.waiting)
+	names := slices.Collect(maps.Keys(s.waiting))
 	slices.SortFunc(names, func(a, b string) int {
 		return cmp.Or(s.waiting[a].since.Compare(s.waiting[b].since), cmp.Compare(a, b))
 	})
@@ -123,7 +125,7 @@ func (s *state) lock(ctx context.Context) (after func(), err error) {
 	if !changed {
 		return func() {}, nil
 	}
-	retry, pools := append(moved, s.waitingServices()...), keys(s.poolGen)
+	retry, pools := append(moved, s.waitingServices()...), slices.Collect(maps.Keys(s.poolGen))
 	return func() {
 		s.retryServices(retry)
 		s.poolsDirty(pools)
@@ -144,23 +146,11 @@ func (s *state) syncPools(ctx context.Context) (changed bool, moved []string, er
 		gen[p.Name] = p.Generation
 		pools = append(pools, allocatorPool(p))
 	}
-	if s.poolGen != nil && mapsEqual(gen, s.poolGen) {
+	if s.poolGen != nil && maps.Equal(gen, s.poolGen) {
 		return false, nil, nil
 	}
 	s.poolGen = gen
 	return true, s.alloc.SetPools(pools), nil
-}
-
-func mapsEqual(a, b map[string]int64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if w, ok := b[k]; !ok || w != v {
-			return false
-		}
-	}
-	return true
 }
 
 // allocatorPool is the allocator's view of a pool: its valid entries (the invalid ones are
@@ -238,4 +228,13 @@ func (s *state) poolsDirty(names []string) {
 		p.Name = n
 		s.dirty <- event.GenericEvent{Object: p}
 	}
+}
+
+// get reads an object that may be gone: found is false, and err nil, when it is.
+func get(ctx context.Context, c client.Reader, key client.ObjectKey, obj client.Object) (found bool, err error) {
+	err = c.Get(ctx, key, obj)
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	return err == nil, err
 }

@@ -42,7 +42,6 @@ type ipWatch struct {
 	seen map[string]time.Time
 	n    int
 	all  chan struct{} // closed when n Services have an address
-	stop func()
 }
 
 func watchIPs(b *testing.B, cp *controlplane.ControlPlane, ns string, n int) *ipWatch {
@@ -73,8 +72,7 @@ func watchIPs(b *testing.B, cp *controlplane.ControlPlane, ns string, n int) *ip
 	stop := make(chan struct{})
 	factory.Start(stop)
 	factory.WaitForCacheSync(stop)
-	iw.stop = func() { close(stop) }
-	b.Cleanup(iw.stop)
+	b.Cleanup(func() { close(stop) })
 	return iw
 }
 

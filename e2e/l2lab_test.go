@@ -58,12 +58,7 @@ func inLab[T testing.TB](t T, body func(t T, e *l2Env)) {
 		body(t, startEnv(t, &lab))
 		return
 	}
-	if why := netlab.Usable(); why != "" {
-		t.Skip(why)
-	}
-	if _, err := exec.LookPath("arping"); err != nil {
-		t.Skip("needs arping")
-	}
+	netlab.Require(t, "arping")
 	bin := buildBinary(t, "./cmd/portico-speaker")
 	l := netlab.New(t)
 	lab := l2Lab{Speaker: bin, Switch: l.Switch,

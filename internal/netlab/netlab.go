@@ -35,6 +35,26 @@ func Usable() string {
 	return ""
 }
 
+// Require stops a test that cannot build a lab here: on a developer's machine without root or
+// the tools it skips, naming what is missing; in CI (CI=true, which is root and installs the
+// tools) it fails, so a lab test is never skipped and counted as a pass there.
+func Require(t testing.TB, tools ...string) {
+	t.Helper()
+	why := Usable()
+	for _, tool := range tools {
+		if _, err := exec.LookPath(tool); why == "" && err != nil {
+			why = "needs " + tool
+		}
+	}
+	if why == "" {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("CI must run this test: %s", why)
+	}
+	t.Skip(why)
+}
+
 var seq atomic.Int32
 
 // Lab is one bridge namespace and the hosts attached to it.

@@ -43,9 +43,7 @@ func setIn(t *testing.T, ns string, a *Announcer, want Want) map[netip.Addr][]st
 // a takeover flips the client's existing entry through gratuitous ARP / unsolicited NA, and
 // garbage frames do not stop the responder.
 func TestResponderInNamespaces(t *testing.T) {
-	if why := netlab.Usable(); why != "" {
-		t.Skip(why)
-	}
+	netlab.Require(t)
 	lab := netlab.New(t)
 	client := lab.AddHost("client", "02:00:00:00:00:01", "198.51.100.1/24", "2001:db8:1::1/64")
 	nodeA := lab.AddHost("a", "02:00:00:00:00:0a", "198.51.100.11/24", "2001:db8:1::11/64")

@@ -1,9 +1,12 @@
 package membership
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/portico-lb/portico/internal/netlab"
 )
 
 func start(t *testing.T, name string, port int, key []byte) *Group {
@@ -18,13 +21,7 @@ func start(t *testing.T, name string, port int, key []byte) *Group {
 
 func waitAlive(t *testing.T, g *Group, want []string) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !slices.Equal(g.Alive(), want) {
-		if time.Now().After(deadline) {
-			t.Fatalf("alive %v, want %v", g.Alive(), want)
-		}
-		time.Sleep(10 * time.Millisecond) // polling interval
-	}
+	netlab.WaitFor(t, fmt.Sprintf("alive members %v", want), 5*time.Second, func() bool { return slices.Equal(g.Alive(), want) })
 }
 
 // TestJoinAndLeave: two members on loopback find each other, and a leave is seen by the other
