@@ -38,6 +38,7 @@ type l2Lab struct {
 	CP      netlab.Host
 	Client  netlab.Host
 	Nodes   []labNode
+	Routers []netlab.Host // BGP routers' namespaces (inBGPLab)
 }
 
 type labNode struct {
@@ -49,7 +50,12 @@ type labNode struct {
 // and re-executes the test binary in the control-plane namespace (speakers in the node
 // namespaces must reach the apiserver, and nothing may be configured in the root namespace);
 // the inner call runs body with a control plane bound to the bridge.
-func inLab[T testing.TB](t T, body func(t T, e *l2Env)) {
+func inLab[T testing.TB](t T, body func(t T, e *l2Env)) { inLabWith(t, 0, body) }
+
+// inBGPLab is inLab with BGP router namespaces on the bridge: 198.51.100.3, .4, ...
+func inBGPLab[T testing.TB](t T, routers int, body func(t T, e *l2Env)) { inLabWith(t, routers, body) }
+
+func inLabWith[T testing.TB](t T, routers int, body func(t T, e *l2Env)) {
 	if raw := os.Getenv(labEnv); raw != "" {
 		var lab l2Lab
 		if err := json.Unmarshal([]byte(raw), &lab); err != nil {
@@ -58,7 +64,11 @@ func inLab[T testing.TB](t T, body func(t T, e *l2Env)) {
 		body(t, startEnv(t, &lab))
 		return
 	}
-	netlab.Require(t, "arping")
+	tools := []string{"arping"}
+	if routers > 0 {
+		tools = append(tools, "bird", "birdc", "vtysh", "/usr/lib/frr/bgpd")
+	}
+	netlab.Require(t, tools...)
 	bin := buildBinary(t, "./cmd/portico-speaker")
 	l := netlab.New(t)
 	lab := l2Lab{Speaker: bin, Switch: l.Switch,
@@ -68,6 +78,10 @@ func inLab[T testing.TB](t T, body func(t T, e *l2Env)) {
 	for i, name := range []string{"node-a", "node-b", "node-c"} {
 		lab.Nodes = append(lab.Nodes, labNode{Name: name, Host: l.AddHost(name[5:], fmt.Sprintf("02:00:00:00:00:%02x", 0x0a+i),
 			fmt.Sprintf("198.51.100.%d/24", 11+i), fmt.Sprintf("2001:db8:1::%d/64", 11+i))})
+	}
+	for i := 0; i < routers; i++ {
+		lab.Routers = append(lab.Routers, l.AddHost(fmt.Sprintf("r%d", i+1), fmt.Sprintf("02:00:00:00:01:%02x", i+1),
+			fmt.Sprintf("198.51.100.%d/24", 3+i), fmt.Sprintf("2001:db8:1::%d/64", 3+i)))
 	}
 	raw, _ := json.Marshal(lab)
 	self, err := os.Executable()

@@ -156,8 +156,32 @@ func (s *Sessions) observe(ss *session, state string) {
 	after := ss.state
 	before.Routes, after.Routes = len(ss.routes), len(ss.routes)
 	s.mu.Unlock()
+	if before.Established() && state == "Idle" {
+		go s.redial(ss)
+	}
 	if s.OnChange != nil {
 		s.OnChange(before, after)
+	}
+}
+
+// redial re-creates the neighbour of a session that just dropped. GoBGP holds a neighbour in
+// Idle for a fixed 5 s after its session drops; a fresh neighbour connects within its connect
+// retry (1–2 s), so a restarted router gets its routes back that much sooner. The routes stay
+// in the server's RIB and are sent again once the session is up.
+func (s *Sessions) redial(ss *session) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.running[ss.peer.Name] != ss {
+		return // closed or replaced meanwhile
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := ss.srv.DeletePeer(ctx, &api.DeletePeerRequest{Address: ss.peer.Address.String()})
+	if err == nil {
+		err = ss.srv.AddPeer(ctx, &api.AddPeerRequest{Peer: apiPeer(ss.peer)})
+	}
+	if err != nil {
+		s.Log.Error(err, "re-creating a dropped BGP neighbour", "peer", ss.peer.Name)
 	}
 }
 
