@@ -17,6 +17,9 @@ import (
 	"github.com/portico-lb/portico/speaker/bgp"
 )
 
+// statusWriteInterval is the least time between two writes of the Speaker status.
+const statusWriteInterval = 500 * time.Millisecond
+
 type statusReport struct {
 	status v1alpha1.SpeakerStatus
 	ready  metav1.Condition
@@ -75,6 +78,17 @@ func (s *Speaker) writeStatuses(ctx context.Context) {
 			err := s.writeStatus(ctx, r)
 			if err == nil {
 				written = &r
+				// At most one write per statusWriteInterval: the status holds one entry per
+				// address, and while many Services change it would otherwise be rewritten
+				// (and sent through etcd) for every one of them. Newer reports replace the
+				// waiting one meanwhile.
+				t := time.NewTimer(statusWriteInterval)
+				select {
+				case <-ctx.Done():
+					t.Stop()
+					return
+				case <-t.C:
+				}
 				break
 			}
 			s.Log.Info("writing Speaker status failed, retrying", "error", err.Error())
