@@ -53,6 +53,46 @@ func BenchmarkBGP(b *testing.B) {
 				{Key: "advertise", Operator: metav1.LabelSelectorOpNotIn, Values: []string{"no"}}}}}}})
 		rssIdle := e.peakRSS()
 
+		var rep strings.Builder
+		fmt.Fprintf(&rep, "Measured %s on %d CPUs; three speakers (embedded GoBGP) peered over eBGP with bird 2 in network namespaces, real kube-apiserver. Route times are read from `ip monitor route` in the router's namespace.\n\n",
+			time.Now().UTC().Format("2006-01-02"), runtimeCPUs())
+		mon := watchRoutes(b, router.NS)
+		defer mon.stop()
+		fmt.Fprintf(&rep, "| %d runs | median | min | max |\n|---|---|---|---|\n", runs)
+		// latency measures runs Services one after another; base offsets their addresses.
+		latency := func(when string, base int) {
+			var adds, dels []time.Duration
+			for i := 0; i < runs; i++ {
+				ip := netip.AddrFrom4([4]byte{203, 0, 113, byte(base + i%50)})
+				pfx := netip.PrefixFrom(ip, 32)
+				name := fmt.Sprintf("lat-%d-%d", base, i)
+				svc := e.createService(name, []netip.Prefix{pfx}, false)
+				svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: ip.String()}}
+				mon.reset()
+				// From the moment the status write is sent: the speakers often act on the watch
+				// event before the writer has read the apiserver's answer.
+				written := time.Now()
+				must(b, e.c.Status().Update(context.Background(), svc))
+				at := mon.await(b, pfx.Addr().String(), false)
+				adds = append(adds, at.Sub(written))
+				e.expectRoute(router.NS, pfx, e.nodeIPs(false, all...), 10*time.Second)
+				mon.reset()
+				deleted := time.Now()
+				must(b, e.c.Delete(context.Background(), svc))
+				for at = mon.await(b, pfx.Addr().String(), true); len(netlab.Gateways(router.NS, pfx)) > 0; {
+					at = mon.await(b, pfx.Addr().String(), true) // only one node's path went; wait for the last
+				}
+				dels = append(dels, at.Sub(deleted))
+			}
+			fmt.Fprintf(&rep, "| %s: Service's status write sent → route in the router's kernel table (first node) | %s | %s | %s |\n",
+				when, ms(median(adds)), ms(slices.Min(adds)), ms(slices.Max(adds)))
+			fmt.Fprintf(&rep, "| %s: Service delete sent → route gone from the router's kernel table (last node) | %s | %s | %s |\n",
+				when, ms(median(dels)), ms(slices.Min(dels)), ms(slices.Max(dels)))
+		}
+		latency("alone", 100)
+
+		e.createObject(&v1alpha1.IPAddressPool{ObjectMeta: metav1.ObjectMeta{Name: "many"},
+			Spec: v1alpha1.IPAddressPoolSpec{Addresses: []v1alpha1.AddressRange{"10.200.0.0/16"}}})
 		// The floor: the same creations and status writes for addresses no advertisement
 		// covers, so the speakers have nothing to advertise or report.
 		e.createObject(&v1alpha1.IPAddressPool{ObjectMeta: metav1.ObjectMeta{Name: "floor", Labels: map[string]string{"advertise": "no"}},
@@ -60,44 +100,6 @@ func BenchmarkBGP(b *testing.B) {
 		start := time.Now()
 		e.createLBServices("floor", netip.MustParseAddr("10.201.0.1"), many)
 		floor := time.Since(start)
-
-		var rep strings.Builder
-		fmt.Fprintf(&rep, "Measured %s on %d CPUs; three speakers (embedded GoBGP) peered over eBGP with bird 2 in network namespaces, real kube-apiserver. Route times are read from `ip monitor route` in the router's namespace.\n\n",
-			time.Now().UTC().Format("2006-01-02"), runtimeCPUs())
-		mon := watchRoutes(b, router.NS)
-		var adds, dels []time.Duration
-		for i := 0; i < runs; i++ {
-			ip := netip.AddrFrom4([4]byte{203, 0, 113, byte(100 + i%100)})
-			pfx := netip.PrefixFrom(ip, 32)
-			name := fmt.Sprintf("lat-%d", i)
-			mon.reset()
-			svc := e.createService(name, []netip.Prefix{pfx}, false)
-			svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: ip.String()}}
-			mon.reset()
-			// From the moment the status write is sent: the speakers often act on the watch
-			// event before the writer has read the apiserver's answer.
-			written := time.Now()
-			must(b, e.c.Status().Update(context.Background(), svc))
-			at := mon.await(b, pfx.Addr().String(), false)
-			adds = append(adds, at.Sub(written))
-			e.expectRoute(router.NS, pfx, e.nodeIPs(false, all...), 10*time.Second)
-			mon.reset()
-			deleted := time.Now()
-			must(b, e.c.Delete(context.Background(), svc))
-			for at = mon.await(b, pfx.Addr().String(), true); len(netlab.Gateways(router.NS, pfx)) > 0; {
-				at = mon.await(b, pfx.Addr().String(), true) // only one node's path went; wait for the last
-			}
-			dels = append(dels, at.Sub(deleted))
-		}
-		mon.stop()
-		fmt.Fprintf(&rep, "| %d runs | median | min | max |\n|---|---|---|---|\n", runs)
-		fmt.Fprintf(&rep, "| Service's status write sent → route in the router's kernel table (first node) | %s | %s | %s |\n",
-			ms(median(adds)), ms(slices.Min(adds)), ms(slices.Max(adds)))
-		fmt.Fprintf(&rep, "| Service delete sent → route gone from the router's kernel table (last node) | %s | %s | %s |\n",
-			ms(median(dels)), ms(slices.Min(dels)), ms(slices.Max(dels)))
-
-		e.createObject(&v1alpha1.IPAddressPool{ObjectMeta: metav1.ObjectMeta{Name: "many"},
-			Spec: v1alpha1.IPAddressPoolSpec{Addresses: []v1alpha1.AddressRange{"10.200.0.0/16"}}})
 		start = time.Now()
 		e.createLBServices("many", netip.MustParseAddr("10.200.0.1"), many)
 		written := time.Since(start)
@@ -105,6 +107,7 @@ func BenchmarkBGP(b *testing.B) {
 			return routeCount(router.NS, "10.200.") >= many
 		})
 		converged := time.Since(start)
+		latency(fmt.Sprintf("with %d more advertised", many), 150)
 		fmt.Fprintf(&rep, "\n| %d Services created at once (4 parallel writers: create, then status) | time |\n|---|---|\n", many)
 		fmt.Fprintf(&rep, "| floor: addresses no advertisement covers (the speakers stay idle) — all statuses written | %s |\n", ms(floor))
 		fmt.Fprintf(&rep, "| advertised — all statuses written | %s (%.2f × floor) |\n", ms(written), float64(written)/float64(floor))
