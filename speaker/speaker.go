@@ -187,7 +187,8 @@ func (s *Speaker) world(ctx context.Context) (World, error) {
 	var peers v1alpha1.BGPPeerList
 	var bgpAds v1alpha1.BGPAdvertisementList
 	for _, l := range []client.ObjectList{&svcs, &eps, &nodes, &ads, &pools, &peers, &bgpAds} {
-		if err := s.Cache.List(ctx, l); err != nil {
+		// The plan only reads the objects: no deep copy of every Service on every change.
+		if err := s.Cache.List(ctx, l, client.UnsafeDisableDeepCopy); err != nil {
 			return w, err
 		}
 	}
