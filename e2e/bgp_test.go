@@ -169,6 +169,42 @@ func TestBGP(t *testing.T) {
 			e.expectRoute(bird, steady, e.nodeIPs(false, all...), 30*time.Second)
 		})
 
+		t.Run("graceful restart: a killed speaker's routes stay until it is back", func(t *testing.T) {
+			e.t = t
+			var tor v1alpha1.BGPPeer
+			must(t, e.c.Get(context.Background(), clientKey("tor"), &tor))
+			tor.Spec.EnableGracefulRestart = true
+			changed := time.Now().Add(-time.Second) // Since has a one-second resolution
+			must(t, e.c.Update(context.Background(), &tor))
+			// A changed peer gets fresh sessions, now negotiating graceful restart.
+			waitFor(t, "fresh tor sessions on every node", 30*time.Second, func() bool {
+				for _, n := range all {
+					s := e.sessions(n)["tor"]
+					if s.State != "Established" || s.Since == nil || s.Since.Time.Before(changed) {
+						return false
+					}
+				}
+				return true
+			})
+			e.expectRoute(bird, steady, e.nodeIPs(false, all...), 10*time.Second)
+			e.kill("node-c", syscall.SIGKILL)
+			waitFor(t, "bird sees node-c's session down", 10*time.Second, func() bool {
+				out, err := b.Birdc("show", "protocols", "node_c")
+				return err == nil && !strings.Contains(out, "Established")
+			})
+			// Without graceful restart bird flushes node-c's routes as the session goes down
+			// (2 ms after a SIGKILL, research/netlab.md); with it they stay, marked stale.
+			if gw := netlab.Gateways(bird, steady); !slices.Equal(gw, e.nodeIPs(false, all...)) {
+				t.Fatalf("after node-c died the router routes %v via %v; graceful restart should keep node-c's path", steady, gw)
+			}
+			if out, _ := b.Birdc("show", "route", steady.String(), "protocol", "node_c"); !strings.Contains(out, steady.String()) {
+				t.Fatalf("bird dropped node-c's route although graceful restart was negotiated:\n%s", out)
+			}
+			e.startSpeaker("node-c")
+			e.waitEstablished("tor", 30*time.Second, "node-c")
+			e.expectRoute(bird, steady, e.nodeIPs(false, all...), 10*time.Second)
+		})
+
 		t.Run("FRR learns and withdraws the routes", func(t *testing.T) {
 			e.t = t
 			frrAddr := e.Routers[1].IPv4.Addr()
