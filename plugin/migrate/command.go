@@ -44,7 +44,7 @@ Services need no change: Portico honours MetalLB's annotations.`,
 				fmt.Fprintln(cmd.ErrOrStderr(), "not translated:", p)
 			}
 			for _, p := range r.Notes {
-				fmt.Fprintln(cmd.ErrOrStderr(), "to do by hand:", p)
+				fmt.Fprintln(cmd.ErrOrStderr(), "to check or do by hand:", p)
 			}
 			return Write(cmd.OutOrStdout(), r)
 		},

@@ -2,6 +2,7 @@ package migrate
 
 import (
 	"fmt"
+	"net/netip"
 	"regexp"
 	"slices"
 	"strings"
@@ -165,7 +166,15 @@ func (t *translator) pool(o *unstructured.Unstructured) {
 		if from, to, isRange := strings.Cut(a, "-"); isRange {
 			a = strings.TrimSpace(from) + "-" + strings.TrimSpace(to)
 		}
-		p.Spec.Addresses = append(p.Spec.Addresses, porticov1.AddressRange(strings.TrimSpace(a)))
+		a = strings.TrimSpace(a)
+		// MetalLB masks a CIDR's host bits away; Portico refuses them, so write the network
+		// MetalLB really used.
+		if pfx, err := netip.ParsePrefix(a); err == nil && pfx != pfx.Masked() {
+			t.out.Notes = append(t.out.Notes, Problem{Object: describe(o), Field: "spec.addresses",
+				Reason: fmt.Sprintf("%s has host bits set; written as %s, the addresses MetalLB used (write a range to start elsewhere)", a, pfx.Masked())})
+			a = pfx.Masked().String()
+		}
+		p.Spec.Addresses = append(p.Spec.Addresses, porticov1.AddressRange(a))
 	}
 	f.take("autoAssign", &p.Spec.AutoAssign)
 	f.take("avoidBuggyIPs", &p.Spec.AvoidBuggyIPs)

@@ -15,7 +15,7 @@ func Write(w io.Writer, r Result) error {
 	var b strings.Builder
 	b.WriteString("# Portico objects translated from MetalLB by `kubectl portico migrate`.\n")
 	comment(&b, "NOT TRANSLATED", r.NotTranslated)
-	comment(&b, "TO DO BY HAND", r.Notes)
+	comment(&b, "TO CHECK OR DO BY HAND", r.Notes)
 	for _, o := range r.Objects {
 		m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(o)
 		if err != nil {
