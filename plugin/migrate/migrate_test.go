@@ -3,6 +3,7 @@ package migrate_test
 import (
 	"bytes"
 	"context"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -149,5 +150,36 @@ func TestFromCluster(t *testing.T) {
 	}
 	if !strings.Contains(fromCluster, "kind: BGPPeer") {
 		t.Errorf("no BGPPeer read from the cluster:\n%s", fromCluster)
+	}
+}
+
+// TestStderrListsWhatIsLeft: the list also goes to stderr, so `migrate | kubectl apply -f -`
+// still shows it to the person running it.
+func TestStderrListsWhatIsLeft(t *testing.T) {
+	out, errOut := run(t, nil, "-f", "testdata/metallb/untranslatable.yaml")
+	if n := strings.Count(errOut, "not translated: "); n == 0 || n != strings.Count(out, "\n#   - ") {
+		t.Errorf("stderr lists %d items, the output %d:\n%s", n, strings.Count(out, "\n#   - "), errOut)
+	}
+}
+
+// TestBadInput: unreadable input is an error naming the file and the document, not an empty
+// translation.
+func TestBadInput(t *testing.T) {
+	dir := t.TempDir()
+	for name, content := range map[string]string{
+		"broken.yaml":  "apiVersion: metallb.io/v1beta1\nkind: IPAddressPool\n---\nspec: [unclosed\n",
+		"nokind.yaml":  "apiVersion: metallb.io/v1beta1\nmetadata: {name: x}\n",
+		"missing.yaml": "",
+	} {
+		path := filepath.Join(dir, name)
+		if name != "missing.yaml" {
+			if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		_, err := migrate.ReadFiles([]string{path}, nil)
+		if err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("%s: got %v, want an error naming the file", name, err)
+		}
 	}
 }
