@@ -9,10 +9,12 @@ CONTROLLER_GEN := go tool controller-gen
 
 all: build
 
-## generate: regenerate deepcopy code and CRD manifests from api/ (controller-gen).
+## generate: regenerate deepcopy code and CRD manifests from api/ (controller-gen), then the
+## rendered install manifests that include the CRDs.
 generate:
 	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./api/...
 	$(CONTROLLER_GEN) crd paths=./api/... output:crd:dir=config/crd/bases
+	@$(MAKE) --no-print-directory manifests
 
 ## manifests: render config/default into config/manifests/portico.yaml with the real kubectl
 ## (config/manifests_test.go fails when the file is stale).
