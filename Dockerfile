@@ -1,8 +1,8 @@
 # Portico's image: both binaries, static (CGO_ENABLED=0), on distroless "static" as non-root.
 # The Deployment runs /portico-controller, the DaemonSet /portico-speaker (config/).
 # config/image_test.go runs this file's build command and checks the binaries are static. No
-# -trimpath: on a machine without a C compiler (CI) cgo is off anyway, so the test's build
-# shares the compile cache of every other test instead of recompiling everything.
+# -trimpath, and the Makefile turns cgo off for every build, so the test's build shares the
+# compile cache of every other test instead of recompiling everything.
 FROM golang:1.26 AS build
 WORKDIR /src
 COPY go.mod go.sum ./
