@@ -103,6 +103,32 @@ func Run(ctx context.Context, opts Options) (err error) {
 		}
 	}
 
+	assets, err := controlplane.AssetsDir(root)
+	if err != nil {
+		return err
+	}
+	if why := DataPlaneUsable(assets); why != "" {
+		fmt.Fprintf(out, "\n(no data plane: %s. As root, the demo also runs speakers and kube-proxy in network namespaces and curls each EXTERNAL-IP.)\n", why)
+	} else {
+		fmt.Fprintln(out, "\n==> data plane: three nodes in network namespaces, each running portico-speaker and kube-proxy (nftables), the four apps as pods, a client on the LAN")
+		clientNS, stopDataPlane, err := startDataPlane(ctx, cp, root, assets, logDir)
+		if err != nil {
+			return fmt.Errorf("data plane: %w", err)
+		}
+		defer stopDataPlane()
+		var svcs []corev1.Service
+		for _, name := range []string{"gitea", "argocd", "harbor", "grafana"} {
+			var s corev1.Service
+			if err := cp.Client.Get(ctx, client.ObjectKey{Namespace: "default", Name: name}, &s); err != nil {
+				return err
+			}
+			svcs = append(svcs, s)
+		}
+		if err := curlEach(ctx, out, clientNS, svcs); err != nil {
+			return err
+		}
+	}
+
 	fmt.Fprintf(out, "\nThe control plane is yours to explore:\n  export KUBECONFIG=%s\n  %s get portico\n", cp.Kubeconfig, cp.Kubectl)
 	if opts.Once {
 		return nil
