@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -116,9 +117,10 @@ func startDataPlane(ctx context.Context, cp *controlplane.ControlPlane, root, as
 	// port forwarded from each namespace's own loopback: nothing is configured on the host.
 	kubeconfig := filepath.Join(logDir, "node.kubeconfig")
 	fail(cp.WriteKubeconfig(kubeconfig, "127.0.0.1", "6443"))
-	apiserver := cp.Config.Host[len("https://"):]
+	apiserver, err := url.Parse(cp.Config.Host)
+	fail(err)
 	for _, n := range nodes {
-		fail(forward(o, n.NS, "127.0.0.1:6443", apiserver))
+		fail(forward(o, n.NS, "127.0.0.1:6443", apiserver.Host))
 	}
 
 	start := func(name, ns, bin string, args ...string) {
