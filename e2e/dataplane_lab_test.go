@@ -107,6 +107,10 @@ func startDataplane(t testing.TB, lab *dpLab) *dpEnv {
 	e := &dpEnv{l2Env: startEnv(t, &lab.l2Lab), lab: lab}
 	e.startProcess("kube-controller-manager", "", lab.ControllerMgr, "--kubeconfig", e.cp.Kubeconfig,
 		"--controllers", "endpointslice-controller", "--leader-elect=false", "--secure-port=0")
+	// The outer process built portico-controller; startController uses that binary.
+	prebuilt := &buildResult{path: lab.Controller}
+	prebuilt.once.Do(func() {})
+	builds.Store("./cmd/portico-controller", prebuilt)
 	startController(t, e.cp, logFile(t, "portico-controller"))
 	for _, n := range lab.Nodes {
 		e.startProcess("kube-proxy-"+n.Name, n.NS, lab.KubeProxy, "--proxy-mode=nftables", "--hostname-override="+n.Name,
