@@ -42,7 +42,6 @@ type dpLab struct {
 	l2Lab
 	Controller     string
 	KubeProxy      string
-	ControllerMgr  string
 	Pods           []labPod
 	ClusterPodCIDR netip.Prefix
 }
@@ -74,9 +73,9 @@ func inDataplaneLab[T testing.TB](t T, body func(t T, e *dpEnv)) {
 	assets, err := controlplane.AssetsDir(root)
 	must(t, err)
 	lab := dpLab{Controller: buildBinary(t, "./cmd/portico-controller"),
-		KubeProxy: filepath.Join(assets, "kube-proxy"), ControllerMgr: filepath.Join(assets, "kube-controller-manager"),
+		KubeProxy:      filepath.Join(assets, "kube-proxy"),
 		ClusterPodCIDR: netip.MustParsePrefix("10.244.0.0/16")}
-	for _, bin := range []string{lab.KubeProxy, lab.ControllerMgr} {
+	for _, bin := range []string{lab.KubeProxy, filepath.Join(assets, "kube-controller-manager")} {
 		if _, err := os.Stat(bin); err != nil {
 			t.Fatalf("%v: run `make controlplane` (it builds kube-proxy and kube-controller-manager from source)", err)
 		}
@@ -105,17 +104,16 @@ type dpEnv struct {
 
 func startDataplane(t testing.TB, lab *dpLab) *dpEnv {
 	e := &dpEnv{l2Env: startEnv(t, &lab.l2Lab), lab: lab}
-	e.startProcess("kube-controller-manager", "", lab.ControllerMgr, "--kubeconfig", e.cp.Kubeconfig,
-		"--controllers", "endpointslice-controller", "--leader-elect=false", "--secure-port=0")
+	stopSlices, err := e.cp.StartEndpointSlices(logFile(t, "kube-controller-manager"))
+	must(t, err)
+	t.Cleanup(stopSlices)
 	// The outer process built portico-controller; startController uses that binary.
 	prebuilt := &buildResult{path: lab.Controller}
 	prebuilt.once.Do(func() {})
 	builds.Store("./cmd/portico-controller", prebuilt)
 	startController(t, e.cp, logFile(t, "portico-controller"))
 	for _, n := range lab.Nodes {
-		e.startProcess("kube-proxy-"+n.Name, n.NS, lab.KubeProxy, "--proxy-mode=nftables", "--hostname-override="+n.Name,
-			"--kubeconfig="+e.kubeconfig, "--cluster-cidr="+lab.ClusterPodCIDR.String(),
-			"--metrics-bind-address=127.0.0.1:10249", "--healthz-bind-address=127.0.0.1:10256")
+		e.startProcess("kube-proxy-"+n.Name, n.NS, lab.KubeProxy, controlplane.KubeProxyArgs(n.Name, e.kubeconfig, lab.ClusterPodCIDR)...)
 	}
 	ctx := context.Background()
 	for _, p := range lab.Pods {
@@ -126,12 +124,7 @@ func startDataplane(t testing.TB, lab *dpLab) *dpEnv {
 			Labels: map[string]string{"app": "gitea", "pod": p.Name}},
 			Spec: corev1.PodSpec{NodeName: p.Node, Containers: []corev1.Container{{Name: "gitea", Image: "gitea/gitea",
 				Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: podHTTPPort}, {Name: "metrics", ContainerPort: podMetricsPort}}}}}}
-		must(t, e.c.Create(ctx, pod))
-		pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: p.IP.String(), PodIPs: []corev1.PodIP{{IP: p.IP.String()}},
-			HostIP: e.node(p.Node).IPv4.Addr().String(),
-			Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue},
-				{Type: corev1.ContainersReady, Status: corev1.ConditionTrue}}}
-		must(t, e.c.Status().Update(ctx, pod))
+		must(t, controlplane.CreateReadyPod(ctx, e.c, pod, p.IP))
 	}
 	pool := &v1alpha1.IPAddressPool{ObjectMeta: metav1.ObjectMeta{Name: "lan"}}
 	pool.Spec.Addresses = []v1alpha1.AddressRange{v1alpha1.AddressRange(dataplanePool.String())}

@@ -134,8 +134,11 @@ func startDataPlane(ctx context.Context, cp *controlplane.ControlPlane, root, as
 		fail(cmd.Start())
 		o.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait(); logf.Close() })
 	}
-	start("kube-controller-manager", "", filepath.Join(assets, "kube-controller-manager"), "--kubeconfig", cp.Kubeconfig,
-		"--controllers", "endpointslice-controller", "--leader-elect=false", "--secure-port=0")
+	kcmLog, err := os.Create(filepath.Join(logDir, "kube-controller-manager.log"))
+	fail(err)
+	stopSlices, err := cp.StartEndpointSlices(kcmLog)
+	fail(err)
+	o.Cleanup(func() { stopSlices(); kcmLog.Close() })
 	for i, name := range names {
 		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"kubernetes.io/hostname": name}}}
 		fail(cp.Client.Create(ctx, node))
@@ -144,9 +147,8 @@ func startDataPlane(ctx context.Context, cp *controlplane.ControlPlane, root, as
 		ip := nodes[i].IPv4.Addr().String()
 		start("speaker-"+name, nodes[i].NS, speaker, "--node-name", name, "--kubeconfig", kubeconfig,
 			"--memberlist-bind-address", ip, "--metrics-bind-address", "0")
-		start("kube-proxy-"+name, nodes[i].NS, filepath.Join(assets, "kube-proxy"), "--proxy-mode=nftables", "--hostname-override="+name,
-			"--kubeconfig="+kubeconfig, "--cluster-cidr=10.244.0.0/16",
-			"--metrics-bind-address=127.0.0.1:10249", "--healthz-bind-address=127.0.0.1:10256")
+		start("kube-proxy-"+name, nodes[i].NS, filepath.Join(assets, "kube-proxy"),
+			controlplane.KubeProxyArgs(name, kubeconfig, netip.MustParsePrefix("10.244.0.0/16"))...)
 	}
 	for _, p := range demoPods {
 		i := int(p.ip.As4()[2]) - 1
@@ -158,10 +160,7 @@ func startDataPlane(ctx context.Context, cp *controlplane.ControlPlane, root, as
 		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Labels: map[string]string{"app": p.app}},
 			Spec: corev1.PodSpec{NodeName: p.node, Containers: []corev1.Container{{Name: p.app, Image: p.app,
 				Ports: []corev1.ContainerPort{{ContainerPort: int32(p.port)}}}}}}
-		fail(cp.Client.Create(ctx, pod))
-		pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: p.ip.String(), PodIPs: []corev1.PodIP{{IP: p.ip.String()}},
-			Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}
-		fail(cp.Client.Status().Update(ctx, pod))
+		fail(controlplane.CreateReadyPod(ctx, cp.Client, pod, p.ip))
 	}
 	return client.NS, o.stop, nil
 }
