@@ -1,6 +1,8 @@
 // Package demo runs Portico's home-lab picture locally: a real kube-apiserver and etcd, the
 // CRDs, the home-lab pool 10.0.0.200-10.0.0.215 and its L2Advertisement, the controller, and
-// Services gitea, argocd, harbor and grafana getting .200 to .203.
+// Services gitea, argocd, harbor and grafana getting .200 to .203; as root, the data plane too
+// (dataplane.go): speakers, kube-proxy and the apps' pods in network namespaces, and a client
+// fetching each address.
 package demo
 
 import (
