@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
 )
 
 // dataplaneBenchRuns is how many failovers each blow measures: 11, or
@@ -34,18 +36,7 @@ func BenchmarkDataplane(b *testing.B) {
 	runs := dataplaneBenchRuns(b)
 	inDataplaneLab(b, func(b *testing.B, e *dpEnv) {
 		svc, ip := e.create(lbService{name: "bench", selector: "gitea", port: 80, target: "http"})
-		owner, next := ownerAndNext(ip)
-		// The only pod sits on the third node, so cutting the owner's link never takes the
-		// pod with it: the outage measured is the address moving, nothing else.
-		third := slices.DeleteFunc([]string{"node-a", "node-b", "node-c"}, func(n string) bool { return n == owner || n == next })[0]
-		svc.Spec.Selector = map[string]string{"pod": e.podOn(third)}
-		must(b, e.c.Update(context.Background(), svc))
-		url := fmt.Sprintf("http://%s/", ip)
-		waitFor(b, "only "+e.podOn(third)+" answers", 30*time.Second, func() bool {
-			body, err := e.get(url)
-			pod, _ := answer(body)
-			return err == nil && pod == e.podOn(third)
-		})
+		owner, next := e.podBehindThirdNode(svc, ip)
 
 		var rep strings.Builder
 		fmt.Fprintf(&rep, "Measured %s on %d CPUs; three nodes, each a speaker and a real kube-proxy (nftables) in its network namespace, the pod behind a third node, real kube-apiserver, kube-controller-manager and portico-controller.\n\n",
@@ -68,6 +59,22 @@ func BenchmarkDataplane(b *testing.B) {
 			must(b, os.WriteFile(out, []byte(rep.String()), 0o644))
 		}
 	})
+}
+
+// podBehindThirdNode points svc at the pod of the node that is neither ip's owner nor the next
+// owner, so a cut link never takes the pod with it, and waits until only that pod answers.
+func (e *dpEnv) podBehindThirdNode(svc *corev1.Service, ip netip.Addr) (owner, next string) {
+	owner, next = ownerAndNext(ip)
+	third := slices.DeleteFunc([]string{"node-a", "node-b", "node-c"}, func(n string) bool { return n == owner || n == next })[0]
+	svc.Spec.Selector = map[string]string{"pod": e.podOn(third)}
+	must(e.t, e.c.Update(context.Background(), svc))
+	url := fmt.Sprintf("http://%s/", ip)
+	waitFor(e.t, "only "+e.podOn(third)+" answers", 30*time.Second, func() bool {
+		body, err := e.get(url)
+		pod, _ := answer(body)
+		return err == nil && pod == e.podOn(third)
+	})
+	return owner, next
 }
 
 // httpFailover probes http://ip/ every 10 ms, deals the blow to owner's speaker once 20 answers

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/portico-lb/portico/api/v1alpha1"
+	"github.com/portico-lb/portico/internal/netlab"
 )
 
 // lbService describes a LoadBalancer Service for the data-plane lab.
@@ -166,6 +167,24 @@ func TestDataplane(t *testing.T) {
 			pod, _ := e.reach(url, 30*time.Second)
 			t.Logf("after fixing the selector GET %s answered by %s", url, pod)
 			checkEndpointsCondition(t, e, svc, true)
+		})
+
+		t.Run("requests succeed again after the owner's link is cut", func(t *testing.T) {
+			e.t = t
+			svc, ip := e.create(lbService{name: "gitea-failover", selector: "gitea", port: 80, target: "http"})
+			owner, next := e.podBehindThirdNode(svc, ip)
+			e.settle(ip, owner)
+			_, heal := e.hurt(owner, "link cut")
+			// The client keeps its neighbour entry; only the next owner's announcement can
+			// bring requests back while the owner is cut off.
+			url := fmt.Sprintf("http://%s/", ip)
+			waitFor(t, "GET "+url+" answers again through "+next, 20*time.Second, func() bool {
+				_, err := e.get(url)
+				return err == nil && netlab.Neighbour(e.Client.NS, ip) == e.macOf(next)
+			})
+			heal()
+			e.settle(ip, owner)
+			e.reach(url, 10*time.Second)
 		})
 
 		t.Run("two Services sharing an address both answer", func(t *testing.T) {
