@@ -8,7 +8,7 @@ export KUBEBUILDER_ASSETS := $(CONTROLPLANE_DIR)
 export CGO_ENABLED := 0
 CONTROLLER_GEN := go tool controller-gen
 
-.PHONY: all generate manifests controlplane test bench bench-l2 bench-dataplane demo build clean
+.PHONY: all generate manifests controlplane test bench bench-l2 bench-dataplane bench-bgp demo build clean
 
 all: build
 
@@ -47,11 +47,14 @@ test: controlplane
 BENCH_SERVICES ?= 5000
 BENCH_COUNT ?= 3
 BENCH_L2_RUNS ?= 11
+BENCH_BGP_RUNS ?= 21
+BENCH_BGP_SERVICES ?= 1000
 BENCH_DATAPLANE_RUNS ?= 11
 bench: controlplane
 	go test -run '^$$' -bench . -benchtime 20000x -count $(BENCH_COUNT) ./controller/allocator/
 	PORTICO_BENCH_SERVICES=$(BENCH_SERVICES) go test -run '^$$' -bench '^Benchmark(Burst|Backlog)$$' -benchtime 1x -count $(BENCH_COUNT) -timeout 60m ./e2e/
 	$(MAKE) bench-l2
+	$(MAKE) bench-bgp
 	$(MAKE) bench-dataplane
 
 ## bench-l2 (BENCH_L2_RUNS, default 11): L2 failover, dual answering after a partition, speaker memory and the detection
@@ -61,6 +64,15 @@ bench-l2: controlplane
 	@mkdir -p bin
 	PORTICO_BENCH_L2_RUNS=$(BENCH_L2_RUNS) PORTICO_BENCH_L2_OUT=$(CURDIR)/bin/bench-l2.md go test -count=1 -run '^$$' -bench '^BenchmarkL2$$' -benchtime 1x -timeout 30m ./e2e/
 	@cat bin/bench-l2.md
+
+## bench-bgp (BENCH_BGP_RUNS, default 21; BENCH_BGP_SERVICES, default 1000): status → route in
+## the router's kernel table and delete → withdrawn (medians), convergence with many Services and
+## speaker peak memory, with three speakers and bird2 in network namespaces (root); the report
+## goes to bin/bench-bgp.md (its section of BENCHMARKS.md).
+bench-bgp: controlplane
+	@mkdir -p bin
+	PORTICO_BENCH_BGP_RUNS=$(BENCH_BGP_RUNS) PORTICO_BENCH_BGP_SERVICES=$(BENCH_BGP_SERVICES) PORTICO_BENCH_BGP_OUT=$(CURDIR)/bin/bench-bgp.md go test -count=1 -run '^$$' -bench '^BenchmarkBGP$$' -benchtime 1x -timeout 30m ./e2e/
+	@cat bin/bench-bgp.md
 
 ## bench-dataplane (BENCH_DATAPLANE_RUNS, default 11): failover seen by an HTTP client that GETs the
 ## EXTERNAL-IP every 10 ms through real kube-proxies (root); the report goes to

@@ -23,5 +23,8 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if err := (&PoolReconciler{Client: mgr.GetClient(), state: s}).setup(mgr); err != nil {
 		return err
 	}
+	if err := (&BGPPeerReconciler{Client: mgr.GetClient()}).setup(mgr); err != nil {
+		return err
+	}
 	return (&ServiceReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("portico-controller"), state: s}).setup(mgr)
 }

@@ -13,6 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
 	"github.com/portico-lb/portico/api/v1alpha1"
 	"github.com/portico-lb/portico/internal/netlab"
 	"github.com/portico-lb/portico/speaker/election"
@@ -31,29 +33,43 @@ type scenario struct {
 // Service's status gets the address and the pool annotation.
 func (e *l2Env) create(s scenario) *corev1.Service {
 	e.t.Helper()
-	ctx := context.Background()
-	pool := &v1alpha1.IPAddressPool{ObjectMeta: metav1.ObjectMeta{Name: s.name}}
-	pool.Spec.Addresses = []v1alpha1.AddressRange{v1alpha1.AddressRange(netip.PrefixFrom(s.ip, s.ip.BitLen()).String())}
-	must(e.t, e.c.Create(ctx, pool))
 	ad := &v1alpha1.L2Advertisement{ObjectMeta: metav1.ObjectMeta{Name: s.name}, Spec: s.ad}
 	ad.Spec.IPAddressPools = []v1alpha1.Name{v1alpha1.Name(s.name)}
-	must(e.t, e.c.Create(ctx, ad))
-	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: s.name, Namespace: "default",
-		Annotations: map[string]string{v1alpha1.AnnotationAllocatedFromPool: s.name}},
-		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Selector: map[string]string{"app": s.name},
+	e.createObject(ad)
+	return e.createService(s.name, []netip.Prefix{netip.PrefixFrom(s.ip, s.ip.BitLen())}, s.local, s.ip)
+}
+
+// createService writes a pool named name holding the prefixes and a LoadBalancer Service named
+// name whose status holds ips from it, as the controller would have written it.
+func (e *l2Env) createService(name string, pool []netip.Prefix, local bool, ips ...netip.Addr) *corev1.Service {
+	e.t.Helper()
+	ctx := context.Background()
+	p := &v1alpha1.IPAddressPool{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	for _, pfx := range pool {
+		p.Spec.Addresses = append(p.Spec.Addresses, v1alpha1.AddressRange(pfx.String()))
+	}
+	e.createObject(p)
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default",
+		Annotations: map[string]string{v1alpha1.AnnotationAllocatedFromPool: name}},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Selector: map[string]string{"app": name},
 			Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}}}
-	if s.local {
+	if local {
 		svc.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
 	}
 	must(e.t, e.c.Create(ctx, svc))
-	svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: s.ip.String()}}
+	for _, ip := range ips {
+		svc.Status.LoadBalancer.Ingress = append(svc.Status.LoadBalancer.Ingress, corev1.LoadBalancerIngress{IP: ip.String()})
+	}
 	must(e.t, e.c.Status().Update(ctx, svc))
-	e.t.Cleanup(func() {
-		_ = e.c.Delete(ctx, svc)
-		_ = e.c.Delete(ctx, ad)
-		_ = e.c.Delete(ctx, pool)
-	})
+	e.t.Cleanup(func() { _ = e.c.Delete(ctx, svc) })
 	return svc
+}
+
+// createObject creates obj and deletes it when the (sub)test ends.
+func (e *l2Env) createObject(obj client.Object) {
+	e.t.Helper()
+	must(e.t, e.c.Create(context.Background(), obj))
+	e.t.Cleanup(func() { _ = e.c.Delete(context.Background(), obj) })
 }
 
 // expectOwner waits until exactly want announces ip (Speaker status), answers it (arping sees

@@ -329,17 +329,10 @@ func (e *l2Env) maxRSS() int {
 
 // createMany gives one node n IPv6 addresses (one Service each) and waits until it announces
 // them all; it returns the node's name.
-func (e *l2Env) createMany(n int) string {
+// createLBServices creates n LoadBalancer Services named prefix-<ip> with consecutive addresses
+// from first in their status, four writers in parallel.
+func (e *l2Env) createLBServices(prefix string, first netip.Addr, n int) {
 	ctx := context.Background()
-	node := "node-a"
-	pool := &v1alpha1.IPAddressPool{ObjectMeta: metav1.ObjectMeta{Name: "many"},
-		Spec: v1alpha1.IPAddressPoolSpec{Addresses: []v1alpha1.AddressRange{"2001:db8:1::1:0/112"}}}
-	must(e.t, e.c.Create(ctx, pool))
-	ad := &v1alpha1.L2Advertisement{ObjectMeta: metav1.ObjectMeta{Name: "many"}, Spec: v1alpha1.L2AdvertisementSpec{
-		IPAddressPools: []v1alpha1.Name{"many"},
-		NodeSelectors:  []metav1.LabelSelector{{MatchLabels: map[string]string{"kubernetes.io/hostname": node}}}}}
-	must(e.t, e.c.Create(ctx, ad))
-	ip := netip.MustParseAddr("2001:db8:1::1:1")
 	var wg sync.WaitGroup
 	work := make(chan netip.Addr)
 	for w := 0; w < 4; w++ {
@@ -347,7 +340,7 @@ func (e *l2Env) createMany(n int) string {
 		go func() {
 			defer wg.Done()
 			for a := range work {
-				svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "many-" + strings.ReplaceAll(a.String(), ":", "-"), Namespace: "default"},
+				svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: prefix + "-" + strings.NewReplacer(":", "-", ".", "-").Replace(a.String()), Namespace: "default"},
 					Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(80)}}}}
 				if err := e.c.Create(ctx, svc); err != nil {
 					e.t.Error(err)
@@ -360,12 +353,26 @@ func (e *l2Env) createMany(n int) string {
 			}
 		}()
 	}
+	ip := first
 	for i := 0; i < n; i++ {
 		work <- ip
 		ip = ip.Next()
 	}
 	close(work)
 	wg.Wait()
+}
+
+func (e *l2Env) createMany(n int) string {
+	ctx := context.Background()
+	node := "node-a"
+	pool := &v1alpha1.IPAddressPool{ObjectMeta: metav1.ObjectMeta{Name: "many"},
+		Spec: v1alpha1.IPAddressPoolSpec{Addresses: []v1alpha1.AddressRange{"2001:db8:1::1:0/112"}}}
+	must(e.t, e.c.Create(ctx, pool))
+	ad := &v1alpha1.L2Advertisement{ObjectMeta: metav1.ObjectMeta{Name: "many"}, Spec: v1alpha1.L2AdvertisementSpec{
+		IPAddressPools: []v1alpha1.Name{"many"},
+		NodeSelectors:  []metav1.LabelSelector{{MatchLabels: map[string]string{"kubernetes.io/hostname": node}}}}}
+	must(e.t, e.c.Create(ctx, ad))
+	e.createLBServices("many", netip.MustParseAddr("2001:db8:1::1:1"), n)
 	waitFor(e.t, fmt.Sprintf("%s announces %d addresses", node, n+1), 2*time.Minute, func() bool {
 		var sp v1alpha1.Speaker
 		return e.c.Get(ctx, clientKey(node), &sp) == nil && int(sp.Status.L2Announcements) >= n

@@ -35,6 +35,7 @@ type l2Lab struct {
 	CP      netlab.Host
 	Client  netlab.Host
 	Nodes   []labNode
+	Routers []netlab.Host // BGP routers' namespaces (inBGPLab)
 }
 
 type labNode struct {
@@ -46,7 +47,12 @@ type labNode struct {
 // and re-executes the test binary in the control-plane namespace (speakers in the node
 // namespaces must reach the apiserver, and nothing may be configured in the root namespace);
 // the inner call runs body with a control plane bound to the bridge.
-func inLab[T testing.TB](t T, body func(t T, e *l2Env)) {
+func inLab[T testing.TB](t T, body func(t T, e *l2Env)) { inLabWith(t, 0, body) }
+
+// inBGPLab is inLab with BGP router namespaces on the bridge: 198.51.100.3, .4, ...
+func inBGPLab[T testing.TB](t T, routers int, body func(t T, e *l2Env)) { inLabWith(t, routers, body) }
+
+func inLabWith[T testing.TB](t T, routers int, body func(t T, e *l2Env)) {
 	if raw := os.Getenv(labEnv); raw != "" {
 		var lab l2Lab
 		if err := json.Unmarshal([]byte(raw), &lab); err != nil {
@@ -55,8 +61,17 @@ func inLab[T testing.TB](t T, body func(t T, e *l2Env)) {
 		body(t, startEnv(t, &lab))
 		return
 	}
-	netlab.Require(t, "arping")
-	lab := newL2Lab(t, netlab.New(t))
+	tools := []string{"arping"}
+	if routers > 0 {
+		tools = append(tools, "bird", "birdc", "vtysh", "/usr/lib/frr/bgpd")
+	}
+	netlab.Require(t, tools...)
+	l := netlab.New(t)
+	lab := newL2Lab(t, l)
+	for i := 0; i < routers; i++ {
+		lab.Routers = append(lab.Routers, l.AddHost(fmt.Sprintf("r%d", i+1), fmt.Sprintf("02:00:00:00:01:%02x", i+1),
+			fmt.Sprintf("198.51.100.%d/24", 3+i), fmt.Sprintf("2001:db8:1::%d/64", 3+i)))
+	}
 	reexecIn(t, lab.CP.NS, labEnv, lab)
 }
 

@@ -114,7 +114,12 @@ func (p *controllerProcess) stop(sig syscall.Signal) {
 
 // scrape reads the process's metrics; a metric family maps to its samples.
 func (p *controllerProcess) scrape(ctx context.Context) (map[string]*dto.MetricFamily, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.metrics+"/metrics", nil)
+	return scrapeMetrics(ctx, p.metrics)
+}
+
+// scrapeMetrics reads the metrics served at addr (host:port).
+func scrapeMetrics(ctx context.Context, addr string) (map[string]*dto.MetricFamily, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
 	if err != nil {
 		return nil, err
 	}

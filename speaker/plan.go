@@ -13,6 +13,7 @@ import (
 
 	"github.com/portico-lb/portico/api/v1alpha1"
 	"github.com/portico-lb/portico/controller/allocator"
+	"github.com/portico-lb/portico/speaker/bgp"
 	"github.com/portico-lb/portico/speaker/election"
 )
 
@@ -23,6 +24,11 @@ type World struct {
 	Nodes          []corev1.Node
 	Advertisements []v1alpha1.L2Advertisement
 	Pools          []v1alpha1.IPAddressPool
+	BGPPeers       []v1alpha1.BGPPeer
+	BGPAds         []v1alpha1.BGPAdvertisement
+	// Secrets holds the Secrets BGPPeers reference for their passwords (as far as the speaker
+	// could read them).
+	Secrets []corev1.Secret
 }
 
 // Claim is one address this node answers for.
@@ -32,9 +38,12 @@ type Claim struct {
 	Interfaces []string
 }
 
-// Plan is what this node should answer for, and what it finds wrong with the configuration.
+// Plan is what this node should answer for (L2) and advertise (BGP), and what it finds wrong
+// with the configuration.
 type Plan struct {
 	Mine     map[netip.Addr]Claim
+	BGP      bgp.Desired
+	Routed   map[netip.Addr]BGPClaim // addresses this node advertises over BGP
 	Problems []string
 }
 
@@ -43,6 +52,29 @@ type Plan struct {
 func MakePlan(w World, me, lbClass string, alive func(node string) bool) Plan {
 	p := Plan{Mine: map[netip.Addr]Claim{}}
 	pools := parsePools(w.Pools, &p)
+	forEachAddress(w, lbClass, pools, &p, func(svc *corev1.Service, key string, ip netip.Addr, pool *v1alpha1.IPAddressPool) {
+		ads := advertisementsFor(w.Advertisements, pool, svc)
+		if len(ads) == 0 {
+			return // not announced over L2; the controller reports NoAdvertisement
+		}
+		cands, myIfaces, problems := candidates(w, ads, svc, me, alive)
+		p.Problems = append(p.Problems, problems...)
+		eligible, _ := election.Eligible(cands, election.Policy{
+			LocalOnly: svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal,
+		})
+		if owner, ok := election.Owner(ip, eligible); ok && owner == me {
+			p.Mine[ip] = Claim{Service: key, Interfaces: myIfaces}
+		}
+	})
+	planBGP(w, me, lbClass, pools, &p)
+	sort.Strings(p.Problems)
+	p.Problems = slices.Compact(p.Problems)
+	return p
+}
+
+// forEachAddress calls fn for every address in the status of a LoadBalancer Service of our
+// class, with the pool it came from; an address in no pool is a problem.
+func forEachAddress(w World, lbClass string, pools []parsedPool, p *Plan, fn func(svc *corev1.Service, key string, ip netip.Addr, pool *v1alpha1.IPAddressPool)) {
 	for i := range w.Services {
 		svc := &w.Services[i]
 		if svc.Spec.Type != corev1.ServiceTypeLoadBalancer {
@@ -63,23 +95,9 @@ func MakePlan(w World, me, lbClass string, alive func(node string) bool) Plan {
 				p.Problems = append(p.Problems, fmt.Sprintf("%s: address %s is in no IPAddressPool", key, ip))
 				continue
 			}
-			ads := advertisementsFor(w.Advertisements, pool, svc)
-			if len(ads) == 0 {
-				continue // not announced over L2; the controller reports NoAdvertisement
-			}
-			cands, myIfaces, problems := candidates(w, ads, svc, me, alive)
-			p.Problems = append(p.Problems, problems...)
-			eligible, _ := election.Eligible(cands, election.Policy{
-				LocalOnly: svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal,
-			})
-			if owner, ok := election.Owner(ip, eligible); ok && owner == me {
-				p.Mine[ip] = Claim{Service: key, Interfaces: myIfaces}
-			}
+			fn(svc, key, ip, pool)
 		}
 	}
-	sort.Strings(p.Problems)
-	p.Problems = slices.Compact(p.Problems)
-	return p
 }
 
 type parsedPool struct {
@@ -137,14 +155,19 @@ func advertisementsFor(ads []v1alpha1.L2Advertisement, pool *v1alpha1.IPAddressP
 	var out []*v1alpha1.L2Advertisement
 	for i := range ads {
 		s := &ads[i].Spec
-		poolOK := len(s.IPAddressPools) == 0 && len(s.IPAddressPoolSelectors) == 0 ||
-			slices.Contains(s.IPAddressPools, v1alpha1.Name(pool.Name)) || matchesAny(s.IPAddressPoolSelectors, pool.Labels)
-		svcOK := len(s.ServiceSelectors) == 0 || matchesAny(s.ServiceSelectors, svc.Labels)
-		if poolOK && svcOK {
+		if selects(s.IPAddressPools, s.IPAddressPoolSelectors, s.ServiceSelectors, pool, svc) {
 			out = append(out, &ads[i])
 		}
 	}
 	return out
+}
+
+// selects reports whether an advertisement (L2 or BGP) with these pool names, pool selectors
+// and Service selectors covers svc's address from pool. Empty pool lists select every pool.
+func selects(names []v1alpha1.Name, poolSels, svcSels []metav1.LabelSelector, pool *v1alpha1.IPAddressPool, svc *corev1.Service) bool {
+	poolOK := len(names) == 0 && len(poolSels) == 0 ||
+		slices.Contains(names, v1alpha1.Name(pool.Name)) || matchesAny(poolSels, pool.Labels)
+	return poolOK && (len(svcSels) == 0 || matchesAny(svcSels, svc.Labels))
 }
 
 // candidates describes every node for election, and the interfaces node me would answer on

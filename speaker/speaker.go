@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/portico-lb/portico/api/v1alpha1"
+	"github.com/portico-lb/portico/speaker/bgp"
 	"github.com/portico-lb/portico/speaker/l2"
 	"github.com/portico-lb/portico/speaker/membership"
 )
@@ -35,6 +36,7 @@ type Speaker struct {
 	Group    *membership.Group
 	MLPort   int // peers' memberlist port, to join them at their nodes' InternalIP
 	Announce *l2.Announcer
+	BGP      *bgp.Sessions
 	Recorder record.EventRecorder
 	Metrics  *Metrics
 	Log      logr.Logger
@@ -46,6 +48,8 @@ type Speaker struct {
 	ifaces  map[netip.Addr][]string
 	reports chan statusReport // the latest status to write; a newer one replaces an unwritten one
 	joining atomic.Bool
+	routed  map[netip.Addr]BGPClaim
+	secrets map[client.ObjectKey]cachedSecret
 }
 
 // Start runs until ctx ends; then it stops answering at once and leaves the group, so the other
@@ -54,11 +58,13 @@ func (s *Speaker) Start(ctx context.Context) error {
 	s.kick = make(chan struct{}, 1)
 	s.reports = make(chan statusReport, 1)
 	s.owned = map[netip.Addr]Claim{}
+	s.routed = map[netip.Addr]BGPClaim{}
+	s.BGP.OnChange = func(before, after bgp.State) { s.sessionChanged(ctx, before, after) }
 	// Status goes to the apiserver from its own goroutine: a slow or unreachable apiserver must
 	// never delay reacting to a member's loss.
 	go s.writeStatuses(ctx)
 	for _, obj := range []client.Object{&corev1.Service{}, &discoveryv1.EndpointSlice{}, &corev1.Node{},
-		&v1alpha1.L2Advertisement{}, &v1alpha1.IPAddressPool{}} {
+		&v1alpha1.L2Advertisement{}, &v1alpha1.IPAddressPool{}, &v1alpha1.BGPPeer{}, &v1alpha1.BGPAdvertisement{}} {
 		inf, err := s.Cache.GetInformer(ctx, obj)
 		if err != nil {
 			return err
@@ -77,6 +83,9 @@ func (s *Speaker) Start(ctx context.Context) error {
 	s.joinPeers(ctx, true)
 	rejoin := time.NewTicker(500 * time.Millisecond)
 	defer rejoin.Stop()
+	// Re-reads BGP password Secrets (they are not watched).
+	refresh := time.NewTicker(secretRefresh)
+	defer refresh.Stop()
 	s.trigger("config")
 	for {
 		select {
@@ -97,6 +106,10 @@ func (s *Speaker) Start(ctx context.Context) error {
 			// (memberlist alone would wait for its dead-node gossip, 30 s by default), which
 			// bounds how long two nodes answer for one address afterwards.
 			s.joinPeers(ctx, false)
+		case <-refresh.C:
+			if len(s.secrets) > 0 {
+				s.trigger("secret-refresh")
+			}
 		case <-s.kick:
 			s.reconcile(ctx)
 		}
@@ -115,6 +128,11 @@ func (s *Speaker) trigger(cause string) {
 }
 
 func (s *Speaker) shutdown() {
+	// Withdraw over BGP first: routers drop this node's routes as soon as they get the
+	// withdrawals and the NOTIFICATION that closes each session.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	s.BGP.Close(ctx)
+	cancel()
 	if err := s.Announce.Close(); err != nil {
 		s.Log.Error(err, "closing responders")
 	}
@@ -166,12 +184,16 @@ func (s *Speaker) world(ctx context.Context) (World, error) {
 	var nodes corev1.NodeList
 	var ads v1alpha1.L2AdvertisementList
 	var pools v1alpha1.IPAddressPoolList
-	for _, l := range []client.ObjectList{&svcs, &eps, &nodes, &ads, &pools} {
-		if err := s.Cache.List(ctx, l); err != nil {
+	var peers v1alpha1.BGPPeerList
+	var bgpAds v1alpha1.BGPAdvertisementList
+	for _, l := range []client.ObjectList{&svcs, &eps, &nodes, &ads, &pools, &peers, &bgpAds} {
+		// The plan only reads the objects: no deep copy of every Service on every change.
+		if err := s.Cache.List(ctx, l, client.UnsafeDisableDeepCopy); err != nil {
 			return w, err
 		}
 	}
-	return World{Services: svcs.Items, EndpointSlices: eps.Items, Nodes: nodes.Items, Advertisements: ads.Items, Pools: pools.Items}, nil
+	return World{Services: svcs.Items, EndpointSlices: eps.Items, Nodes: nodes.Items, Advertisements: ads.Items, Pools: pools.Items,
+		BGPPeers: peers.Items, BGPAds: bgpAds.Items, Secrets: s.secretsFor(ctx, peers.Items)}, nil
 }
 
 func (s *Speaker) reconcile(ctx context.Context) {
@@ -210,8 +232,12 @@ func (s *Speaker) reconcile(ctx context.Context) {
 	for _, p := range problems {
 		plan.Problems = append(plan.Problems, p.Error())
 	}
+	for _, err := range s.BGP.Apply(ctx, plan.BGP) {
+		plan.Problems = append(plan.Problems, err.Error())
+	}
+	s.logRouted(ctx, plan.Routed, cause)
 	slices.Sort(plan.Problems)
-	s.report(plan, answered)
+	s.report(plan, answered, s.BGP.States())
 }
 
 func gained(old, now map[netip.Addr]Claim) int {

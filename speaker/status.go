@@ -2,16 +2,23 @@ package speaker
 
 import (
 	"context"
+	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"time"
 
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/portico-lb/portico/api/v1alpha1"
+	"github.com/portico-lb/portico/speaker/bgp"
 )
+
+// statusWriteInterval is the least time between two writes of the Speaker status.
+const statusWriteInterval = 500 * time.Millisecond
 
 type statusReport struct {
 	status v1alpha1.SpeakerStatus
@@ -19,7 +26,7 @@ type statusReport struct {
 }
 
 // report queues the status for plan, replacing any report not yet written.
-func (s *Speaker) report(plan Plan, answered map[netip.Addr][]string) {
+func (s *Speaker) report(plan Plan, answered map[netip.Addr][]string, sessions map[string]bgp.State) {
 	st := v1alpha1.SpeakerStatus{ConfigErrors: plan.Problems}
 	ips := make([]netip.Addr, 0, len(plan.Mine))
 	for ip := range plan.Mine {
@@ -31,6 +38,17 @@ func (s *Speaker) report(plan Plan, answered map[netip.Addr][]string) {
 			Protocol: v1alpha1.ProtocolL2, Interfaces: answered[ip]})
 	}
 	st.L2Announcements = int32(len(st.Announcements))
+	bgpIPs := make([]netip.Addr, 0, len(plan.Routed))
+	for ip := range plan.Routed {
+		bgpIPs = append(bgpIPs, ip)
+	}
+	slices.SortFunc(bgpIPs, netip.Addr.Compare)
+	for _, ip := range bgpIPs {
+		c := plan.Routed[ip]
+		st.Announcements = append(st.Announcements, v1alpha1.Announcement{IP: ip.String(), Service: c.Service,
+			Protocol: v1alpha1.ProtocolBGP, Peers: c.Peers})
+	}
+	st.Sessions, st.BGPPeersUp = sessionStatus(sessions)
 	ready := metav1.Condition{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Running", Message: "answering for its addresses"}
 	if len(plan.Problems) > 0 {
 		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, "ConfigErrors", plan.Problems[0]
@@ -60,6 +78,17 @@ func (s *Speaker) writeStatuses(ctx context.Context) {
 			err := s.writeStatus(ctx, r)
 			if err == nil {
 				written = &r
+				// At most one write per statusWriteInterval: the status holds one entry per
+				// address, and while many Services change it would otherwise be rewritten
+				// (and sent through etcd) for every one of them. Newer reports replace the
+				// waiting one meanwhile.
+				t := time.NewTimer(statusWriteInterval)
+				select {
+				case <-ctx.Done():
+					t.Stop()
+					return
+				case <-t.C:
+				}
 				break
 			}
 			s.Log.Info("writing Speaker status failed, retrying", "error", err.Error())
@@ -93,11 +122,24 @@ func (s *Speaker) writeStatus(ctx context.Context, r statusReport) error {
 }
 
 func sameStatus(a, b statusReport) bool {
-	return a.ready.Status == b.ready.Status && a.ready.Message == b.ready.Message &&
-		slices.Equal(a.status.ConfigErrors, b.status.ConfigErrors) &&
-		slices.EqualFunc(a.status.Announcements, b.status.Announcements, func(x, y v1alpha1.Announcement) bool {
-			return x.IP == y.IP && x.Service == y.Service && slices.Equal(x.Interfaces, y.Interfaces)
-		})
+	return a.ready.Status == b.ready.Status && a.ready.Message == b.ready.Message && apiequality.Semantic.DeepEqual(a.status, b.status)
+}
+
+// sessionStatus lists the sessions by peer name and counts the Established ones.
+func sessionStatus(states map[string]bgp.State) ([]v1alpha1.PeerSession, int32) {
+	out := make([]v1alpha1.PeerSession, 0, len(states))
+	up := int32(0)
+	for _, name := range slices.Sorted(maps.Keys(states)) {
+		st := states[name]
+		ps := v1alpha1.PeerSession{Peer: name, State: st.State, Since: &metav1.Time{Time: st.Since}}
+		if st.Established() {
+			up++
+		} else {
+			ps.Message = fmt.Sprintf("no session with %s yet (%s)", st.Address, st.State)
+		}
+		out = append(out, ps)
+	}
+	return out, up
 }
 
 func setCondition(conds *[]metav1.Condition, c metav1.Condition, gen int64) {

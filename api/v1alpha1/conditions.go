@@ -71,3 +71,14 @@ const (
 // ConditionOrphanedIPs: Services hold addresses that this pool gave them but no longer
 // contains (the pool was shrunk); they keep them until they let go.
 const ConditionOrphanedIPs = "OrphanedIPs"
+
+// ConditionSessionsEstablished on a BGPPeer: every node that should hold a session with the
+// peer reports it Established.
+const ConditionSessionsEstablished = "SessionsEstablished"
+
+// Reasons of ConditionSessionsEstablished.
+const (
+	ReasonAllEstablished = "AllEstablished"
+	ReasonNotEstablished = "NotEstablished"
+	ReasonNoSessions     = "NoSessions"
+)

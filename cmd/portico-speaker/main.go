@@ -1,5 +1,6 @@
-// Command portico-speaker runs on every node (a DaemonSet with hostNetwork and CAP_NET_RAW) and
-// answers ARP/NDP for the LoadBalancer addresses this node owns. See docs/speaker-l2.md.
+// Command portico-speaker runs on every node (a DaemonSet with hostNetwork and CAP_NET_RAW): it
+// answers ARP/NDP for the LoadBalancer addresses this node owns and advertises addresses to BGP
+// routers through an embedded GoBGP. See docs/speaker-l2.md and docs/speaker-bgp.md.
 package main
 
 import (
@@ -19,6 +20,7 @@ import (
 	"github.com/portico-lb/portico/api/v1alpha1"
 	"github.com/portico-lb/portico/internal/kube"
 	"github.com/portico-lb/portico/speaker"
+	"github.com/portico-lb/portico/speaker/bgp"
 	"github.com/portico-lb/portico/speaker/l2"
 	"github.com/portico-lb/portico/speaker/membership"
 )
@@ -70,9 +72,11 @@ func run(o options) error {
 		return err
 	}
 	metrics := speaker.NewMetrics(crmetrics.Registry)
+	sessions := &bgp.Sessions{Log: log.WithName("bgp")}
+	crmetrics.Registry.MustRegister(sessions)
 	s := &speaker.Speaker{
 		Node: o.node, LBClass: o.lbClass, Cache: mgr.GetCache(), Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Group: group, MLPort: o.port,
-		Announce: l2.NewAnnouncer(log.WithName("l2"), metrics), Recorder: mgr.GetEventRecorderFor("portico-speaker"),
+		Announce: l2.NewAnnouncer(log.WithName("l2"), metrics), BGP: sessions, Recorder: mgr.GetEventRecorderFor("portico-speaker"),
 		Metrics: metrics, Log: log,
 	}
 	if err := mgr.Add(s); err != nil {

@@ -1,0 +1,216 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/portico-lb/portico/api/v1alpha1"
+	"github.com/portico-lb/portico/internal/netlab"
+)
+
+// benchEnvInt reads a positive size from the environment, or returns def.
+func benchEnvInt(b testing.TB, name string, def int) int {
+	s := os.Getenv(name)
+	if s == "" {
+		return def
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 {
+		b.Fatalf("%s=%q: want a positive number", name, s)
+	}
+	return n
+}
+
+// BenchmarkBGP measures, with three speakers peered with bird2 in namespaces and a real
+// apiserver: the time from a Service's address being written to its status until the route
+// is in the router's kernel table, the time from the Service's deletion until the route is
+// gone, and with many Services, the time to converge and the speakers' peak memory. It prints
+// a Markdown report (make bench-bgp saves it); it ignores b.N.
+func BenchmarkBGP(b *testing.B) {
+	runs := benchEnvInt(b, "PORTICO_BENCH_BGP_RUNS", 21)
+	many := benchEnvInt(b, "PORTICO_BENCH_BGP_SERVICES", 1000)
+	inBGPLab(b, 1, func(b *testing.B, e *l2Env) {
+		all := []string{"node-a", "node-b", "node-c"}
+		router := e.Routers[0]
+		netlab.StartBird(b, router.NS, birdConfig(router.IPv4.Addr(), e.Nodes, clusterASN, ""))
+		e.createObject(bgpPeer("tor", router.IPv4.Addr(), clusterASN, routerASN))
+		e.waitEstablished("tor", 30*time.Second, all...)
+		// Every pool except those labelled advertise=no.
+		e.createObject(&v1alpha1.BGPAdvertisement{ObjectMeta: metav1.ObjectMeta{Name: "bench"}, Spec: v1alpha1.BGPAdvertisementSpec{
+			IPAddressPoolSelectors: []metav1.LabelSelector{{MatchExpressions: []metav1.LabelSelectorRequirement{
+				{Key: "advertise", Operator: metav1.LabelSelectorOpNotIn, Values: []string{"no"}}}}}}})
+		rssIdle := e.peakRSS()
+
+		var rep strings.Builder
+		fmt.Fprintf(&rep, "Measured %s on %d CPUs; three speakers (embedded GoBGP) peered over eBGP with bird 2 in network namespaces, real kube-apiserver. Route times are read from `ip monitor route` in the router's namespace.\n\n",
+			time.Now().UTC().Format("2006-01-02"), runtimeCPUs())
+		mon := watchRoutes(b, router.NS)
+		defer mon.stop()
+		fmt.Fprintf(&rep, "| %d runs | median | min | max |\n|---|---|---|---|\n", runs)
+		// latency measures runs Services one after another; base offsets their addresses.
+		latency := func(when string, base int) {
+			var adds, dels []time.Duration
+			for i := 0; i < runs; i++ {
+				ip := netip.AddrFrom4([4]byte{203, 0, 113, byte(base + i%50)})
+				pfx := netip.PrefixFrom(ip, 32)
+				name := fmt.Sprintf("lat-%d-%d", base, i)
+				svc := e.createService(name, []netip.Prefix{pfx}, false)
+				svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: ip.String()}}
+				mon.reset()
+				// From the moment the status write is sent: the speakers often act on the watch
+				// event before the writer has read the apiserver's answer.
+				written := time.Now()
+				must(b, e.c.Status().Update(context.Background(), svc))
+				at := mon.await(b, pfx.Addr().String(), false)
+				adds = append(adds, at.Sub(written))
+				e.expectRoute(router.NS, pfx, e.nodeIPs(false, all...), 10*time.Second)
+				mon.reset()
+				deleted := time.Now()
+				must(b, e.c.Delete(context.Background(), svc))
+				for at = mon.await(b, pfx.Addr().String(), true); len(netlab.Gateways(router.NS, pfx)) > 0; {
+					at = mon.await(b, pfx.Addr().String(), true) // only one node's path went; wait for the last
+				}
+				dels = append(dels, at.Sub(deleted))
+			}
+			fmt.Fprintf(&rep, "| %s: Service's status write sent → route in the router's kernel table (first node) | %s | %s | %s |\n",
+				when, ms(median(adds)), ms(slices.Min(adds)), ms(slices.Max(adds)))
+			fmt.Fprintf(&rep, "| %s: Service delete sent → route gone from the router's kernel table (last node) | %s | %s | %s |\n",
+				when, ms(median(dels)), ms(slices.Min(dels)), ms(slices.Max(dels)))
+		}
+		latency("alone", 100)
+
+		e.createObject(&v1alpha1.IPAddressPool{ObjectMeta: metav1.ObjectMeta{Name: "many"},
+			Spec: v1alpha1.IPAddressPoolSpec{Addresses: []v1alpha1.AddressRange{"10.200.0.0/16"}}})
+		// The floor: the same creations and status writes for addresses no advertisement
+		// covers, so the speakers have nothing to advertise or report.
+		e.createObject(&v1alpha1.IPAddressPool{ObjectMeta: metav1.ObjectMeta{Name: "floor", Labels: map[string]string{"advertise": "no"}},
+			Spec: v1alpha1.IPAddressPoolSpec{Addresses: []v1alpha1.AddressRange{"10.201.0.0/16"}}})
+		start := time.Now()
+		e.createLBServices("floor", netip.MustParseAddr("10.201.0.1"), many)
+		floor := time.Since(start)
+		start = time.Now()
+		e.createLBServices("many", netip.MustParseAddr("10.200.0.1"), many)
+		written := time.Since(start)
+		waitFor(b, fmt.Sprintf("%d routes in the router", many), 2*time.Minute, func() bool {
+			return routeCount(router.NS, "10.200.") >= many
+		})
+		converged := time.Since(start)
+		latency(fmt.Sprintf("with %d more advertised", many), 150)
+		fmt.Fprintf(&rep, "\n| %d Services created at once (4 parallel writers: create, then status) | time |\n|---|---|\n", many)
+		fmt.Fprintf(&rep, "| floor: addresses no advertisement covers (the speakers stay idle) — all statuses written | %s |\n", ms(floor))
+		fmt.Fprintf(&rep, "| advertised — all statuses written | %s (%.2f × floor) |\n", ms(written), float64(written)/float64(floor))
+		fmt.Fprintf(&rep, "| advertised — all %d routes in the router's kernel table (ECMP over 3 nodes) | %s (%.2f × floor) |\n",
+			many, ms(converged), float64(converged)/float64(floor))
+		fmt.Fprintf(&rep, "\nSpeaker peak memory (VmHWM, max over the three): %s idle with one session; %s after advertising %d routes.\n",
+			mib(rssIdle), mib(e.peakRSS()), many)
+		b.Log("\n" + rep.String())
+		if out := os.Getenv("PORTICO_BENCH_BGP_OUT"); out != "" {
+			must(b, os.WriteFile(out, []byte(rep.String()), 0o644))
+		}
+	})
+}
+
+// peakRSS is the highest VmHWM among the running speakers, in KiB.
+func (e *l2Env) peakRSS() int {
+	m := 0
+	for _, p := range e.speakers {
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+		must(e.t, err)
+		for _, l := range strings.Split(string(data), "\n") {
+			if strings.HasPrefix(l, "VmHWM:") {
+				kb, _ := strconv.Atoi(strings.Fields(l)[1])
+				m = max(m, kb)
+			}
+		}
+	}
+	return m
+}
+
+// routeCount counts ns's kernel routes whose destination starts with prefix.
+func routeCount(ns, prefix string) int {
+	out, _ := exec.Command("ip", "-n", ns, "-4", "route", "show", "proto", "bird").Output()
+	n := 0
+	for _, l := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(l, prefix) {
+			n++
+		}
+	}
+	return n
+}
+
+// routeMonitor follows `ip monitor route` in a namespace and timestamps each line as it is read.
+type routeMonitor struct {
+	cmd   *exec.Cmd
+	lines chan routeEvent
+}
+
+type routeEvent struct {
+	at   time.Time
+	line string
+}
+
+func watchRoutes(b testing.TB, ns string) *routeMonitor {
+	m := &routeMonitor{cmd: exec.Command("ip", "-n", ns, "monitor", "route"), lines: make(chan routeEvent, 1024)}
+	out, err := m.cmd.StdoutPipe()
+	must(b, err)
+	must(b, m.cmd.Start())
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			m.lines <- routeEvent{at: time.Now(), line: sc.Text()}
+		}
+		close(m.lines)
+	}()
+	return m
+}
+
+// reset drops the events seen so far.
+func (m *routeMonitor) reset() {
+	for {
+		select {
+		case <-m.lines:
+		default:
+			return
+		}
+	}
+}
+
+// await returns when the first line about dst (a deletion or not) was read.
+func (m *routeMonitor) await(b testing.TB, dst string, deleted bool) time.Time {
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case ev, ok := <-m.lines:
+			if !ok {
+				b.Fatal("ip monitor ended")
+			}
+			f := strings.Fields(ev.line)
+			if len(f) == 0 {
+				continue
+			}
+			isDel := f[0] == "Deleted"
+			if isDel {
+				f = f[1:]
+			}
+			if len(f) > 0 && f[0] == dst && isDel == deleted {
+				return ev.at
+			}
+		case <-timeout:
+			b.Fatalf("no route event for %s (deleted=%v) within 10s", dst, deleted)
+		}
+	}
+}
+
+func (m *routeMonitor) stop() { _ = m.cmd.Process.Kill(); _ = m.cmd.Wait() }

@@ -1,0 +1,153 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/portico-lb/portico/api/v1alpha1"
+	"github.com/portico-lb/portico/internal/netlab"
+)
+
+// Test ASNs: the router's AS, and the cluster's.
+const (
+	routerASN  = 64512
+	clusterASN = 64513
+)
+
+// birdConfig peers a bird router at local (AS 64512) with the nodes, which are in AS
+// nodeASN (64512 too: iBGP), with TCP MD5 when password is set. Learned routes go to the
+// kernel table, ECMP merged. Timers are short so sessions come back within seconds.
+func birdConfig(local netip.Addr, nodes []labNode, nodeASN uint32, password string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, `log stderr all;
+router id %s;
+protocol device { scan time 10; }
+protocol kernel { ipv4 { import none; export all; }; merge paths on; }
+protocol kernel { ipv6 { import none; export all; }; merge paths on; }
+template bgp nodes {
+  local %s as %d;
+  direct;
+  hold time 9; keepalive time 3; connect retry time 1; error wait time 1, 10;
+  ipv4 { import all; export none; };
+  ipv6 { import all; export none; };
+}
+`, local, local, routerASN)
+	for _, n := range nodes {
+		fmt.Fprintf(&b, "protocol bgp %s from nodes { neighbor %s as %d;", strings.ReplaceAll(n.Name, "-", "_"), n.IPv4.Addr(), nodeASN)
+		if password != "" {
+			fmt.Fprintf(&b, " password \"%s\";", password)
+		}
+		b.WriteString(" }\n")
+	}
+	return b.String()
+}
+
+// frrConfig peers an FRR router at addr (AS 64520) with every node over eBGP.
+func frrConfig(addr netip.Addr, nodes []labNode) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "frr defaults traditional\nhostname frr\nlog stdout informational\nrouter bgp 64520\n bgp router-id %s\n no bgp ebgp-requires-policy\n bgp bestpath as-path multipath-relax\n", addr)
+	for _, n := range nodes {
+		a := n.IPv4.Addr()
+		fmt.Fprintf(&b, " neighbor %s remote-as %d\n neighbor %s timers 3 9\n neighbor %s timers connect 1\n", a, clusterASN, a, a)
+	}
+	b.WriteString(" address-family ipv4 unicast\n  maximum-paths 8\n exit-address-family\n")
+	return b.String()
+}
+
+// bgpPeer is a BGPPeer with the lab's short timers.
+func bgpPeer(name string, addr netip.Addr, myASN, peerASN uint32) *v1alpha1.BGPPeer {
+	return &v1alpha1.BGPPeer{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1alpha1.BGPPeerSpec{
+		MyASN: myASN, PeerASN: peerASN, PeerAddress: v1alpha1.IPAddress(addr.String()),
+		HoldTime: &metav1.Duration{Duration: 9 * time.Second}, KeepaliveTime: &metav1.Duration{Duration: 3 * time.Second},
+		ConnectTime: &metav1.Duration{Duration: time.Second},
+	}}
+}
+
+// nodeIPs are the addresses of the named nodes (IPv4 or IPv6), sorted, as router next hops.
+func (e *l2Env) nodeIPs(v6 bool, names ...string) []netip.Addr {
+	var out []netip.Addr
+	for _, n := range names {
+		h := e.node(n)
+		if v6 {
+			out = append(out, h.IPv6.Addr())
+		} else {
+			out = append(out, h.IPv4.Addr())
+		}
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return out
+}
+
+// expectRoute waits until the router's kernel routes prefix via exactly the given next hops
+// (none: no route at all), and returns how long that took.
+func (e *l2Env) expectRoute(router string, prefix netip.Prefix, via []netip.Addr, within time.Duration) time.Duration {
+	e.t.Helper()
+	what := fmt.Sprintf("route %s via %v in %s", prefix, via, router)
+	if len(via) == 0 {
+		what = fmt.Sprintf("no route %s in %s", prefix, router)
+	}
+	var last []netip.Addr
+	defer func() {
+		if e.t.Failed() {
+			e.t.Logf("last seen next hops for %s: %v", prefix, last)
+		}
+	}()
+	return waitFor(e.t, what, within, func() bool {
+		last = netlab.Gateways(router, prefix)
+		return slices.Equal(last, via)
+	})
+}
+
+// sessions returns node's BGP sessions from its Speaker status, by peer.
+func (e *l2Env) sessions(node string) map[string]v1alpha1.PeerSession {
+	var sp v1alpha1.Speaker
+	if err := e.c.Get(context.Background(), clientKey(node), &sp); err != nil {
+		return nil
+	}
+	out := map[string]v1alpha1.PeerSession{}
+	for _, s := range sp.Status.Sessions {
+		out[s.Peer] = s
+	}
+	return out
+}
+
+// waitEstablished waits until every named node reports its session with peer Established.
+func (e *l2Env) waitEstablished(peer string, within time.Duration, nodes ...string) {
+	e.t.Helper()
+	waitFor(e.t, peer+" sessions Established on "+strings.Join(nodes, ","), within, func() bool {
+		for _, n := range nodes {
+			if e.sessions(n)[peer].State != "Established" {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// addIPv6InternalIPs gives every Node its IPv6 address too (next hop for IPv6 routes over the
+// IPv4 sessions).
+func (e *l2Env) addIPv6InternalIPs() {
+	ctx := context.Background()
+	for _, n := range e.Nodes {
+		var node corev1.Node
+		must(e.t, e.c.Get(ctx, clientKey(n.Name), &node))
+		node.Status.Addresses = append(node.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: n.IPv6.Addr().String()})
+		must(e.t, e.c.Status().Update(ctx, &node))
+	}
+}
+
+// hasEvent reports whether an event with reason and message exists for the named object.
+func (e *l2Env) hasEvent(object, reason, message string) bool {
+	var evs corev1.EventList
+	_ = e.c.List(context.Background(), &evs)
+	return slices.ContainsFunc(evs.Items, func(ev corev1.Event) bool {
+		return ev.InvolvedObject.Name == object && ev.Reason == reason && ev.Message == message
+	})
+}

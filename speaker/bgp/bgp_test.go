@@ -1,0 +1,70 @@
+package bgp
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+	"testing"
+)
+
+func TestParseCommunity(t *testing.T) {
+	for _, tc := range []struct {
+		in    string
+		std   uint32
+		large LargeCommunity
+		isLg  bool
+		err   string
+	}{
+		{in: "65000:100", std: 65000<<16 | 100},
+		{in: "0:0"},
+		{in: "no-export", std: 0xFFFFFF01},
+		{in: "blackhole", std: 0xFFFF029A},
+		{in: "large:64512:1:2", large: LargeCommunity{64512, 1, 2}, isLg: true},
+		{in: "large:4294967295:0:4294967295", large: LargeCommunity{4294967295, 0, 4294967295}, isLg: true},
+		{in: "65536:1", err: "each up to 65535"},
+		{in: "65000", err: "want AS:VALUE"},
+		{in: "large:1:2", isLg: true, err: "want large:GLOBAL:LOCAL1:LOCAL2"},
+		{in: "large:1:2:4294967296", isLg: true, err: "is not a number up to 4294967295"},
+	} {
+		std, lc, isLg, err := ParseCommunity(tc.in)
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%q: error %v, want one containing %q", tc.in, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || std != tc.std || lc != tc.large || isLg != tc.isLg {
+			t.Errorf("%q: got %d %v %v %v", tc.in, std, lc, isLg, err)
+		}
+		if !isLg && communityString(std) != tc.in {
+			t.Errorf("%q prints as %q", tc.in, communityString(std))
+		}
+	}
+}
+
+// TestPasswordNeverPrinted: however a Peer is formatted (logs, errors), its password stays out.
+func TestPasswordNeverPrinted(t *testing.T) {
+	p := Peer{Name: "tor", Address: netip.MustParseAddr("198.51.100.1"), Password: "s3cret"}
+	d := Desired{Peers: map[string]Peer{"tor": p}}
+	for _, s := range []string{fmt.Sprint(p), fmt.Sprintf("%v %+v %#v %s", p, p, p, p.Password), d.String(), fmt.Sprintf("%+v", d)} {
+		if strings.Contains(s, "s3cret") {
+			t.Fatalf("password printed: %s", s)
+		}
+	}
+	if string(apiPeer(p).Conf.AuthPassword) != "s3cret" {
+		t.Fatal("the password does not reach GoBGP")
+	}
+}
+
+// TestAPIPath: next hops and attributes as GoBGP gets them.
+func TestAPIPath(t *testing.T) {
+	v6 := apiPath(Route{Prefix: netip.MustParsePrefix("2001:db8:ff::10/128"), Attrs: Attrs{NextHop: netip.MustParseAddr("2001:db8:1::11"), LocalPref: 200,
+		Communities: []uint32{1}, Large: []LargeCommunity{{1, 2, 3}}}})
+	if v6.Family != familyV6 || len(v6.Pattrs) != 5 || !strings.Contains(v6.Pattrs[1].String(), "2001:db8:1::11") {
+		t.Fatalf("IPv6 path %v", v6)
+	}
+	v4 := apiPath(Route{Prefix: netip.MustParsePrefix("203.0.113.10/32")})
+	if v4.Family != familyV4 || len(v4.Pattrs) != 2 || !strings.Contains(v4.Pattrs[1].String(), "0.0.0.0") {
+		t.Fatalf("IPv4 path %v", v4)
+	}
+}

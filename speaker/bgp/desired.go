@@ -1,0 +1,126 @@
+package bgp
+
+import (
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Password is a TCP MD5 password. It prints as "<redacted>" in every format, so a log line or an
+// error that includes a Peer never shows it.
+type Password string
+
+func (Password) String() string   { return "<redacted>" }
+func (Password) GoString() string { return "<redacted>" }
+
+// Peer is one session this node should hold, resolved from a BGPPeer: defaults applied, the
+// password read from its Secret.
+type Peer struct {
+	Name            string // the BGPPeer's name
+	Address         netip.Addr
+	Port            uint16
+	MyASN, PeerASN  uint32
+	RouterID        netip.Addr
+	Source          netip.Addr // zero: the kernel picks
+	HoldTime        time.Duration
+	KeepaliveTime   time.Duration
+	ConnectTime     time.Duration
+	EBGPMultiHop    bool
+	GracefulRestart bool
+	Password        Password
+}
+
+// IBGP reports whether the session stays inside one AS.
+func (p Peer) IBGP() bool { return p.MyASN == p.PeerASN }
+
+// LargeCommunity is an RFC 8092 community.
+type LargeCommunity struct{ Global, Local1, Local2 uint32 }
+
+func (c LargeCommunity) String() string {
+	return fmt.Sprintf("large:%d:%d:%d", c.Global, c.Local1, c.Local2)
+}
+
+// Attrs are the path attributes of one route to one peer.
+type Attrs struct {
+	LocalPref   uint32 // 0: none (eBGP, or no advertisement sets it)
+	Communities []uint32
+	Large       []LargeCommunity
+	// NextHop is set when the prefix's family differs from the session's (an IPv6 prefix over
+	// an IPv4 session): the node's own address of that family. Zero: the session's local address.
+	NextHop netip.Addr
+}
+
+// Equal compares attributes.
+func (a Attrs) Equal(b Attrs) bool {
+	return a.LocalPref == b.LocalPref && a.NextHop == b.NextHop && slices.Equal(a.Communities, b.Communities) && slices.Equal(a.Large, b.Large)
+}
+
+// Route is one prefix advertised to one peer.
+type Route struct {
+	Prefix   netip.Prefix
+	Attrs    Attrs
+	Services []string // namespace/name of the Services it carries, sorted
+}
+
+// Desired is everything this node should do over BGP.
+type Desired struct {
+	Peers  map[string]Peer                   // by BGPPeer name
+	Routes map[string]map[netip.Prefix]Route // by BGPPeer name, then prefix
+}
+
+// String renders the state deterministically (transcripts compare it), without passwords.
+func (d Desired) String() string {
+	var b strings.Builder
+	for _, name := range slices.Sorted(maps.Keys(d.Peers)) {
+		p := d.Peers[name]
+		fmt.Fprintf(&b, "peer %s: %s as %d port %d, my as %d, router-id %s", name, p.Address, p.PeerASN, p.Port, p.MyASN, p.RouterID)
+		if p.Source.IsValid() {
+			fmt.Fprintf(&b, ", source %s", p.Source)
+		}
+		fmt.Fprintf(&b, ", hold %v keepalive %v connect %v", p.HoldTime, p.KeepaliveTime, p.ConnectTime)
+		if p.EBGPMultiHop {
+			b.WriteString(", multihop")
+		}
+		if p.GracefulRestart {
+			b.WriteString(", graceful-restart")
+		}
+		if p.Password != "" {
+			b.WriteString(", md5")
+		}
+		b.WriteString("\n")
+		routes := d.Routes[name]
+		prefixes := make([]netip.Prefix, 0, len(routes))
+		for pfx := range routes {
+			prefixes = append(prefixes, pfx)
+		}
+		slices.SortFunc(prefixes, comparePrefix)
+		for _, pfx := range prefixes {
+			r := routes[pfx]
+			fmt.Fprintf(&b, "  %s", pfx)
+			if r.Attrs.NextHop.IsValid() {
+				fmt.Fprintf(&b, " nexthop %s", r.Attrs.NextHop)
+			}
+			if r.Attrs.LocalPref != 0 {
+				fmt.Fprintf(&b, " local-pref %d", r.Attrs.LocalPref)
+			}
+			for _, c := range r.Attrs.Communities {
+				fmt.Fprintf(&b, " %s", communityString(c))
+			}
+			for _, c := range r.Attrs.Large {
+				fmt.Fprintf(&b, " %s", c)
+			}
+			fmt.Fprintf(&b, " (%s)\n", strings.Join(r.Services, ", "))
+		}
+	}
+	return b.String()
+}
+
+func comparePrefix(a, b netip.Prefix) int {
+	if c := a.Addr().Compare(b.Addr()); c != 0 {
+		return c
+	}
+	return a.Bits() - b.Bits()
+}

@@ -1,0 +1,40 @@
+package bgp
+
+import (
+	"context"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+var (
+	sessionUpDesc = prometheus.NewDesc("portico_bgp_session_up",
+		"1 when this node's BGP session with the peer is Established, else 0.", []string{"peer"}, nil)
+	prefixesDesc = prometheus.NewDesc("portico_bgp_prefixes_advertised",
+		"Prefixes this node advertises to the peer.", []string{"peer"}, nil)
+	updatesSentDesc = prometheus.NewDesc("portico_bgp_updates_sent_total",
+		"BGP UPDATE messages sent to the peer since its session (re)started.", []string{"peer"}, nil)
+)
+
+// Describe and Collect make Sessions a Prometheus collector: the series are read from the
+// running sessions at scrape time, so a removed peer's series disappear with it.
+func (s *Sessions) Describe(ch chan<- *prometheus.Desc) {
+	ch <- sessionUpDesc
+	ch <- prefixesDesc
+	ch <- updatesSentDesc
+}
+
+func (s *Sessions) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	counters := s.Counters(ctx)
+	for name, st := range s.States() {
+		up := 0.0
+		if st.Established() {
+			up = 1
+		}
+		ch <- prometheus.MustNewConstMetric(sessionUpDesc, prometheus.GaugeValue, up, name)
+		ch <- prometheus.MustNewConstMetric(prefixesDesc, prometheus.GaugeValue, float64(st.Routes), name)
+		ch <- prometheus.MustNewConstMetric(updatesSentDesc, prometheus.CounterValue, float64(counters[name].UpdatesSent), name)
+	}
+}

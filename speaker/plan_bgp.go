@@ -1,0 +1,275 @@
+package speaker
+
+import (
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/portico-lb/portico/api/v1alpha1"
+	"github.com/portico-lb/portico/speaker/bgp"
+)
+
+// BGPClaim is one address this node advertises over BGP.
+type BGPClaim struct {
+	Service string   // namespace/name
+	Peers   []string // BGPPeer names, sorted
+}
+
+// BGP session defaults (BGPPeer's documented defaults).
+const (
+	defaultBGPPort     = 179
+	defaultHoldTime    = 90 * time.Second
+	defaultConnectTime = 5 * time.Second
+)
+
+// planBGP fills p.BGP and p.Routed: the sessions node me holds (BGPPeers whose nodeSelectors
+// match it) and, per session, the prefixes it advertises. Unlike L2 there is no owner: every
+// selected node advertises (ECMP at the router), except that externalTrafficPolicy Local
+// needs a ready endpoint on this node.
+func planBGP(w World, me, lbClass string, pools []parsedPool, p *Plan) {
+	p.BGP = bgp.Desired{Peers: map[string]bgp.Peer{}, Routes: map[string]map[netip.Prefix]bgp.Route{}}
+	p.Routed = map[netip.Addr]BGPClaim{}
+	if len(w.BGPPeers) == 0 {
+		return
+	}
+	node := findNode(w.Nodes, me)
+	if node == nil {
+		p.Problems = append(p.Problems, fmt.Sprintf("BGP: node %s not found, so no BGPPeer can select it", me))
+		return
+	}
+	mine := map[netip.Addr]bool{} // this node's InternalIPs: router ID and next hops
+	for _, a := range node.Status.Addresses {
+		if ip, err := netip.ParseAddr(a.Address); err == nil && a.Type == corev1.NodeInternalIP {
+			mine[ip.Unmap()] = true
+		}
+	}
+	for i := range w.BGPPeers {
+		bp := &w.BGPPeers[i]
+		if len(bp.Spec.NodeSelectors) > 0 && !matchesAny(bp.Spec.NodeSelectors, node.Labels) {
+			continue
+		}
+		peer, err := resolvePeer(bp, mine, w.Secrets)
+		if err != nil {
+			p.Problems = append(p.Problems, fmt.Sprintf("BGPPeer %s: %v", bp.Name, err))
+			continue
+		}
+		p.BGP.Peers[bp.Name] = peer
+		p.BGP.Routes[bp.Name] = map[netip.Prefix]bgp.Route{}
+	}
+	if len(p.BGP.Peers) == 0 {
+		return
+	}
+	_, excluded := node.Labels[v1alpha1.LabelExcludeFromExternalLoadBalancers]
+	forEachAddress(w, lbClass, pools, p, func(svc *corev1.Service, key string, ip netip.Addr, pool *v1alpha1.IPAddressPool) {
+		if excluded {
+			return
+		}
+		if svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal && !readyNodes(w.EndpointSlices, svc)[me] {
+			return
+		}
+		for i := range w.BGPAds {
+			ad := &w.BGPAds[i]
+			s := &ad.Spec
+			if !selects(s.IPAddressPools, s.IPAddressPoolSelectors, s.ServiceSelectors, pool, svc) ||
+				len(s.NodeSelectors) > 0 && !matchesAny(s.NodeSelectors, node.Labels) {
+				continue
+			}
+			advertise(p, ad, key, ip, mine)
+		}
+	})
+}
+
+// advertise adds ip (or its aggregate) to every session ad sends to.
+func advertise(p *Plan, ad *v1alpha1.BGPAdvertisement, service string, ip netip.Addr, mine map[netip.Addr]bool) {
+	s := &ad.Spec
+	bits := 32
+	if s.AggregationLength != nil {
+		bits = int(*s.AggregationLength)
+	}
+	if ip.Is6() {
+		bits = 128
+		if s.AggregationLengthV6 != nil {
+			bits = int(*s.AggregationLengthV6)
+		}
+	}
+	prefix, err := ip.Prefix(bits)
+	if err != nil {
+		p.Problems = append(p.Problems, fmt.Sprintf("BGPAdvertisement %s: %v", ad.Name, err))
+		return
+	}
+	var attrs bgp.Attrs
+	for _, c := range s.Communities {
+		std, lc, large, err := bgp.ParseCommunity(string(c))
+		switch {
+		case err != nil:
+			p.Problems = append(p.Problems, fmt.Sprintf("BGPAdvertisement %s: %v", ad.Name, err))
+		case large:
+			attrs.Large = append(attrs.Large, lc)
+		default:
+			attrs.Communities = append(attrs.Communities, std)
+		}
+	}
+	claim := p.Routed[ip]
+	claim.Service = service
+	for _, name := range slices.Sorted(maps.Keys(p.BGP.Peers)) {
+		peer := p.BGP.Peers[name]
+		if len(s.Peers) > 0 && !slices.Contains(s.Peers, v1alpha1.Name(name)) {
+			continue
+		}
+		a := attrs
+		if peer.IBGP() && s.LocalPref != nil {
+			a.LocalPref = *s.LocalPref
+		}
+		if peer.Address.Is4() != ip.Is4() {
+			// The session's local address is of the other family: name this node's own.
+			a.NextHop = addressOfFamily(mine, ip.Is4())
+			if !a.NextHop.IsValid() {
+				p.Problems = append(p.Problems, fmt.Sprintf("BGPPeer %s: cannot advertise %s over an %s session: this node has no %s InternalIP for the next hop",
+					name, ip, familyName(peer.Address), familyName(ip)))
+				continue
+			}
+		}
+		routes := p.BGP.Routes[name]
+		r, had := routes[prefix]
+		if had {
+			if r.Attrs.LocalPref != a.LocalPref && r.Attrs.LocalPref != 0 && a.LocalPref != 0 {
+				p.Problems = append(p.Problems, fmt.Sprintf("%s to BGPPeer %s: advertisements ask for local-pref %d and %d; using the higher",
+					prefix, name, r.Attrs.LocalPref, a.LocalPref))
+			}
+			a = mergeAttrs(r.Attrs, a)
+		}
+		r.Prefix, r.Attrs = prefix, a
+		if !slices.Contains(r.Services, service) {
+			r.Services = append(r.Services, service)
+			slices.Sort(r.Services)
+		}
+		routes[prefix] = r
+		if !slices.Contains(claim.Peers, name) {
+			claim.Peers = append(claim.Peers, name)
+			slices.Sort(claim.Peers)
+		}
+	}
+	if len(claim.Peers) > 0 {
+		p.Routed[ip] = claim
+	}
+}
+
+// mergeAttrs combines two advertisements of one prefix to one peer: the union of communities,
+// the higher local-pref.
+func mergeAttrs(a, b bgp.Attrs) bgp.Attrs {
+	out := a
+	out.LocalPref = max(a.LocalPref, b.LocalPref)
+	out.Communities = append(slices.Clone(a.Communities), b.Communities...)
+	out.Large = append(slices.Clone(a.Large), b.Large...)
+	slices.Sort(out.Communities)
+	out.Communities = slices.Compact(out.Communities)
+	slices.SortFunc(out.Large, func(x, y bgp.LargeCommunity) int {
+		if x.Global != y.Global {
+			return int(int64(x.Global) - int64(y.Global))
+		}
+		if x.Local1 != y.Local1 {
+			return int(int64(x.Local1) - int64(y.Local1))
+		}
+		return int(int64(x.Local2) - int64(y.Local2))
+	})
+	out.Large = slices.Compact(out.Large)
+	return out
+}
+
+// resolvePeer applies defaults and reads the password. Errors never contain the password.
+func resolvePeer(bp *v1alpha1.BGPPeer, mine map[netip.Addr]bool, secrets []corev1.Secret) (bgp.Peer, error) {
+	s := &bp.Spec
+	peer := bgp.Peer{Name: bp.Name, MyASN: s.MyASN, PeerASN: s.PeerASN, Port: defaultBGPPort,
+		HoldTime: defaultHoldTime, ConnectTime: defaultConnectTime, EBGPMultiHop: s.EBGPMultiHop, GracefulRestart: s.EnableGracefulRestart}
+	var err error
+	if peer.Address, err = netip.ParseAddr(string(s.PeerAddress)); err != nil {
+		return peer, fmt.Errorf("peerAddress: %v", err)
+	}
+	peer.Address = peer.Address.Unmap()
+	if s.PeerPort != 0 {
+		peer.Port = uint16(s.PeerPort)
+	}
+	if s.SourceAddress != "" {
+		if peer.Source, err = netip.ParseAddr(string(s.SourceAddress)); err != nil {
+			return peer, fmt.Errorf("sourceAddress: %v", err)
+		}
+		peer.Source = peer.Source.Unmap()
+	}
+	if s.HoldTime != nil {
+		peer.HoldTime = s.HoldTime.Duration
+	}
+	peer.KeepaliveTime = peer.HoldTime / 3
+	if s.KeepaliveTime != nil {
+		peer.KeepaliveTime = s.KeepaliveTime.Duration
+	}
+	if s.ConnectTime != nil {
+		peer.ConnectTime = s.ConnectTime.Duration
+	}
+	if s.RouterID != "" {
+		if peer.RouterID, err = netip.ParseAddr(s.RouterID); err != nil || !peer.RouterID.Is4() {
+			return peer, fmt.Errorf("routerID %q is not an IPv4 address", s.RouterID)
+		}
+	} else if peer.RouterID = addressOfFamily(mine, true); !peer.RouterID.IsValid() {
+		return peer, fmt.Errorf("this node has no IPv4 InternalIP to use as router ID; set spec.routerID")
+	}
+	if ref := s.PasswordSecret; ref != nil {
+		pw, err := password(ref, secrets)
+		if err != nil {
+			return peer, err
+		}
+		peer.Password = pw
+	}
+	return peer, nil
+}
+
+func password(ref *v1alpha1.SecretKeyRef, secrets []corev1.Secret) (bgp.Password, error) {
+	key := ref.Key
+	if key == "" {
+		key = "password"
+	}
+	for i := range secrets {
+		if secrets[i].Namespace == string(ref.Namespace) && secrets[i].Name == string(ref.Name) {
+			v, ok := secrets[i].Data[key]
+			if !ok || len(v) == 0 {
+				return "", fmt.Errorf("passwordSecret %s/%s has no key %q", ref.Namespace, ref.Name, key)
+			}
+			if len(v) > 80 {
+				return "", fmt.Errorf("passwordSecret %s/%s: key %q is longer than the 80 bytes TCP MD5 allows", ref.Namespace, ref.Name, key)
+			}
+			return bgp.Password(v), nil
+		}
+	}
+	return "", fmt.Errorf("passwordSecret %s/%s cannot be read (missing, or the speaker may not get it); the session stays closed rather than open without its password",
+		ref.Namespace, ref.Name)
+}
+
+func findNode(nodes []corev1.Node, name string) *corev1.Node {
+	for i := range nodes {
+		if nodes[i].Name == name {
+			return &nodes[i]
+		}
+	}
+	return nil
+}
+
+// addressOfFamily is the lowest of the addresses of one family, or the zero Addr.
+func addressOfFamily(addrs map[netip.Addr]bool, v4 bool) netip.Addr {
+	var best netip.Addr
+	for a := range addrs {
+		if a.Is4() == v4 && (!best.IsValid() || a.Less(best)) {
+			best = a
+		}
+	}
+	return best
+}
+
+func familyName(a netip.Addr) string {
+	if a.Is4() {
+		return "IPv4"
+	}
+	return "IPv6"
+}

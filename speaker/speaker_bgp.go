@@ -1,0 +1,55 @@
+package speaker
+
+import (
+	"context"
+	"net/netip"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/portico-lb/portico/api/v1alpha1"
+	"github.com/portico-lb/portico/speaker/bgp"
+)
+
+// logRouted logs (and tells the Service, by an event) each address this node starts or stops
+// advertising over BGP.
+func (s *Speaker) logRouted(ctx context.Context, now map[netip.Addr]BGPClaim, cause string) {
+	for ip, c := range now {
+		if old, had := s.routed[ip]; had && slices.Equal(old.Peers, c.Peers) {
+			continue
+		}
+		s.Log.Info("advertising over BGP", "ip", ip, "service", c.Service, "peers", c.Peers, "cause", cause)
+		ns, name, _ := strings.Cut(c.Service, "/")
+		var svc corev1.Service
+		if err := s.Cache.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &svc); err == nil {
+			s.Recorder.Eventf(&svc, corev1.EventTypeNormal, "Announced", "advertising %s from node %s to BGP peers %s",
+				ip, s.Node, strings.Join(c.Peers, ","))
+		}
+	}
+	for ip, c := range s.routed {
+		if _, keep := now[ip]; !keep {
+			s.Log.Info("withdrawn from BGP", "ip", ip, "service", c.Service, "cause", cause)
+		}
+	}
+	s.routed = now
+}
+
+// sessionChanged runs when a BGP session changes state: it logs, counts, tells the BGPPeer by
+// an event when the session goes up or down, and refreshes the Speaker status.
+func (s *Speaker) sessionChanged(ctx context.Context, before, after bgp.State) {
+	s.Log.Info("BGP session state", "peer", after.Peer, "address", after.Address, "from", before.State, "to", after.State)
+	up, wasUp := after.Established(), before.Established()
+	if up != wasUp {
+		var peer v1alpha1.BGPPeer
+		if err := s.Cache.Get(ctx, types.NamespacedName{Name: after.Peer}, &peer); err == nil {
+			if up {
+				s.Recorder.Eventf(&peer, corev1.EventTypeNormal, "SessionUp", "node %s: BGP session with %s established", s.Node, after.Address)
+			} else {
+				s.Recorder.Eventf(&peer, corev1.EventTypeWarning, "SessionDown", "node %s: BGP session with %s down (now %s)", s.Node, after.Address, after.State)
+			}
+		}
+	}
+	s.trigger("bgp-session")
+}
