@@ -33,7 +33,6 @@ type ServiceReconciler struct {
 }
 
 func (r *ServiceReconciler) setup(mgr ctrl.Manager) error {
-	r.writer = newStatusWriter(r.Client, r.event, func(key string) { r.state.retryServices([]string{key}) })
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&corev1.Service{}).
 		Named("service").
@@ -177,37 +176,45 @@ func appendPools(pools []string, names ...string) []string {
 // write puts the outcome into the Service: ingress, the IPAllocated condition and the
 // allocated-from-pool annotation, in one status update, when any of them changed.
 func (r *ServiceReconciler) write(svc *corev1.Service, o outcome) {
-	want := svc.DeepCopy()
-	want.Status.LoadBalancer.Ingress = nil
-	for _, ip := range o.asg.IPs {
-		want.Status.LoadBalancer.Ingress = append(want.Status.LoadBalancer.Ingress,
-			corev1.LoadBalancerIngress{IP: ip.String(), IPMode: ptr.To(corev1.LoadBalancerIPModeVIP)})
-	}
 	cond := allocatedCondition(o)
 	cond.ObservedGeneration = svc.Generation
-	condChanged := meta.SetStatusCondition(&want.Status.Conditions, cond)
-	if o.asg.Pool != "" {
-		if want.Annotations == nil {
-			want.Annotations = map[string]string{}
+	apply := func(want *corev1.Service) {
+		want.Status.LoadBalancer.Ingress = nil
+		for _, ip := range o.asg.IPs {
+			want.Status.LoadBalancer.Ingress = append(want.Status.LoadBalancer.Ingress,
+				corev1.LoadBalancerIngress{IP: ip.String(), IPMode: ptr.To(corev1.LoadBalancerIPModeVIP)})
 		}
-		want.Annotations[porticov1.AnnotationAllocatedFromPool] = o.asg.Pool
-	} else if len(o.asg.IPs) == 0 {
-		delete(want.Annotations, porticov1.AnnotationAllocatedFromPool)
-	} // an orphaned address keeps naming the pool it came from
-
-	var changed *metav1.Condition
-	if condChanged {
-		changed = &cond
+		meta.SetStatusCondition(&want.Status.Conditions, cond)
+		if o.asg.Pool != "" {
+			if want.Annotations == nil {
+				want.Annotations = map[string]string{}
+			}
+			want.Annotations[porticov1.AnnotationAllocatedFromPool] = o.asg.Pool
+		} else if len(o.asg.IPs) == 0 {
+			delete(want.Annotations, porticov1.AnnotationAllocatedFromPool)
+		} // an orphaned address keeps naming the pool it came from
 	}
-	r.writer.submit(svc.Namespace+"/"+svc.Name, svc, want, changed)
+	var done func(*corev1.Service)
+	if conditionChanged(svc, cond) {
+		done = func(written *corev1.Service) { r.event(written, cond) }
+	}
+	r.writer.submit(svc.Namespace+"/"+svc.Name, svc, writePart{apply: apply, done: done, retry: r.retry})
+}
+
+// retry asks for the Service to be reconciled again.
+func (r *ServiceReconciler) retry(key string) { r.state.retryServices([]string{key}) }
+
+// conditionChanged reports whether setting cond on the Service changes it (beyond the time).
+func conditionChanged(svc *corev1.Service, cond metav1.Condition) bool {
+	conds := slices.Clone(svc.Status.Conditions)
+	return meta.SetStatusCondition(&conds, cond)
 }
 
 // event tells the story of a written condition change on the Service.
-func (r *ServiceReconciler) event(svc *corev1.Service, changed *metav1.Condition) {
-	if r.Recorder == nil || changed == nil {
+func (r *ServiceReconciler) event(svc *corev1.Service, cond metav1.Condition) {
+	if r.Recorder == nil {
 		return
 	}
-	cond := *changed
 	if cond.Status == metav1.ConditionTrue {
 		r.Recorder.Eventf(svc, nil, corev1.EventTypeNormal, "IPAllocated", "Allocate", "%s", cond.Message)
 		allocations.Inc()
@@ -243,13 +250,8 @@ func allocatedCondition(o outcome) metav1.Condition {
 
 // forget removes what Portico wrote on a Service it no longer handles.
 func (r *ServiceReconciler) forget(svc *corev1.Service) {
-	want := svc.DeepCopy()
-	removed := meta.RemoveStatusCondition(&want.Status.Conditions, porticov1.ConditionIPAllocated)
-	if _, ok := want.Annotations[porticov1.AnnotationAllocatedFromPool]; ok {
+	r.writer.submit(svc.Namespace+"/"+svc.Name, svc, writePart{retry: r.retry, apply: func(want *corev1.Service) {
+		meta.RemoveStatusCondition(&want.Status.Conditions, porticov1.ConditionIPAllocated)
 		delete(want.Annotations, porticov1.AnnotationAllocatedFromPool)
-		removed = true
-	}
-	if removed {
-		r.writer.submit(svc.Namespace+"/"+svc.Name, svc, want, nil)
-	}
+	}})
 }
