@@ -104,6 +104,7 @@ func (w *statusWriter) run(lane chan *writeJob) {
 		if apierrors.IsConflict(err) {
 			base, wrote, err = w.rebase(job)
 		}
+		// !wrote: another write already put these fields there, and told of it.
 		w.mu.Lock()
 		if w.inflight[job.key] == job {
 			delete(w.inflight, job.key)
@@ -124,7 +125,7 @@ func (w *statusWriter) run(lane chan *writeJob) {
 			time.AfterFunc(backoff, func() { job.part.retry(job.key) })
 			continue
 		}
-		if job.part.done != nil {
+		if wrote && job.part.done != nil {
 			job.part.done(job.obj)
 		}
 	}
