@@ -12,6 +12,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -143,6 +144,22 @@ func homeLab(t *testing.T) {
 	t.Helper()
 	ctx := context.Background()
 	c := cp.Client
+	t.Cleanup(func() { // so -count=N starts from an empty cluster
+		for _, del := range []struct {
+			obj  client.Object
+			opts []client.DeleteAllOfOption
+		}{
+			{&corev1.Pod{}, []client.DeleteAllOfOption{client.InNamespace("default"), client.GracePeriodSeconds(0)}},
+			{&discoveryv1.EndpointSlice{}, []client.DeleteAllOfOption{client.InNamespace("default"), client.MatchingLabels{discoveryv1.LabelManagedBy: workload.ManagedBy}}},
+			{&porticov1.Speaker{}, nil},
+			{&porticov1.IPAddressPool{}, nil},
+			{&porticov1.L2Advertisement{}, nil},
+		} {
+			if err := c.DeleteAllOf(ctx, del.obj, del.opts...); err != nil {
+				t.Error(err)
+			}
+		}
+	})
 	startController(t)
 	apply(t, "../../config/samples/ipaddresspool-home-lab.yaml", "../../config/samples/l2advertisement-home-lab.yaml")
 	// A spare pool that serves only explicit requests; plan --prune deletes it.
@@ -192,6 +209,7 @@ func homeLab(t *testing.T) {
 		if err := c.Create(ctx, svc); err != nil {
 			t.Fatal(err)
 		}
+		t.Cleanup(func() { _ = c.Delete(ctx, svc) })
 		if err := workload.SyncSlice(ctx, c, svc); err != nil {
 			t.Fatal(err)
 		}
