@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"net/netip"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -19,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
+	"github.com/portico-lb/portico/speaker"
 )
 
 // HealthReconciler writes the conditions that tell whether a LoadBalancer Service works
@@ -33,7 +35,7 @@ type HealthReconciler struct {
 }
 
 // healthConditions are the condition types this reconciler owns.
-var healthConditions = []string{porticov1.ConditionEndpointsReady}
+var healthConditions = []string{porticov1.ConditionEndpointsReady, porticov1.ConditionAnnounced}
 
 func (r *HealthReconciler) setup(mgr ctrl.Manager) error {
 	r.retries = make(chan event.GenericEvent, 1024)
@@ -45,6 +47,12 @@ func (r *HealthReconciler) setup(mgr ctrl.Manager) error {
 		// Pods only for their labels (the hint when a selector matches nothing): metadata is
 		// all the cache keeps of them.
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.servicesIn), builder.OnlyMetadata).
+		// Who announces, and who may: the speakers' reports and the configuration.
+		Watches(&porticov1.Speaker{}, handler.EnqueueRequestsFromMapFunc(r.addressed)).
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.addressed), builder.OnlyMetadata).
+		Watches(&porticov1.L2Advertisement{}, handler.EnqueueRequestsFromMapFunc(r.addressed)).
+		Watches(&porticov1.BGPAdvertisement{}, handler.EnqueueRequestsFromMapFunc(r.addressed)).
+		Watches(&porticov1.IPAddressPool{}, handler.EnqueueRequestsFromMapFunc(r.addressed)).
 		Complete(r)
 }
 
@@ -75,6 +83,22 @@ func (r *HealthReconciler) servicesIn(ctx context.Context, pod client.Object) []
 	return reqs
 }
 
+// addressed maps any change to the LoadBalancer Services that hold an address: their
+// Announced condition may change with it.
+func (r *HealthReconciler) addressed(ctx context.Context, _ client.Object) []reconcile.Request {
+	var svcs corev1.ServiceList
+	if err := r.Client.List(ctx, &svcs); err != nil {
+		return nil
+	}
+	var reqs []reconcile.Request
+	for i := range svcs.Items {
+		if svc := &svcs.Items[i]; r.ours(svc) && len(svc.Status.LoadBalancer.Ingress) > 0 {
+			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(svc)})
+		}
+	}
+	return reqs
+}
+
 // Reconcile computes the Service's health conditions and writes those that changed.
 func (r *HealthReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	key := req.Namespace + "/" + req.Name
@@ -89,6 +113,11 @@ func (r *HealthReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 				meta.RemoveStatusCondition(&want.Status.Conditions, t)
 			}
 		}})
+		return ctrl.Result{}, nil
+	}
+	if meta.FindStatusCondition(svc.Status.Conditions, porticov1.ConditionIPAllocated) == nil {
+		// The allocation writes first (its write brings us back): the two never race for a
+		// new Service, and the address is not delayed by a health write.
 		return ctrl.Result{}, nil
 	}
 	conds, err := r.conditions(ctx, &svc)
@@ -139,7 +168,45 @@ func (r *HealthReconciler) conditions(ctx context.Context, svc *corev1.Service) 
 			}
 		}
 	}
-	return []metav1.Condition{endpointsCondition(svc, slices.Items, podLabels)}, nil
+	announced, err := r.announced(ctx, svc, slices.Items)
+	if err != nil {
+		return nil, err
+	}
+	return []metav1.Condition{endpointsCondition(svc, slices.Items, podLabels), announced}, nil
+}
+
+// announced folds the speakers' reports and the advertisements into the Announced condition.
+func (r *HealthReconciler) announced(ctx context.Context, svc *corev1.Service, slices []discoveryv1.EndpointSlice) (metav1.Condition, error) {
+	if len(svc.Status.LoadBalancer.Ingress) == 0 {
+		return announcedCondition(svc, announceInputs{}), nil
+	}
+	var speakers porticov1.SpeakerList
+	var ads porticov1.L2AdvertisementList
+	var bgpAds porticov1.BGPAdvertisementList
+	var pools porticov1.IPAddressPoolList
+	nodes := &metav1.PartialObjectMetadataList{}
+	nodes.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("NodeList"))
+	for _, l := range []client.ObjectList{&speakers, &ads, &bgpAds, &pools, nodes} {
+		if err := r.Client.List(ctx, l); err != nil {
+			return metav1.Condition{}, err
+		}
+	}
+	w := speaker.World{EndpointSlices: slices, Advertisements: ads.Items, Pools: pools.Items}
+	for _, n := range nodes.Items {
+		w.Nodes = append(w.Nodes, corev1.Node{ObjectMeta: n.ObjectMeta})
+	}
+	// A node runs a speaker when it has a Speaker object (each speaker writes its own).
+	running := map[string]bool{}
+	for _, s := range speakers.Items {
+		running[s.Name] = true
+	}
+	return announcedCondition(svc, announceInputs{
+		speakers: speakers.Items,
+		l2: func(ip netip.Addr) speaker.L2Eligibility {
+			return speaker.L2EligibilityOf(w, svc, ip, func(node string) bool { return running[node] })
+		},
+		bgpAdvertised: func(pool string) bool { return bgpSelects(bgpAds.Items, pool, pools.Items, svc) },
+	}), nil
 }
 
 func (r *HealthReconciler) retry(key string) {

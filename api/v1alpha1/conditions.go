@@ -41,7 +41,12 @@ const (
 	ReasonNoEligibleNode   = "NoEligibleNode"
 	ReasonNoLocalEndpoints = "NoLocalEndpoints"
 	ReasonNoSpeakers       = "NoSpeakers"
+	// ReasonAnnouncePending: a node may announce the address but no speaker reports doing so yet.
+	ReasonAnnouncePending = "Pending"
 )
+
+// ReasonNoAddress: Announced and Reachable have nothing to say until the Service has an address.
+const ReasonNoAddress = "NoAddress"
 
 // Reasons of ConditionReachable.
 const (

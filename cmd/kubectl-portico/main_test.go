@@ -242,7 +242,9 @@ func homeLab(t *testing.T) {
 				return false
 			}
 			e := meta.FindStatusCondition(got.Status.Conditions, porticov1.ConditionEndpointsReady)
-			return e != nil && e.Reason == reason && meta.FindStatusCondition(got.Status.Conditions, porticov1.ConditionIPAllocated) != nil
+			a := meta.FindStatusCondition(got.Status.Conditions, porticov1.ConditionAnnounced)
+			announced := a != nil && (a.Status == metav1.ConditionTrue || name == "jellyfin")
+			return e != nil && e.Reason == reason && announced && meta.FindStatusCondition(got.Status.Conditions, porticov1.ConditionIPAllocated) != nil
 		})
 	}
 	waitFor(t, "pool home-lab counts 4 assigned", func() bool {

@@ -232,10 +232,17 @@ func endpointsLayer(ctx context.Context, c client.Client, svc *corev1.Service) (
 	return l, nil
 }
 
-// announcerLayer: which speakers announce the address, from their Speaker objects (and the
-// Announced condition when the controller wrote one).
+// announcerLayer: who announces the address: the controller's Announced condition, or, when
+// the controller has not written one, the speakers' own reports.
 func announcerLayer(svc *corev1.Service, speakers []porticov1.Speaker) layer {
 	l := layer{name: "announcer"}
+	if cond := meta.FindStatusCondition(svc.Status.Conditions, porticov1.ConditionAnnounced); cond != nil {
+		l.lines = append(l.lines, condLine(cond))
+		if cond.Status != metav1.ConditionTrue && cond.Reason != porticov1.ReasonNoAddress {
+			l.broken = cond.Reason + ": " + cond.Message
+		}
+		return l
+	}
 	key := svc.Namespace + "/" + svc.Name
 	ips := ingress(svc)
 	if len(ips) == 0 {
@@ -246,20 +253,10 @@ func announcerLayer(svc *corev1.Service, speakers []porticov1.Speaker) layer {
 		var by []string
 		for _, s := range speakers {
 			for _, a := range s.Status.Announcements {
-				if a.Service != key || !sameAddr(a.IP, ip) {
-					continue
+				if a.Service == key && sameAddr(a.IP, ip) {
+					by = append(by, fmt.Sprintf("%s from node %s (interfaces %s, peers %s)", a.Protocol, s.Name,
+						strings.Join(a.Interfaces, ","), strings.Join(a.Peers, ",")))
 				}
-				via := ""
-				switch a.Protocol {
-				case porticov1.ProtocolL2:
-					via = "interfaces all suitable"
-					if len(a.Interfaces) > 0 {
-						via = "on " + strings.Join(a.Interfaces, ",")
-					}
-				case porticov1.ProtocolBGP:
-					via = "to peers " + strings.Join(a.Peers, ",")
-				}
-				by = append(by, fmt.Sprintf("%s from node %s %s", a.Protocol, s.Name, via))
 			}
 		}
 		if len(by) == 0 {
@@ -268,12 +265,6 @@ func announcerLayer(svc *corev1.Service, speakers []porticov1.Speaker) layer {
 			continue
 		}
 		l.lines = append(l.lines, fmt.Sprintf("%s: %s", ip, strings.Join(by, "; ")))
-	}
-	if cond := meta.FindStatusCondition(svc.Status.Conditions, porticov1.ConditionAnnounced); cond != nil {
-		l.lines = append(l.lines, condLine(cond))
-		if cond.Status == metav1.ConditionFalse {
-			l.broken = cond.Reason + ": " + cond.Message
-		}
 	}
 	return l
 }
