@@ -35,7 +35,7 @@ type HealthReconciler struct {
 }
 
 // healthConditions are the condition types this reconciler owns.
-var healthConditions = []string{porticov1.ConditionEndpointsReady, porticov1.ConditionAnnounced}
+var healthConditions = []string{porticov1.ConditionEndpointsReady, porticov1.ConditionAnnounced, porticov1.ConditionReachable}
 
 func (r *HealthReconciler) setup(mgr ctrl.Manager) error {
 	r.retries = make(chan event.GenericEvent, 1024)
@@ -168,25 +168,28 @@ func (r *HealthReconciler) conditions(ctx context.Context, svc *corev1.Service) 
 			}
 		}
 	}
-	announced, err := r.announced(ctx, svc, slices.Items)
+	var speakers porticov1.SpeakerList
+	if err := r.Client.List(ctx, &speakers); err != nil {
+		return nil, err
+	}
+	announced, err := r.announced(ctx, svc, slices.Items, speakers.Items)
 	if err != nil {
 		return nil, err
 	}
-	return []metav1.Condition{endpointsCondition(svc, slices.Items, podLabels), announced}, nil
+	return []metav1.Condition{endpointsCondition(svc, slices.Items, podLabels), announced, reachableCondition(svc, speakers.Items)}, nil
 }
 
 // announced folds the speakers' reports and the advertisements into the Announced condition.
-func (r *HealthReconciler) announced(ctx context.Context, svc *corev1.Service, slices []discoveryv1.EndpointSlice) (metav1.Condition, error) {
+func (r *HealthReconciler) announced(ctx context.Context, svc *corev1.Service, slices []discoveryv1.EndpointSlice, speakers []porticov1.Speaker) (metav1.Condition, error) {
 	if len(svc.Status.LoadBalancer.Ingress) == 0 {
 		return announcedCondition(svc, announceInputs{}), nil
 	}
-	var speakers porticov1.SpeakerList
 	var ads porticov1.L2AdvertisementList
 	var bgpAds porticov1.BGPAdvertisementList
 	var pools porticov1.IPAddressPoolList
 	nodes := &metav1.PartialObjectMetadataList{}
 	nodes.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("NodeList"))
-	for _, l := range []client.ObjectList{&speakers, &ads, &bgpAds, &pools, nodes} {
+	for _, l := range []client.ObjectList{&ads, &bgpAds, &pools, nodes} {
 		if err := r.Client.List(ctx, l); err != nil {
 			return metav1.Condition{}, err
 		}
@@ -197,11 +200,11 @@ func (r *HealthReconciler) announced(ctx context.Context, svc *corev1.Service, s
 	}
 	// A node runs a speaker when it has a Speaker object (each speaker writes its own).
 	running := map[string]bool{}
-	for _, s := range speakers.Items {
+	for _, s := range speakers {
 		running[s.Name] = true
 	}
 	return announcedCondition(svc, announceInputs{
-		speakers: speakers.Items,
+		speakers: speakers,
 		l2: func(ip netip.Addr) speaker.L2Eligibility {
 			return speaker.L2EligibilityOf(w, svc, ip, func(node string) bool { return running[node] })
 		},

@@ -54,6 +54,11 @@ const (
 	ReasonNoAnswer        = "NoAnswer"
 	ReasonMultipleAnswers = "MultipleAnswers"
 	ReasonForeignAnswer   = "ForeignAnswer"
+	// ReasonStaleAnswer: one speaker answers, but not the one that announces the address.
+	ReasonStaleAnswer = "StaleAnswer"
+	// ReasonNotProbed: no speaker reports a probe of the address (self-check off, or a
+	// single node: the owner does not probe itself).
+	ReasonNotProbed = "NotProbed"
 )
 
 // Condition types on Portico objects (pools, advertisements, peers, speakers).
