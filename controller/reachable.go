@@ -97,4 +97,3 @@ func reachable(key string, ip netip.Addr, speakers []porticov1.Speaker, owner ma
 	}
 	return metav1.ConditionTrue, porticov1.ReasonAnswered, fmt.Sprintf("%s: answered by %s only (%s)", ip, nodes[0], by)
 }
-

@@ -224,11 +224,11 @@ func homeLab(t *testing.T) {
 
 	// What the speakers on two nodes report: worker-1 answers for gitea and harbor, worker-2
 	// for argocd and grafana, and each probed the other's addresses.
-	speaker(t, "worker-1", []porticov1.Announcement{
+	speaker(t, "worker-1", "02:00:00:00:00:01", []porticov1.Announcement{
 		{IP: "10.0.0.200", Service: "default/gitea", Protocol: porticov1.ProtocolL2, Interfaces: []string{"eth0"}},
 		{IP: "10.0.0.202", Service: "default/harbor", Protocol: porticov1.ProtocolL2, Interfaces: []string{"eth0"}},
 	}, []porticov1.SelfCheck{{IP: "10.0.0.201", MACs: []string{"02:00:00:00:00:02"}}, {IP: "10.0.0.203", MACs: []string{"02:00:00:00:00:02"}}})
-	speaker(t, "worker-2", []porticov1.Announcement{
+	speaker(t, "worker-2", "02:00:00:00:00:02", []porticov1.Announcement{
 		{IP: "10.0.0.201", Service: "default/argocd", Protocol: porticov1.ProtocolL2, Interfaces: []string{"eth0"}},
 		{IP: "10.0.0.203", Service: "default/grafana", Protocol: porticov1.ProtocolL2, Interfaces: []string{"eth0"}},
 	}, []porticov1.SelfCheck{{IP: "10.0.0.200", MACs: []string{"02:00:00:00:00:01"}}, {IP: "10.0.0.202", MACs: []string{"02:00:00:00:00:01"}}})
@@ -243,7 +243,8 @@ func homeLab(t *testing.T) {
 			}
 			e := meta.FindStatusCondition(got.Status.Conditions, porticov1.ConditionEndpointsReady)
 			a := meta.FindStatusCondition(got.Status.Conditions, porticov1.ConditionAnnounced)
-			announced := a != nil && (a.Status == metav1.ConditionTrue || name == "jellyfin")
+			r := meta.FindStatusCondition(got.Status.Conditions, porticov1.ConditionReachable)
+			announced := a != nil && r != nil && (a.Status == metav1.ConditionTrue && r.Status == metav1.ConditionTrue || name == "jellyfin")
 			return e != nil && e.Reason == reason && announced && meta.FindStatusCondition(got.Status.Conditions, porticov1.ConditionIPAllocated) != nil
 		})
 	}
@@ -253,7 +254,7 @@ func homeLab(t *testing.T) {
 	})
 }
 
-func speaker(t *testing.T, node string, ann []porticov1.Announcement, checks []porticov1.SelfCheck) {
+func speaker(t *testing.T, node, mac string, ann []porticov1.Announcement, checks []porticov1.SelfCheck) {
 	t.Helper()
 	s := &porticov1.Speaker{ObjectMeta: metav1.ObjectMeta{Name: node}}
 	if err := cp.Client.Create(context.Background(), s); err != nil {
@@ -264,7 +265,7 @@ func speaker(t *testing.T, node string, ann []porticov1.Announcement, checks []p
 		checks[i].Time = now
 	}
 	s.Status = porticov1.SpeakerStatus{
-		Announcements: ann, L2Announcements: int32(len(ann)), SelfChecks: checks,
+		Announcements: ann, L2Announcements: int32(len(ann)), SelfChecks: checks, HardwareAddrs: []string{mac},
 		Conditions: []metav1.Condition{{Type: porticov1.ConditionReady, Status: metav1.ConditionTrue, Reason: "Running",
 			Message: "answering for its addresses", LastTransitionTime: now}},
 	}
