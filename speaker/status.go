@@ -20,7 +20,10 @@ type statusReport struct {
 
 // report queues the status for plan, replacing any report not yet written.
 func (s *Speaker) report(plan Plan, answered map[netip.Addr][]string) {
-	st := v1alpha1.SpeakerStatus{ConfigErrors: plan.Problems}
+	st := v1alpha1.SpeakerStatus{ConfigErrors: plan.Problems, HardwareAddrs: hardwareAddrs()}
+	if checks := s.checks.Load(); checks != nil {
+		st.SelfChecks = *checks
+	}
 	ips := make([]netip.Addr, 0, len(plan.Mine))
 	for ip := range plan.Mine {
 		ips = append(ips, ip)
@@ -95,6 +98,10 @@ func (s *Speaker) writeStatus(ctx context.Context, r statusReport) error {
 func sameStatus(a, b statusReport) bool {
 	return a.ready.Status == b.ready.Status && a.ready.Message == b.ready.Message &&
 		slices.Equal(a.status.ConfigErrors, b.status.ConfigErrors) &&
+		slices.Equal(a.status.HardwareAddrs, b.status.HardwareAddrs) &&
+		slices.EqualFunc(a.status.SelfChecks, b.status.SelfChecks, func(x, y v1alpha1.SelfCheck) bool {
+			return x.IP == y.IP && slices.Equal(x.MACs, y.MACs) && x.Time.Equal(&y.Time)
+		}) &&
 		slices.EqualFunc(a.status.Announcements, b.status.Announcements, func(x, y v1alpha1.Announcement) bool {
 			return x.IP == y.IP && x.Service == y.Service && slices.Equal(x.Interfaces, y.Interfaces)
 		})
