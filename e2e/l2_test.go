@@ -25,6 +25,9 @@ type scenario struct {
 	ip    netip.Addr
 	ad    v1alpha1.L2AdvertisementSpec
 	local bool // externalTrafficPolicy: Local
+	// byController: the Service asks for ip by annotation and a running controller writes its
+	// status, instead of the test playing the controller.
+	byController bool
 }
 
 // create writes pool, advertisement and Service, and plays the controller's part: the
@@ -45,9 +48,14 @@ func (e *l2Env) create(s scenario) *corev1.Service {
 	if s.local {
 		svc.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
 	}
+	if s.byController {
+		svc.Annotations = map[string]string{v1alpha1.AnnotationLoadBalancerIPs: s.ip.String()}
+	}
 	must(e.t, e.c.Create(ctx, svc))
-	svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: s.ip.String()}}
-	must(e.t, e.c.Status().Update(ctx, svc))
+	if !s.byController {
+		svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: s.ip.String()}}
+		must(e.t, e.c.Status().Update(ctx, svc))
+	}
 	e.t.Cleanup(func() {
 		_ = e.c.Delete(ctx, svc)
 		_ = e.c.Delete(ctx, ad)
