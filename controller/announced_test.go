@@ -2,12 +2,11 @@ package controller_test
 
 import (
 	"context"
-	"fmt"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
@@ -22,35 +21,43 @@ func create(t *testing.T, obj client.Object) {
 	t.Cleanup(func() { _ = cp.Client.Delete(context.Background(), obj) })
 }
 
+// update reads obj, changes it and writes it back, again if the controller wrote in between
+// (it writes Service status on its own schedule).
 func update(t *testing.T, obj client.Object, change func()) {
 	t.Helper()
-	if err := cp.Client.Get(context.Background(), client.ObjectKeyFromObject(obj), obj); err != nil {
-		t.Fatal(err)
-	}
-	change()
-	if err := cp.Client.Update(context.Background(), obj); err != nil {
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := cp.Client.Get(context.Background(), client.ObjectKeyFromObject(obj), obj); err != nil {
+			return err
+		}
+		change()
+		return cp.Client.Update(context.Background(), obj)
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 }
 
-// report writes a Speaker's status as the speaker on that node would.
-func report(t *testing.T, s *porticov1.Speaker, ann ...porticov1.Announcement) {
+// setSpeakerStatus changes a Speaker's status as the speaker on that node would.
+func setSpeakerStatus(t *testing.T, s *porticov1.Speaker, change func(*porticov1.SpeakerStatus)) {
 	t.Helper()
 	if err := cp.Client.Get(context.Background(), client.ObjectKeyFromObject(s), s); err != nil {
 		t.Fatal(err)
 	}
-	s.Status.Announcements = ann
+	change(&s.Status)
 	if err := cp.Client.Status().Update(context.Background(), s); err != nil {
 		t.Fatal(err)
 	}
 }
 
+// report sets what a speaker announces.
+func report(t *testing.T, s *porticov1.Speaker, ann ...porticov1.Announcement) {
+	t.Helper()
+	setSpeakerStatus(t, s, func(st *porticov1.SpeakerStatus) { st.Announcements = ann })
+}
+
 func waitAnnounced(t *testing.T, ns, name string, status metav1.ConditionStatus, reason, message string) {
 	t.Helper()
-	waitService(t, ns, name, fmt.Sprintf("Announced %s/%s %q", status, reason, message), func(s *corev1.Service) bool {
-		c := meta.FindStatusCondition(s.Status.Conditions, porticov1.ConditionAnnounced)
-		return c != nil && c.Status == status && c.Reason == reason && c.Message == message
-	})
+	waitCondition(t, ns, name, porticov1.ConditionAnnounced, status, reason, message)
 }
 
 // TestAnnounced walks one Service through every reason of Announced, changing one thing at a
@@ -83,6 +90,7 @@ func TestAnnounced(t *testing.T) {
 	create(t, ad)
 	waitAnnounced(t, ns, "web", metav1.ConditionFalse, porticov1.ReasonNoEligibleNode,
 		"203.0.113.10: no eligible node (speaker not alive: node-b; not matched by nodeSelectors: node-a)")
+	waitEvent(t, ns, "web", porticov1.ReasonNoEligibleNode, "not matched by nodeSelectors: node-a")
 
 	// node-a joins zone b: it is elected, and says nothing yet.
 	update(t, nodeA, func() { nodeA.Labels = map[string]string{"zone": "b"} })
@@ -90,7 +98,6 @@ func TestAnnounced(t *testing.T) {
 		"node node-a is elected to answer for 203.0.113.10; its speaker does not report it yet")
 	report(t, speakerA, porticov1.Announcement{IP: "203.0.113.10", Service: ns + "/web", Protocol: porticov1.ProtocolL2, Interfaces: []string{"eth0"}})
 	waitAnnounced(t, ns, "web", metav1.ConditionTrue, porticov1.ReasonAnnouncedL2, "203.0.113.10 from node node-a on eth0")
-	waitEvent(t, ns, "web", porticov1.ReasonAnnouncedL2, "203.0.113.10 from node node-a on eth0")
 
 	// externalTrafficPolicy Local, and node-a holds no endpoint: the speaker lets go.
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web"}}

@@ -124,10 +124,18 @@ func (r *HealthReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	var changed []metav1.Condition
+	var changed, told []metav1.Condition
 	for _, c := range conds {
-		if conditionChanged(&svc, c) {
-			changed = append(changed, c)
+		if !conditionChanged(&svc, c) {
+			continue
+		}
+		changed = append(changed, c)
+		// A condition set for the first time as Unknown (nothing probed yet, no address yet)
+		// is a beginning, not news: no event, so a burst of new Services stays quiet.
+		// Announced becoming True is told by the announcing speaker's own event.
+		first := meta.FindStatusCondition(svc.Status.Conditions, c.Type) == nil
+		if !(first && c.Status == metav1.ConditionUnknown) && !(c.Type == porticov1.ConditionAnnounced && c.Status == metav1.ConditionTrue) {
+			told = append(told, c)
 		}
 	}
 	if len(changed) == 0 {
@@ -141,7 +149,7 @@ func (r *HealthReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 			}
 		},
 		done: func(written *corev1.Service) {
-			for _, c := range changed {
+			for _, c := range told {
 				r.event(written, c)
 			}
 		},

@@ -41,12 +41,18 @@ func syncSlice(t *testing.T, svc *corev1.Service) {
 	}
 }
 
-func waitEndpoints(t *testing.T, ns, name string, status metav1.ConditionStatus, reason, message string) {
+// waitCondition waits for the Service's condition of type typ to read status/reason/message.
+func waitCondition(t *testing.T, ns, name, typ string, status metav1.ConditionStatus, reason, message string) {
 	t.Helper()
-	waitService(t, ns, name, fmt.Sprintf("EndpointsReady %s/%s %q", status, reason, message), func(s *corev1.Service) bool {
-		c := meta.FindStatusCondition(s.Status.Conditions, porticov1.ConditionEndpointsReady)
+	waitService(t, ns, name, fmt.Sprintf("%s %s/%s %q", typ, status, reason, message), func(s *corev1.Service) bool {
+		c := meta.FindStatusCondition(s.Status.Conditions, typ)
 		return c != nil && c.Status == status && c.Reason == reason && c.Message == message
 	})
+}
+
+func waitEndpoints(t *testing.T, ns, name string, status metav1.ConditionStatus, reason, message string) {
+	t.Helper()
+	waitCondition(t, ns, name, porticov1.ConditionEndpointsReady, status, reason, message)
 }
 
 // TestEndpointsReady walks one Service through every reason of EndpointsReady, with its
@@ -76,13 +82,7 @@ func TestEndpointsReady(t *testing.T) {
 	}
 
 	// Fix the selector: the pods match, none is Ready yet.
-	if err := cp.Client.Get(context.Background(), client.ObjectKeyFromObject(gitea), gitea); err != nil {
-		t.Fatal(err)
-	}
-	gitea.Spec.Selector = map[string]string{"app": "gitea"}
-	if err := cp.Client.Update(context.Background(), gitea); err != nil {
-		t.Fatal(err)
-	}
+	update(t, gitea, func() { gitea.Spec.Selector = map[string]string{"app": "gitea"} })
 	syncSlice(t, gitea)
 	waitEndpoints(t, ns, "gitea", metav1.ConditionFalse, porticov1.ReasonNoReadyEndpoints, "3 pods match selector app=gitea, none is Ready")
 
@@ -121,12 +121,6 @@ func TestEndpointsReady(t *testing.T) {
 		"selector app.kubernetes.io/name=grafana-dashboards matches no pods; no pod in namespace "+ns+" has labels near it")
 
 	// A Service Portico stops handling loses the conditions.
-	if err := cp.Client.Get(context.Background(), client.ObjectKeyFromObject(gitea), gitea); err != nil {
-		t.Fatal(err)
-	}
-	gitea.Spec.Type = corev1.ServiceTypeClusterIP
-	if err := cp.Client.Update(context.Background(), gitea); err != nil {
-		t.Fatal(err)
-	}
+	update(t, gitea, func() { gitea.Spec.Type = corev1.ServiceTypeClusterIP })
 	waitService(t, ns, "gitea", "no Portico conditions", func(s *corev1.Service) bool { return len(s.Status.Conditions) == 0 })
 }

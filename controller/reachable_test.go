@@ -2,14 +2,10 @@ package controller_test
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
@@ -17,22 +13,15 @@ import (
 
 func waitReachable(t *testing.T, ns, name string, status metav1.ConditionStatus, reason, message string) {
 	t.Helper()
-	waitService(t, ns, name, fmt.Sprintf("Reachable %s/%s %q", status, reason, message), func(s *corev1.Service) bool {
-		c := meta.FindStatusCondition(s.Status.Conditions, porticov1.ConditionReachable)
-		return c != nil && c.Status == status && c.Reason == reason && c.Message == message
-	})
+	waitCondition(t, ns, name, porticov1.ConditionReachable, status, reason, message)
 }
 
-// probed writes a speaker's self-check results, as the speaker would after probing.
+// probed sets a speaker's self-check result for ip.
 func probed(t *testing.T, s *porticov1.Speaker, ip string, macs ...string) {
 	t.Helper()
-	if err := cp.Client.Get(context.Background(), client.ObjectKeyFromObject(s), s); err != nil {
-		t.Fatal(err)
-	}
-	s.Status.SelfChecks = []porticov1.SelfCheck{{IP: ip, MACs: macs, Time: metav1.NewTime(time.Now().Truncate(time.Second))}}
-	if err := cp.Client.Status().Update(context.Background(), s); err != nil {
-		t.Fatal(err)
-	}
+	setSpeakerStatus(t, s, func(st *porticov1.SpeakerStatus) {
+		st.SelfChecks = []porticov1.SelfCheck{{IP: ip, MACs: macs, Time: metav1.NewTime(time.Now().Truncate(time.Second))}}
+	})
 }
 
 func speakerWith(t *testing.T, node, mac string, ann ...porticov1.Announcement) *porticov1.Speaker {

@@ -13,11 +13,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/portico-lb/portico/api/v1alpha1"
 	"github.com/portico-lb/portico/controller"
@@ -43,7 +40,9 @@ func TestSelfCheck(t *testing.T) {
 			e.waitReachable(t, "foreign", v1alpha1.ReasonAnswered, "answered by "+owner+" ("+e.macOf(owner)+") only")
 			// Another host on the segment takes the address: its kernel answers ARP for it.
 			run(t, "ip", "-n", e.Client.NS, "addr", "add", ip.String()+"/32", "dev", "eth0")
-			t.Cleanup(func() { _ = exec.Command("ip", "-n", e.Client.NS, "addr", "del", ip.String()+"/32", "dev", "eth0").Run() })
+			t.Cleanup(func() {
+				_ = exec.Command("ip", "-n", e.Client.NS, "addr", "del", ip.String()+"/32", "dev", "eth0").Run()
+			})
 			took := e.waitReachable(t, "foreign", v1alpha1.ReasonForeignAnswer, e.Client.MAC.String()+" answered, which no speaker owns")
 			t.Logf("ForeignAnswer on the Service %v after the foreign host took the address", took.Round(time.Millisecond))
 			waitServiceEvent(t, e, "foreign", v1alpha1.ReasonForeignAnswer)
@@ -125,17 +124,5 @@ func waitServiceEvent(t *testing.T, e *l2Env, name, reason string) {
 // startInProcessController runs the controller's reconcilers against the lab's apiserver
 // until the test ends.
 func startInProcessController(t *testing.T, e *l2Env) {
-	mgr, err := ctrl.NewManager(e.cp.Config, ctrl.Options{Scheme: e.cp.Scheme, Metrics: metricsserver.Options{BindAddress: "0"},
-		Controller: config.Controller{SkipNameValidation: ptr.To(true)}})
-	must(t, err)
-	must(t, controller.Setup(mgr, controller.Options{}))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("controller: %v", err)
-		}
-	})
+	e.cp.RunManager(t, func(mgr ctrl.Manager) error { return controller.Setup(mgr, controller.Options{}) })
 }
