@@ -31,7 +31,7 @@ type Flags struct {
 func (f *Flags) Register(cmd *cobra.Command) {
 	cmd.PersistentFlags().StringVar(&f.Kubeconfig, "kubeconfig", "", "path to the kubeconfig file (default $KUBECONFIG or ~/.kube/config)")
 	cmd.PersistentFlags().StringVar(&f.Context, "context", "", "kubeconfig context to use")
-	cmd.PersistentFlags().StringVarP(&f.Namespace, "namespace", "n", "", "namespace (default: the context's)")
+	cmd.PersistentFlags().StringVarP(&f.Namespace, "namespace", "n", "", "namespace (default: the context's; all namespaces for migrate)")
 }
 
 // Env connects to the cluster the flags name.

@@ -1,4 +1,4 @@
-// Command kubectl-portico is Portico's kubectl plugin: `kubectl portico status|explain|plan`.
+// Command kubectl-portico is Portico's kubectl plugin: `kubectl portico status|explain|plan|migrate`.
 // Each subcommand lives in its own package under plugin/; this main only dispatches.
 package main
 
@@ -6,9 +6,11 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/portico-lb/portico/plugin"
 	"github.com/portico-lb/portico/plugin/explain"
+	"github.com/portico-lb/portico/plugin/migrate"
 	"github.com/portico-lb/portico/plugin/plan"
 	"github.com/portico-lb/portico/plugin/status"
 )
@@ -28,6 +30,13 @@ func newRoot() *cobra.Command {
 	}
 	flags.Register(root)
 	env := func(cmd *cobra.Command) (*plugin.Env, error) { return flags.Env(cmd.OutOrStdout()) }
-	root.AddCommand(status.Command(env), explain.Command(env), plan.Command(env))
+	connect := func(cmd *cobra.Command) (client.Client, error) {
+		e, err := env(cmd)
+		if err != nil {
+			return nil, err
+		}
+		return e.Client, nil
+	}
+	root.AddCommand(status.Command(env), explain.Command(env), plan.Command(env), migrate.Command(connect))
 	return root
 }
