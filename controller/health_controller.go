@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
@@ -48,11 +49,17 @@ func (r *HealthReconciler) setup(mgr ctrl.Manager) error {
 		// all the cache keeps of them.
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.servicesIn), builder.OnlyMetadata).
 		// Who announces, and who may: the speakers' reports and the configuration.
+		// Only what changes the answer: a pool's status (rewritten with every allocation) and
+		// a node's heartbeats would otherwise re-run every Service.
 		Watches(&porticov1.Speaker{}, handler.EnqueueRequestsFromMapFunc(r.addressed)).
-		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.addressed), builder.OnlyMetadata).
-		Watches(&porticov1.L2Advertisement{}, handler.EnqueueRequestsFromMapFunc(r.addressed)).
-		Watches(&porticov1.BGPAdvertisement{}, handler.EnqueueRequestsFromMapFunc(r.addressed)).
-		Watches(&porticov1.IPAddressPool{}, handler.EnqueueRequestsFromMapFunc(r.addressed)).
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.addressed), builder.OnlyMetadata,
+			builder.WithPredicates(predicate.LabelChangedPredicate{})).
+		Watches(&porticov1.L2Advertisement{}, handler.EnqueueRequestsFromMapFunc(r.addressed),
+			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Watches(&porticov1.BGPAdvertisement{}, handler.EnqueueRequestsFromMapFunc(r.addressed),
+			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Watches(&porticov1.IPAddressPool{}, handler.EnqueueRequestsFromMapFunc(r.addressed),
+			builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}))).
 		Complete(r)
 }
 
@@ -120,26 +127,9 @@ func (r *HealthReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 		// new Service, and the address is not delayed by a health write.
 		return ctrl.Result{}, nil
 	}
-	conds, err := r.conditions(ctx, &svc)
-	if err != nil {
+	conds, told, changed, err := r.changes(ctx, &svc, &svc)
+	if err != nil || !changed {
 		return ctrl.Result{}, err
-	}
-	var changed, told []metav1.Condition
-	for _, c := range conds {
-		if !conditionChanged(&svc, c) {
-			continue
-		}
-		changed = append(changed, c)
-		// A condition set for the first time as Unknown (nothing probed yet, no address yet)
-		// is a beginning, not news: no event, so a burst of new Services stays quiet.
-		// Announced becoming True is told by the announcing speaker's own event.
-		first := meta.FindStatusCondition(svc.Status.Conditions, c.Type) == nil
-		if !(first && c.Status == metav1.ConditionUnknown) && !(c.Type == porticov1.ConditionAnnounced && c.Status == metav1.ConditionTrue) {
-			told = append(told, c)
-		}
-	}
-	if len(changed) == 0 {
-		return ctrl.Result{}, nil
 	}
 	r.writer.submit(key, &svc, writePart{
 		retry: r.retry,
@@ -155,6 +145,31 @@ func (r *HealthReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 		},
 	})
 	return ctrl.Result{}, nil
+}
+
+// changes computes the health conditions for view (the Service as it is about to be, with
+// its address) and compares them with cached (as it is): whether any changed, and which
+// changes deserve an event. A condition set for the first time as Unknown or True (nothing
+// probed yet; ready at once) is a beginning, not news, so a burst of new healthy Services
+// stays quiet; a first False is a problem worth telling at once (the selector typo).
+// Announced becoming True is told by the announcing speaker's own event.
+func (r *HealthReconciler) changes(ctx context.Context, cached, view *corev1.Service) (conds, told []metav1.Condition, changed bool, err error) {
+	conds, err = r.conditions(ctx, view)
+	if err != nil {
+		return nil, nil, false, err
+	}
+	for _, c := range conds {
+		if !conditionChanged(cached, c) {
+			continue
+		}
+		changed = true
+		first := meta.FindStatusCondition(cached.Status.Conditions, c.Type) == nil
+		if (first && c.Status != metav1.ConditionFalse) || (c.Type == porticov1.ConditionAnnounced && c.Status == metav1.ConditionTrue) {
+			continue
+		}
+		told = append(told, c)
+	}
+	return conds, told, changed, nil
 }
 
 func (r *HealthReconciler) conditions(ctx context.Context, svc *corev1.Service) ([]metav1.Condition, error) {

@@ -26,8 +26,9 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		return err
 	}
 	recorder := mgr.GetEventRecorder("portico-controller")
-	if err := (&ServiceReconciler{Client: mgr.GetClient(), Recorder: recorder, state: s, writer: w}).setup(mgr); err != nil {
+	health := &HealthReconciler{Client: mgr.GetClient(), Recorder: recorder, ours: s.ours, writer: w}
+	if err := (&ServiceReconciler{Client: mgr.GetClient(), Recorder: recorder, state: s, writer: w, health: health}).setup(mgr); err != nil {
 		return err
 	}
-	return (&HealthReconciler{Client: mgr.GetClient(), Recorder: recorder, ours: s.ours, writer: w}).setup(mgr)
+	return health.setup(mgr)
 }

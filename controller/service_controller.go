@@ -30,6 +30,9 @@ type ServiceReconciler struct {
 	Recorder events.EventRecorder
 	state    *state
 	writer   *statusWriter
+	// health, when set, computes a new Service's health conditions so its first status
+	// write carries them with the address: one write per new Service, not two.
+	health *HealthReconciler
 }
 
 func (r *ServiceReconciler) setup(mgr ctrl.Manager) error {
@@ -91,7 +94,7 @@ func (r *ServiceReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	s.mu.Unlock()
 	r.afterRelease(outcome.freed)
 	s.poolsDirty(outcome.pools)
-	r.write(&svc, outcome)
+	r.write(ctx, &svc, outcome)
 	return ctrl.Result{}, nil
 }
 
@@ -175,10 +178,14 @@ func appendPools(pools []string, names ...string) []string {
 
 // write puts the outcome into the Service: ingress, the IPAllocated condition and the
 // allocated-from-pool annotation, in one status update, when any of them changed.
-func (r *ServiceReconciler) write(svc *corev1.Service, o outcome) {
+func (r *ServiceReconciler) write(ctx context.Context, svc *corev1.Service, o outcome) {
 	cond := allocatedCondition(o)
 	cond.ObservedGeneration = svc.Generation
+	var health, told []metav1.Condition
 	apply := func(want *corev1.Service) {
+		for _, c := range health {
+			meta.SetStatusCondition(&want.Status.Conditions, c)
+		}
 		want.Status.LoadBalancer.Ingress = nil
 		for _, ip := range o.asg.IPs {
 			want.Status.LoadBalancer.Ingress = append(want.Status.LoadBalancer.Ingress,
@@ -194,9 +201,25 @@ func (r *ServiceReconciler) write(svc *corev1.Service, o outcome) {
 			delete(want.Annotations, porticov1.AnnotationAllocatedFromPool)
 		} // an orphaned address keeps naming the pool it came from
 	}
+	if r.health != nil && meta.FindStatusCondition(svc.Status.Conditions, porticov1.ConditionEndpointsReady) == nil {
+		view := svc.DeepCopy()
+		apply(view)
+		meta.SetStatusCondition(&view.Status.Conditions, cond)
+		var err error
+		if health, told, _, err = r.health.changes(ctx, svc, view); err != nil {
+			health, told = nil, nil // the health reconciler writes them on its own
+		}
+	}
 	var done func(*corev1.Service)
-	if conditionChanged(svc, cond) {
-		done = func(written *corev1.Service) { r.event(written, cond) }
+	if conditionChanged(svc, cond) || len(told) > 0 {
+		done = func(written *corev1.Service) {
+			if conditionChanged(svc, cond) {
+				r.event(written, cond)
+			}
+			for _, c := range told {
+				r.health.event(written, c)
+			}
+		}
 	}
 	r.writer.submit(svc.Namespace+"/"+svc.Name, svc, writePart{apply: apply, done: done, retry: r.retry})
 }
