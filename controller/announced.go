@@ -123,6 +123,8 @@ func notAnnounced(ip netip.Addr, in announceInputs) (metav1.ConditionStatus, str
 		return metav1.ConditionFalse, porticov1.ReasonNoAdvertisement, fmt.Sprintf("no L2Advertisement or BGPAdvertisement selects pool %s for this Service", e.Pool)
 	case e.NoLocalEndpoint:
 		return metav1.ConditionFalse, porticov1.ReasonNoLocalEndpoints, fmt.Sprintf("%s: externalTrafficPolicy is Local: %s", ip, e.WhyNone)
+	case e.Nodes == 0:
+		return metav1.ConditionFalse, porticov1.ReasonNoEligibleNode, fmt.Sprintf("%s: the cluster has no Node objects to announce from", ip)
 	case len(e.Eligible) == 0:
 		return metav1.ConditionFalse, porticov1.ReasonNoEligibleNode, fmt.Sprintf("%s: %s", ip, e.WhyNone)
 	}

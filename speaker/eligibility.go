@@ -21,6 +21,8 @@ type L2Eligibility struct {
 	Owner    string
 	// WhyNone names what excluded every node (election.Eligible's reason), when none is eligible.
 	WhyNone string
+	// Nodes is how many nodes were considered (0: the cluster has no Node objects).
+	Nodes int
 	// NoLocalEndpoint: nodes would be eligible but for externalTrafficPolicy Local, none of
 	// them holding a ready endpoint.
 	NoLocalEndpoint bool
@@ -42,6 +44,7 @@ func L2EligibilityOf(w World, svc *corev1.Service, ip netip.Addr, alive func(nod
 	}
 	e.Advertised = true
 	cands, _, _ := candidates(w, ads, svc, "", alive)
+	e.Nodes = len(cands)
 	local := svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal
 	e.Eligible, e.WhyNone = election.Eligible(cands, election.Policy{LocalOnly: local})
 	if len(e.Eligible) == 0 && local {

@@ -13,6 +13,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -75,6 +76,18 @@ func testGolden(t *testing.T) {
 			t.Fatalf("kubectl describe: %v\n%s", err, out)
 		}
 		t.Logf("$ kubectl describe svc gitea\n%s", out)
+		// The plugin as kubectl runs it: kubectl-portico on the PATH.
+		bin := t.TempDir()
+		if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+			t.Fatalf("go build: %v\n%s", err, out)
+		}
+		cmd := exec.Command(cp.Kubectl, "portico", "explain", "svc/gitea")
+		cmd.Env = append(os.Environ(), "KUBECONFIG="+cp.Kubeconfig, "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+		out, err = cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("kubectl portico explain: %v\n%s", err, out)
+		}
+		t.Logf("$ kubectl portico explain svc/gitea\n%s", out)
 	}
 }
 
@@ -173,6 +186,9 @@ func homeLab(t *testing.T) {
 		})
 	}
 
+	// The nodes' speakers run before any Service exists.
+	speaker(t, "worker-1", "02:00:00:00:00:01", nil, nil)
+	speaker(t, "worker-2", "02:00:00:00:00:02", nil, nil)
 	pods := []workload.Pod{
 		{Name: "gitea-0", Labels: map[string]string{"app": "gitea"}, Node: "worker-1", IP: "10.244.1.10", Ready: true},
 		{Name: "gitea-1", Labels: map[string]string{"app": "gitea"}, Node: "worker-2", IP: "10.244.2.10", Ready: true},
@@ -252,10 +268,21 @@ func homeLab(t *testing.T) {
 	})
 }
 
+// speaker writes what a node's speaker reports; it runs before the Services exist, as in a
+// cluster, so it is created on the first call.
 func speaker(t *testing.T, node, mac string, ann []porticov1.Announcement, checks []porticov1.SelfCheck) {
 	t.Helper()
 	s := &porticov1.Speaker{ObjectMeta: metav1.ObjectMeta{Name: node}}
-	if err := cp.Client.Create(context.Background(), s); err != nil {
+	if err := cp.Client.Get(context.Background(), client.ObjectKeyFromObject(s), s); apierrors.IsNotFound(err) {
+		if err := cp.Client.Create(context.Background(), s); err != nil {
+			t.Fatal(err)
+		}
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}
+		if err := cp.Client.Create(context.Background(), n); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cp.Client.Delete(context.Background(), n) })
+	} else if err != nil {
 		t.Fatal(err)
 	}
 	now := metav1.NewTime(time.Now().Truncate(time.Second))
