@@ -8,7 +8,7 @@ export KUBEBUILDER_ASSETS := $(CONTROLPLANE_DIR)
 export CGO_ENABLED := 0
 CONTROLLER_GEN := go tool controller-gen
 
-.PHONY: all generate manifests controlplane test bench bench-l2 demo build clean
+.PHONY: all generate manifests controlplane test bench bench-l2 bench-dataplane demo build clean
 
 all: build
 
@@ -26,7 +26,7 @@ manifests: controlplane
 	  $(CONTROLPLANE_DIR)/kubectl kustomize config/default; } > config/manifests/portico.yaml.tmp
 	@mv config/manifests/portico.yaml.tmp config/manifests/portico.yaml
 
-## controlplane: build kube-apiserver, etcd and kubectl from source into bin/k8s/<version> (cached).
+## controlplane: build kube-apiserver, etcd, kubectl, kube-proxy and kube-controller-manager from source into bin/k8s/<version> (cached).
 controlplane:
 	@bash hack/controlplane/build.sh $(CONTROLPLANE_DIR)
 
@@ -43,14 +43,16 @@ test: controlplane
 
 ## bench: allocator micro-benchmarks, end-to-end controller benchmarks against the real
 ## apiserver (5000 Services, 3 runs; BENCH_SERVICES=300 BENCH_COUNT=1 for a quick one, as CI
-## does) and the L2 failover benchmark. Results go in BENCHMARKS.md.
+## does), the L2 failover benchmark and the HTTP failover through kube-proxy. Results go in BENCHMARKS.md.
 BENCH_SERVICES ?= 5000
 BENCH_COUNT ?= 3
 BENCH_L2_RUNS ?= 11
+BENCH_DATAPLANE_RUNS ?= 11
 bench: controlplane
 	go test -run '^$$' -bench . -benchtime 20000x -count $(BENCH_COUNT) ./controller/allocator/
 	PORTICO_BENCH_SERVICES=$(BENCH_SERVICES) go test -run '^$$' -bench '^Benchmark(Burst|Backlog)$$' -benchtime 1x -count $(BENCH_COUNT) -timeout 60m ./e2e/
 	$(MAKE) bench-l2
+	$(MAKE) bench-dataplane
 
 ## bench-l2 (BENCH_L2_RUNS, default 11): L2 failover, dual answering after a partition, speaker memory and the detection
 ## trade-off, measured with real speakers in network namespaces (root); the report goes to
@@ -60,7 +62,16 @@ bench-l2: controlplane
 	PORTICO_BENCH_L2_RUNS=$(BENCH_L2_RUNS) PORTICO_BENCH_L2_OUT=$(CURDIR)/bin/bench-l2.md go test -count=1 -run '^$$' -bench '^BenchmarkL2$$' -benchtime 1x -timeout 30m ./e2e/
 	@cat bin/bench-l2.md
 
-## demo: a local control plane with Portico's CRDs and the home-lab pool.
+## bench-dataplane (BENCH_DATAPLANE_RUNS, default 11): failover seen by an HTTP client that GETs the
+## EXTERNAL-IP every 10 ms through real kube-proxies (root); the report goes to
+## bin/bench-dataplane.md (its section of BENCHMARKS.md).
+bench-dataplane: controlplane
+	@mkdir -p bin
+	PORTICO_BENCH_DATAPLANE_RUNS=$(BENCH_DATAPLANE_RUNS) PORTICO_BENCH_DATAPLANE_OUT=$(CURDIR)/bin/bench-dataplane.md go test -count=1 -run '^$$' -bench '^BenchmarkDataplane$$' -benchtime 1x -timeout 30m ./e2e/
+	@cat bin/bench-dataplane.md
+
+## demo: a local control plane with Portico's CRDs and the home-lab pool; as root also speakers,
+## kube-proxy and pods in network namespaces, ending with a curl of each EXTERNAL-IP.
 DEMO_FLAGS ?=
 demo: controlplane
 	go run ./cmd/portico-demo $(DEMO_FLAGS)
