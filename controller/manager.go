@@ -14,17 +14,24 @@ type Options struct {
 }
 
 // Setup registers every Portico reconciler with the manager. They share one allocator, fed
-// first from the pools and every Service's status, so no address moves across restarts.
+// first from the pools and every Service's status, so no address moves across restarts, and
+// one status writer, so their writes to a Service never fight.
 func Setup(mgr ctrl.Manager, opts Options) error {
 	if opts.LoadBalancerClass == "" {
 		opts.LoadBalancerClass = porticov1.DefaultLoadBalancerClass
 	}
 	s := newState(mgr.GetClient(), opts.LoadBalancerClass)
+	w := newStatusWriter(mgr.GetClient(), mgr.GetAPIReader())
 	if err := (&PoolReconciler{Client: mgr.GetClient(), state: s}).setup(mgr); err != nil {
 		return err
 	}
 	if err := (&BGPPeerReconciler{Client: mgr.GetClient()}).setup(mgr); err != nil {
 		return err
 	}
-	return (&ServiceReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("portico-controller"), state: s}).setup(mgr)
+	recorder := mgr.GetEventRecorder("portico-controller")
+	health := &HealthReconciler{Client: mgr.GetClient(), Recorder: recorder, ours: s.ours, writer: w}
+	if err := (&ServiceReconciler{Client: mgr.GetClient(), Recorder: recorder, state: s, writer: w, health: health}).setup(mgr); err != nil {
+		return err
+	}
+	return health.setup(mgr)
 }

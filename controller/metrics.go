@@ -32,3 +32,11 @@ var (
 func init() {
 	metrics.Registry.MustRegister(poolAddresses, poolAddressesInUse, poolServicesWaiting, allocationFailures, allocations)
 }
+
+// conditionChanges counts the health conditions' changes on Services.
+var conditionChanges = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Name: "portico_service_condition_changes_total",
+	Help: "Changes of a Service's EndpointsReady, Announced or Reachable condition, by type and new reason.",
+}, []string{"condition", "reason"})
+
+func init() { metrics.Registry.MustRegister(conditionChanges) }

@@ -9,11 +9,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
 	"github.com/portico-lb/portico/controller"
@@ -32,27 +29,7 @@ func TestMain(m *testing.M) {
 // startManager runs the controller's reconcilers against the test apiserver until the test ends.
 func startManager(t *testing.T) {
 	t.Helper()
-	mgr, err := ctrl.NewManager(cp.Config, ctrl.Options{
-		Scheme:  cp.Scheme,
-		Metrics: metricsserver.Options{BindAddress: "0"},
-		// Each test runs its own manager in this one process.
-		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := controller.Setup(mgr, controller.Options{}); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("manager: %v", err)
-		}
-	})
+	cp.RunManager(t, func(mgr ctrl.Manager) error { return controller.Setup(mgr, controller.Options{}) })
 }
 
 // waitForReady polls the pool until its Ready condition has the wanted status and reason.

@@ -30,10 +30,12 @@ type ServiceReconciler struct {
 	Recorder events.EventRecorder
 	state    *state
 	writer   *statusWriter
+	// health, when set, computes a new Service's health conditions so its first status
+	// write carries them with the address: one write per new Service, not two.
+	health *HealthReconciler
 }
 
 func (r *ServiceReconciler) setup(mgr ctrl.Manager) error {
-	r.writer = newStatusWriter(r.Client, r.event, func(key string) { r.state.retryServices([]string{key}) })
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&corev1.Service{}).
 		Named("service").
@@ -92,7 +94,7 @@ func (r *ServiceReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	s.mu.Unlock()
 	r.afterRelease(outcome.freed)
 	s.poolsDirty(outcome.pools)
-	r.write(&svc, outcome)
+	r.write(ctx, &svc, outcome)
 	return ctrl.Result{}, nil
 }
 
@@ -176,38 +178,66 @@ func appendPools(pools []string, names ...string) []string {
 
 // write puts the outcome into the Service: ingress, the IPAllocated condition and the
 // allocated-from-pool annotation, in one status update, when any of them changed.
-func (r *ServiceReconciler) write(svc *corev1.Service, o outcome) {
-	want := svc.DeepCopy()
-	want.Status.LoadBalancer.Ingress = nil
-	for _, ip := range o.asg.IPs {
-		want.Status.LoadBalancer.Ingress = append(want.Status.LoadBalancer.Ingress,
-			corev1.LoadBalancerIngress{IP: ip.String(), IPMode: ptr.To(corev1.LoadBalancerIPModeVIP)})
-	}
+func (r *ServiceReconciler) write(ctx context.Context, svc *corev1.Service, o outcome) {
 	cond := allocatedCondition(o)
 	cond.ObservedGeneration = svc.Generation
-	condChanged := meta.SetStatusCondition(&want.Status.Conditions, cond)
-	if o.asg.Pool != "" {
-		if want.Annotations == nil {
-			want.Annotations = map[string]string{}
+	var health, told []metav1.Condition
+	apply := func(want *corev1.Service) {
+		for _, c := range health {
+			meta.SetStatusCondition(&want.Status.Conditions, c)
 		}
-		want.Annotations[porticov1.AnnotationAllocatedFromPool] = o.asg.Pool
-	} else if len(o.asg.IPs) == 0 {
-		delete(want.Annotations, porticov1.AnnotationAllocatedFromPool)
-	} // an orphaned address keeps naming the pool it came from
-
-	var changed *metav1.Condition
-	if condChanged {
-		changed = &cond
+		want.Status.LoadBalancer.Ingress = nil
+		for _, ip := range o.asg.IPs {
+			want.Status.LoadBalancer.Ingress = append(want.Status.LoadBalancer.Ingress,
+				corev1.LoadBalancerIngress{IP: ip.String(), IPMode: ptr.To(corev1.LoadBalancerIPModeVIP)})
+		}
+		meta.SetStatusCondition(&want.Status.Conditions, cond)
+		if o.asg.Pool != "" {
+			if want.Annotations == nil {
+				want.Annotations = map[string]string{}
+			}
+			want.Annotations[porticov1.AnnotationAllocatedFromPool] = o.asg.Pool
+		} else if len(o.asg.IPs) == 0 {
+			delete(want.Annotations, porticov1.AnnotationAllocatedFromPool)
+		} // an orphaned address keeps naming the pool it came from
 	}
-	r.writer.submit(svc.Namespace+"/"+svc.Name, svc, want, changed)
+	if r.health != nil && meta.FindStatusCondition(svc.Status.Conditions, porticov1.ConditionEndpointsReady) == nil {
+		view := svc.DeepCopy()
+		apply(view)
+		meta.SetStatusCondition(&view.Status.Conditions, cond)
+		var err error
+		if health, told, _, err = r.health.changes(ctx, svc, view); err != nil {
+			health, told = nil, nil // the health reconciler writes them on its own
+		}
+	}
+	var done func(*corev1.Service)
+	if conditionChanged(svc, cond) || len(told) > 0 {
+		done = func(written *corev1.Service) {
+			if conditionChanged(svc, cond) {
+				r.event(written, cond)
+			}
+			for _, c := range told {
+				r.health.event(written, c)
+			}
+		}
+	}
+	r.writer.submit(svc.Namespace+"/"+svc.Name, svc, writePart{apply: apply, done: done, retry: r.retry})
+}
+
+// retry asks for the Service to be reconciled again.
+func (r *ServiceReconciler) retry(key string) { r.state.retryServices([]string{key}) }
+
+// conditionChanged reports whether setting cond on the Service changes it (beyond the time).
+func conditionChanged(svc *corev1.Service, cond metav1.Condition) bool {
+	conds := slices.Clone(svc.Status.Conditions)
+	return meta.SetStatusCondition(&conds, cond)
 }
 
 // event tells the story of a written condition change on the Service.
-func (r *ServiceReconciler) event(svc *corev1.Service, changed *metav1.Condition) {
-	if r.Recorder == nil || changed == nil {
+func (r *ServiceReconciler) event(svc *corev1.Service, cond metav1.Condition) {
+	if r.Recorder == nil {
 		return
 	}
-	cond := *changed
 	if cond.Status == metav1.ConditionTrue {
 		r.Recorder.Eventf(svc, nil, corev1.EventTypeNormal, "IPAllocated", "Allocate", "%s", cond.Message)
 		allocations.Inc()
@@ -243,13 +273,8 @@ func allocatedCondition(o outcome) metav1.Condition {
 
 // forget removes what Portico wrote on a Service it no longer handles.
 func (r *ServiceReconciler) forget(svc *corev1.Service) {
-	want := svc.DeepCopy()
-	removed := meta.RemoveStatusCondition(&want.Status.Conditions, porticov1.ConditionIPAllocated)
-	if _, ok := want.Annotations[porticov1.AnnotationAllocatedFromPool]; ok {
+	r.writer.submit(svc.Namespace+"/"+svc.Name, svc, writePart{retry: r.retry, apply: func(want *corev1.Service) {
+		meta.RemoveStatusCondition(&want.Status.Conditions, porticov1.ConditionIPAllocated)
 		delete(want.Annotations, porticov1.AnnotationAllocatedFromPool)
-		removed = true
-	}
-	if removed {
-		r.writer.submit(svc.Namespace+"/"+svc.Name, svc, want, nil)
-	}
+	}})
 }

@@ -288,10 +288,7 @@ func TestRequests(t *testing.T) {
 
 	// A bad edit of a Service that holds an address keeps the address and says why.
 	svc := waitIPs(t, ns, "wants-5", "203.0.113.5")
-	svc.Annotations[porticov1.AnnotationLoadBalancerIPs] = "not-an-ip"
-	if err := cp.Client.Update(context.Background(), svc); err != nil {
-		t.Fatal(err)
-	}
+	update(t, svc, func() { svc.Annotations[porticov1.AnnotationLoadBalancerIPs] = "not-an-ip" })
 	c = waitReason(t, ns, "wants-5", porticov1.ReasonInvalidAnnotation)
 	if got := ips(waitService(t, ns, "wants-5", "its address", func(*corev1.Service) bool { return true })); got != "203.0.113.5" || !strings.Contains(c.Message, "keeping 203.0.113.5") {
 		t.Errorf("wants-5 after a bad edit: %s, %q", got, c.Message)
@@ -429,11 +426,10 @@ func TestNotOurs(t *testing.T) {
 	createService(t, ns, "our-class", func(s *corev1.Service) { s.Spec.LoadBalancerClass = ptr.To(porticov1.DefaultLoadBalancerClass) })
 	svc := waitIPs(t, ns, "our-class", "198.51.100.128")
 
-	svc.Spec.Type = corev1.ServiceTypeClusterIP
-	svc.Spec.LoadBalancerClass = nil
-	if err := cp.Client.Update(context.Background(), svc); err != nil {
-		t.Fatal(err)
-	}
+	update(t, svc, func() {
+		svc.Spec.Type = corev1.ServiceTypeClusterIP
+		svc.Spec.LoadBalancerClass = nil
+	})
 	waitService(t, ns, "our-class", "no Portico trace", func(s *corev1.Service) bool {
 		_, annotated := s.Annotations[porticov1.AnnotationAllocatedFromPool]
 		return allocated(s) == nil && !annotated && len(s.Status.LoadBalancer.Ingress) == 0

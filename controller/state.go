@@ -180,10 +180,15 @@ func (s *state) request(ctx context.Context, svc *corev1.Service) (allocator.Req
 	if err := s.reader.List(ctx, &pools); err != nil {
 		return allocator.Request{}, err
 	}
+	return s.requestFrom(ctx, svc, pools.Items)
+}
+
+// requestFrom builds the allocator request for a Service against the given pools.
+func (s *state) requestFrom(ctx context.Context, svc *corev1.Service, pools []porticov1.IPAddressPool) (allocator.Request, error) {
 	var nsLabels map[string]string
 	var selected []string
-	for i := range pools.Items {
-		sa := pools.Items[i].Spec.ServiceAllocation
+	for i := range pools {
+		sa := pools[i].Spec.ServiceAllocation
 		if sa == nil {
 			continue
 		}
@@ -194,7 +199,7 @@ func (s *state) request(ctx context.Context, svc *corev1.Service) (allocator.Req
 			}
 		}
 		if selects(sa, svc, nsLabels) {
-			selected = append(selected, pools.Items[i].Name)
+			selected = append(selected, pools[i].Name)
 		}
 	}
 	return buildRequest(svc, selected)

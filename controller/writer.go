@@ -2,25 +2,32 @@ package controller
 
 import (
 	"context"
+	"fmt"
 	"hash/fnv"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 )
 
-// statusWriter writes Service status off the reconcile path: decisions stay in one worker, in
-// queue order, while the requests (milliseconds each) go out in parallel. Writes for one
-// Service keep their order (one lane per Service), and a write is skipped when the same
-// result is already on its way or the cache has not yet seen the last one.
+// statusWriter writes Service status off the reconcile path: decisions stay in their
+// reconcilers' workers, in queue order, while the requests (milliseconds each) go out in
+// parallel. Writes for one Service keep their order (one lane per Service), and a write is
+// skipped when the same result is already on its way or the cache has not yet seen the last
+// one.
+//
+// Several reconcilers share it, each owning some fields of the Service (the allocation its
+// ingress, IPAllocated and annotation; the health reconciler its conditions). Each write is
+// computed from a cached copy; when another part's write got there first (a conflict), the
+// lane re-applies this part's fields to the current object and writes again, so the parts
+// never overwrite each other and never wait for a reconcile to try again.
 type statusWriter struct {
 	client client.Client
-	done   func(svc *corev1.Service, cond *metav1.Condition) // after a successful write
-	retry  func(key string)                                  // ask for the Service to be reconciled again
+	reader client.Reader // uncached: the current object after a conflict
 	lanes  []chan *writeJob
 
 	mu       sync.Mutex
@@ -29,16 +36,23 @@ type statusWriter struct {
 	failures map[string]int       // consecutive failures, for backoff
 }
 
+// writePart is one reconciler's share of a Service's status.
+type writePart struct {
+	apply func(*corev1.Service) // sets this part's fields on a copy of the Service
+	done  func(*corev1.Service) // after a successful write (events, metrics); may be nil
+	retry func(key string)      // ask for the Service to be reconciled again after a failure
+}
+
 type writeJob struct {
 	key  string
-	obj  *corev1.Service   // the whole wanted object, at the resourceVersion it was computed from
-	cond *metav1.Condition // the condition that changed, for the event; nil if none
+	obj  *corev1.Service // the whole wanted object, at the resourceVersion it was computed from
+	part writePart
 }
 
 const writeLanes = 8
 
-func newStatusWriter(c client.Client, done func(*corev1.Service, *metav1.Condition), retry func(string)) *statusWriter {
-	w := &statusWriter{client: c, done: done, retry: retry,
+func newStatusWriter(c client.Client, reader client.Reader) *statusWriter {
+	w := &statusWriter{client: c, reader: reader,
 		inflight: map[string]*writeJob{}, replaced: map[string]string{}, failures: map[string]int{}}
 	for range writeLanes {
 		lane := make(chan *writeJob, 1024)
@@ -49,8 +63,10 @@ func newStatusWriter(c client.Client, done func(*corev1.Service, *metav1.Conditi
 }
 
 // submit hands over a write unless it is redundant. cached is the object the decision was
-// made from; want is what it should become.
-func (w *statusWriter) submit(key string, cached, want *corev1.Service, cond *metav1.Condition) {
+// made from; p.apply makes it what it should become.
+func (w *statusWriter) submit(key string, cached *corev1.Service, p writePart) {
+	want := cached.DeepCopy()
+	p.apply(want)
 	w.mu.Lock()
 	if rv, ok := w.replaced[key]; ok {
 		if rv == cached.ResourceVersion {
@@ -67,7 +83,7 @@ func (w *statusWriter) submit(key string, cached, want *corev1.Service, cond *me
 		w.mu.Unlock()
 		return
 	}
-	job := &writeJob{key: key, obj: want, cond: cond}
+	job := &writeJob{key: key, obj: want, part: p}
 	w.inflight[key] = job
 	w.mu.Unlock()
 	h := fnv.New32a()
@@ -84,13 +100,20 @@ func (w *statusWriter) run(lane chan *writeJob) {
 		base := job.obj.ResourceVersion
 		// On kube-apiserver 1.37 a status update also stores metadata annotations: one request.
 		err := w.client.Status().Update(context.Background(), job.obj)
+		wrote := true
+		if apierrors.IsConflict(err) {
+			base, wrote, err = w.rebase(job)
+		}
+		// !wrote: another write already put these fields there, and told of it.
 		w.mu.Lock()
 		if w.inflight[job.key] == job {
 			delete(w.inflight, job.key)
 		}
 		var backoff time.Duration
 		if err == nil {
-			w.replaced[job.key] = base
+			if wrote {
+				w.replaced[job.key] = base
+			}
 			delete(w.failures, job.key)
 		} else {
 			w.failures[job.key]++
@@ -99,11 +122,33 @@ func (w *statusWriter) run(lane chan *writeJob) {
 		w.mu.Unlock()
 		if err != nil {
 			logf.Log.WithName("status-writer").V(1).Info("status write failed; retrying", "service", job.key, "error", err.Error(), "after", backoff)
-			time.AfterFunc(backoff, func() { w.retry(job.key) })
+			time.AfterFunc(backoff, func() { job.part.retry(job.key) })
 			continue
 		}
-		w.done(job.obj, job.cond)
+		if wrote && job.part.done != nil {
+			job.part.done(job.obj)
+		}
 	}
+}
+
+// rebase applies the job's part to the Service as the apiserver has it now, after another
+// part's write made the job's copy stale, and writes that (unless the fields are already
+// right). It returns the resourceVersion the write replaced.
+func (w *statusWriter) rebase(job *writeJob) (base string, wrote bool, err error) {
+	var cur corev1.Service
+	if err := w.reader.Get(context.Background(), client.ObjectKeyFromObject(job.obj), &cur); err != nil {
+		return "", false, err
+	}
+	if cur.UID != job.obj.UID {
+		return "", false, fmt.Errorf("service %s was recreated: deciding again", job.key)
+	}
+	want := cur.DeepCopy()
+	job.part.apply(want)
+	job.obj = want
+	if sameWrite(&cur, want) {
+		return "", false, nil
+	}
+	return cur.ResourceVersion, true, w.client.Status().Update(context.Background(), want)
 }
 
 // forget drops what is remembered about a deleted Service.

@@ -76,7 +76,10 @@ func createServices(t testing.TB, cp *controlplane.ControlPlane, from, to int) {
 }
 
 // snapshot is every Service's addresses and resourceVersion.
-type snapshot map[string]struct{ ips, version string }
+type snapshot map[string]struct {
+	ips, version string
+	conditions   int
+}
 
 func takeSnapshot(t testing.TB, cp *controlplane.ControlPlane) snapshot {
 	t.Helper()
@@ -93,7 +96,10 @@ func takeSnapshot(t testing.TB, cp *controlplane.ControlPlane) snapshot {
 		for _, in := range svc.Status.LoadBalancer.Ingress {
 			ips = append(ips, in.IP)
 		}
-		s[svc.Name] = struct{ ips, version string }{strings.Join(ips, ","), svc.ResourceVersion}
+		s[svc.Name] = struct {
+			ips, version string
+			conditions   int
+		}{strings.Join(ips, ","), svc.ResourceVersion, len(svc.Status.Conditions)}
 	}
 	return s
 }
@@ -136,7 +142,19 @@ func TestRestartChangesNothing(t *testing.T) {
 	before := waitAllAllocated(t, cp, n)
 	first.waitSettled(t, n)
 	pool := waitPoolAssigned(t, cp, "bench", n) // pool status writes are coalesced: wait for the last
-	before = takeSnapshot(t, cp)
+	// The health conditions (EndpointsReady, Announced, Reachable) follow the address.
+	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 3*time.Minute, true, func(context.Context) (bool, error) {
+		before = takeSnapshot(t, cp)
+		for _, v := range before {
+			if v.conditions < 4 {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		t.Fatal("not every Service got its health conditions")
+	}
 
 	first.stop(syscall.SIGKILL)
 	second := startController(t, cp, logFile(t, "second"))

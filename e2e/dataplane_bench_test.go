@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"net/netip"
 	"os"
@@ -66,8 +65,7 @@ func BenchmarkDataplane(b *testing.B) {
 func (e *dpEnv) podBehindThirdNode(svc *corev1.Service, ip netip.Addr) (owner, next string) {
 	owner, next = ownerAndNext(ip)
 	third := slices.DeleteFunc([]string{"node-a", "node-b", "node-c"}, func(n string) bool { return n == owner || n == next })[0]
-	svc.Spec.Selector = map[string]string{"pod": e.podOn(third)}
-	must(e.t, e.c.Update(context.Background(), svc))
+	updateService(e.t, e.c, svc, func() { svc.Spec.Selector = map[string]string{"pod": e.podOn(third)} })
 	url := fmt.Sprintf("http://%s/", ip)
 	waitFor(e.t, "only "+e.podOn(third)+" answers", 30*time.Second, func() bool {
 		body, err := e.get(url)

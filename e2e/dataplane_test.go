@@ -10,8 +10,11 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/portico-lb/portico/api/v1alpha1"
@@ -81,9 +84,48 @@ func (e *dpEnv) reach(url string, within time.Duration) (pod string, from netip.
 // reason NoEndpoints and a hint naming the selector. Until that lands on main there is no
 // condition to read, so this checks nothing; on merge it asserts that the condition is False
 // with reason NoEndpoints when ready is false, and True when ready is true.
+// updateService reads svc, changes it and writes it back, again when the controller wrote its
+// status in between (it writes Service status on its own schedule).
+func updateService(t testing.TB, c client.Client, svc *corev1.Service, change func()) {
+	t.Helper()
+	must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := c.Get(context.Background(), client.ObjectKeyFromObject(svc), svc); err != nil {
+			return err
+		}
+		change()
+		return c.Update(context.Background(), svc)
+	}))
+}
+
 func checkEndpointsCondition(t *testing.T, e *dpEnv, svc *corev1.Service, ready bool) {
 	t.Helper()
-	_, _, _ = e, svc, ready
+	// EndpointSlices written by the real kube-controller-manager: the typo is named with the
+	// labels the pods do have; once fixed, the endpoints are counted.
+	want := func(c *metav1.Condition) bool {
+		return c.Reason == v1alpha1.ReasonNoEndpoints && strings.Contains(c.Message, "matches no pods") && strings.Contains(c.Message, "app=gitea")
+	}
+	if ready {
+		want = func(c *metav1.Condition) bool {
+			return c.Status == metav1.ConditionTrue && c.Reason == v1alpha1.ReasonEndpointsReady
+		}
+	}
+	var last string
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		var cur corev1.Service
+		if err := e.c.Get(ctx, client.ObjectKeyFromObject(svc), &cur); err != nil {
+			return false, nil
+		}
+		c := meta.FindStatusCondition(cur.Status.Conditions, v1alpha1.ConditionEndpointsReady)
+		if c == nil {
+			return false, nil
+		}
+		last = c.Reason + ": " + c.Message
+		return want(c), nil
+	})
+	if err != nil {
+		t.Fatalf("%s: EndpointsReady (ready %v) never came; last %q", svc.Name, ready, last)
+	}
+	t.Logf("%s: EndpointsReady %s", svc.Name, last)
 }
 
 func TestDataplane(t *testing.T) {
@@ -162,8 +204,7 @@ func TestDataplane(t *testing.T) {
 			}
 			checkEndpointsCondition(t, e, svc, false)
 
-			svc.Spec.Selector = map[string]string{"app": "gitea"}
-			must(t, e.c.Update(context.Background(), svc))
+			updateService(t, e.c, svc, func() { svc.Spec.Selector = map[string]string{"app": "gitea"} })
 			pod, _ := e.reach(url, 30*time.Second)
 			t.Logf("after fixing the selector GET %s answered by %s", url, pod)
 			checkEndpointsCondition(t, e, svc, true)

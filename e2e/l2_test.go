@@ -27,41 +27,63 @@ type scenario struct {
 	ip    netip.Addr
 	ad    v1alpha1.L2AdvertisementSpec
 	local bool // externalTrafficPolicy: Local
+	// byController: the Service asks for ip by annotation and a running controller writes its
+	// status, instead of the test playing the controller.
+	byController bool
 }
 
-// create writes pool, advertisement and Service, and plays the controller's part: the
-// Service's status gets the address and the pool annotation.
+// create writes pool, advertisement and Service, and plays the controller's part (unless
+// s.byController): the Service's status gets the address and the pool annotation.
 func (e *l2Env) create(s scenario) *corev1.Service {
 	e.t.Helper()
 	ad := &v1alpha1.L2Advertisement{ObjectMeta: metav1.ObjectMeta{Name: s.name}, Spec: s.ad}
 	ad.Spec.IPAddressPools = []v1alpha1.Name{v1alpha1.Name(s.name)}
 	e.createObject(ad)
-	return e.createService(s.name, []netip.Prefix{netip.PrefixFrom(s.ip, s.ip.BitLen())}, s.local, s.ip)
+	pool := []netip.Prefix{netip.PrefixFrom(s.ip, s.ip.BitLen())}
+	if s.byController {
+		return e.requestService(s.name, pool, s.local, s.ip)
+	}
+	return e.createService(s.name, pool, s.local, s.ip)
 }
 
 // createService writes a pool named name holding the prefixes and a LoadBalancer Service named
 // name whose status holds ips from it, as the controller would have written it.
 func (e *l2Env) createService(name string, pool []netip.Prefix, local bool, ips ...netip.Addr) *corev1.Service {
 	e.t.Helper()
-	ctx := context.Background()
+	svc := e.newService(name, pool, local)
+	svc.Annotations = map[string]string{v1alpha1.AnnotationAllocatedFromPool: name}
+	e.createObject(svc)
+	for _, ip := range ips {
+		svc.Status.LoadBalancer.Ingress = append(svc.Status.LoadBalancer.Ingress, corev1.LoadBalancerIngress{IP: ip.String()})
+	}
+	must(e.t, e.c.Status().Update(context.Background(), svc))
+	return svc
+}
+
+// requestService is createService with a running controller: the Service asks for ip by
+// annotation and the controller writes its status.
+func (e *l2Env) requestService(name string, pool []netip.Prefix, local bool, ip netip.Addr) *corev1.Service {
+	e.t.Helper()
+	svc := e.newService(name, pool, local)
+	svc.Annotations = map[string]string{v1alpha1.AnnotationLoadBalancerIPs: ip.String()}
+	e.createObject(svc)
+	return svc
+}
+
+// newService creates the pool named name holding the prefixes and returns (unwritten) a
+// LoadBalancer Service of that name selecting app=name.
+func (e *l2Env) newService(name string, pool []netip.Prefix, local bool) *corev1.Service {
 	p := &v1alpha1.IPAddressPool{ObjectMeta: metav1.ObjectMeta{Name: name}}
 	for _, pfx := range pool {
 		p.Spec.Addresses = append(p.Spec.Addresses, v1alpha1.AddressRange(pfx.String()))
 	}
 	e.createObject(p)
-	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default",
-		Annotations: map[string]string{v1alpha1.AnnotationAllocatedFromPool: name}},
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
 		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Selector: map[string]string{"app": name},
 			Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}}}
 	if local {
 		svc.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
 	}
-	must(e.t, e.c.Create(ctx, svc))
-	for _, ip := range ips {
-		svc.Status.LoadBalancer.Ingress = append(svc.Status.LoadBalancer.Ingress, corev1.LoadBalancerIngress{IP: ip.String()})
-	}
-	must(e.t, e.c.Status().Update(ctx, svc))
-	e.t.Cleanup(func() { _ = e.c.Delete(ctx, svc) })
 	return svc
 }
 

@@ -169,7 +169,8 @@ func (p *controllerProcess) waitSettled(t testing.TB, n int) {
 			return false, nil // not listening yet
 		}
 		reconciled := sum(m, "controller_runtime_reconcile_total", map[string]string{"controller": "service"})
-		queued := sum(m, "workqueue_depth", map[string]string{"name": "service"})
+		queued := sum(m, "workqueue_depth", map[string]string{"name": "service"}) +
+			sum(m, "workqueue_depth", map[string]string{"name": "service-health"})
 		return reconciled >= float64(n) && queued == 0, nil
 	})
 	if err != nil {

@@ -13,6 +13,7 @@ type Metrics struct {
 	failover     prometheus.Histogram
 	announced    prometheus.Gauge
 	membersLost  prometheus.Counter
+	probes       *prometheus.CounterVec // self-check outcomes (selfcheck.go)
 }
 
 // NewMetrics creates the series and registers them with reg.
@@ -36,6 +37,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Members this node saw leave or declared dead; when nobody really died these are false suspicions."}),
 	}
 	reg.MustRegister(m.requests, m.replies, m.gratuitous, m.ownerChanges, m.failover, m.announced, m.membersLost)
+	m.probes = newProbeCounter(reg)
 	return m
 }
 

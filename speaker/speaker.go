@@ -22,6 +22,7 @@ import (
 	"github.com/portico-lb/portico/speaker/bgp"
 	"github.com/portico-lb/portico/speaker/l2"
 	"github.com/portico-lb/portico/speaker/membership"
+	"github.com/portico-lb/portico/speaker/selfcheck"
 )
 
 // Speaker answers on this node for the addresses it owns and reports them in its Speaker
@@ -40,6 +41,8 @@ type Speaker struct {
 	Recorder record.EventRecorder
 	Metrics  *Metrics
 	Log      logr.Logger
+	// SelfCheck paces the probes of addresses other nodes own; a zero Interval switches it off.
+	SelfCheck selfcheck.Options
 
 	kick    chan struct{}
 	cause   atomic.Value // string: why the next recomputation runs
@@ -50,6 +53,7 @@ type Speaker struct {
 	joining atomic.Bool
 	routed  map[netip.Addr]BGPClaim
 	secrets map[client.ObjectKey]cachedSecret
+	checks  atomic.Pointer[[]v1alpha1.SelfCheck] // the latest self-check results
 }
 
 // Start runs until ctx ends; then it stops answering at once and leaves the group, so the other
@@ -81,6 +85,7 @@ func (s *Speaker) Start(ctx context.Context) error {
 	// A speaker that answered before joining would see itself alone and claim every address,
 	// so the first join completes before the first plan.
 	s.joinPeers(ctx, true)
+	go s.runSelfCheck(ctx)
 	rejoin := time.NewTicker(500 * time.Millisecond)
 	defer rejoin.Stop()
 	// Re-reads BGP password Secrets (they are not watched).
@@ -117,8 +122,11 @@ func (s *Speaker) Start(ctx context.Context) error {
 }
 
 func (s *Speaker) trigger(cause string) {
+	if cause == causeSelfCheck {
+		cause = "" // only the status changes: whatever cause is pending stays
+	}
 	// member-lost wins over a config cause queued before it, so failovers are counted as such.
-	if prev, _ := s.cause.Load().(string); prev != "member-lost" || cause == "member-lost" {
+	if prev, _ := s.cause.Load().(string); cause != "" && (prev != "member-lost" || cause == "member-lost") {
 		s.cause.Store(cause)
 	}
 	select {

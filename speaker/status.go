@@ -27,7 +27,10 @@ type statusReport struct {
 
 // report queues the status for plan, replacing any report not yet written.
 func (s *Speaker) report(plan Plan, answered map[netip.Addr][]string, sessions map[string]bgp.State) {
-	st := v1alpha1.SpeakerStatus{ConfigErrors: plan.Problems}
+	st := v1alpha1.SpeakerStatus{ConfigErrors: plan.Problems, HardwareAddrs: hardwareAddrs()}
+	if checks := s.checks.Load(); checks != nil {
+		st.SelfChecks = *checks
+	}
 	ips := make([]netip.Addr, 0, len(plan.Mine))
 	for ip := range plan.Mine {
 		ips = append(ips, ip)

@@ -41,7 +41,12 @@ const (
 	ReasonNoEligibleNode   = "NoEligibleNode"
 	ReasonNoLocalEndpoints = "NoLocalEndpoints"
 	ReasonNoSpeakers       = "NoSpeakers"
+	// ReasonAnnouncePending: a node may announce the address but no speaker reports doing so yet.
+	ReasonAnnouncePending = "Pending"
 )
+
+// ReasonNoAddress: Announced and Reachable have nothing to say until the Service has an address.
+const ReasonNoAddress = "NoAddress"
 
 // Reasons of ConditionReachable.
 const (
@@ -49,6 +54,11 @@ const (
 	ReasonNoAnswer        = "NoAnswer"
 	ReasonMultipleAnswers = "MultipleAnswers"
 	ReasonForeignAnswer   = "ForeignAnswer"
+	// ReasonStaleAnswer: one speaker answers, but not the one that announces the address.
+	ReasonStaleAnswer = "StaleAnswer"
+	// ReasonNotProbed: no speaker reports a probe of the address (self-check off, or a
+	// single node: the owner does not probe itself).
+	ReasonNotProbed = "NotProbed"
 )
 
 // Condition types on Portico objects (pools, advertisements, peers, speakers).

@@ -76,6 +76,11 @@ type SpeakerStatus struct {
 	// +listType=atomic
 	// +optional
 	SelfChecks []SelfCheck `json:"selfChecks,omitempty"`
+	// HardwareAddrs are the MACs this speaker answers ARP/NDP with (its L2 interfaces'), so a
+	// probe's answer can be told apart from a foreign host's.
+	// +listType=atomic
+	// +optional
+	HardwareAddrs []string `json:"hardwareAddrs,omitempty"`
 	// ConfigErrors are configuration problems this speaker sees (an interface that does not
 	// exist here, a Secret it cannot read, ...).
 	// +listType=atomic

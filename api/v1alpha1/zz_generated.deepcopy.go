@@ -741,6 +741,11 @@ func (in *SpeakerStatus) DeepCopyInto(out *SpeakerStatus) {
 			(*in)[i].DeepCopyInto(&(*out)[i])
 		}
 	}
+	if in.HardwareAddrs != nil {
+		in, out := &in.HardwareAddrs, &out.HardwareAddrs
+		*out = make([]string, len(*in))
+		copy(*out, *in)
+	}
 	if in.ConfigErrors != nil {
 		in, out := &in.ConfigErrors, &out.ConfigErrors
 		*out = make([]string, len(*in))

@@ -23,6 +23,7 @@ import (
 	"github.com/portico-lb/portico/speaker/bgp"
 	"github.com/portico-lb/portico/speaker/l2"
 	"github.com/portico-lb/portico/speaker/membership"
+	"github.com/portico-lb/portico/speaker/selfcheck"
 )
 
 type options struct {
@@ -31,6 +32,7 @@ type options struct {
 	port                       int
 	secret                     string
 	detection                  membership.Detection
+	selfCheck                  selfcheck.Options
 }
 
 func main() {
@@ -44,6 +46,10 @@ func main() {
 	flag.DurationVar(&o.detection.ProbeInterval, "memberlist-probe-interval", membership.DefaultDetection.ProbeInterval, "how often each member probes another")
 	flag.DurationVar(&o.detection.ProbeTimeout, "memberlist-probe-timeout", membership.DefaultDetection.ProbeTimeout, "how long a probe waits for its answer")
 	flag.IntVar(&o.detection.SuspicionMult, "memberlist-suspicion-mult", membership.DefaultDetection.SuspicionMult, "a suspected member is declared dead after this many probe intervals (scaled by log10 of the group size)")
+	o.selfCheck = selfcheck.DefaultOptions
+	flag.DurationVar(&o.selfCheck.Interval, "self-check-interval", o.selfCheck.Interval, "how often the addresses other nodes answer for are probed (ARP) to report who answers; 0 switches the self-check off")
+	flag.Float64Var(&o.selfCheck.Rate, "self-check-rate", o.selfCheck.Rate, "self-check probes per second at most")
+	flag.DurationVar(&o.selfCheck.Wait, "self-check-wait", o.selfCheck.Wait, "how long answers to one self-check probe are collected")
 	logOpts := zap.Options{}
 	logOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -77,7 +83,7 @@ func run(o options) error {
 	s := &speaker.Speaker{
 		Node: o.node, LBClass: o.lbClass, Cache: mgr.GetCache(), Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Group: group, MLPort: o.port,
 		Announce: l2.NewAnnouncer(log.WithName("l2"), metrics), BGP: sessions, Recorder: mgr.GetEventRecorderFor("portico-speaker"),
-		Metrics: metrics, Log: log,
+		Metrics: metrics, Log: log, SelfCheck: o.selfCheck,
 	}
 	if err := mgr.Add(s); err != nil {
 		return err

@@ -1,0 +1,157 @@
+package controller
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
+	"github.com/portico-lb/portico/speaker"
+)
+
+// announceInputs is what the Announced condition is folded from.
+type announceInputs struct {
+	speakers []porticov1.Speaker
+	// l2 evaluates the L2 rules for one address (speaker.L2EligibilityOf on the cluster's objects).
+	l2 func(ip netip.Addr) speaker.L2Eligibility
+	// bgpAdvertised reports whether a BGPAdvertisement selects the pool for the Service.
+	// Extension point: BGP's own "why not" (no session Established, peers' nodeSelectors)
+	// belongs here once speakers report BGP sessions.
+	bgpAdvertised func(pool string) bool
+}
+
+// announcedCondition is the Service's Announced condition: who announces each address, from
+// the speakers' reports, or why nobody does, from the same rules the speakers apply.
+func announcedCondition(svc *corev1.Service, in announceInputs) metav1.Condition {
+	c := metav1.Condition{Type: porticov1.ConditionAnnounced, ObservedGeneration: svc.Generation}
+	ips := ingressIPs(svc)
+	if len(ips) == 0 {
+		c.Status, c.Reason, c.Message = metav1.ConditionUnknown, porticov1.ReasonNoAddress, "nothing to announce until the Service has an address"
+		return c
+	}
+	key := svc.Namespace + "/" + svc.Name
+	var said []string
+	var l2, bgp bool
+	for _, ip := range ips {
+		msg, proto := announcers(key, ip, in.speakers)
+		if msg != "" {
+			said = append(said, msg)
+			l2 = l2 || proto == porticov1.ProtocolL2
+			bgp = bgp || proto == porticov1.ProtocolBGP
+			continue
+		}
+		status, reason, why := notAnnounced(ip, in)
+		c.Status, c.Reason, c.Message = status, reason, why
+		return c
+	}
+	c.Status, c.Message = metav1.ConditionTrue, strings.Join(said, "; ")
+	c.Reason = porticov1.ReasonAnnouncedL2
+	if bgp && !l2 {
+		c.Reason = porticov1.ReasonAnnouncedBGP
+	}
+	return c
+}
+
+// announcers describes who reports announcing ip for the Service: "10.0.0.200 from node
+// worker-1 on eth0", "10.0.0.200 to peers tor-a,tor-b from nodes worker-1,worker-2".
+func announcers(key string, ip netip.Addr, speakers []porticov1.Speaker) (string, porticov1.Protocol) {
+	var l2, l2ifs, bgpNodes, peers []string
+	for i := range speakers {
+		for _, a := range speakers[i].Status.Announcements {
+			if a.Service != key || !sameAddr(a.IP, ip) {
+				continue
+			}
+			switch a.Protocol {
+			case porticov1.ProtocolL2:
+				l2 = append(l2, speakers[i].Name)
+				l2ifs = append(l2ifs, a.Interfaces...)
+			case porticov1.ProtocolBGP:
+				bgpNodes = append(bgpNodes, speakers[i].Name)
+				peers = append(peers, a.Peers...)
+			}
+		}
+	}
+	var parts []string
+	proto := porticov1.ProtocolL2
+	if len(l2) > 0 {
+		on := "on every suitable interface"
+		if len(l2ifs) > 0 {
+			slices.Sort(l2ifs)
+			on = "on " + strings.Join(slices.Compact(l2ifs), ",")
+		}
+		who := "node " + l2[0]
+		if len(l2) > 1 {
+			slices.Sort(l2)
+			who = "nodes " + strings.Join(l2, ",") + " (more than one: see Reachable)"
+		}
+		parts = append(parts, fmt.Sprintf("from %s %s", who, on))
+	}
+	if len(bgpNodes) > 0 {
+		if len(l2) == 0 {
+			proto = porticov1.ProtocolBGP
+		}
+		slices.Sort(bgpNodes)
+		slices.Sort(peers)
+		nodes := "node "
+		if len(bgpNodes) > 1 {
+			nodes = "nodes "
+		}
+		parts = append(parts, fmt.Sprintf("over BGP from %s%s to peers %s", nodes, strings.Join(bgpNodes, ","), strings.Join(slices.Compact(peers), ",")))
+	}
+	if len(parts) == 0 {
+		return "", ""
+	}
+	return ip.String() + " " + strings.Join(parts, " and "), proto
+}
+
+// notAnnounced says why nobody announces ip.
+func notAnnounced(ip netip.Addr, in announceInputs) (metav1.ConditionStatus, string, string) {
+	if len(in.speakers) == 0 {
+		return metav1.ConditionFalse, porticov1.ReasonNoSpeakers, "no speaker has reported (no Speaker objects): is the portico-speaker DaemonSet running?"
+	}
+	e := in.l2(ip)
+	switch {
+	case e.Pool == "":
+		return metav1.ConditionFalse, porticov1.ReasonNoAdvertisement, fmt.Sprintf("%s is in no IPAddressPool, so no advertisement covers it", ip)
+	case !e.Advertised && in.bgpAdvertised(e.Pool):
+		return metav1.ConditionUnknown, porticov1.ReasonAnnouncePending, fmt.Sprintf("a BGPAdvertisement selects pool %s; no speaker reports advertising %s yet", e.Pool, ip)
+	case !e.Advertised:
+		return metav1.ConditionFalse, porticov1.ReasonNoAdvertisement, fmt.Sprintf("no L2Advertisement or BGPAdvertisement selects pool %s for this Service", e.Pool)
+	case e.NoLocalEndpoint:
+		return metav1.ConditionFalse, porticov1.ReasonNoLocalEndpoints, fmt.Sprintf("%s: externalTrafficPolicy is Local: %s", ip, e.WhyNone)
+	case e.Nodes == 0:
+		return metav1.ConditionFalse, porticov1.ReasonNoEligibleNode, fmt.Sprintf("%s: the cluster has no Node objects to announce from", ip)
+	case len(e.Eligible) == 0:
+		return metav1.ConditionFalse, porticov1.ReasonNoEligibleNode, fmt.Sprintf("%s: %s", ip, e.WhyNone)
+	}
+	return metav1.ConditionUnknown, porticov1.ReasonAnnouncePending, fmt.Sprintf("node %s is elected to answer for %s; its speaker does not report it yet", e.Owner, ip)
+}
+
+func sameAddr(s string, ip netip.Addr) bool {
+	a, err := netip.ParseAddr(s)
+	return err == nil && a.Unmap() == ip.Unmap()
+}
+
+// bgpSelects reports whether a BGPAdvertisement covers the Service's addresses from pool:
+// the same pool and Service selection as an L2Advertisement.
+func bgpSelects(ads []porticov1.BGPAdvertisement, pool string, pools []porticov1.IPAddressPool, svc *corev1.Service) bool {
+	var poolLabels map[string]string
+	for i := range pools {
+		if pools[i].Name == pool {
+			poolLabels = pools[i].Labels
+		}
+	}
+	for i := range ads {
+		s := &ads[i].Spec
+		poolOK := len(s.IPAddressPools) == 0 && len(s.IPAddressPoolSelectors) == 0 ||
+			slices.Contains(s.IPAddressPools, porticov1.Name(pool)) || anyMatches(s.IPAddressPoolSelectors, poolLabels)
+		if poolOK && (len(s.ServiceSelectors) == 0 || anyMatches(s.ServiceSelectors, svc.Labels)) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,126 @@
+package controller_test
+
+import (
+	"context"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
+)
+
+// create makes a cluster-scoped test object and deletes it when the test ends.
+func create(t *testing.T, obj client.Object) {
+	t.Helper()
+	if err := cp.Client.Create(context.Background(), obj); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cp.Client.Delete(context.Background(), obj) })
+}
+
+// update reads obj, changes it and writes it back, again if the controller wrote in between
+// (it writes Service status on its own schedule).
+func update(t *testing.T, obj client.Object, change func()) {
+	t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := cp.Client.Get(context.Background(), client.ObjectKeyFromObject(obj), obj); err != nil {
+			return err
+		}
+		change()
+		return cp.Client.Update(context.Background(), obj)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// setSpeakerStatus changes a Speaker's status as the speaker on that node would.
+func setSpeakerStatus(t *testing.T, s *porticov1.Speaker, change func(*porticov1.SpeakerStatus)) {
+	t.Helper()
+	if err := cp.Client.Get(context.Background(), client.ObjectKeyFromObject(s), s); err != nil {
+		t.Fatal(err)
+	}
+	change(&s.Status)
+	if err := cp.Client.Status().Update(context.Background(), s); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// report sets what a speaker announces.
+func report(t *testing.T, s *porticov1.Speaker, ann ...porticov1.Announcement) {
+	t.Helper()
+	setSpeakerStatus(t, s, func(st *porticov1.SpeakerStatus) { st.Announcements = ann })
+}
+
+func waitAnnounced(t *testing.T, ns, name string, status metav1.ConditionStatus, reason, message string) {
+	t.Helper()
+	waitCondition(t, ns, name, porticov1.ConditionAnnounced, status, reason, message)
+}
+
+// TestAnnounced walks one Service through every reason of Announced, changing one thing at a
+// time: no speakers, no advertisement, nodes excluded by nodeSelectors, by a dead speaker and
+// by the exclude label, externalTrafficPolicy Local without local endpoints, elected but not
+// yet reporting, announced over L2, and over BGP.
+func TestAnnounced(t *testing.T) {
+	startManager(t)
+	createPool(t, "announce", addresses("203.0.113.10-203.0.113.20"))
+	ns := namespace(t, nil)
+	createService(t, ns, "web")
+	waitIPs(t, ns, "web", "203.0.113.10")
+	waitAnnounced(t, ns, "web", metav1.ConditionFalse, porticov1.ReasonNoSpeakers,
+		"no speaker has reported (no Speaker objects): is the portico-speaker DaemonSet running?")
+
+	nodeA := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}}
+	nodeB := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-b", Labels: map[string]string{"zone": "b"}}}
+	create(t, nodeA)
+	create(t, nodeB)
+	speakerA := &porticov1.Speaker{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}}
+	create(t, speakerA)
+	waitAnnounced(t, ns, "web", metav1.ConditionFalse, porticov1.ReasonNoAdvertisement,
+		"no L2Advertisement or BGPAdvertisement selects pool announce for this Service")
+
+	// Only zone b may announce, and node-b runs no speaker.
+	ad := &porticov1.L2Advertisement{ObjectMeta: metav1.ObjectMeta{Name: "announce"}, Spec: porticov1.L2AdvertisementSpec{
+		IPAddressPools: []porticov1.Name{"announce"},
+		NodeSelectors:  []metav1.LabelSelector{{MatchLabels: map[string]string{"zone": "b"}}},
+	}}
+	create(t, ad)
+	waitAnnounced(t, ns, "web", metav1.ConditionFalse, porticov1.ReasonNoEligibleNode,
+		"203.0.113.10: no eligible node (speaker not alive: node-b; not matched by nodeSelectors: node-a)")
+	waitEvent(t, ns, "web", porticov1.ReasonNoEligibleNode, "not matched by nodeSelectors: node-a")
+
+	// node-a joins zone b: it is elected, and says nothing yet.
+	update(t, nodeA, func() { nodeA.Labels = map[string]string{"zone": "b"} })
+	waitAnnounced(t, ns, "web", metav1.ConditionUnknown, porticov1.ReasonAnnouncePending,
+		"node node-a is elected to answer for 203.0.113.10; its speaker does not report it yet")
+	report(t, speakerA, porticov1.Announcement{IP: "203.0.113.10", Service: ns + "/web", Protocol: porticov1.ProtocolL2, Interfaces: []string{"eth0"}})
+	waitAnnounced(t, ns, "web", metav1.ConditionTrue, porticov1.ReasonAnnouncedL2, "203.0.113.10 from node node-a on eth0")
+
+	// externalTrafficPolicy Local, and node-a holds no endpoint: the speaker lets go.
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web"}}
+	update(t, svc, func() { svc.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal })
+	report(t, speakerA)
+	waitAnnounced(t, ns, "web", metav1.ConditionFalse, porticov1.ReasonNoLocalEndpoints,
+		"203.0.113.10: externalTrafficPolicy is Local: no eligible node (speaker not alive: node-b; no ready local endpoint (externalTrafficPolicy Local): node-a)")
+
+	// Back to Cluster, and node-a carries the exclude label.
+	update(t, svc, func() { svc.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyCluster })
+	update(t, nodeA, func() { nodeA.Labels[porticov1.LabelExcludeFromExternalLoadBalancers] = "" })
+	waitAnnounced(t, ns, "web", metav1.ConditionFalse, porticov1.ReasonNoEligibleNode,
+		"203.0.113.10: no eligible node (speaker not alive: node-b; labelled exclude-from-external-load-balancers: node-a)")
+
+	// BGP instead of L2: pending until a speaker reports advertising it.
+	if err := cp.Client.Delete(context.Background(), ad); err != nil {
+		t.Fatal(err)
+	}
+	create(t, &porticov1.BGPAdvertisement{ObjectMeta: metav1.ObjectMeta{Name: "announce"},
+		Spec: porticov1.BGPAdvertisementSpec{IPAddressPools: []porticov1.Name{"announce"}}})
+	waitAnnounced(t, ns, "web", metav1.ConditionUnknown, porticov1.ReasonAnnouncePending,
+		"a BGPAdvertisement selects pool announce; no speaker reports advertising 203.0.113.10 yet")
+	report(t, speakerA, porticov1.Announcement{IP: "203.0.113.10", Service: ns + "/web", Protocol: porticov1.ProtocolBGP, Peers: []string{"tor-a", "tor-b"}})
+	waitAnnounced(t, ns, "web", metav1.ConditionTrue, porticov1.ReasonAnnouncedBGP,
+		"203.0.113.10 over BGP from node node-a to peers tor-a,tor-b")
+}

@@ -1,0 +1,257 @@
+package controller
+
+import (
+	"context"
+	"net/netip"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
+	"github.com/portico-lb/portico/speaker"
+)
+
+// HealthReconciler writes the conditions that tell whether a LoadBalancer Service works
+// beyond its address: EndpointsReady (from its EndpointSlices, never the deprecated Endpoints
+// API). It shares the allocation's status writer, so their writes never overwrite each other.
+type HealthReconciler struct {
+	Client   client.Client
+	Recorder events.EventRecorder
+	ours     func(*corev1.Service) bool
+	writer   *statusWriter
+	retries  chan event.GenericEvent
+}
+
+// healthConditions are the condition types this reconciler owns.
+var healthConditions = []string{porticov1.ConditionEndpointsReady, porticov1.ConditionAnnounced, porticov1.ConditionReachable}
+
+func (r *HealthReconciler) setup(mgr ctrl.Manager) error {
+	r.retries = make(chan event.GenericEvent, 1024)
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&corev1.Service{}).
+		Named("service-health").
+		WatchesRawSource(source.Channel(r.retries, &handler.EnqueueRequestForObject{})).
+		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(sliceService)).
+		// Pods only for their labels (the hint when a selector matches nothing): metadata is
+		// all the cache keeps of them.
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.servicesIn), builder.OnlyMetadata).
+		// Who announces, and who may: the speakers' reports and the configuration.
+		// Only what changes the answer: a pool's status (rewritten with every allocation) and
+		// a node's heartbeats would otherwise re-run every Service.
+		Watches(&porticov1.Speaker{}, handler.EnqueueRequestsFromMapFunc(r.addressed)).
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.addressed), builder.OnlyMetadata,
+			builder.WithPredicates(predicate.LabelChangedPredicate{})).
+		Watches(&porticov1.L2Advertisement{}, handler.EnqueueRequestsFromMapFunc(r.addressed),
+			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Watches(&porticov1.BGPAdvertisement{}, handler.EnqueueRequestsFromMapFunc(r.addressed),
+			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Watches(&porticov1.IPAddressPool{}, handler.EnqueueRequestsFromMapFunc(r.addressed),
+			builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}))).
+		Complete(r)
+}
+
+// sliceService maps an EndpointSlice to its Service, by the label the endpointslice
+// controller puts on it.
+func sliceService(_ context.Context, o client.Object) []reconcile.Request {
+	name := o.GetLabels()[discoveryv1.LabelServiceName]
+	if name == "" {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: name}}}
+}
+
+// servicesIn maps a pod to the LoadBalancer Services of its namespace that have no ready
+// endpoint: only their messages depend on pods' labels (the others follow their slices).
+func (r *HealthReconciler) servicesIn(ctx context.Context, pod client.Object) []reconcile.Request {
+	var svcs corev1.ServiceList
+	if err := r.Client.List(ctx, &svcs, client.InNamespace(pod.GetNamespace())); err != nil {
+		return nil
+	}
+	var reqs []reconcile.Request
+	for i := range svcs.Items {
+		svc := &svcs.Items[i]
+		if r.ours(svc) && !meta.IsStatusConditionTrue(svc.Status.Conditions, porticov1.ConditionEndpointsReady) {
+			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(svc)})
+		}
+	}
+	return reqs
+}
+
+// addressed maps any change to the LoadBalancer Services that hold an address: their
+// Announced condition may change with it.
+func (r *HealthReconciler) addressed(ctx context.Context, _ client.Object) []reconcile.Request {
+	var svcs corev1.ServiceList
+	if err := r.Client.List(ctx, &svcs); err != nil {
+		return nil
+	}
+	var reqs []reconcile.Request
+	for i := range svcs.Items {
+		if svc := &svcs.Items[i]; r.ours(svc) && len(svc.Status.LoadBalancer.Ingress) > 0 {
+			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(svc)})
+		}
+	}
+	return reqs
+}
+
+// Reconcile computes the Service's health conditions and writes those that changed.
+func (r *HealthReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	key := req.Namespace + "/" + req.Name
+	var svc corev1.Service
+	found, err := get(ctx, r.Client, req.NamespacedName, &svc)
+	if err != nil || !found {
+		return ctrl.Result{}, err
+	}
+	if !r.ours(&svc) {
+		r.writer.submit(key, &svc, writePart{retry: r.retry, apply: func(want *corev1.Service) {
+			for _, t := range healthConditions {
+				meta.RemoveStatusCondition(&want.Status.Conditions, t)
+			}
+		}})
+		return ctrl.Result{}, nil
+	}
+	if meta.FindStatusCondition(svc.Status.Conditions, porticov1.ConditionIPAllocated) == nil {
+		// The allocation writes first (its write brings us back): the two never race for a
+		// new Service, and the address is not delayed by a health write.
+		return ctrl.Result{}, nil
+	}
+	conds, told, changed, err := r.changes(ctx, &svc, &svc)
+	if err != nil || !changed {
+		return ctrl.Result{}, err
+	}
+	r.writer.submit(key, &svc, writePart{
+		retry: r.retry,
+		apply: func(want *corev1.Service) {
+			for _, c := range conds {
+				meta.SetStatusCondition(&want.Status.Conditions, c)
+			}
+		},
+		done: func(written *corev1.Service) {
+			for _, c := range told {
+				r.event(written, c)
+			}
+		},
+	})
+	return ctrl.Result{}, nil
+}
+
+// changes computes the health conditions for view (the Service as it is about to be, with
+// its address) and compares them with cached (as it is): whether any changed, and which
+// changes deserve an event. A condition set for the first time as Unknown or True (nothing
+// probed yet; ready at once) is a beginning, not news, so a burst of new healthy Services
+// stays quiet; a first False is a problem worth telling at once (the selector typo).
+// Announced becoming True is told by the announcing speaker's own event.
+func (r *HealthReconciler) changes(ctx context.Context, cached, view *corev1.Service) (conds, told []metav1.Condition, changed bool, err error) {
+	conds, err = r.conditions(ctx, view)
+	if err != nil {
+		return nil, nil, false, err
+	}
+	for _, c := range conds {
+		if !conditionChanged(cached, c) {
+			continue
+		}
+		changed = true
+		first := meta.FindStatusCondition(cached.Status.Conditions, c.Type) == nil
+		if (first && c.Status != metav1.ConditionFalse) || (c.Type == porticov1.ConditionAnnounced && c.Status == metav1.ConditionTrue) {
+			continue
+		}
+		told = append(told, c)
+	}
+	return conds, told, changed, nil
+}
+
+func (r *HealthReconciler) conditions(ctx context.Context, svc *corev1.Service) ([]metav1.Condition, error) {
+	var slices discoveryv1.EndpointSliceList
+	if err := r.Client.List(ctx, &slices, client.InNamespace(svc.Namespace),
+		client.MatchingLabels{discoveryv1.LabelServiceName: svc.Name}); err != nil {
+		return nil, err
+	}
+	var podLabels []map[string]string
+	if len(svc.Spec.Selector) > 0 && countEndpoints(slices.Items).total == 0 {
+		pods := &metav1.PartialObjectMetadataList{}
+		pods.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("PodList"))
+		if err := r.Client.List(ctx, pods, client.InNamespace(svc.Namespace)); err != nil {
+			return nil, err
+		}
+		for i := range pods.Items {
+			if pods.Items[i].DeletionTimestamp == nil {
+				podLabels = append(podLabels, pods.Items[i].Labels)
+			}
+		}
+	}
+	var speakers porticov1.SpeakerList
+	if err := r.Client.List(ctx, &speakers); err != nil {
+		return nil, err
+	}
+	announced, err := r.announced(ctx, svc, slices.Items, speakers.Items)
+	if err != nil {
+		return nil, err
+	}
+	return []metav1.Condition{endpointsCondition(svc, slices.Items, podLabels), announced, reachableCondition(svc, speakers.Items)}, nil
+}
+
+// announced folds the speakers' reports and the advertisements into the Announced condition.
+func (r *HealthReconciler) announced(ctx context.Context, svc *corev1.Service, slices []discoveryv1.EndpointSlice, speakers []porticov1.Speaker) (metav1.Condition, error) {
+	if len(svc.Status.LoadBalancer.Ingress) == 0 {
+		return announcedCondition(svc, announceInputs{}), nil
+	}
+	var ads porticov1.L2AdvertisementList
+	var bgpAds porticov1.BGPAdvertisementList
+	var pools porticov1.IPAddressPoolList
+	nodes := &metav1.PartialObjectMetadataList{}
+	nodes.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("NodeList"))
+	for _, l := range []client.ObjectList{&ads, &bgpAds, &pools, nodes} {
+		if err := r.Client.List(ctx, l); err != nil {
+			return metav1.Condition{}, err
+		}
+	}
+	w := speaker.World{EndpointSlices: slices, Advertisements: ads.Items, Pools: pools.Items}
+	for _, n := range nodes.Items {
+		w.Nodes = append(w.Nodes, corev1.Node{ObjectMeta: n.ObjectMeta})
+	}
+	// A node runs a speaker when it has a Speaker object (each speaker writes its own).
+	running := map[string]bool{}
+	for _, s := range speakers {
+		running[s.Name] = true
+	}
+	return announcedCondition(svc, announceInputs{
+		speakers: speakers,
+		l2: func(ip netip.Addr) speaker.L2Eligibility {
+			return speaker.L2EligibilityOf(w, svc, ip, func(node string) bool { return running[node] })
+		},
+		bgpAdvertised: func(pool string) bool { return bgpSelects(bgpAds.Items, pool, pools.Items, svc) },
+	}), nil
+}
+
+func (r *HealthReconciler) retry(key string) {
+	ns, name, _ := strings.Cut(key, "/")
+	svc := &corev1.Service{}
+	svc.Namespace, svc.Name = ns, name
+	r.retries <- event.GenericEvent{Object: svc}
+}
+
+// event tells a condition's change on the Service, and counts it.
+func (r *HealthReconciler) event(svc *corev1.Service, c metav1.Condition) {
+	conditionChanges.WithLabelValues(c.Type, c.Reason).Inc()
+	if r.Recorder == nil {
+		return
+	}
+	typ := corev1.EventTypeWarning
+	if c.Status == metav1.ConditionTrue {
+		typ = corev1.EventTypeNormal
+	}
+	short := strings.TrimPrefix(c.Type, "portico.dev/")
+	r.Recorder.Eventf(svc, nil, typ, c.Reason, short, "%s %s: %s", short, c.Reason, c.Message)
+}

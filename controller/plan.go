@@ -1,0 +1,165 @@
+package controller
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"math/big"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
+	"github.com/portico-lb/portico/controller/allocator"
+)
+
+// PoolPlan is what a pool change does to one pool.
+type PoolPlan struct {
+	Name string
+	// Change is "added", "removed", "changed" or "unchanged".
+	Change string
+	// Assigned and Available after the change (Available "" for a removed pool).
+	Assigned  int64
+	Available string
+}
+
+// ServicePlan is what a pool change does to one LoadBalancer Service.
+type ServicePlan struct {
+	Service string // namespace/name
+	Before  allocator.Assignment
+	After   allocator.Assignment
+	// Effect is one of "keeps", "changes pool", "orphaned", "gets", "waits".
+	Effect string
+	// Why a Service keeps waiting ("PoolExhausted: ..."); "" otherwise.
+	Why string
+}
+
+// Plan is the outcome of PlanPools.
+type Plan struct {
+	Pools    []PoolPlan
+	Services []ServicePlan
+}
+
+// PlanPools computes what replacing the cluster's pools by pools would do, with the
+// controller's own allocator and request rules, changing nothing: the allocator is rebuilt
+// from the Services' status exactly as on a controller restart, given the new pools, and the
+// waiting Services (oldest first, as the controller retries them) are allocated in it.
+// Pools not named in pools are kept unless removeOthers.
+func PlanPools(ctx context.Context, reader client.Reader, lbClass string, pools []porticov1.IPAddressPool, removeOthers bool) (Plan, error) {
+	if lbClass == "" {
+		lbClass = porticov1.DefaultLoadBalancerClass
+	}
+	s := newState(reader, lbClass)
+	if err := s.ensureLoaded(ctx); err != nil {
+		return Plan{}, err
+	}
+	var current porticov1.IPAddressPoolList
+	if err := reader.List(ctx, &current); err != nil {
+		return Plan{}, err
+	}
+	next, poolPlans := mergePools(current.Items, pools, removeOthers)
+
+	var svcs corev1.ServiceList
+	if err := reader.List(ctx, &svcs); err != nil {
+		return Plan{}, err
+	}
+	slices.SortFunc(svcs.Items, func(a, b corev1.Service) int {
+		return cmp.Or(a.CreationTimestamp.Compare(b.CreationTimestamp.Time), cmp.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name))
+	})
+	before := map[string]allocator.Assignment{}
+	for i := range svcs.Items {
+		key := svcs.Items[i].Namespace + "/" + svcs.Items[i].Name
+		before[key], _ = s.alloc.Assignment(key)
+	}
+	apools := make([]allocator.Pool, len(next))
+	for i := range next {
+		apools[i] = allocatorPool(&next[i])
+	}
+	s.alloc.SetPools(apools)
+
+	var plan Plan
+	for i := range svcs.Items {
+		svc := &svcs.Items[i]
+		if !s.ours(svc) {
+			continue
+		}
+		key := svc.Namespace + "/" + svc.Name
+		sp := ServicePlan{Service: key, Before: before[key]}
+		if len(sp.Before.IPs) > 0 {
+			sp.After, _ = s.alloc.Assignment(key)
+			switch {
+			case sp.After.Orphaned() && !sp.Before.Orphaned():
+				sp.Effect = "orphaned"
+			case sp.After.Pool != sp.Before.Pool:
+				sp.Effect = "changes pool"
+			default:
+				sp.Effect = "keeps"
+			}
+			plan.Services = append(plan.Services, sp)
+			continue
+		}
+		req, err := s.requestFrom(ctx, svc, next)
+		if err == nil {
+			sp.After, err = s.alloc.Allocate(req)
+		}
+		var aerr *allocator.Error
+		switch {
+		case err == nil:
+			sp.Effect = "gets"
+		case errors.As(err, &aerr):
+			sp.Effect, sp.Why = "waits", string(aerr.Reason)+": "+aerr.Message
+		default:
+			sp.Effect, sp.Why = "waits", err.Error()
+		}
+		plan.Services = append(plan.Services, sp)
+	}
+	for i := range poolPlans {
+		p := &poolPlans[i]
+		if st, ok := s.alloc.Stats(p.Name); ok {
+			p.Assigned = st.Assigned[0] + st.Assigned[1]
+			p.Available = new(big.Int).Add(st.Available[0], st.Available[1]).String()
+		}
+	}
+	plan.Pools = poolPlans
+	slices.SortFunc(plan.Services, func(a, b ServicePlan) int { return cmp.Compare(a.Service, b.Service) })
+	return plan, nil
+}
+
+// mergePools applies the given pools over the current ones, by name.
+func mergePools(current, given []porticov1.IPAddressPool, removeOthers bool) ([]porticov1.IPAddressPool, []PoolPlan) {
+	byName := map[string]*porticov1.IPAddressPool{}
+	for i := range given {
+		byName[given[i].Name] = &given[i]
+	}
+	var next []porticov1.IPAddressPool
+	var plans []PoolPlan
+	for i := range current {
+		cur := &current[i]
+		g, ok := byName[cur.Name]
+		switch {
+		case ok:
+			change := "unchanged"
+			if !equality.Semantic.DeepEqual(cur.Spec, g.Spec) {
+				change = "changed"
+			}
+			next = append(next, *g)
+			plans = append(plans, PoolPlan{Name: cur.Name, Change: change})
+			delete(byName, cur.Name)
+		case removeOthers:
+			plans = append(plans, PoolPlan{Name: cur.Name, Change: "removed"})
+		default:
+			next = append(next, *cur)
+			plans = append(plans, PoolPlan{Name: cur.Name, Change: "unchanged"})
+		}
+	}
+	for i := range given {
+		if _, ok := byName[given[i].Name]; ok {
+			next = append(next, given[i])
+			plans = append(plans, PoolPlan{Name: given[i].Name, Change: "added"})
+		}
+	}
+	slices.SortFunc(plans, func(a, b PoolPlan) int { return cmp.Compare(a.Name, b.Name) })
+	return next, plans
+}

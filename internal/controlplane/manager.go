@@ -1,0 +1,38 @@
+package controlplane
+
+import (
+	"context"
+	"testing"
+
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+)
+
+// RunManager runs a controller-runtime manager against the control plane, set up by setup
+// (e.g. controller.Setup), until the test ends; a manager that fails fails the test. Several
+// may run in one process, one after another (controller names are not checked for clashes).
+func (cp *ControlPlane) RunManager(tb testing.TB, setup func(ctrl.Manager) error) {
+	tb.Helper()
+	mgr, err := ctrl.NewManager(cp.Config, ctrl.Options{
+		Scheme:     cp.Scheme,
+		Metrics:    metricsserver.Options{BindAddress: "0"},
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := setup(mgr); err != nil {
+		tb.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	tb.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			tb.Errorf("manager: %v", err)
+		}
+	})
+}

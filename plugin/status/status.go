@@ -1,0 +1,97 @@
+// Package status is `kubectl portico status`: the pools with their usage, the speakers, and
+// their BGP sessions.
+package status
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/api/meta"
+
+	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
+	"github.com/portico-lb/portico/plugin"
+)
+
+// Command is the status subcommand.
+func Command(env func(*cobra.Command) (*plugin.Env, error)) *cobra.Command {
+	return &cobra.Command{
+		Use:   "status",
+		Short: "Pools (assigned, available, waiting), speakers and BGP sessions",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			e, err := env(cmd)
+			if err != nil {
+				return err
+			}
+			return Run(cmd.Context(), e)
+		},
+	}
+}
+
+// Run prints the status.
+func Run(ctx context.Context, e *plugin.Env) error {
+	var pools porticov1.IPAddressPoolList
+	if err := e.Client.List(ctx, &pools); err != nil {
+		return err
+	}
+	var speakers porticov1.SpeakerList
+	if err := e.Client.List(ctx, &speakers); err != nil {
+		return err
+	}
+	fmt.Fprintln(e.Out, "POOLS")
+	tw := plugin.Table(e.Out, "NAME", "ADDRESSES", "ASSIGNED", "AVAILABLE", "WAITING", "USAGE", "PROBLEMS")
+	for _, p := range pools.Items {
+		addrs := make([]string, len(p.Spec.Addresses))
+		for i, a := range p.Spec.Addresses {
+			addrs[i] = string(a)
+		}
+		plugin.Row(tw, p.Name, strings.Join(addrs, ","), p.Status.Assigned, p.Status.Available, p.Status.Waiting,
+			plugin.UsageBar(p.Status.Assigned, p.Status.Available, 20), poolProblems(&p))
+	}
+	if len(pools.Items) == 0 {
+		plugin.Row(tw, "(none: no Service can get an address)")
+	}
+	tw.Flush()
+
+	fmt.Fprintln(e.Out, "\nSPEAKERS")
+	tw = plugin.Table(e.Out, "NODE", "READY", "L2", "BGP-PEERS-UP", "SELF-CHECKS", "PROBLEMS")
+	sessions := 0
+	for _, s := range speakers.Items {
+		ready := "Unknown"
+		if c := meta.FindStatusCondition(s.Status.Conditions, porticov1.ConditionReady); c != nil {
+			ready = string(c.Status)
+		}
+		plugin.Row(tw, s.Name, ready, s.Status.L2Announcements, s.Status.BGPPeersUp, len(s.Status.SelfChecks), strings.Join(s.Status.ConfigErrors, "; "))
+		sessions += len(s.Status.Sessions)
+	}
+	if len(speakers.Items) == 0 {
+		plugin.Row(tw, "(none: no speaker has reported; nothing is announced)")
+	}
+	tw.Flush()
+
+	if sessions == 0 {
+		return nil
+	}
+	fmt.Fprintln(e.Out, "\nBGP SESSIONS")
+	tw = plugin.Table(e.Out, "NODE", "PEER", "STATE", "MESSAGE")
+	for _, s := range speakers.Items {
+		for _, ps := range s.Status.Sessions {
+			plugin.Row(tw, s.Name, ps.Peer, ps.State, ps.Message)
+		}
+	}
+	return tw.Flush()
+}
+
+// poolProblems names the pool's conditions that are not as they should be.
+func poolProblems(p *porticov1.IPAddressPool) string {
+	var out []string
+	for _, c := range p.Status.Conditions {
+		bad := (c.Type == porticov1.ConditionReady && c.Status != "True") || (c.Type != porticov1.ConditionReady && c.Status == "True")
+		if bad {
+			out = append(out, c.Type+": "+c.Message)
+		}
+	}
+	return strings.Join(out, "; ")
+}
