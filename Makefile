@@ -5,7 +5,7 @@ CONTROLPLANE_DIR := $(CURDIR)/bin/k8s/$(K8S_VERSION)
 export KUBEBUILDER_ASSETS := $(CONTROLPLANE_DIR)
 CONTROLLER_GEN := go tool controller-gen
 
-.PHONY: all generate controlplane test bench bench-l2 demo build clean
+.PHONY: all generate controlplane test bench bench-l2 chaos fuzz demo build clean
 
 all: build
 
@@ -47,6 +47,29 @@ bench-l2: controlplane
 	@mkdir -p bin
 	PORTICO_BENCH_L2_RUNS=$(BENCH_L2_RUNS) PORTICO_BENCH_L2_OUT=$(CURDIR)/bin/bench-l2.md go test -count=1 -run '^$$' -bench '^BenchmarkL2$$' -benchtime 1x -timeout 30m ./e2e/
 	@cat bin/bench-l2.md
+
+## chaos (CHAOS_SERVICES, default 3000; CI runs 300): the chaos tests (build tag chaos, so
+## `make test` does not run them): Services churned while controller replicas are SIGKILLed
+## and the apiserver and etcd restart; pools reshaped under Services; then every fuzz target
+## for FUZZTIME. The report goes to bin/chaos.md (docs/reliability.md quotes a real run).
+CHAOS_SERVICES ?= 3000
+chaos: controlplane
+	@mkdir -p bin && rm -f bin/chaos.md
+	go vet -tags chaos ./e2e/
+	PORTICO_CHAOS_SERVICES=$(CHAOS_SERVICES) PORTICO_CHAOS_OUT=$(CURDIR)/bin/chaos.md go test -tags chaos -count=1 -run '^TestChaos' -v -timeout 40m ./e2e/ 2>&1 | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|chaos.*_test.go' | grep -v 'would exceed context deadline'; exit $${PIPESTATUS[0]}
+	$(MAKE) fuzz
+	@cat bin/chaos.md
+
+## fuzz (FUZZTIME, default 10s each): every Fuzz* function in the module, one after another.
+FUZZTIME ?= 10s
+fuzz:
+	@set -e; for f in $$(grep -rl --include='*_test.go' '^func Fuzz' . | grep -v '^./bin/' | sort); do \
+		for name in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' $$f); do \
+			echo "fuzz: $$name in $$(dirname $$f) for $(FUZZTIME)"; \
+			go test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$(dirname $$f) | tail -2; \
+			test $${PIPESTATUS[0]} -eq 0; \
+		done; \
+	done
 
 ## demo: a local control plane with Portico's CRDs and the home-lab pool.
 DEMO_FLAGS ?=

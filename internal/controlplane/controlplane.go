@@ -9,7 +9,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -145,13 +148,14 @@ func (cp *ControlPlane) waitReady() error {
 	return nil
 }
 
-// Restart stops kube-apiserver and etcd (SIGTERM, as an upgrade or a node reboot would) and
-// starts them again on the same ports with the same etcd data and certificates, so clients
-// and the kubeconfig keep working once it returns. Between the two, every request fails.
+// Restart crashes kube-apiserver (SIGKILL: with clients watching, its graceful shutdown
+// takes a minute), stops etcd (SIGTERM) and starts both again on the same ports with the same
+// etcd data and certificates, so clients and the kubeconfig keep working once it returns.
+// Between the two, every request fails.
 func (cp *ControlPlane) Restart() error {
 	api, etcd := cp.env.ControlPlane.APIServer, cp.env.ControlPlane.Etcd
-	if err := api.Stop(); err != nil {
-		return fmt.Errorf("stopping kube-apiserver: %w", err)
+	if err := cp.killAPIServer(); err != nil {
+		return err
 	}
 	if err := etcd.Stop(); err != nil {
 		return fmt.Errorf("stopping etcd: %w", err)
@@ -163,6 +167,32 @@ func (cp *ControlPlane) Restart() error {
 		return fmt.Errorf("starting kube-apiserver again: %w", err)
 	}
 	return cp.waitReady()
+}
+
+// killAPIServer SIGKILLs this control plane's kube-apiserver, found by its certificate
+// directory (unique to this control plane), and waits until envtest has seen it exit.
+func (cp *ControlPlane) killAPIServer() error {
+	certDir := "--cert-dir=" + cp.env.ControlPlane.APIServer.CertDir
+	procs, err := filepath.Glob("/proc/[0-9]*/cmdline")
+	if err != nil {
+		return err
+	}
+	pid := 0
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err == nil && slices.Contains(strings.Split(string(b), "\x00"), certDir) {
+			pid, _ = strconv.Atoi(filepath.Base(filepath.Dir(p)))
+		}
+	}
+	if pid == 0 {
+		return fmt.Errorf("no kube-apiserver process with %s", certDir)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		return fmt.Errorf("killing kube-apiserver (pid %d): %w", pid, err)
+	}
+	// Stop returns nil once the process is reaped (and errors while it is being signalled).
+	return wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, time.Minute, true,
+		func(context.Context) (bool, error) { return cp.env.ControlPlane.APIServer.Stop() == nil, nil })
 }
 
 // Stop stops kube-apiserver and etcd and removes their data, certificates and the kubeconfig.
