@@ -36,21 +36,29 @@ func TestMissingBinariesNameTheFix(t *testing.T) {
 	}
 }
 
-// TestStart starts the real control plane: it reports the version it was built as, serves
-// our CRDs, and allocates ClusterIPs outside the home-lab pool.
-func TestStart(t *testing.T) {
+// startForTest starts a control plane, and when the test ends stops it and checks that it
+// left nothing behind.
+func startForTest(t *testing.T) *ControlPlane {
+	t.Helper()
 	cp, err := Start(Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() {
+	t.Cleanup(func() {
 		if err := cp.Stop(); err != nil {
 			t.Error(err)
 		}
-		if _, err := os.Stat(cp.Kubeconfig); !os.IsNotExist(err) {
-			t.Errorf("kubeconfig left behind: %v", err)
+		if _, err := os.Stat(cp.dir); !os.IsNotExist(err) {
+			t.Errorf("data, certificates or kubeconfig left behind in %s: %v", cp.dir, err)
 		}
-	}()
+	})
+	return cp
+}
+
+// TestStart starts the real control plane: it reports the version it was built as, serves
+// our CRDs, and allocates ClusterIPs outside the home-lab pool.
+func TestStart(t *testing.T) {
+	cp := startForTest(t)
 
 	dc, err := discovery.NewDiscoveryClientForConfig(cp.Config)
 	if err != nil {
@@ -94,15 +102,7 @@ func TestStart(t *testing.T) {
 // TestRestartKeepsData: after Restart the same client reaches the apiserver on the same port
 // and finds what it wrote before, and writes again.
 func TestRestartKeepsData(t *testing.T) {
-	cp, err := Start(Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := cp.Stop(); err != nil {
-			t.Error(err)
-		}
-	}()
+	cp := startForTest(t)
 	ctx := context.Background()
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "kept", Namespace: "default"}, Data: map[string]string{"k": "v"}}
 	if err := cp.Client.Create(ctx, cm); err != nil {
