@@ -1,7 +1,10 @@
 package config_test
 
 import (
+	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -11,7 +14,49 @@ import (
 
 var cp *controlplane.ControlPlane
 
-func TestMain(m *testing.M) { controlplane.Main(m, &cp) }
+// auditLog records every request the apiserver answers, so the RBAC test can find any refused
+// one (see rbac_test.go).
+var auditLog string
+
+// The control plane authorizes with RBAC (envtest's default; the admin is in system:masters).
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	controlplane.QuietLogs()
+	dir, err := os.MkdirTemp("", "portico-config-audit-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	policy := filepath.Join(dir, "policy.yaml")
+	auditLog = filepath.Join(dir, "audit.log")
+	err = os.WriteFile(policy, []byte("apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n- level: Metadata\n"), 0o600)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	cp, err = controlplane.Start(controlplane.Options{APIServerArgs: map[string]string{
+		"authorization-mode": "RBAC",
+		"audit-policy-file":  policy,
+		"audit-log-path":     auditLog,
+	}})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: %v\n", err)
+		return 1
+	}
+	code := m.Run()
+	if imageDir != "" {
+		os.RemoveAll(imageDir)
+	}
+	if err := cp.Stop(); err != nil {
+		fmt.Fprintf(os.Stderr, "stopping the control plane: %v\n", err)
+		code = max(code, 1)
+	}
+	return code
+}
 
 func kubectl(t *testing.T, args ...string) string {
 	t.Helper()

@@ -172,23 +172,8 @@ func (e *l2Env) timedFailover(ip netip.Addr, blow string) (time.Duration, float6
 	sum0, n0 := e.histogram(next)
 	got, stop := e.neighWatch(ip, e.macOf(next))
 	defer stop()
-	var t0 time.Time
-	switch blow {
-	case "SIGTERM", "SIGKILL":
-		sig := syscall.SIGTERM
-		if blow == "SIGKILL" {
-			sig = syscall.SIGKILL
-		}
-		p := e.speakers[owner]
-		delete(e.speakers, owner)
-		t0 = time.Now()
-		_ = p.cmd.Process.Signal(sig)
-		defer func() { <-p.done; e.startSpeaker(owner) }()
-	case "link cut":
-		t0 = time.Now()
-		run(e.t, "ip", "-n", e.Switch, "link", "set", e.node(owner).Port, "down")
-		defer run(e.t, "ip", "-n", e.Switch, "link", "set", e.node(owner).Port, "up")
-	}
+	t0, heal := e.hurt(owner, blow)
+	defer heal()
 	var took time.Duration
 	select {
 	case ts := <-got:
@@ -202,6 +187,30 @@ func (e *l2Env) timedFailover(ip netip.Addr, blow string) (time.Duration, float6
 		g = (sum1 - sum0) / (n1 - n0)
 	}
 	return took, g
+}
+
+// hurt deals the blow ("SIGTERM", "SIGKILL" or "link cut") to node's speaker and returns when
+// it was dealt and how to heal it: restart the speaker (once the killed one is gone) or bring
+// the link back.
+func (e *l2Env) hurt(node, blow string) (t0 time.Time, heal func()) {
+	switch blow {
+	case "SIGTERM", "SIGKILL":
+		sig := syscall.SIGTERM
+		if blow == "SIGKILL" {
+			sig = syscall.SIGKILL
+		}
+		p := e.speakers[node]
+		delete(e.speakers, node)
+		t0 = time.Now()
+		_ = p.cmd.Process.Signal(sig)
+		return t0, func() { <-p.done; e.startSpeaker(node) }
+	case "link cut":
+		t0 = time.Now()
+		run(e.t, "ip", "-n", e.Switch, "link", "set", e.node(node).Port, "down")
+		return t0, func() { run(e.t, "ip", "-n", e.Switch, "link", "set", e.node(node).Port, "up") }
+	}
+	e.t.Fatalf("unknown blow %q", blow)
+	return t0, nil
 }
 
 // histogram reads a speaker's failover histogram (sum in seconds, count).

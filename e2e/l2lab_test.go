@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,8 +17,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/portico-lb/portico/api/v1alpha1"
@@ -59,9 +56,14 @@ func inLab[T testing.TB](t T, body func(t T, e *l2Env)) {
 		return
 	}
 	netlab.Require(t, "arping")
-	bin := buildBinary(t, "./cmd/portico-speaker")
-	l := netlab.New(t)
-	lab := l2Lab{Speaker: bin, Switch: l.Switch,
+	lab := newL2Lab(t, netlab.New(t))
+	reexecIn(t, lab.CP.NS, labEnv, lab)
+}
+
+// newL2Lab builds the speaker and the namespaces: control plane, client and three nodes on the
+// bridge.
+func newL2Lab(t testing.TB, l *netlab.Lab) l2Lab {
+	lab := l2Lab{Speaker: buildBinary(t, "./cmd/portico-speaker"), Switch: l.Switch,
 		CP:     l.AddHost("cp", "02:00:00:00:00:02", "198.51.100.2/24", "2001:db8:1::2/64"),
 		Client: l.AddHost("client", "02:00:00:00:00:01", "198.51.100.1/24", "2001:db8:1::1/64"),
 	}
@@ -69,17 +71,23 @@ func inLab[T testing.TB](t T, body func(t T, e *l2Env)) {
 		lab.Nodes = append(lab.Nodes, labNode{Name: name, Host: l.AddHost(name[5:], fmt.Sprintf("02:00:00:00:00:%02x", 0x0a+i),
 			fmt.Sprintf("198.51.100.%d/24", 11+i), fmt.Sprintf("2001:db8:1::%d/64", 11+i))})
 	}
+	return lab
+}
+
+// reexecIn runs the current test (or benchmark) again in namespace ns, handing it lab through
+// the environment variable env, and fails when the inner run does not pass.
+func reexecIn(t testing.TB, ns, env string, lab any) {
 	raw, _ := json.Marshal(lab)
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
 	args := []string{"-test.run", "^" + t.Name() + "$", "-test.v", "-test.count=1"}
-	if _, isBench := any(t).(*testing.B); isBench {
+	if _, isBench := t.(*testing.B); isBench {
 		args = []string{"-test.run", "^$", "-test.bench", "^" + t.Name() + "$", "-test.benchtime", "1x", "-test.v"}
 	}
-	cmd := exec.Command("ip", append([]string{"netns", "exec", lab.CP.NS, self}, args...)...)
-	cmd.Env = append(os.Environ(), labEnv+"="+string(raw))
+	cmd := exec.Command("ip", append([]string{"netns", "exec", ns, self}, args...)...)
+	cmd.Env = append(os.Environ(), env+"="+string(raw))
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err = cmd.Run()
@@ -141,24 +149,10 @@ func startEnv(t testing.TB, lab *l2Lab) *l2Env {
 	return e
 }
 
-// writeKubeconfig points the speakers at the apiserver's bridge address; envtest's serving
-// certificate names 127.0.0.1 only, hence tls-server-name.
+// writeKubeconfig points the speakers at the apiserver's bridge address.
 func (e *l2Env) writeKubeconfig(ip string) string {
-	u, err := url.Parse(e.cp.Config.Host)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["lab"] = &clientcmdapi.Cluster{Server: "https://" + ip + ":" + u.Port(), TLSServerName: "127.0.0.1",
-		CertificateAuthorityData: e.cp.Config.CAData}
-	cfg.AuthInfos["admin"] = &clientcmdapi.AuthInfo{ClientCertificateData: e.cp.Config.CertData,
-		ClientKeyData: e.cp.Config.KeyData, Token: e.cp.Config.BearerToken}
-	cfg.Contexts["lab"] = &clientcmdapi.Context{Cluster: "lab", AuthInfo: "admin"}
-	cfg.CurrentContext = "lab"
 	path := filepath.Join(e.logs, "speaker.kubeconfig")
-	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
-		e.t.Fatal(err)
-	}
+	must(e.t, e.cp.WriteKubeconfig(path, ip, ""))
 	return path
 }
 

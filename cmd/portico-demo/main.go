@@ -1,5 +1,6 @@
 // Command portico-demo runs the home-lab demo (`make demo`): a local control plane, the
-// home-lab pool and the controller, until Ctrl-C.
+// home-lab pool and the controller, until Ctrl-C. As root it also runs speakers and kube-proxy
+// in network namespaces and fetches each EXTERNAL-IP from a client namespace.
 package main
 
 import (

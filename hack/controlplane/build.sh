@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds kube-apiserver, etcd and kubectl from source (through the Go module proxy) into
+# Builds kube-apiserver, etcd, kubectl, kube-proxy and kube-controller-manager from source (through the Go module proxy) into
 # OUT (default bin/k8s/$K8S_VERSION). Each binary is skipped when it is already there, so a
 # second run takes seconds. Called by `make controlplane`.
 set -euo pipefail
@@ -32,3 +32,7 @@ kv="-X k8s.io/component-base/version.gitVersion=v$K8S_VERSION -X k8s.io/componen
 build etcd etcd ./cmd/etcd "v$ETCD_VERSION" ""
 build kube-apiserver kube ./cmd/kube-apiserver "v$K8S_VERSION" "$kv"
 build kubectl kube ./cmd/kubectl "v$K8S_VERSION" "$kv"
+# The data plane for the end-to-end tests (docs/dataplane.md): kube-proxy in nftables mode.
+build kube-proxy kube ./cmd/kube-proxy "v$K8S_VERSION" "$kv"
+# ... and the endpointslice controller, which turns Ready Pods into EndpointSlices.
+build kube-controller-manager kube ./cmd/kube-controller-manager "v$K8S_VERSION" "$kv"

@@ -1,6 +1,8 @@
 // Package demo runs Portico's home-lab picture locally: a real kube-apiserver and etcd, the
 // CRDs, the home-lab pool 10.0.0.200-10.0.0.215 and its L2Advertisement, the controller, and
-// Services gitea, argocd, harbor and grafana getting .200 to .203.
+// Services gitea, argocd, harbor and grafana getting .200 to .203; as root, the data plane too
+// (dataplane.go): speakers, kube-proxy and the apps' pods in network namespaces, and a client
+// fetching each address.
 package demo
 
 import (
@@ -99,6 +101,32 @@ func Run(ctx context.Context, opts Options) (err error) {
 	}
 	for _, args := range [][]string{{"get", "svc"}, {"get", "ipaddresspools"}, {"get", "l2advertisements"}} {
 		if err := kubectl(args...); err != nil {
+			return err
+		}
+	}
+
+	assets, err := controlplane.AssetsDir(root)
+	if err != nil {
+		return err
+	}
+	if why := DataPlaneUsable(assets); why != "" {
+		fmt.Fprintf(out, "\n(no data plane: %s. As root, the demo also runs speakers and kube-proxy in network namespaces and curls each EXTERNAL-IP.)\n", why)
+	} else {
+		fmt.Fprintln(out, "\n==> data plane: three nodes in network namespaces, each running portico-speaker and kube-proxy (nftables), the four apps as pods, a client on the LAN")
+		clientNS, stopDataPlane, err := startDataPlane(ctx, cp, root, assets, logDir)
+		if err != nil {
+			return fmt.Errorf("data plane: %w", err)
+		}
+		defer stopDataPlane()
+		var svcs []corev1.Service
+		for _, name := range []string{"gitea", "argocd", "harbor", "grafana"} {
+			var s corev1.Service
+			if err := cp.Client.Get(ctx, client.ObjectKey{Namespace: "default", Name: name}, &s); err != nil {
+				return err
+			}
+			svcs = append(svcs, s)
+		}
+		if err := curlEach(ctx, out, clientNS, svcs); err != nil {
 			return err
 		}
 	}

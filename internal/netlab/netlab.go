@@ -57,15 +57,23 @@ func Require(t testing.TB, tools ...string) {
 
 var seq atomic.Int32
 
+// T is what a lab needs from its owner: a test, or a program (the root-mode demo) that fails
+// and cleans up its own way.
+type T interface {
+	Helper()
+	Cleanup(func())
+	Fatalf(format string, args ...any)
+}
+
 // Lab is one bridge namespace and the hosts attached to it.
 type Lab struct {
-	t      testing.TB
+	t      T
 	prefix string
 	Switch string // the namespace holding bridge br0
 }
 
 // New creates the switch namespace. Names are unique per process and test.
-func New(t testing.TB) *Lab {
+func New(t T) *Lab {
 	t.Helper()
 	l := &Lab{t: t, prefix: fmt.Sprintf("pt%d-%d", os.Getpid()%100000, seq.Add(1))}
 	l.Switch = l.AddNamespace("sw")
@@ -106,7 +114,7 @@ func (l *Lab) AddHost(role, mac string, v4, v6 string) Host {
 	}
 	var err error
 	if h.MAC, err = net.ParseMAC(mac); err != nil {
-		l.t.Fatal(err)
+		l.t.Fatalf("%v", err)
 	}
 	h.IPv4, h.IPv6 = netip.MustParsePrefix(v4), netip.MustParsePrefix(v6)
 	l.MustRun("ip", "-n", l.Switch, "link", "add", h.Port, "type", "veth", "peer", "name", "eth0", "netns", h.NS)
