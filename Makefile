@@ -8,7 +8,7 @@ export KUBEBUILDER_ASSETS := $(CONTROLPLANE_DIR)
 export CGO_ENABLED := 0
 CONTROLLER_GEN := go tool controller-gen
 
-.PHONY: all generate manifests controlplane test bench bench-l2 bench-dataplane bench-bgp demo build clean
+.PHONY: all generate manifests controlplane test bench bench-l2 bench-dataplane bench-bgp chaos fuzz demo build clean
 
 all: build
 
@@ -73,6 +73,29 @@ bench-bgp: controlplane
 	@mkdir -p bin
 	PORTICO_BENCH_BGP_RUNS=$(BENCH_BGP_RUNS) PORTICO_BENCH_BGP_SERVICES=$(BENCH_BGP_SERVICES) PORTICO_BENCH_BGP_OUT=$(CURDIR)/bin/bench-bgp.md go test -count=1 -run '^$$' -bench '^BenchmarkBGP$$' -benchtime 1x -timeout 30m ./e2e/
 	@cat bin/bench-bgp.md
+
+## chaos (CHAOS_SERVICES, default 3000; CI runs 300): the chaos tests (build tag chaos, so
+## `make test` does not run them): Services churned while controller replicas are SIGKILLed
+## and the apiserver and etcd restart; pools reshaped under Services; then every fuzz target
+## for FUZZTIME. The report goes to bin/chaos.md (docs/reliability.md quotes a real run).
+CHAOS_SERVICES ?= 3000
+chaos: controlplane
+	@mkdir -p bin && rm -f bin/chaos.md
+	go vet -tags chaos ./e2e/
+	PORTICO_CHAOS_SERVICES=$(CHAOS_SERVICES) PORTICO_CHAOS_OUT=$(CURDIR)/bin/chaos.md go test -tags chaos -count=1 -run '^TestChaos' -v -timeout 40m ./e2e/ 2>&1 | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|chaos.*_test.go' | grep -v 'would exceed context deadline'; exit $${PIPESTATUS[0]}
+	$(MAKE) fuzz
+	@cat bin/chaos.md
+
+## fuzz (FUZZTIME, default 10s each): every Fuzz* function in the module, one after another.
+FUZZTIME ?= 10s
+fuzz:
+	@set -e; for f in $$(grep -rl --include='*_test.go' '^func Fuzz' . | grep -v '^./bin/' | sort); do \
+		for name in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' $$f); do \
+			echo "fuzz: $$name in $$(dirname $$f) for $(FUZZTIME)"; \
+			go test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$(dirname $$f) | tail -2; \
+			test $${PIPESTATUS[0]} -eq 0; \
+		done; \
+	done
 
 ## bench-dataplane (BENCH_DATAPLANE_RUNS, default 11): failover seen by an HTTP client that GETs the
 ## EXTERNAL-IP every 10 ms through real kube-proxies (root); the report goes to

@@ -87,8 +87,15 @@ func (s *state) ensureLoaded(ctx context.Context) error {
 	slices.SortFunc(svcs.Items, func(a, b corev1.Service) int {
 		return cmp.Or(a.CreationTimestamp.Compare(b.CreationTimestamp.Time), cmp.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name))
 	})
-	log := logf.FromContext(ctx)
-	restored := 0
+	// Services whose status still meets their spec go first: one edited after its status was
+	// written (moved to another pool, say) may still list an address that was freed and given
+	// to another Service, whose write landed first (status writes go out in parallel) before
+	// the old leader died. The edited one is moving anyway; the other must keep its address.
+	type held struct {
+		req allocator.Request
+		ips []netip.Addr
+	}
+	var fit, stale []held
 	for i := range svcs.Items {
 		svc := &svcs.Items[i]
 		ips := ingressIPs(svc)
@@ -96,8 +103,17 @@ func (s *state) ensureLoaded(ctx context.Context) error {
 			continue
 		}
 		req, _ := s.request(ctx, svc) // a bad annotation does not stop the Service keeping its address
-		if _, err := s.alloc.Restore(req, ips); err != nil {
-			log.Info("not restoring an address from status", "service", req.Service, "reason", err.Error())
+		if s.alloc.Fits(req, ips) {
+			fit = append(fit, held{req, ips})
+		} else {
+			stale = append(stale, held{req, ips})
+		}
+	}
+	log := logf.FromContext(ctx)
+	restored := 0
+	for _, h := range append(fit, stale...) {
+		if _, err := s.alloc.Restore(h.req, h.ips); err != nil {
+			log.Info("not restoring an address from status", "service", h.req.Service, "reason", err.Error())
 			continue
 		}
 		restored++

@@ -201,6 +201,7 @@ func TestLeaderKilledWhileCreating(t *testing.T) {
 	leader.stop(syscall.SIGKILL)
 	createServices(t, cp, n/2, n)
 	waitAllAllocated(t, cp, n)
+	t.Logf("after the leader was killed: %s", waitInvariants(t, cp.Client, time.Minute))
 }
 
 func waitPoolAssigned(t testing.TB, cp *controlplane.ControlPlane, name string, n int64) *porticov1.IPAddressPool {

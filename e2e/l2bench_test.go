@@ -300,7 +300,9 @@ func (p *arpProber) ask(ip netip.Addr, wait time.Duration) []string {
 		if f.UnmarshalBinary(buf[:n]) != nil || a.UnmarshalBinary(f.Payload) != nil {
 			continue
 		}
-		if a.Operation == arp.OperationReply && a.SenderIP == ip && !slices.Contains(macs, a.SenderHardwareAddr.String()) {
+		// Only answers to this prober's own requests (another sender in the namespace, an ARP
+		// flood say, gets answers addressed to it).
+		if a.Operation == arp.OperationReply && a.SenderIP == ip && a.TargetIP == p.src && !slices.Contains(macs, a.SenderHardwareAddr.String()) {
 			macs = append(macs, a.SenderHardwareAddr.String())
 		}
 	}

@@ -106,7 +106,8 @@ func startController(t testing.TB, cp *controlplane.ControlPlane, log io.Writer,
 func (p *controllerProcess) stop(sig syscall.Signal) {
 	_ = p.cmd.Process.Signal(sig)
 	select {
-	case <-p.done:
+	case err := <-p.done:
+		p.done <- err // a later stop (the test's cleanup) returns at once too
 	case <-time.After(30 * time.Second):
 		_ = p.cmd.Process.Kill()
 	}

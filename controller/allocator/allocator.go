@@ -90,6 +90,13 @@ func (a *Allocator) Restore(req Request, ips []netip.Addr) (Assignment, error) {
 	return a.current(req.Service), nil
 }
 
+// Fits reports whether addresses read back from a Service's status meet its request as it
+// is now. One that does not was edited after its status was written (a new pool, a new
+// address), so on a restart it yields a contested address to a Service that does.
+func (a *Allocator) Fits(req Request, ips []netip.Addr) bool {
+	return fitsRequest(&assignment{req: req, ips: ips, pool: a.poolHolding(ips, req.Pool)}, &req)
+}
+
 // Release frees what service holds and returns the addresses no Service uses any more.
 func (a *Allocator) Release(service string) []netip.Addr {
 	asg, ok := a.services[service]
@@ -168,13 +175,7 @@ func (a *Allocator) unindexKey(key string, ip netip.Addr) {
 
 // fits reports whether what a Service holds still meets its request.
 func (a *Allocator) fits(cur *assignment, req *Request) bool {
-	if len(req.IPs) > 0 && !sameAddrs(cur.ips, req.IPs) {
-		return false
-	}
-	if req.Pool != "" && cur.pool != req.Pool && cur.pool != "" {
-		return false
-	}
-	if len(req.IPs) == 0 && !familiesFit(cur.ips, req) {
+	if !fitsRequest(cur, req) {
 		return false
 	}
 	for _, ip := range cur.ips {
@@ -183,6 +184,18 @@ func (a *Allocator) fits(cur *assignment, req *Request) bool {
 		}
 	}
 	return true
+}
+
+// fitsRequest: the addresses are the requested ones, from the requested pool, of the
+// requested families (sharing aside).
+func fitsRequest(cur *assignment, req *Request) bool {
+	if len(req.IPs) > 0 && !sameAddrs(cur.ips, req.IPs) {
+		return false
+	}
+	if req.Pool != "" && cur.pool != req.Pool && cur.pool != "" {
+		return false
+	}
+	return len(req.IPs) > 0 || familiesFit(cur.ips, req)
 }
 
 // familiesFit: the held families are what the request's ipFamilyPolicy asks for. A

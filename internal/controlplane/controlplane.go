@@ -9,7 +9,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -80,7 +83,20 @@ func Start(opts Options) (*ControlPlane, error) {
 		ControlPlaneStartTimeout: 2 * time.Minute,
 		ControlPlaneStopTimeout:  time.Minute,
 	}
+	// Our own directories for etcd's data and the apiserver's certificates: envtest removes
+	// the ones it creates on every stop, and Restart needs both to survive one.
+	dir, err := os.MkdirTemp("", "portico-controlplane-")
+	if err != nil {
+		return nil, err
+	}
+	env.ControlPlane.Etcd = &envtest.Etcd{DataDir: filepath.Join(dir, "etcd")}
 	api := env.ControlPlane.GetAPIServer()
+	api.CertDir = filepath.Join(dir, "apiserver")
+	for _, d := range []string{env.ControlPlane.Etcd.DataDir, api.CertDir} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			return nil, errors.Join(err, os.RemoveAll(dir))
+		}
+	}
 	api.Configure().Set("service-cluster-ip-range", ServiceCIDR)
 	for k, v := range opts.APIServerArgs {
 		api.Configure().Set(k, v)
@@ -94,9 +110,10 @@ func Start(opts Options) (*ControlPlane, error) {
 	if err != nil {
 		// envtest may have launched the processes before failing (a CRD refused, say).
 		_ = env.Stop()
+		_ = os.RemoveAll(dir)
 		return nil, fmt.Errorf("starting kube-apiserver and etcd from %s: %w", assets, err)
 	}
-	cp := &ControlPlane{Config: cfg, Scheme: scheme, Kubectl: filepath.Join(assets, "kubectl"), env: env}
+	cp := &ControlPlane{Config: cfg, Scheme: scheme, Kubectl: filepath.Join(assets, "kubectl"), env: env, dir: dir}
 	if err := cp.finish(); err != nil {
 		_ = cp.Stop()
 		return nil, err
@@ -110,18 +127,20 @@ func (cp *ControlPlane) finish() error {
 		return err
 	}
 	cp.Client = c
-	if cp.dir, err = os.MkdirTemp("", "portico-controlplane-"); err != nil {
-		return err
-	}
 	cp.Kubeconfig = filepath.Join(cp.dir, "kubeconfig")
 	if err := os.WriteFile(cp.Kubeconfig, cp.env.KubeConfig, 0o600); err != nil {
 		return err
 	}
-	// The "default" namespace exists only once the apiserver's bootstrap controller ran.
-	err = wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, time.Minute, true,
+	return cp.waitReady()
+}
+
+// waitReady waits for the "default" namespace, which exists only once the apiserver's
+// bootstrap controller ran.
+func (cp *ControlPlane) waitReady() error {
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, time.Minute, true,
 		func(ctx context.Context) (bool, error) {
 			var ns corev1.Namespace
-			return c.Get(ctx, client.ObjectKey{Name: "default"}, &ns) == nil, nil
+			return cp.Client.Get(ctx, client.ObjectKey{Name: "default"}, &ns) == nil, nil
 		})
 	if err != nil {
 		return fmt.Errorf("namespace default never appeared: %w", err)
@@ -129,7 +148,54 @@ func (cp *ControlPlane) finish() error {
 	return nil
 }
 
-// Stop stops kube-apiserver and etcd and removes the kubeconfig.
+// Restart crashes kube-apiserver (SIGKILL: with clients watching, its graceful shutdown
+// takes a minute), stops etcd (SIGTERM) and starts both again on the same ports with the same
+// etcd data and certificates, so clients and the kubeconfig keep working once it returns.
+// Between the two, every request fails.
+func (cp *ControlPlane) Restart() error {
+	api, etcd := cp.env.ControlPlane.APIServer, cp.env.ControlPlane.Etcd
+	if err := cp.killAPIServer(); err != nil {
+		return err
+	}
+	if err := etcd.Stop(); err != nil {
+		return fmt.Errorf("stopping etcd: %w", err)
+	}
+	if err := etcd.Start(); err != nil {
+		return fmt.Errorf("starting etcd again: %w", err)
+	}
+	if err := api.Start(); err != nil {
+		return fmt.Errorf("starting kube-apiserver again: %w", err)
+	}
+	return cp.waitReady()
+}
+
+// killAPIServer SIGKILLs this control plane's kube-apiserver, found by its certificate
+// directory (unique to this control plane), and waits until envtest has seen it exit.
+func (cp *ControlPlane) killAPIServer() error {
+	certDir := "--cert-dir=" + cp.env.ControlPlane.APIServer.CertDir
+	procs, err := filepath.Glob("/proc/[0-9]*/cmdline")
+	if err != nil {
+		return err
+	}
+	pid := 0
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err == nil && slices.Contains(strings.Split(string(b), "\x00"), certDir) {
+			pid, _ = strconv.Atoi(filepath.Base(filepath.Dir(p)))
+		}
+	}
+	if pid == 0 {
+		return fmt.Errorf("no kube-apiserver process with %s", certDir)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		return fmt.Errorf("killing kube-apiserver (pid %d): %w", pid, err)
+	}
+	// Stop returns nil once the process is reaped (and errors while it is being signalled).
+	return wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, time.Minute, true,
+		func(context.Context) (bool, error) { return cp.env.ControlPlane.APIServer.Stop() == nil, nil })
+}
+
+// Stop stops kube-apiserver and etcd and removes their data, certificates and the kubeconfig.
 func (cp *ControlPlane) Stop() error {
 	err := cp.env.Stop()
 	if cp.dir != "" {

@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/discovery"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // TestMissingBinariesNameTheFix: without the binaries, tests fail with the command to run.
@@ -35,21 +36,29 @@ func TestMissingBinariesNameTheFix(t *testing.T) {
 	}
 }
 
-// TestStart starts the real control plane: it reports the version it was built as, serves
-// our CRDs, and allocates ClusterIPs outside the home-lab pool.
-func TestStart(t *testing.T) {
+// startForTest starts a control plane, and when the test ends stops it and checks that it
+// left nothing behind.
+func startForTest(t *testing.T) *ControlPlane {
+	t.Helper()
 	cp, err := Start(Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() {
+	t.Cleanup(func() {
 		if err := cp.Stop(); err != nil {
 			t.Error(err)
 		}
-		if _, err := os.Stat(cp.Kubeconfig); !os.IsNotExist(err) {
-			t.Errorf("kubeconfig left behind: %v", err)
+		if _, err := os.Stat(cp.dir); !os.IsNotExist(err) {
+			t.Errorf("data, certificates or kubeconfig left behind in %s: %v", cp.dir, err)
 		}
-	}()
+	})
+	return cp
+}
+
+// TestStart starts the real control plane: it reports the version it was built as, serves
+// our CRDs, and allocates ClusterIPs outside the home-lab pool.
+func TestStart(t *testing.T) {
+	cp := startForTest(t)
 
 	dc, err := discovery.NewDiscoveryClientForConfig(cp.Config)
 	if err != nil {
@@ -87,5 +96,34 @@ func TestStart(t *testing.T) {
 	ip, err := netip.ParseAddr(svc.Spec.ClusterIP)
 	if err != nil || !netip.MustParsePrefix(ServiceCIDR).Contains(ip) {
 		t.Errorf("ClusterIP %q is not in %s", svc.Spec.ClusterIP, ServiceCIDR)
+	}
+}
+
+// TestRestartKeepsData: after Restart the same client reaches the apiserver on the same port
+// and finds what it wrote before, and writes again.
+func TestRestartKeepsData(t *testing.T) {
+	cp := startForTest(t)
+	ctx := context.Background()
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "kept", Namespace: "default"}, Data: map[string]string{"k": "v"}}
+	if err := cp.Client.Create(ctx, cm); err != nil {
+		t.Fatal(err)
+	}
+	host := cp.Config.Host
+	if err := cp.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	if cp.Config.Host != host {
+		t.Errorf("the apiserver moved from %s to %s", host, cp.Config.Host)
+	}
+	var got corev1.ConfigMap
+	if err := cp.Client.Get(ctx, client.ObjectKeyFromObject(cm), &got); err != nil {
+		t.Fatalf("after the restart: %v", err)
+	}
+	if got.Data["k"] != "v" || got.UID != cm.UID {
+		t.Errorf("after the restart the ConfigMap is %+v, want uid %s with k=v", got, cm.UID)
+	}
+	got.Data["k"] = "w"
+	if err := cp.Client.Update(ctx, &got); err != nil {
+		t.Errorf("writing after the restart: %v", err)
 	}
 }

@@ -1,6 +1,7 @@
 package controlplane
 
 import (
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -17,6 +18,9 @@ func Main(m *testing.M, cp **ControlPlane) { MainWith(m, cp, Options{}) }
 // MainWith is Main with options, e.g. a dual-stack service CIDR.
 func MainWith(m *testing.M, cp **ControlPlane, opts Options) {
 	QuietLogs()
+	if fuzzing() {
+		os.Exit(m.Run()) // fuzz targets are pure: no control plane per fuzz worker
+	}
 	started, err := Start(opts)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "FAIL: %v\n", err)
@@ -41,4 +45,12 @@ func QuietLogs() {
 		out = os.Stderr
 	}
 	logf.SetLogger(zap.New(zap.WriteTo(out)))
+}
+
+// fuzzing reports whether this test binary runs a fuzz target (`go test -fuzz`, as
+// coordinator or worker): `make fuzz` selects no tests, only pure fuzz functions.
+func fuzzing() bool {
+	flag.Parse()
+	f := flag.Lookup("test.fuzz")
+	return f != nil && f.Value.String() != ""
 }

@@ -1,0 +1,217 @@
+//go:build chaos
+
+package e2e
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"slices"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/mdlayher/arp"
+	"github.com/mdlayher/ethernet"
+	"github.com/mdlayher/packet"
+
+	"github.com/portico-lb/portico/internal/netlab"
+)
+
+// outageMonitor asks for each address in turn, all the time, and keeps the longest time an
+// address went without any answer.
+type outageMonitor struct {
+	mu      sync.Mutex
+	last    map[netip.Addr]time.Time
+	longest time.Duration
+	worst   netip.Addr
+	stop    chan struct{}
+	done    chan struct{}
+}
+
+func (e *l2Env) monitorOutages(ips []netip.Addr) *outageMonitor {
+	m := &outageMonitor{last: map[netip.Addr]time.Time{}, stop: make(chan struct{}), done: make(chan struct{})}
+	now := time.Now()
+	for _, ip := range ips {
+		m.last[ip] = now
+	}
+	prober := e.arpProber()
+	go func() {
+		defer close(m.done)
+		defer prober.close()
+		for {
+			for _, ip := range ips {
+				select {
+				case <-m.stop:
+					return
+				default:
+				}
+				answered := len(prober.ask(ip, 30*time.Millisecond)) > 0
+				m.mu.Lock()
+				if gap := time.Since(m.last[ip]); gap > m.longest {
+					m.longest, m.worst = gap, ip
+				}
+				if answered {
+					m.last[ip] = time.Now()
+				}
+				m.mu.Unlock()
+			}
+		}
+	}()
+	return m
+}
+
+func (m *outageMonitor) finish() (time.Duration, netip.Addr) {
+	close(m.stop)
+	<-m.done
+	return m.longest, m.worst
+}
+
+// answeredOnlyBy reports whether the one MAC answering ip is want's.
+func (e *l2Env) answeredOnlyBy(ip netip.Addr, want string) bool {
+	return slices.Equal(e.arpingMACs(ip, 1), []string{e.macOf(want)})
+}
+
+// TestChaosSpeakers: speakers SIGKILLed and SIGTERMed and started again, round after round,
+// then one node cut off (its bridge port down) and healed. An outage monitor asks for every
+// address all along; at the end each address is answered by exactly its owner. Then a flood
+// of ARP requests from the client: the owner keeps answering, with bounded memory. (BGP
+// router restarts are not part of this test yet: the BGP speaker is being built separately.)
+func TestChaosSpeakers(t *testing.T) {
+	inLab(t, func(t *testing.T, e *l2Env) {
+		rounds := max(2, chaosServices(t)/300)
+		all := []string{"node-a", "node-b", "node-c"}
+		var ips []netip.Addr
+		for i := range 4 {
+			ip := netip.MustParseAddr(fmt.Sprintf("198.51.100.%d", 200+i))
+			e.create(scenario{name: fmt.Sprintf("chaos-%d", i), ip: ip})
+			ips = append(ips, ip)
+		}
+		settleAll := func(nodes []string) {
+			for _, ip := range ips {
+				owner := hashOwner(ip, nodes...)
+				waitFor(t, owner+" alone answers "+ip.String(), 20*time.Second, func() bool { return e.answeredOnlyBy(ip, owner) })
+			}
+		}
+		settleAll(all)
+		mon := e.monitorOutages(ips)
+		rng := rand.New(rand.NewPCG(uint64(rounds), 3))
+		kills := 0
+		for r := range rounds {
+			victim := all[rng.IntN(len(all))]
+			sig := []syscall.Signal{syscall.SIGKILL, syscall.SIGTERM}[r%2]
+			e.kill(victim, sig)
+			kills++
+			settleAll(slices.DeleteFunc(slices.Clone(all), func(n string) bool { return n == victim }))
+			e.startSpeaker(victim)
+			settleAll(all)
+		}
+		cut := all[rng.IntN(len(all))]
+		run(t, "ip", "-n", e.Switch, "link", "set", e.node(cut).Port, "down")
+		settleAll(slices.DeleteFunc(slices.Clone(all), func(n string) bool { return n == cut }))
+		run(t, "ip", "-n", e.Switch, "link", "set", e.node(cut).Port, "up")
+		settleAll(all)
+		longest, worst := mon.finish()
+		for _, ip := range ips {
+			owner := hashOwner(ip, all...)
+			if macs := e.arpingMACs(ip, 3); !slices.Equal(macs, []string{e.macOf(owner)}) {
+				t.Errorf("after the storm %s is answered by %v, want only %s", ip, macs, owner)
+			}
+		}
+		report(t, "%d speaker kills (SIGKILL and SIGTERM alternately), 1 partition of %s healed; after settling each of %d addresses is answered by exactly one node; longest outage %s (%s)",
+			kills, cut, len(ips), longest.Round(time.Millisecond), worst)
+
+		e.arpFlood(t, ips)
+	})
+}
+
+// arpFlood sends 10k ARP requests a second for 10 s from the client namespace (half for the
+// owned addresses, half for addresses nobody owns) from a MAC and address of its own, while a
+// prober asks for the owned addresses; it reports the prober's success rate and the owners'
+// memory before, during and after.
+func (e *l2Env) arpFlood(t *testing.T, ips []netip.Addr) {
+	const rate, seconds = 10000, 10
+	owners := map[string]bool{}
+	for _, ip := range ips {
+		owners[hashOwner(ip, "node-a", "node-b", "node-c")] = true
+	}
+	rss := func() int {
+		total := 0
+		for n := range owners {
+			total += e.rssOf(n)
+		}
+		return total
+	}
+	before := rss()
+	var conn *packet.Conn
+	must(t, netlab.In(e.Client.NS, func() error {
+		ifi, err := net.InterfaceByName("eth0")
+		if err != nil {
+			return err
+		}
+		conn, err = packet.Listen(ifi, packet.Raw, int(ethernet.EtherTypeARP), nil)
+		return err
+	}))
+	defer conn.Close()
+	floodMAC := net.HardwareAddr{0x02, 0, 0, 0, 0, 0xfe}
+	frame := func(target netip.Addr) []byte {
+		req, _ := arp.NewPacket(arp.OperationRequest, floodMAC, netip.MustParseAddr("198.51.100.254"), ethernet.Broadcast, target)
+		pb, _ := req.MarshalBinary()
+		fb, _ := (&ethernet.Frame{Destination: ethernet.Broadcast, Source: floodMAC, EtherType: ethernet.EtherTypeARP, Payload: pb}).MarshalBinary()
+		return fb
+	}
+	done := make(chan int)
+	go func() {
+		sent := 0
+		start := time.Now()
+		for tick := 0; tick < seconds*100; tick++ {
+			for i := range rate / 100 {
+				target := ips[i%len(ips)]
+				if i%2 == 1 {
+					target = netip.AddrFrom4([4]byte{198, 51, 100, byte(100 + i%100)})
+				}
+				if _, err := conn.WriteTo(frame(target), &packet.Addr{HardwareAddr: ethernet.Broadcast}); err == nil {
+					sent++
+				}
+			}
+			// Pace to the rate: the next batch leaves on its 10 ms boundary.
+			time.Sleep(time.Until(start.Add(time.Duration(tick+1) * 10 * time.Millisecond)))
+		}
+		done <- sent
+	}()
+	prober := e.arpProber()
+	defer prober.close()
+	asked, answered, peak := 0, 0, before
+	var sent int
+	for flooding := true; flooding; {
+		select {
+		case sent = <-done:
+			flooding = false
+			continue
+		default:
+		}
+		for _, ip := range ips {
+			asked++
+			if len(prober.ask(ip, 100*time.Millisecond)) > 0 {
+				answered++
+			}
+		}
+		peak = max(peak, rss())
+	}
+	after := rss()
+	success := float64(answered) / float64(max(asked, 1))
+	report(t, "ARP flood: %d requests in %d s (%d/s asked) from the client; owned addresses answered %d of %d probes (%.1f%%); owners' RSS %s before, %s peak, %s after",
+		sent, seconds, rate, answered, asked, 100*success, mib(before), mib(peak), mib(after))
+	if success < 0.5 {
+		t.Errorf("under the flood only %.1f%% of probes for owned addresses were answered", 100*success)
+	}
+	if after > before+50*1024 {
+		t.Errorf("the owners' memory grew from %s to %s under the flood", mib(before), mib(after))
+	}
+	for _, ip := range ips {
+		owner := hashOwner(ip, "node-a", "node-b", "node-c")
+		waitFor(t, owner+" alone answers "+ip.String()+" after the flood", 20*time.Second, func() bool { return e.answeredOnlyBy(ip, owner) })
+	}
+}
