@@ -28,7 +28,7 @@ type announceInputs struct {
 // the speakers' reports, or why nobody does, from the same rules the speakers apply.
 func announcedCondition(svc *corev1.Service, in announceInputs) metav1.Condition {
 	c := metav1.Condition{Type: porticov1.ConditionAnnounced, ObservedGeneration: svc.Generation}
-	ips := ingressIPs(svc)
+	ips := porticov1.IngressAddrs(svc)
 	if len(ips) == 0 {
 		c.Status, c.Reason, c.Message = metav1.ConditionUnknown, porticov1.ReasonNoAddress, "nothing to announce until the Service has an address"
 		return c

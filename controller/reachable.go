@@ -19,7 +19,7 @@ import (
 // answer is the MAC of a node that reports announcing the address over L2.
 func reachableCondition(svc *corev1.Service, speakers []porticov1.Speaker) metav1.Condition {
 	c := metav1.Condition{Type: porticov1.ConditionReachable, ObservedGeneration: svc.Generation}
-	ips := ingressIPs(svc)
+	ips := porticov1.IngressAddrs(svc)
 	if len(ips) == 0 {
 		c.Status, c.Reason, c.Message = metav1.ConditionUnknown, porticov1.ReasonNoAddress, "nothing to probe until the Service has an address"
 		return c

@@ -98,7 +98,7 @@ func (s *state) ensureLoaded(ctx context.Context) error {
 	var fit, stale []held
 	for i := range svcs.Items {
 		svc := &svcs.Items[i]
-		ips := ingressIPs(svc)
+		ips := porticov1.IngressAddrs(svc)
 		if !s.ours(svc) || len(ips) == 0 {
 			continue
 		}
@@ -219,17 +219,6 @@ func (s *state) requestFrom(ctx context.Context, svc *corev1.Service, pools []po
 		}
 	}
 	return buildRequest(svc, selected)
-}
-
-// ingressIPs reads the addresses in a Service's status.
-func ingressIPs(svc *corev1.Service) []netip.Addr {
-	var ips []netip.Addr
-	for _, in := range svc.Status.LoadBalancer.Ingress {
-		if ip, err := netip.ParseAddr(in.IP); err == nil {
-			ips = append(ips, ip)
-		}
-	}
-	return ips
 }
 
 // retryServices asks for the named Services to be reconciled again. Call without mu held.

@@ -84,12 +84,7 @@ func forEachAddress(w World, lbClass string, pools []parsedPool, p *Plan, fn fun
 			continue
 		}
 		key := svc.Namespace + "/" + svc.Name
-		for _, ing := range svc.Status.LoadBalancer.Ingress {
-			ip, err := netip.ParseAddr(ing.IP)
-			if err != nil {
-				continue // a hostname ingress, or another controller's business
-			}
-			ip = ip.Unmap()
+		for _, ip := range v1alpha1.IngressAddrs(svc) {
 			pool, ok := poolOf(svc, ip, pools)
 			if !ok {
 				p.Problems = append(p.Problems, fmt.Sprintf("%s: address %s is in no IPAddressPool", key, ip))

@@ -44,7 +44,7 @@ func (s *Speaker) selfCheckTargets(ctx context.Context) []selfcheck.Target {
 		if svc.Spec.Type != corev1.ServiceTypeLoadBalancer || svc.Spec.LoadBalancerClass != nil && *svc.Spec.LoadBalancerClass != s.LBClass {
 			continue
 		}
-		for _, ip := range ingressAddrs(svc) {
+		for _, ip := range v1alpha1.IngressAddrs(svc) {
 			if e := L2EligibilityOf(w, svc, ip, s.Group.IsAlive); e.Advertised && e.Owner != "" && e.Owner != s.Node {
 				out = append(out, selfcheck.Target{IP: ip, Interfaces: ifaces})
 			}
@@ -52,16 +52,6 @@ func (s *Speaker) selfCheckTargets(ctx context.Context) []selfcheck.Target {
 	}
 	slices.SortFunc(out, func(a, b selfcheck.Target) int { return a.IP.Compare(b.IP) })
 	return out
-}
-
-func ingressAddrs(svc *corev1.Service) []netip.Addr {
-	var ips []netip.Addr
-	for _, in := range svc.Status.LoadBalancer.Ingress {
-		if ip, err := netip.ParseAddr(in.IP); err == nil {
-			ips = append(ips, ip.Unmap())
-		}
-	}
-	return ips
 }
 
 // selfChecked keeps a round's results for the status. A result's time is when its answer

@@ -244,7 +244,7 @@ func announcerLayer(svc *corev1.Service, speakers []porticov1.Speaker) layer {
 		return l
 	}
 	key := svc.Namespace + "/" + svc.Name
-	ips := ingress(svc)
+	ips := porticov1.IngressAddrs(svc)
 	if len(ips) == 0 {
 		l.lines = []string{"nothing to announce without an address"}
 		return l
@@ -279,7 +279,7 @@ func selfCheckLayer(svc *corev1.Service, speakers []porticov1.Speaker) layer {
 		}
 		return l
 	}
-	for _, ip := range ingress(svc) {
+	for _, ip := range porticov1.IngressAddrs(svc) {
 		var heard []string
 		for _, s := range speakers {
 			for _, sc := range s.Status.SelfChecks {
@@ -309,16 +309,6 @@ func plural(n int, what string) string {
 		return "1 " + what
 	}
 	return fmt.Sprintf("%d %ss", n, what)
-}
-
-func ingress(svc *corev1.Service) []netip.Addr {
-	var ips []netip.Addr
-	for _, in := range svc.Status.LoadBalancer.Ingress {
-		if ip, err := netip.ParseAddr(in.IP); err == nil {
-			ips = append(ips, ip)
-		}
-	}
-	return ips
 }
 
 func sameAddr(s string, ip netip.Addr) bool {

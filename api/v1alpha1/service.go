@@ -1,0 +1,20 @@
+package v1alpha1
+
+import (
+	"net/netip"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// IngressAddrs reads the addresses in a Service's status.loadBalancer.ingress, in order.
+// Hostname entries and garbage (another controller's business) are skipped; IPv4-mapped IPv6
+// addresses are read as IPv4, so every component sees one spelling.
+func IngressAddrs(svc *corev1.Service) []netip.Addr {
+	var ips []netip.Addr
+	for _, in := range svc.Status.LoadBalancer.Ingress {
+		if ip, err := netip.ParseAddr(in.IP); err == nil {
+			ips = append(ips, ip.Unmap())
+		}
+	}
+	return ips
+}
