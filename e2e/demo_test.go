@@ -44,6 +44,8 @@ func TestDemoOnce(t *testing.T) {
 		regexp.MustCompile(`(?m)^grafana\s+LoadBalancer\s+10\.\S+\s+10\.0\.0\.203\s+80:`),
 		regexp.MustCompile(`(?m)^NAME\s+ADDRESSES\s+ASSIGNED\s+AVAILABLE\s+WAITING\s+AGE$`),
 		regexp.MustCompile(`(?m)^home-lab\s+\["10\.0\.0\.200-10\.0\.0\.215"\]\s+4\s+12\s+0\s`),
+		regexp.MustCompile(`(?m)^\$ kubectl portico status\nPOOLS\n`),
+		regexp.MustCompile(`(?m)^home-lab\s+10\.0\.0\.200-10\.0\.0\.215\s+4\s+12\s+0\s`),
 		regexp.MustCompile(`export KUBECONFIG=\S+`),
 		regexp.MustCompile(`==> stopping the control plane`),
 	}

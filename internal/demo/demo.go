@@ -27,6 +27,8 @@ import (
 	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
 	"github.com/portico-lb/portico/controller"
 	"github.com/portico-lb/portico/internal/controlplane"
+	"github.com/portico-lb/portico/plugin"
+	"github.com/portico-lb/portico/plugin/status"
 )
 
 // Options of a demo run.
@@ -131,7 +133,12 @@ func Run(ctx context.Context, opts Options) (err error) {
 		}
 	}
 
-	fmt.Fprintf(out, "\nThe control plane is yours to explore:\n  export KUBECONFIG=%s\n  %s get portico\n", cp.Kubeconfig, cp.Kubectl)
+	fmt.Fprintln(out, "\n$ kubectl portico status")
+	if err := status.Run(ctx, &plugin.Env{Client: cp.Client, Namespace: "default", Out: out}); err != nil {
+		return err
+	}
+
+	fmt.Fprintf(out, "\nThe control plane is yours to explore:\n  export KUBECONFIG=%s\n  %s get portico\n  go run ./cmd/kubectl-portico explain svc/gitea    # or: go install ./cmd/kubectl-portico; kubectl portico ...\n", cp.Kubeconfig, cp.Kubectl)
 	if opts.Once {
 		return nil
 	}
