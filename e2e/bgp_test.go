@@ -27,13 +27,7 @@ func TestBGP(t *testing.T) {
 		all := []string{"node-a", "node-b", "node-c"}
 		bird, frrNS, rrNS := e.Routers[0].NS, e.Routers[1].NS, e.Routers[2].NS
 		const md5pw = "s3cret-md5"
-		b := netlab.StartBird(t, bird, birdConfig(e.Routers[0].IPv4.Addr(), e.Nodes, clusterASN, ""))
-		t.Cleanup(func() {
-			if t.Failed() {
-				out, _ := b.Birdc("show", "protocols", "all")
-				t.Logf("bird protocols:\n%s\nbird log:\n%s", out, b.Log())
-			}
-		})
+		b := startBird(t, bird, birdConfig(e.Routers[0].IPv4.Addr(), e.Nodes, clusterASN, ""))
 		e.addIPv6InternalIPs()
 		e.createObject(bgpPeer("tor", netip.MustParseAddr("198.51.100.3"), clusterASN, routerASN))
 		e.waitEstablished("tor", 30*time.Second, all...)

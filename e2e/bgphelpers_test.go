@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -47,6 +48,20 @@ template bgp nodes {
 		b.WriteString(" }\n")
 	}
 	return b.String()
+}
+
+// startBird runs bird in ns with config (netlab.StartBird) and, when the test fails, logs its
+// protocols and its log.
+func startBird(t testing.TB, ns, config string) *netlab.Router {
+	t.Helper()
+	b := netlab.StartBird(t, ns, config)
+	t.Cleanup(func() {
+		if t.Failed() {
+			out, _ := b.Birdc("show", "protocols", "all")
+			t.Logf("bird protocols:\n%s\nbird log:\n%s", out, b.Log())
+		}
+	})
+	return b
 }
 
 // frrConfig peers an FRR router at addr (AS 64520) with every node over eBGP.

@@ -35,15 +35,25 @@ const (
 // dataplanePool is the pool the real portico-controller allocates the lab's addresses from.
 var dataplanePool = netip.MustParsePrefix("198.51.100.192/28")
 
+// The BGP case: pool bgpPool is advertised to router r1 (198.51.100.3) only; the remote client
+// sits behind r1 on remoteNet, off the nodes' LAN.
+var (
+	bgpPool   = netip.MustParsePrefix("203.0.113.0/28")
+	remoteNet = netip.MustParsePrefix("10.0.9.0/24")
+)
+
 // dpLab is the L2 lab plus what a cluster's data plane needs: a pod network behind every node
 // (bridge cni0 with the node's pod CIDR, routes to the other nodes' CIDRs), one pod per node,
-// and the binaries of kube-proxy, kube-controller-manager and portico-controller.
+// and the binaries of kube-proxy, kube-controller-manager and portico-controller. For the BGP
+// case a router r1 on the LAN (l2Lab.Routers[0]) has a network of its own behind it holding
+// the remote client; the nodes route that network via r1, as their default gateway would.
 type dpLab struct {
 	l2Lab
 	Controller     string
 	KubeProxy      string
 	Pods           []labPod
 	ClusterPodCIDR netip.Prefix
+	Remote         labPod // the client behind r1 (Node names the router)
 }
 
 // labPod is a network namespace behind its node's cni0, standing for a Pod of the cluster.
@@ -67,7 +77,7 @@ func inDataplaneLab[T testing.TB](t T, body func(t T, e *dpEnv)) {
 		body(t, startDataplane(t, &lab))
 		return
 	}
-	netlab.Require(t, "arping", "nft")
+	netlab.Require(t, "arping", "nft", "bird", "birdc")
 	root, err := controlplane.ModuleRoot()
 	must(t, err)
 	assets, err := controlplane.AssetsDir(root)
@@ -93,6 +103,16 @@ func inDataplaneLab[T testing.TB](t T, body func(t T, e *dpEnv)) {
 		hosts, cidrs = append(hosts, n.Host), append(cidrs, cidr)
 	}
 	l.RoutePods(hosts, cidrs)
+	// r1's network is built as a node's pod network is: forwarding on, a bridge holding the
+	// gateway address, and the client a namespace on it with its default route via r1.
+	r1 := l.AddHost("r1", "02:00:00:00:01:01", "198.51.100.3/24", "2001:db8:1::3/64")
+	lab.Routers = []netlab.Host{r1}
+	l.AddPodNetwork(r1, remoteNet)
+	lab.Remote = labPod{Name: "remote", Node: "r1", IP: netip.AddrFrom4([4]byte{10, 0, 9, 10})}
+	lab.Remote.NS = l.AddPod(r1, remoteNet, lab.Remote.Name, lab.Remote.IP)
+	for _, n := range lab.Nodes {
+		l.MustRun("ip", "-n", n.NS, "route", "add", remoteNet.String(), "via", r1.IPv4.Addr().String())
+	}
 	reexecIn(t, lab.CP.NS, dataplaneEnv, lab)
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/portico-lb/portico/api/v1alpha1"
@@ -29,6 +31,7 @@ type lbService struct {
 	target   string // named container port: "http" (3000) or "metrics" (9090)
 	local    bool   // externalTrafficPolicy: Local
 	shareKey string // allow-shared-ip annotation
+	pool     string // address-pool annotation
 }
 
 // create writes the Service and waits for the real portico-controller to give it an address.
@@ -45,6 +48,9 @@ func (e *dpEnv) create(s lbService) (*corev1.Service, netip.Addr) {
 	}
 	if s.shareKey != "" {
 		svc.Annotations[v1alpha1.AnnotationAllowSharedIP] = s.shareKey
+	}
+	if s.pool != "" {
+		svc.Annotations[v1alpha1.AnnotationAddressPool] = s.pool
 	}
 	must(e.t, e.c.Create(ctx, svc))
 	var ip netip.Addr
@@ -71,8 +77,14 @@ func answer(body string) (pod string, from netip.AddrPort) {
 // reach waits until a GET on url from the client succeeds and returns the answering pod.
 func (e *dpEnv) reach(url string, within time.Duration) (pod string, from netip.AddrPort) {
 	e.t.Helper()
-	waitFor(e.t, "GET "+url+" from the client", within, func() bool {
-		body, err := e.get(url)
+	return e.reachFrom(e.Client.NS, url, within)
+}
+
+// reachFrom is reach from namespace ns.
+func (e *dpEnv) reachFrom(ns, url string, within time.Duration) (pod string, from netip.AddrPort) {
+	e.t.Helper()
+	waitFor(e.t, "GET "+url+" from "+ns, within, func() bool {
+		body, err := getFrom(ns, url)
 		pod, from = answer(body)
 		return err == nil && pod != ""
 	})
@@ -239,6 +251,33 @@ func TestDataplane(t *testing.T) {
 				pod, _ := e.reach(url, 30*time.Second)
 				t.Logf("GET %s answered by %s", url, pod)
 			}
+		})
+
+		t.Run("a client behind a BGP router reaches gitea through the EXTERNAL-IP", func(t *testing.T) {
+			e.t = t
+			r1, all := e.Routers[0], []string{"node-a", "node-b", "node-c"}
+			startBird(t, r1.NS, birdConfig(r1.IPv4.Addr(), e.Nodes, clusterASN, ""))
+			ctx := context.Background()
+			// Only Services that ask for pool bgp get its addresses, whatever test runs next.
+			pool := &v1alpha1.IPAddressPool{ObjectMeta: metav1.ObjectMeta{Name: "bgp"}}
+			pool.Spec.Addresses = []v1alpha1.AddressRange{v1alpha1.AddressRange(bgpPool.String())}
+			pool.Spec.AutoAssign = ptr.To(false)
+			must(t, e.c.Create(ctx, pool))
+			ad := &v1alpha1.BGPAdvertisement{ObjectMeta: metav1.ObjectMeta{Name: "bgp"}}
+			ad.Spec.IPAddressPools = []v1alpha1.Name{"bgp"}
+			must(t, e.c.Create(ctx, ad))
+			must(t, e.c.Create(ctx, bgpPeer("r1", r1.IPv4.Addr(), clusterASN, routerASN)))
+			e.waitEstablished("r1", 30*time.Second, all...)
+			_, ip := e.create(lbService{name: "gitea-bgp", selector: "gitea", port: 80, target: "http", pool: "bgp"})
+			// bird installs the /32 in r1's kernel table, ECMP over the three nodes; the remote
+			// client's only way to it is its default route via r1.
+			e.expectRoute(r1.NS, netip.PrefixFrom(ip, 32), e.nodeIPs(false, all...), 20*time.Second)
+			url := fmt.Sprintf("http://%s/", ip)
+			pod, _ := e.reachFrom(e.lab.Remote.NS, url, 20*time.Second)
+			if !slices.ContainsFunc(e.lab.Pods, func(p labPod) bool { return p.Name == pod }) {
+				t.Fatalf("GET %s from %s answered by %q, not a gitea pod", url, e.lab.Remote.IP, pod)
+			}
+			t.Logf("GET %s from %s (behind r1) answered by %s", url, e.lab.Remote.IP, pod)
 		})
 	})
 }
