@@ -3,7 +3,6 @@ package migrate
 import (
 	"fmt"
 	"net/netip"
-	"regexp"
 	"slices"
 	"strings"
 
@@ -204,8 +203,6 @@ func (t *translator) l2(o *unstructured.Unstructured) {
 	t.add(a, "L2Advertisement")
 }
 
-var communityValue = regexp.MustCompile(`^([0-9]{1,5}:[0-9]{1,5}|large:[0-9]{1,10}:[0-9]{1,10}:[0-9]{1,10}|no-export|no-advertise|no-export-subconfed|no-peer|blackhole)$`)
-
 func (t *translator) community(o *unstructured.Unstructured) {
 	f := newFields(o, &t.out)
 	var cs []struct{ Name, Value string }
@@ -218,6 +215,12 @@ func (t *translator) community(o *unstructured.Unstructured) {
 		t.aliases[c.Name] = c.Value
 	}
 	f.rest()
+}
+
+// isCommunity says whether s is a community value Portico accepts (rather than an alias).
+func isCommunity(s string) bool {
+	_, _, _, err := porticov1.Community(s).Parse()
+	return err == nil
 }
 
 func (t *translator) bgpAdvertisement(o *unstructured.Unstructured) {
@@ -238,10 +241,10 @@ func (t *translator) bgpAdvertisement(o *unstructured.Unstructured) {
 	var comms []string
 	f.take("communities", &comms)
 	for i, c := range comms {
-		if v, isAlias := t.aliases[c]; isAlias && !communityValue.MatchString(c) {
+		if v, isAlias := t.aliases[c]; isAlias && !isCommunity(c) {
 			c = v
 		}
-		if !communityValue.MatchString(c) {
+		if !isCommunity(c) {
 			f.skip(fmt.Sprintf("communities[%d]", i), fmt.Sprintf("%q is neither a community value nor an alias defined in the Community objects given (include them with -f)", c))
 			continue
 		}
