@@ -165,8 +165,11 @@ func (e *l2Env) arpFlood(t *testing.T, ips []netip.Addr) {
 	done := make(chan int)
 	go func() {
 		sent := 0
-		start := time.Now()
+		// Paced to the rate: one batch per 10 ms tick.
+		pace := time.NewTicker(10 * time.Millisecond)
+		defer pace.Stop()
 		for tick := 0; tick < seconds*100; tick++ {
+			<-pace.C
 			for i := range rate / 100 {
 				target := ips[i%len(ips)]
 				if i%2 == 1 {
@@ -176,8 +179,6 @@ func (e *l2Env) arpFlood(t *testing.T, ips []netip.Addr) {
 					sent++
 				}
 			}
-			// Pace to the rate: the next batch leaves on its 10 ms boundary.
-			time.Sleep(time.Until(start.Add(time.Duration(tick+1) * 10 * time.Millisecond)))
 		}
 		done <- sent
 	}()

@@ -403,16 +403,17 @@ func (e *l2Env) falseLossesUnderLoad(d time.Duration) int {
 	for _, n := range e.Nodes {
 		before += e.metric(n.Name, "portico_memberlist_members_lost_total")
 	}
+	// The load runs for d: the busy loops are killed when the context ends.
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
 	var hogs []*exec.Cmd
 	for i := 0; i < 4; i++ {
-		c := exec.Command("sh", "-c", "while :; do :; done")
+		c := exec.CommandContext(ctx, "sh", "-c", "while :; do :; done")
 		must(e.t, c.Start())
 		hogs = append(hogs, c)
 	}
-	time.Sleep(d) // the load period itself is what is measured, not a wait for a condition
 	for _, c := range hogs {
-		_ = c.Process.Kill()
-		_ = c.Wait()
+		_ = c.Wait() // returns when the context's end has killed it
 	}
 	after := 0.0
 	for _, n := range e.Nodes {
