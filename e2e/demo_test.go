@@ -87,9 +87,11 @@ func TestDemoStopsCleanlyOnInterrupt(t *testing.T) {
 	defer cmd.Process.Kill()
 
 	kubeconfig := ""
+	var seen strings.Builder // what the demo printed, for a failure message
 	lines := bufio.NewScanner(stdout)
 	for lines.Scan() {
 		line := lines.Text()
+		seen.WriteString(line + "\n")
 		if k, ok := strings.CutPrefix(strings.TrimSpace(line), "export KUBECONFIG="); ok {
 			kubeconfig = k
 		}
@@ -98,7 +100,7 @@ func TestDemoStopsCleanlyOnInterrupt(t *testing.T) {
 		}
 	}
 	if kubeconfig == "" {
-		t.Fatal("the demo never printed its kubeconfig and the Ctrl-C prompt")
+		t.Fatalf("the demo never printed its kubeconfig and the Ctrl-C prompt; it printed:\n%s", seen.String())
 	}
 	if _, err := os.Stat(kubeconfig); err != nil {
 		t.Fatalf("kubeconfig printed but missing while the demo runs: %v", err)

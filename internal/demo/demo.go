@@ -75,11 +75,17 @@ func Run(ctx context.Context, opts Options) (err error) {
 	}
 	defer stopController()
 
+	// A discovery cache of the demo's own: its apiserver's port may be one an earlier
+	// apiserver used, whose cached discovery in ~/.kube/cache lacks Portico's kinds.
+	kubectlFlags := []string{"--kubeconfig", cp.Kubeconfig, "--cache-dir", filepath.Join(logDir, "kube-cache")}
 	kubectl := func(args ...string) error {
 		fmt.Fprintf(out, "\n$ kubectl %s\n", strings.Join(args, " "))
-		cmd := exec.CommandContext(ctx, cp.Kubectl, append([]string{"--kubeconfig", cp.Kubeconfig}, args...)...)
+		cmd := exec.CommandContext(ctx, cp.Kubectl, append(kubectlFlags, args...)...)
 		cmd.Stdout, cmd.Stderr, cmd.Dir = out, out, root
-		return cmd.Run()
+		if err := cmd.Run(); err != nil {
+			return fmt.Errorf("kubectl %s: %w", strings.Join(args, " "), err)
+		}
+		return nil
 	}
 	if err := kubectl("apply", "-f", "config/samples/ipaddresspool-home-lab.yaml", "-f", "config/samples/l2advertisement-home-lab.yaml"); err != nil {
 		return err
@@ -90,10 +96,10 @@ func Run(ctx context.Context, opts Options) (err error) {
 		return err
 	}
 	fmt.Fprintf(out, "\n$ kubectl apply -f - <<EOF   # gitea, argocd, harbor, grafana\n")
-	apply := exec.CommandContext(ctx, cp.Kubectl, "--kubeconfig", cp.Kubeconfig, "apply", "-f", "-")
+	apply := exec.CommandContext(ctx, cp.Kubectl, append(kubectlFlags, "apply", "-f", "-")...)
 	apply.Stdin, apply.Stdout, apply.Stderr = strings.NewReader(homeLabServices), out, out
 	if err := apply.Run(); err != nil {
-		return err
+		return fmt.Errorf("kubectl apply -f - (the four Services): %w", err)
 	}
 	if err := waitAddresses(ctx, cp.Client, "default", 4); err != nil {
 		return err
