@@ -125,3 +125,30 @@ func TestPoolReadyFollowsEdits(t *testing.T) {
 		t.Logf("edit %d: Ready=%s %s: %s", i, cond.Status, cond.Reason, cond.Message)
 	}
 }
+
+// TestOverlappingPoolsCountEachAddress: an address taken from one pool is counted by every
+// pool that contains it, and freed in each when the Service lets it go.
+func TestOverlappingPoolsCountEachAddress(t *testing.T) {
+	startManager(t)
+	ns := namespace(t, nil)
+	createPool(t, "overlap-a-narrow", addresses("10.0.9.0/30"))
+	createPool(t, "overlap-b-wide", addresses("10.0.9.0/28"))
+	counts := func(assigned int64, available string) func(*porticov1.IPAddressPool) bool {
+		return func(p *porticov1.IPAddressPool) bool {
+			return p.Status.Assigned == assigned && p.Status.Available == available &&
+				meta.IsStatusConditionTrue(p.Status.Conditions, porticov1.ConditionOverlapping)
+		}
+	}
+	waitPool(t, "overlap-b-wide", "0 assigned, 16 available, Overlapping", counts(0, "16"))
+
+	svc := createService(t, ns, "web")
+	waitIPs(t, ns, "web", "10.0.9.0") // the narrow pool comes first by name
+	waitPool(t, "overlap-a-narrow", "1 assigned, 3 available", counts(1, "3"))
+	waitPool(t, "overlap-b-wide", "1 assigned, 15 available", counts(1, "15"))
+
+	if err := cp.Client.Delete(context.Background(), svc); err != nil {
+		t.Fatal(err)
+	}
+	waitPool(t, "overlap-a-narrow", "0 assigned, 4 available", counts(0, "4"))
+	waitPool(t, "overlap-b-wide", "0 assigned, 16 available", counts(0, "16"))
+}

@@ -136,6 +136,13 @@ func (r *ServiceReconciler) allocate(ctx context.Context, svc *corev1.Service, k
 	}
 	o.pools = appendPools(o.pools, before.Pool, o.asg.Pool)
 	o.pools = append(o.pools, s.waiting[key].pools...)
+	if changed {
+		// Overlapping pools count an address in each pool that contains it, not only in the
+		// one it was taken from.
+		o.freed = append(o.freed, s.poolsContaining(before.IPs)...)
+		o.pools = append(o.pools, s.poolsContaining(before.IPs)...)
+		o.pools = append(o.pools, s.poolsContaining(o.asg.IPs)...)
+	}
 	return o
 }
 
@@ -151,7 +158,7 @@ func (r *ServiceReconciler) release(key string) []string {
 	s.alloc.Release(key)
 	orphanPool := s.orphanOf[key]
 	delete(s.orphanOf, key)
-	return appendPools(nil, held.Pool, orphanPool)
+	return append(appendPools(nil, held.Pool, orphanPool), s.poolsContaining(held.IPs)...)
 }
 
 // afterRelease lets waiting Services try again when addresses were freed.

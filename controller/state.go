@@ -221,6 +221,20 @@ func (s *state) requestFrom(ctx context.Context, svc *corev1.Service, pools []po
 	return buildRequest(svc, selected)
 }
 
+// poolsContaining names every pool that contains one of ips: each counts them, so each
+// one's status changes when they are taken or freed. Call with mu held.
+func (s *state) poolsContaining(ips []netip.Addr) []string {
+	var names []string
+	for _, ip := range ips {
+		for _, n := range s.alloc.PoolsContaining(ip) {
+			if !slices.Contains(names, n) {
+				names = append(names, n)
+			}
+		}
+	}
+	return names
+}
+
 // retryServices asks for the named Services to be reconciled again. Call without mu held.
 func (s *state) retryServices(names []string) {
 	for _, n := range names {
