@@ -152,13 +152,18 @@ func TestChaosConfig(t *testing.T) {
 		counts := waitInvariants(t, cp.Client, 2*time.Minute)
 		var orphans int
 		var bad []string
+		var readErr error // kept apart: the final poll may fail on the deadline itself
 		err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-			var err error
-			orphans, bad, err = orphanProblems(ctx, cp.Client)
-			return err == nil && len(bad) == 0, nil
+			n, b, err := orphanProblems(ctx, cp.Client)
+			if err != nil {
+				readErr = err
+				return false, nil
+			}
+			orphans, bad = n, b
+			return len(bad) == 0, nil
 		})
 		if err != nil {
-			t.Errorf("after %q: %s", step.name, strings.Join(bad[:min(len(bad), 10)], "\n"))
+			t.Errorf("after %q (last read error: %v): %s", step.name, readErr, strings.Join(bad[:min(len(bad), 10)], "\n"))
 		}
 		now := takeSnapshot(t, cp)
 		changed := 0

@@ -201,14 +201,23 @@ func waitInvariants(t testing.TB, c client.Reader, within time.Duration) invaria
 	t.Helper()
 	var counts invariantCounts
 	var bad []string
+	checked := false
+	var readErr error // the last read that failed: the final poll may fail on the deadline itself
 	err := wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, within, true, func(ctx context.Context) (bool, error) {
-		var err error
-		counts, bad, err = checkInvariants(ctx, c, porticov1.DefaultLoadBalancerClass)
-		return err == nil && len(bad) == 0, nil
+		n, b, err := checkInvariants(ctx, c, porticov1.DefaultLoadBalancerClass)
+		if err != nil {
+			readErr = err
+			return false, nil
+		}
+		counts, bad, checked = n, b, true
+		return len(bad) == 0, nil
 	})
 	if err != nil {
+		if !checked {
+			t.Fatalf("invariants never checked within %s: reading the cluster failed: %v", within, readErr)
+		}
 		shown := bad[:min(len(bad), 20)]
-		t.Fatalf("invariants still broken after %s (%d problems; %s):\n%s", within, len(bad), counts, strings.Join(shown, "\n"))
+		t.Fatalf("invariants still broken after %s (%d problems; %s; last read error: %v):\n%s", within, len(bad), counts, readErr, strings.Join(shown, "\n"))
 	}
 	return counts
 }
