@@ -1,9 +1,9 @@
 package config_test
 
 import (
+	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -60,7 +60,7 @@ func run(m *testing.M) int {
 
 func kubectl(t *testing.T, args ...string) string {
 	t.Helper()
-	cmd := exec.Command(cp.Kubectl, append([]string{"--kubeconfig", cp.Kubeconfig}, args...)...)
+	cmd := cp.KubectlCommand(context.Background(), args...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)

@@ -71,7 +71,7 @@ func testGolden(t *testing.T) {
 		})
 	}
 	if *describe {
-		out, err := exec.Command(cp.Kubectl, "--kubeconfig", cp.Kubeconfig, "describe", "svc", "gitea").CombinedOutput()
+		out, err := cp.KubectlCommand(context.Background(), "describe", "svc", "gitea").CombinedOutput()
 		if err != nil {
 			t.Fatalf("kubectl describe: %v\n%s", err, out)
 		}
@@ -301,11 +301,11 @@ func speaker(t *testing.T, node, mac string, ann []porticov1.Announcement, check
 
 func apply(t *testing.T, files ...string) {
 	t.Helper()
-	args := []string{"--kubeconfig", cp.Kubeconfig, "apply"}
+	args := []string{"apply"}
 	for _, f := range files {
 		args = append(args, "-f", f)
 	}
-	if out, err := exec.Command(cp.Kubectl, args...).CombinedOutput(); err != nil {
+	if out, err := cp.KubectlCommand(context.Background(), args...).CombinedOutput(); err != nil {
 		t.Fatalf("kubectl apply: %v\n%s", err, out)
 	}
 }

@@ -1,7 +1,10 @@
 package controlplane
 
 import (
+	"context"
 	"net/url"
+	"os/exec"
+	"path/filepath"
 
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -27,4 +30,12 @@ func (cp *ControlPlane) WriteKubeconfig(path, host, port string) error {
 	cfg.Contexts["lab"] = &clientcmdapi.Context{Cluster: "lab", AuthInfo: "admin"}
 	cfg.CurrentContext = "lab"
 	return clientcmd.WriteToFile(*cfg, path)
+}
+
+// KubectlCommand is kubectl against this control plane, with a discovery cache of its own:
+// an apiserver may reuse the port of an earlier one, whose discovery cached in ~/.kube/cache
+// would lack Portico's kinds and make kubectl refuse them.
+func (cp *ControlPlane) KubectlCommand(ctx context.Context, args ...string) *exec.Cmd {
+	flags := []string{"--kubeconfig", cp.Kubeconfig, "--cache-dir", filepath.Join(cp.dir, "kube-cache")}
+	return exec.CommandContext(ctx, cp.Kubectl, append(flags, args...)...)
 }

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
@@ -75,12 +74,9 @@ func Run(ctx context.Context, opts Options) (err error) {
 	}
 	defer stopController()
 
-	// A discovery cache of the demo's own: its apiserver's port may be one an earlier
-	// apiserver used, whose cached discovery in ~/.kube/cache lacks Portico's kinds.
-	kubectlFlags := []string{"--kubeconfig", cp.Kubeconfig, "--cache-dir", filepath.Join(logDir, "kube-cache")}
 	kubectl := func(args ...string) error {
 		fmt.Fprintf(out, "\n$ kubectl %s\n", strings.Join(args, " "))
-		cmd := exec.CommandContext(ctx, cp.Kubectl, append(kubectlFlags, args...)...)
+		cmd := cp.KubectlCommand(ctx, args...)
 		cmd.Stdout, cmd.Stderr, cmd.Dir = out, out, root
 		if err := cmd.Run(); err != nil {
 			return fmt.Errorf("kubectl %s: %w", strings.Join(args, " "), err)
@@ -96,7 +92,7 @@ func Run(ctx context.Context, opts Options) (err error) {
 		return err
 	}
 	fmt.Fprintf(out, "\n$ kubectl apply -f - <<EOF   # gitea, argocd, harbor, grafana\n")
-	apply := exec.CommandContext(ctx, cp.Kubectl, append(kubectlFlags, "apply", "-f", "-")...)
+	apply := cp.KubectlCommand(ctx, "apply", "-f", "-")
 	apply.Stdin, apply.Stdout, apply.Stderr = strings.NewReader(homeLabServices), out, out
 	if err := apply.Run(); err != nil {
 		return fmt.Errorf("kubectl apply -f - (the four Services): %w", err)

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -65,7 +64,7 @@ func TestOutputApplies(t *testing.T) {
 	for _, f := range []string{"home-lab.yaml", "datacenter.yaml", "legacy.yaml", "untranslatable.yaml"} {
 		t.Run(f, func(t *testing.T) {
 			out, _ := run(t, nil, "-f", filepath.Join("testdata", "metallb", f))
-			cmd := exec.Command(cp.Kubectl, "--kubeconfig", cp.Kubeconfig, "apply", "--server-side", "--field-manager", "migrate-test", "-f", "-")
+			cmd := cp.KubectlCommand(context.Background(), "apply", "--server-side", "--field-manager", "migrate-test", "-f", "-")
 			cmd.Stdin = strings.NewReader(out)
 			applied, err := cmd.CombinedOutput()
 			if err != nil {
@@ -125,7 +124,7 @@ func TestFromCluster(t *testing.T) {
 	ctx := context.Background()
 	kubectl := func(args ...string) {
 		t.Helper()
-		out, err := exec.Command(cp.Kubectl, append([]string{"--kubeconfig", cp.Kubeconfig}, args...)...).CombinedOutput()
+		out, err := cp.KubectlCommand(context.Background(), args...).CombinedOutput()
 		if err != nil {
 			t.Fatalf("kubectl %v: %v\n%s", args, err, out)
 		}
