@@ -43,7 +43,7 @@ func L2EligibilityOf(w World, svc *corev1.Service, ip netip.Addr, alive func(nod
 		return e
 	}
 	e.Advertised = true
-	cands, _, _ := candidates(w, ads, svc, "", alive)
+	cands, _, _ := candidates(w, ads, readyNodesByService(w.EndpointSlices)[svc.Namespace+"/"+svc.Name], "", alive)
 	e.Nodes = len(cands)
 	local := svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal
 	e.Eligible, e.WhyNone = election.Eligible(cands, election.Policy{LocalOnly: local})

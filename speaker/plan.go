@@ -52,12 +52,13 @@ type Plan struct {
 func MakePlan(w World, me, lbClass string, alive func(node string) bool) Plan {
 	p := Plan{Mine: map[netip.Addr]Claim{}}
 	pools := parsePools(w.Pools, &p)
+	ready := readyNodesByService(w.EndpointSlices)
 	forEachAddress(w, lbClass, pools, &p, func(svc *corev1.Service, key string, ip netip.Addr, pool *v1alpha1.IPAddressPool) {
 		ads := advertisementsFor(w.Advertisements, pool, svc)
 		if len(ads) == 0 {
 			return // not announced over L2; the controller reports NoAdvertisement
 		}
-		cands, myIfaces, problems := candidates(w, ads, svc, me, alive)
+		cands, myIfaces, problems := candidates(w, ads, ready[key], me, alive)
 		p.Problems = append(p.Problems, problems...)
 		eligible, _ := election.Eligible(cands, election.Policy{
 			LocalOnly: svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal,
@@ -66,7 +67,7 @@ func MakePlan(w World, me, lbClass string, alive func(node string) bool) Plan {
 			p.Mine[ip] = Claim{Service: key, Interfaces: myIfaces}
 		}
 	})
-	planBGP(w, me, lbClass, pools, &p)
+	planBGP(w, me, lbClass, pools, ready, &p)
 	sort.Strings(p.Problems)
 	p.Problems = slices.Compact(p.Problems)
 	return p
@@ -166,9 +167,9 @@ func selects(names []v1alpha1.Name, poolSels, svcSels []metav1.LabelSelector, po
 }
 
 // candidates describes every node for election, and the interfaces node me would answer on
-// (nil: all suitable; the union over the advertisements selecting me).
-func candidates(w World, ads []*v1alpha1.L2Advertisement, svc *corev1.Service, me string, alive func(string) bool) ([]election.Candidate, []string, []string) {
-	local := readyNodes(w.EndpointSlices, svc)
+// (nil: all suitable; the union over the advertisements selecting me). local holds the nodes
+// with a ready endpoint of the Service.
+func candidates(w World, ads []*v1alpha1.L2Advertisement, local map[string]bool, me string, alive func(string) bool) ([]election.Candidate, []string, []string) {
 	var myIfaces []string
 	allIfaces := false
 	var problems []string
@@ -200,18 +201,25 @@ func candidates(w World, ads []*v1alpha1.L2Advertisement, svc *corev1.Service, m
 	return cands, slices.Compact(myIfaces), problems
 }
 
-// readyNodes are the nodes holding a ready endpoint of svc.
-func readyNodes(slices []discoveryv1.EndpointSlice, svc *corev1.Service) map[string]bool {
-	out := map[string]bool{}
+// readyNodesByService maps each Service (namespace/name) to the nodes holding a ready
+// endpoint of it. Built once per plan, so a plan costs Services + endpoints, not their product.
+func readyNodesByService(slices []discoveryv1.EndpointSlice) map[string]map[string]bool {
+	out := map[string]map[string]bool{}
 	for i := range slices {
 		s := &slices[i]
-		if s.Namespace != svc.Namespace || s.Labels[discoveryv1.LabelServiceName] != svc.Name {
+		name := s.Labels[discoveryv1.LabelServiceName]
+		if name == "" {
 			continue
 		}
+		key := s.Namespace + "/" + name
 		for _, ep := range s.Endpoints {
-			if ep.NodeName != nil && (ep.Conditions.Ready == nil || *ep.Conditions.Ready) {
-				out[*ep.NodeName] = true
+			if ep.NodeName == nil || ep.Conditions.Ready != nil && !*ep.Conditions.Ready {
+				continue
 			}
+			if out[key] == nil {
+				out[key] = map[string]bool{}
+			}
+			out[key][*ep.NodeName] = true
 		}
 	}
 	return out

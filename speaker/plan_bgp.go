@@ -30,7 +30,7 @@ const (
 // match it) and, per session, the prefixes it advertises. Unlike L2 there is no owner: every
 // selected node advertises (ECMP at the router), except that externalTrafficPolicy Local
 // needs a ready endpoint on this node.
-func planBGP(w World, me, lbClass string, pools []parsedPool, p *Plan) {
+func planBGP(w World, me, lbClass string, pools []parsedPool, ready map[string]map[string]bool, p *Plan) {
 	p.BGP = bgp.Desired{Peers: map[string]bgp.Peer{}, Routes: map[string]map[netip.Prefix]bgp.Route{}}
 	p.Routed = map[netip.Addr]BGPClaim{}
 	if len(w.BGPPeers) == 0 {
@@ -68,7 +68,7 @@ func planBGP(w World, me, lbClass string, pools []parsedPool, p *Plan) {
 		if excluded {
 			return
 		}
-		if svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal && !readyNodes(w.EndpointSlices, svc)[me] {
+		if svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal && !ready[key][me] {
 			return
 		}
 		for i := range w.BGPAds {

@@ -1,0 +1,47 @@
+package speaker
+
+import (
+	"fmt"
+	"net/netip"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/portico-lb/portico/api/v1alpha1"
+)
+
+// BenchmarkMakePlan: one speaker's whole plan for 1000 Services, each with an EndpointSlice,
+// announced over L2 and BGP: the work every change costs a speaker.
+func BenchmarkMakePlan(b *testing.B) {
+	var svcs []corev1.Service
+	var slices []discoveryv1.EndpointSlice
+	ip := netip.MustParseAddr("198.51.100.10")
+	ready := true
+	for i := range 1000 {
+		name := fmt.Sprintf("svc-%04d", i)
+		svcs = append(svcs, lbService(name, ip.String()))
+		node := nodeNames[i%len(nodeNames)]
+		slices = append(slices, discoveryv1.EndpointSlice{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name + "-x", Labels: map[string]string{discoveryv1.LabelServiceName: name}},
+			Endpoints:  []discoveryv1.Endpoint{{Addresses: []string{"10.244.0.1"}, NodeName: &node, Conditions: discoveryv1.EndpointConditions{Ready: &ready}}},
+		})
+		ip = ip.Next()
+	}
+	w := world(svcs...)
+	w.Pools[0].Spec.Addresses = []v1alpha1.AddressRange{"198.51.100.0/22"}
+	w.EndpointSlices = slices
+	for i := range w.Nodes {
+		w.Nodes[i].Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: fmt.Sprintf("192.168.0.%d", i+1)}}
+	}
+	w.BGPPeers = []v1alpha1.BGPPeer{{ObjectMeta: metav1.ObjectMeta{Name: "router"}, Spec: v1alpha1.BGPPeerSpec{MyASN: 64500, PeerASN: 64501, PeerAddress: "192.168.0.254"}}}
+	w.BGPAds = []v1alpha1.BGPAdvertisement{{ObjectMeta: metav1.ObjectMeta{Name: "all"}}}
+	b.ReportAllocs()
+	for b.Loop() {
+		p := MakePlan(w, "node-a", v1alpha1.DefaultLoadBalancerClass, allAlive)
+		if len(p.Routed) != 1000 {
+			b.Fatalf("routed %d, want 1000 (%d problems)", len(p.Routed), len(p.Problems))
+		}
+	}
+}
