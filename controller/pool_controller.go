@@ -52,17 +52,14 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 		return ctrl.Result{}, err
 	}
 
-	s := r.state
-	after, err := s.lock(ctx)
-	if err != nil {
+	var facts poolFacts
+	if err := r.state.withLock(ctx, func() {
+		if found {
+			facts = r.facts(&pool)
+		}
+	}); err != nil {
 		return ctrl.Result{}, err
 	}
-	var facts poolFacts
-	if found {
-		facts = r.facts(&pool)
-	}
-	s.mu.Unlock()
-	after()
 	if !found {
 		forgetPoolMetrics(req.Name)
 		delete(r.lastWrite, req.Name)

@@ -74,27 +74,27 @@ func (r *ServiceReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	}
 
 	s := r.state
-	after, err := s.lock(ctx)
-	if err != nil {
+	ours := found && s.ours(&svc)
+	var o outcome
+	if err := s.withLock(ctx, func() {
+		if ours {
+			o = r.allocate(ctx, &svc, key)
+		} else {
+			o.freed = r.release(key)
+		}
+	}); err != nil {
 		return ctrl.Result{}, err
 	}
-	defer after()
-	if !found || !s.ours(&svc) {
-		freed := r.release(key)
-		s.mu.Unlock()
-		r.afterRelease(freed)
-		if found {
-			r.forget(&svc)
-		} else {
-			r.writer.forget(key)
-		}
-		return ctrl.Result{}, nil
+	r.afterRelease(o.freed)
+	switch {
+	case ours:
+		s.poolsDirty(o.pools)
+		r.write(ctx, &svc, o)
+	case found:
+		r.forget(&svc)
+	default:
+		r.writer.forget(key)
 	}
-	outcome := r.allocate(ctx, &svc, key)
-	s.mu.Unlock()
-	r.afterRelease(outcome.freed)
-	s.poolsDirty(outcome.pools)
-	r.write(ctx, &svc, outcome)
 	return ctrl.Result{}, nil
 }
 
@@ -167,9 +167,11 @@ func (r *ServiceReconciler) afterRelease(pools []string) {
 		return
 	}
 	s := r.state
-	s.mu.Lock()
-	retry := s.waitingServices()
-	s.mu.Unlock()
+	retry := func() []string {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.waitingServices()
+	}()
 	s.retryServices(retry)
 	s.poolsDirty(pools)
 }

@@ -123,29 +123,33 @@ func (s *state) ensureLoaded(ctx context.Context) error {
 	return nil
 }
 
-// lock takes mu with the allocator loaded and fed the pools in the cache. When the pools
-// changed, the returned func (to call after unlocking) retries the waiting Services and those
-// whose pool changed, and refreshes every pool's status.
-func (s *state) lock(ctx context.Context) (after func(), err error) {
-	s.mu.Lock()
-	err = s.ensureLoaded(ctx)
-	var changed bool
-	var moved []string
-	if err == nil {
-		changed, moved, err = s.syncPools(ctx)
-	}
+// withLock runs fn holding mu, with the allocator loaded and fed the pools in the cache. mu is
+// released however fn ends: a panic (which controller-runtime recovers) must not leave every
+// later reconcile waiting on the lock. When the pools changed, it then retries the waiting
+// Services and those whose pool changed, and refreshes every pool's status.
+func (s *state) withLock(ctx context.Context, fn func()) error {
+	retry, pools, err := func() (retry, pools []string, err error) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if err := s.ensureLoaded(ctx); err != nil {
+			return nil, nil, err
+		}
+		changed, moved, err := s.syncPools(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		fn()
+		if !changed {
+			return nil, nil, nil
+		}
+		return append(moved, s.waitingServices()...), slices.Collect(maps.Keys(s.poolGen)), nil
+	}()
 	if err != nil {
-		s.mu.Unlock()
-		return nil, err
+		return err
 	}
-	if !changed {
-		return func() {}, nil
-	}
-	retry, pools := append(moved, s.waitingServices()...), slices.Collect(maps.Keys(s.poolGen))
-	return func() {
-		s.retryServices(retry)
-		s.poolsDirty(pools)
-	}, nil
+	s.retryServices(retry)
+	s.poolsDirty(pools)
+	return nil
 }
 
 // syncPools gives the allocator the pools in the cache if they changed, and returns the
