@@ -20,6 +20,7 @@ import (
 	"github.com/portico-lb/portico/api/v1alpha1"
 	"github.com/portico-lb/portico/internal/controlplane"
 	"github.com/portico-lb/portico/internal/netlab"
+	"github.com/portico-lb/portico/internal/workload"
 )
 
 // dataplaneEnv carries the data-plane lab from the outer test process to the inner one, as
@@ -144,7 +145,7 @@ func startDataplane(t testing.TB, lab *dpLab) *dpEnv {
 			Labels: map[string]string{"app": "gitea", "pod": p.Name}},
 			Spec: corev1.PodSpec{NodeName: p.Node, Containers: []corev1.Container{{Name: "gitea", Image: "gitea/gitea",
 				Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: podHTTPPort}, {Name: "metrics", ContainerPort: podMetricsPort}}}}}}
-		must(t, controlplane.CreateReadyPod(ctx, e.c, pod, p.IP))
+		must(t, workload.CreateReady(ctx, e.c, pod, p.IP.String()))
 	}
 	pool := &v1alpha1.IPAddressPool{ObjectMeta: metav1.ObjectMeta{Name: "lan"}}
 	pool.Spec.Addresses = []v1alpha1.AddressRange{v1alpha1.AddressRange(dataplanePool.String())}

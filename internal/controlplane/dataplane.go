@@ -1,16 +1,12 @@
 package controlplane
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
-
-	corev1 "k8s.io/api/core/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // StartEndpointSlices runs the upstream kube-controller-manager (built by `make controlplane`)
@@ -28,18 +24,6 @@ func (cp *ControlPlane) StartEndpointSlices(out io.Writer) (stop func(), err err
 		return nil, err
 	}
 	return func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }, nil
-}
-
-// CreateReadyPod creates pod (spec.nodeName set by the caller) and reports it running and Ready
-// at ip, as its kubelet would, so the endpointslice controller lists it.
-func CreateReadyPod(ctx context.Context, c client.Client, pod *corev1.Pod, ip netip.Addr) error {
-	if err := c.Create(ctx, pod); err != nil {
-		return err
-	}
-	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip.String(), PodIPs: []corev1.PodIP{{IP: ip.String()}},
-		Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue},
-			{Type: corev1.ContainersReady, Status: corev1.ConditionTrue}}}
-	return c.Status().Update(ctx, pod)
 }
 
 // KubeProxyArgs are kube-proxy's flags for a node in its own network namespace: nftables mode,

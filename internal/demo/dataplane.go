@@ -20,6 +20,7 @@ import (
 
 	"github.com/portico-lb/portico/internal/controlplane"
 	"github.com/portico-lb/portico/internal/netlab"
+	"github.com/portico-lb/portico/internal/workload"
 )
 
 // The root-mode demo's data plane (docs/dataplane.md has the picture): a LAN bridge 10.0.0.0/24
@@ -160,7 +161,7 @@ func startDataPlane(ctx context.Context, cp *controlplane.ControlPlane, root, as
 		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Labels: map[string]string{"app": p.app}},
 			Spec: corev1.PodSpec{NodeName: p.node, Containers: []corev1.Container{{Name: p.app, Image: p.app,
 				Ports: []corev1.ContainerPort{{ContainerPort: int32(p.port)}}}}}}
-		fail(controlplane.CreateReadyPod(ctx, cp.Client, pod, p.ip))
+		fail(workload.CreateReady(ctx, cp.Client, pod, p.ip.String()))
 	}
 	return client.NS, o.stop, nil
 }

@@ -1,8 +1,9 @@
 // Package workload puts pods and their EndpointSlices into a test cluster that runs no
-// kubelet, scheduler or endpointslice controller: pods are created and then marked Running
-// (and Ready, or not) through their status, as a kubelet would, and each Service's
-// EndpointSlice is written the way kube-controller-manager's endpointslice controller writes
-// it (labels, owner, addressType, per-endpoint ready/serving/terminating, target ports).
+// kubelet or scheduler: pods are created and then marked Running (and Ready, or not) through
+// their status, as a kubelet would. Where no endpointslice controller runs either, SyncSlice
+// writes each Service's EndpointSlice the way kube-controller-manager's endpointslice
+// controller writes it (labels, owner, addressType, per-endpoint ready/serving/terminating,
+// target ports); the data-plane lab and the demo run the real one instead.
 package workload
 
 import (
@@ -43,6 +44,15 @@ func Run(ctx context.Context, c client.Client, ns string, p Pod) (*corev1.Pod, e
 		return nil, err
 	}
 	return pod, SetReady(ctx, c, pod, p.IP, p.Ready)
+}
+
+// CreateReady creates pod as given (spec.nodeName set by the caller) and reports it running
+// and Ready at ip, so an endpointslice controller (the real one, or SyncSlice) lists it.
+func CreateReady(ctx context.Context, c client.Client, pod *corev1.Pod, ip string) error {
+	if err := c.Create(ctx, pod); err != nil {
+		return err
+	}
+	return SetReady(ctx, c, pod, ip, true)
 }
 
 // SetReady writes the pod's status: Running with the IP, Ready or not.
