@@ -33,17 +33,18 @@ type L2Eligibility struct {
 func L2EligibilityOf(w World, svc *corev1.Service, ip netip.Addr, alive func(node string) bool) L2Eligibility {
 	var e L2Eligibility
 	var p Plan
+	w.selectors = selectorCache{}
 	pool, ok := poolOf(svc, ip, parsePools(w.Pools, &p))
 	if !ok {
 		return e
 	}
 	e.Pool = pool.Name
-	ads := advertisementsFor(w.Advertisements, pool, svc)
+	ads := advertisementsFor(w, pool, svc)
 	if len(ads) == 0 {
 		return e
 	}
 	e.Advertised = true
-	cands, _, _ := candidates(w, ads, readyNodesByService(w.EndpointSlices)[svc.Namespace+"/"+svc.Name], "", alive)
+	cands, _, _ := candidates(w, ads, localReadyNodes([]corev1.Service{*svc}, w.EndpointSlices)[svc.Namespace+"/"+svc.Name], "", alive)
 	e.Nodes = len(cands)
 	local := svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal
 	e.Eligible, e.WhyNone = election.Eligible(cands, election.Policy{LocalOnly: local})

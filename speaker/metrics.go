@@ -13,6 +13,7 @@ type Metrics struct {
 	failover     prometheus.Histogram
 	announced    prometheus.Gauge
 	membersLost  prometheus.Counter
+	reconcile    prometheus.Histogram
 	probes       *prometheus.CounterVec // self-check outcomes (selfcheck.go)
 }
 
@@ -36,7 +37,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		membersLost: prometheus.NewCounter(prometheus.CounterOpts{Name: "portico_memberlist_members_lost_total",
 			Help: "Members this node saw leave or declared dead; when nobody really died these are false suspicions."}),
 	}
-	reg.MustRegister(m.requests, m.replies, m.gratuitous, m.ownerChanges, m.failover, m.announced, m.membersLost)
+	m.reconcile = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "portico_speaker_reconcile_seconds",
+		Help:    "Time one reaction to a change takes: reading the cache, planning, and applying the plan to the L2 responders and the BGP sessions.",
+		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}})
+	reg.MustRegister(m.requests, m.replies, m.gratuitous, m.ownerChanges, m.failover, m.announced, m.membersLost, m.reconcile)
 	m.probes = newProbeCounter(reg)
 	return m
 }

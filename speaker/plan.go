@@ -29,6 +29,8 @@ type World struct {
 	// Secrets holds the Secrets BGPPeers reference for their passwords (as far as the speaker
 	// could read them).
 	Secrets []corev1.Secret
+
+	selectors selectorCache // filled while one plan is made
 }
 
 // Claim is one address this node answers for.
@@ -51,10 +53,11 @@ type Plan struct {
 // answers for. Every speaker runs it on the same inputs and election.Owner makes them agree.
 func MakePlan(w World, me, lbClass string, alive func(node string) bool) Plan {
 	p := Plan{Mine: map[netip.Addr]Claim{}}
+	w.selectors = selectorCache{}
 	pools := parsePools(w.Pools, &p)
-	ready := readyNodesByService(w.EndpointSlices)
+	ready := localReadyNodes(w.Services, w.EndpointSlices)
 	forEachAddress(w, lbClass, pools, &p, func(svc *corev1.Service, key string, ip netip.Addr, pool *v1alpha1.IPAddressPool) {
-		ads := advertisementsFor(w.Advertisements, pool, svc)
+		ads := advertisementsFor(w, pool, svc)
 		if len(ads) == 0 {
 			return // not announced over L2; the controller reports NoAdvertisement
 		}
@@ -136,10 +139,25 @@ func poolOf(svc *corev1.Service, ip netip.Addr, pools []parsedPool) (*v1alpha1.I
 	return found, found != nil
 }
 
-func matchesAny(sels []metav1.LabelSelector, set map[string]string) bool {
+// selectorCache holds the label selectors parsed while one plan is made: each advertisement's
+// selectors would otherwise be parsed again for every address. Keys point into the World's
+// objects, which do not change during a plan. A nil cache parses every time.
+type selectorCache map[*metav1.LabelSelector]labels.Selector
+
+// matchesAny reports whether any of sels matches set; an invalid selector matches nothing.
+func (c selectorCache) matchesAny(sels []metav1.LabelSelector, set map[string]string) bool {
 	for i := range sels {
-		s, err := metav1.LabelSelectorAsSelector(&sels[i])
-		if err == nil && s.Matches(labels.Set(set)) {
+		s, ok := c[&sels[i]]
+		if !ok {
+			var err error
+			if s, err = metav1.LabelSelectorAsSelector(&sels[i]); err != nil {
+				s = labels.Nothing()
+			}
+			if c != nil {
+				c[&sels[i]] = s
+			}
+		}
+		if s.Matches(labels.Set(set)) {
 			return true
 		}
 	}
@@ -147,12 +165,12 @@ func matchesAny(sels []metav1.LabelSelector, set map[string]string) bool {
 }
 
 // advertisementsFor returns the L2Advertisements that announce the pool's addresses for svc.
-func advertisementsFor(ads []v1alpha1.L2Advertisement, pool *v1alpha1.IPAddressPool, svc *corev1.Service) []*v1alpha1.L2Advertisement {
+func advertisementsFor(w World, pool *v1alpha1.IPAddressPool, svc *corev1.Service) []*v1alpha1.L2Advertisement {
 	var out []*v1alpha1.L2Advertisement
-	for i := range ads {
-		s := &ads[i].Spec
-		if selects(s.IPAddressPools, s.IPAddressPoolSelectors, s.ServiceSelectors, pool, svc) {
-			out = append(out, &ads[i])
+	for i := range w.Advertisements {
+		s := &w.Advertisements[i].Spec
+		if w.selectors.selects(s.IPAddressPools, s.IPAddressPoolSelectors, s.ServiceSelectors, pool, svc) {
+			out = append(out, &w.Advertisements[i])
 		}
 	}
 	return out
@@ -160,10 +178,10 @@ func advertisementsFor(ads []v1alpha1.L2Advertisement, pool *v1alpha1.IPAddressP
 
 // selects reports whether an advertisement (L2 or BGP) with these pool names, pool selectors
 // and Service selectors covers svc's address from pool. Empty pool lists select every pool.
-func selects(names []v1alpha1.Name, poolSels, svcSels []metav1.LabelSelector, pool *v1alpha1.IPAddressPool, svc *corev1.Service) bool {
+func (c selectorCache) selects(names []v1alpha1.Name, poolSels, svcSels []metav1.LabelSelector, pool *v1alpha1.IPAddressPool, svc *corev1.Service) bool {
 	poolOK := len(names) == 0 && len(poolSels) == 0 ||
-		slices.Contains(names, v1alpha1.Name(pool.Name)) || matchesAny(poolSels, pool.Labels)
-	return poolOK && (len(svcSels) == 0 || matchesAny(svcSels, svc.Labels))
+		slices.Contains(names, v1alpha1.Name(pool.Name)) || c.matchesAny(poolSels, pool.Labels)
+	return poolOK && (len(svcSels) == 0 || c.matchesAny(svcSels, svc.Labels))
 }
 
 // candidates describes every node for election, and the interfaces node me would answer on
@@ -179,7 +197,7 @@ func candidates(w World, ads []*v1alpha1.L2Advertisement, local map[string]bool,
 		c := election.Candidate{Name: n.Name, Alive: alive(n.Name), LocalEndpoint: local[n.Name]}
 		_, c.Excluded = n.Labels[v1alpha1.LabelExcludeFromExternalLoadBalancers]
 		for _, ad := range ads {
-			if len(ad.Spec.NodeSelectors) > 0 && !matchesAny(ad.Spec.NodeSelectors, n.Labels) {
+			if len(ad.Spec.NodeSelectors) > 0 && !w.selectors.matchesAny(ad.Spec.NodeSelectors, n.Labels) {
 				continue
 			}
 			c.Selected = true
@@ -201,25 +219,29 @@ func candidates(w World, ads []*v1alpha1.L2Advertisement, local map[string]bool,
 	return cands, slices.Compact(myIfaces), problems
 }
 
-// readyNodesByService maps each Service (namespace/name) to the nodes holding a ready
-// endpoint of it. Built once per plan, so a plan costs Services + endpoints, not their product.
-func readyNodesByService(slices []discoveryv1.EndpointSlice) map[string]map[string]bool {
+// localReadyNodes maps each Service with externalTrafficPolicy Local (namespace/name) to the
+// nodes holding a ready endpoint of it; no other Service needs to know. Built once per plan, so
+// a plan costs Services + EndpointSlices, not their product.
+func localReadyNodes(svcs []corev1.Service, slices []discoveryv1.EndpointSlice) map[string]map[string]bool {
 	out := map[string]map[string]bool{}
+	for i := range svcs {
+		if svcs[i].Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal {
+			out[svcs[i].Namespace+"/"+svcs[i].Name] = map[string]bool{}
+		}
+	}
+	if len(out) == 0 {
+		return out
+	}
 	for i := range slices {
 		s := &slices[i]
-		name := s.Labels[discoveryv1.LabelServiceName]
-		if name == "" {
+		nodes, ok := out[s.Namespace+"/"+s.Labels[discoveryv1.LabelServiceName]]
+		if !ok {
 			continue
 		}
-		key := s.Namespace + "/" + name
 		for _, ep := range s.Endpoints {
-			if ep.NodeName == nil || ep.Conditions.Ready != nil && !*ep.Conditions.Ready {
-				continue
+			if ep.NodeName != nil && (ep.Conditions.Ready == nil || *ep.Conditions.Ready) {
+				nodes[*ep.NodeName] = true
 			}
-			if out[key] == nil {
-				out[key] = map[string]bool{}
-			}
-			out[key][*ep.NodeName] = true
 		}
 	}
 	return out

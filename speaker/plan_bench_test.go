@@ -36,7 +36,10 @@ func BenchmarkMakePlan(b *testing.B) {
 		w.Nodes[i].Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: fmt.Sprintf("192.168.0.%d", i+1)}}
 	}
 	w.BGPPeers = []v1alpha1.BGPPeer{{ObjectMeta: metav1.ObjectMeta{Name: "router"}, Spec: v1alpha1.BGPPeerSpec{MyASN: 64500, PeerASN: 64501, PeerAddress: "192.168.0.254"}}}
-	w.BGPAds = []v1alpha1.BGPAdvertisement{{ObjectMeta: metav1.ObjectMeta{Name: "all"}}}
+	// Pools chosen by label, as in the BGP bench: a selector to evaluate for every address.
+	w.BGPAds = []v1alpha1.BGPAdvertisement{{ObjectMeta: metav1.ObjectMeta{Name: "all"}, Spec: v1alpha1.BGPAdvertisementSpec{
+		IPAddressPoolSelectors: []metav1.LabelSelector{{MatchExpressions: []metav1.LabelSelectorRequirement{
+			{Key: "advertise", Operator: metav1.LabelSelectorOpNotIn, Values: []string{"no"}}}}}}}}
 	b.ReportAllocs()
 	for b.Loop() {
 		p := MakePlan(w, "node-a", v1alpha1.DefaultLoadBalancerClass, allAlive)

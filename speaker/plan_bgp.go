@@ -49,7 +49,7 @@ func planBGP(w World, me, lbClass string, pools []parsedPool, ready map[string]m
 	}
 	for i := range w.BGPPeers {
 		bp := &w.BGPPeers[i]
-		if len(bp.Spec.NodeSelectors) > 0 && !matchesAny(bp.Spec.NodeSelectors, node.Labels) {
+		if len(bp.Spec.NodeSelectors) > 0 && !w.selectors.matchesAny(bp.Spec.NodeSelectors, node.Labels) {
 			continue
 		}
 		peer, err := resolvePeer(bp, mine, w.Secrets)
@@ -74,8 +74,8 @@ func planBGP(w World, me, lbClass string, pools []parsedPool, ready map[string]m
 		for i := range w.BGPAds {
 			ad := &w.BGPAds[i]
 			s := &ad.Spec
-			if !selects(s.IPAddressPools, s.IPAddressPoolSelectors, s.ServiceSelectors, pool, svc) ||
-				len(s.NodeSelectors) > 0 && !matchesAny(s.NodeSelectors, node.Labels) {
+			if !w.selectors.selects(s.IPAddressPools, s.IPAddressPoolSelectors, s.ServiceSelectors, pool, svc) ||
+				len(s.NodeSelectors) > 0 && !w.selectors.matchesAny(s.NodeSelectors, node.Labels) {
 				continue
 			}
 			advertise(p, ad, key, ip, mine)

@@ -205,6 +205,8 @@ func (s *Speaker) world(ctx context.Context) (World, error) {
 }
 
 func (s *Speaker) reconcile(ctx context.Context) {
+	start := time.Now()
+	defer func() { s.Metrics.reconcile.Observe(time.Since(start).Seconds()) }()
 	cause, _ := s.cause.Swap("config").(string)
 	lostAt := s.lostAt.Swap(0)
 	w, err := s.world(ctx)
