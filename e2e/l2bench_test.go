@@ -19,6 +19,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
@@ -329,26 +330,36 @@ func (e *l2Env) maxRSS() int {
 	return m
 }
 
-// createMany gives one node n IPv6 addresses (one Service each) and waits until it announces
-// them all; it returns the node's name.
 // createLBServices creates n LoadBalancer Services named prefix-<ip> with consecutive addresses
-// from first in their status, four writers in parallel.
-func (e *l2Env) createLBServices(prefix string, first netip.Addr, n int) {
+// from first in their status, four writers in parallel. With endpoints, each also gets the
+// EndpointSlice a real cluster would have (one ready endpoint, on the nodes in turn), so the
+// speakers plan with as many slices as Services.
+func (e *l2Env) createLBServices(prefix string, first netip.Addr, n int, endpoints bool) {
 	ctx := context.Background()
+	type item struct {
+		ip netip.Addr
+		i  int
+	}
 	var wg sync.WaitGroup
-	work := make(chan netip.Addr)
+	work := make(chan item)
 	for w := 0; w < 4; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for a := range work {
-				svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: prefix + "-" + strings.NewReplacer(":", "-", ".", "-").Replace(a.String()), Namespace: "default"},
+			for it := range work {
+				name := prefix + "-" + strings.NewReplacer(":", "-", ".", "-").Replace(it.ip.String())
+				svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
 					Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(80)}}}}
 				if err := e.c.Create(ctx, svc); err != nil {
 					e.t.Error(err)
 					continue
 				}
-				svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: a.String()}}
+				if endpoints {
+					if err := e.c.Create(ctx, benchSlice(svc, e.Nodes[it.i%len(e.Nodes)].Name, it.i)); err != nil {
+						e.t.Error(err)
+					}
+				}
+				svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: it.ip.String()}}
 				if err := e.c.Status().Update(ctx, svc); err != nil {
 					e.t.Error(err)
 				}
@@ -357,13 +368,29 @@ func (e *l2Env) createLBServices(prefix string, first netip.Addr, n int) {
 	}
 	ip := first
 	for i := 0; i < n; i++ {
-		work <- ip
+		work <- item{ip, i}
 		ip = ip.Next()
 	}
 	close(work)
 	wg.Wait()
 }
 
+// benchSlice is the EndpointSlice of svc with one ready endpoint on node, as the endpointslice
+// controller writes it.
+func benchSlice(svc *corev1.Service, node string, i int) *discoveryv1.EndpointSlice {
+	ready, port, proto := true, int32(80), corev1.ProtocolTCP
+	return &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: svc.Name + "-x", Namespace: svc.Namespace, Labels: map[string]string{
+			discoveryv1.LabelServiceName: svc.Name, discoveryv1.LabelManagedBy: "endpointslice-controller.k8s.io"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{fmt.Sprintf("10.244.%d.%d", i/250%250, i%250+1)}, NodeName: &node,
+			Conditions: discoveryv1.EndpointConditions{Ready: &ready}}},
+		Ports: []discoveryv1.EndpointPort{{Port: &port, Protocol: &proto}},
+	}
+}
+
+// createMany gives one node n IPv6 addresses (one Service each) and waits until it announces
+// them all; it returns the node's name.
 func (e *l2Env) createMany(n int) string {
 	ctx := context.Background()
 	node := "node-a"
@@ -374,7 +401,7 @@ func (e *l2Env) createMany(n int) string {
 		IPAddressPools: []v1alpha1.Name{"many"},
 		NodeSelectors:  []metav1.LabelSelector{{MatchLabels: map[string]string{"kubernetes.io/hostname": node}}}}}
 	must(e.t, e.c.Create(ctx, ad))
-	e.createLBServices("many", netip.MustParseAddr("2001:db8:1::1:1"), n)
+	e.createLBServices("many", netip.MustParseAddr("2001:db8:1::1:1"), n, false)
 	waitFor(e.t, fmt.Sprintf("%s announces %d addresses", node, n+1), 2*time.Minute, func() bool {
 		var sp v1alpha1.Speaker
 		return e.c.Get(ctx, clientKey(node), &sp) == nil && int(sp.Status.L2Announcements) >= n
