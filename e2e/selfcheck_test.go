@@ -21,9 +21,10 @@ import (
 	"github.com/portico-lb/portico/internal/netlab"
 )
 
-// TestSelfCheck: real speakers probe each other's addresses by ARP and the controller turns
-// what they hear into the Service's Reachable condition. The owner alone answers (Answered);
-// a foreign host in the client namespace takes the address (ForeignAnswer); a speaker cut off
+// TestSelfCheck: real speakers probe each other's addresses by ARP (IPv4) and NDP (IPv6) and
+// the controller turns what they hear into the Service's Reachable condition. The owner alone
+// answers (Answered); a foreign host in the client namespace takes the address (ForeignAnswer,
+// for both families); a speaker cut off
 // from the gossip claims every address, so two nodes answer (MultipleAnswers).
 func TestSelfCheck(t *testing.T) {
 	netlab.Require(t, "nft")
@@ -46,6 +47,21 @@ func TestSelfCheck(t *testing.T) {
 			took := e.waitReachable(t, "foreign", v1alpha1.ReasonForeignAnswer, e.Client.MAC.String()+" answered, which no speaker owns")
 			t.Logf("ForeignAnswer on the Service %v after the foreign host took the address", took.Round(time.Millisecond))
 			waitServiceEvent(t, e, "foreign", v1alpha1.ReasonForeignAnswer)
+		})
+
+		t.Run("IPv6 foreign host answers", func(t *testing.T) {
+			e.t = t
+			ip := netip.MustParseAddr("2001:db8:1::210")
+			e.create(scenario{name: "foreign6", ip: ip, byController: true})
+			owner := hashOwner(ip, all...)
+			e.waitReachable(t, "foreign6", v1alpha1.ReasonAnswered, "answered by "+owner+" ("+e.macOf(owner)+") only")
+			// The client's kernel answers neighbour solicitations for an address it holds.
+			run(t, "ip", "-n", e.Client.NS, "addr", "add", ip.String()+"/128", "dev", "eth0", "nodad")
+			t.Cleanup(func() {
+				_ = exec.Command("ip", "-n", e.Client.NS, "addr", "del", ip.String()+"/128", "dev", "eth0").Run()
+			})
+			took := e.waitReachable(t, "foreign6", v1alpha1.ReasonForeignAnswer, e.Client.MAC.String()+" answered, which no speaker owns")
+			t.Logf("IPv6: ForeignAnswer on the Service %v after the foreign host took the address", took.Round(time.Millisecond))
 		})
 
 		t.Run("split brain", func(t *testing.T) {

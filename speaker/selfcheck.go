@@ -27,7 +27,7 @@ func (s *Speaker) runSelfCheck(ctx context.Context) {
 	p.Run(ctx)
 }
 
-// selfCheckTargets are the IPv4 addresses announced over L2 whose elected owner is another
+// selfCheckTargets are the addresses announced over L2 whose elected owner is another
 // node, to be probed on every suitable interface.
 func (s *Speaker) selfCheckTargets(ctx context.Context) []selfcheck.Target {
 	w, err := s.world(ctx)

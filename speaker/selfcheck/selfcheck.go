@@ -4,8 +4,9 @@
 // an address nobody answers for as none). The controller turns the reports into each
 // Service's portico.dev/Reachable condition.
 //
-// IPv4 only for now (an RFC 5227 ARP probe: sender 0.0.0.0, so probing never changes anyone's
-// neighbour entry); IPv6 addresses are skipped.
+// IPv4 addresses get an RFC 5227 ARP probe (sender 0.0.0.0, so probing never changes anyone's
+// neighbour entry for the address); IPv6 addresses a neighbour solicitation from the node's
+// link-local address to the address's solicited-node group, as any IPv6 host would send.
 package selfcheck
 
 import (
@@ -18,7 +19,9 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/mdlayher/ethernet"
+	"github.com/mdlayher/ndp"
 	"github.com/mdlayher/packet"
+	"golang.org/x/net/ipv6"
 
 	"github.com/portico-lb/portico/speaker/l2"
 )
@@ -65,9 +68,6 @@ func (p *Prober) Run(ctx context.Context) {
 	for {
 		results := map[netip.Addr][]string{}
 		for _, t := range p.Targets() {
-			if !t.IP.Is4() {
-				continue
-			}
 			select {
 			case <-ctx.Done():
 				return
@@ -94,13 +94,20 @@ func (p *Prober) Run(ctx context.Context) {
 	}
 }
 
-// Probe sends one ARP probe for ip on the interface and returns the MACs that answered
-// within wait.
+// Probe asks who has ip on the interface (ARP for IPv4, NDP for IPv6) and returns the MACs
+// that answered within wait.
 func Probe(iface string, ip netip.Addr, wait time.Duration) ([]string, error) {
 	ifi, err := net.InterfaceByName(iface)
 	if err != nil {
 		return nil, err
 	}
+	if ip.Is6() && !ip.Is4In6() {
+		return probeNDP(ifi, ip, wait)
+	}
+	return probeARP(ifi, ip.Unmap(), wait)
+}
+
+func probeARP(ifi *net.Interface, ip netip.Addr, wait time.Duration) ([]string, error) {
 	conn, err := packet.Listen(ifi, packet.Raw, int(ethernet.EtherTypeARP), nil)
 	if err != nil {
 		return nil, err
@@ -129,6 +136,55 @@ func Probe(iface string, ip netip.Addr, wait time.Duration) ([]string, error) {
 		}
 		if mac := l2.ARPAnswer(buf[:n], ifi.HardwareAddr, ip); mac != nil && !slices.Contains(macs, mac.String()) {
 			macs = append(macs, mac.String())
+		}
+	}
+}
+
+// probeNDP solicits ip from the interface's link-local address and collects the target
+// link-layer addresses of the advertisements for ip that arrive with hop limit 255 (RFC 4861:
+// anything else did not come from the link).
+func probeNDP(ifi *net.Interface, ip netip.Addr, wait time.Duration) ([]string, error) {
+	conn, _, err := ndp.Listen(ifi, ndp.LinkLocal)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	var f ipv6.ICMPFilter
+	f.SetAll(true)
+	f.Accept(ipv6.ICMPTypeNeighborAdvertisement)
+	if err := errors.Join(conn.SetICMPFilter(&f), conn.SetControlMessage(ipv6.FlagHopLimit, true)); err != nil {
+		return nil, err
+	}
+	group, err := ndp.SolicitedNodeMulticast(ip)
+	if err != nil {
+		return nil, err
+	}
+	ns := &ndp.NeighborSolicitation{TargetAddress: ip,
+		Options: []ndp.Option{&ndp.LinkLayerAddress{Direction: ndp.Source, Addr: ifi.HardwareAddr}}}
+	if err := conn.WriteTo(ns, nil, group); err != nil {
+		return nil, err
+	}
+	if err := conn.SetReadDeadline(time.Now().Add(wait)); err != nil {
+		return nil, err
+	}
+	var macs []string
+	for {
+		m, cm, _, err := conn.ReadFrom()
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				return macs, nil
+			}
+			return macs, err
+		}
+		na, ok := m.(*ndp.NeighborAdvertisement)
+		if !ok || na.TargetAddress.WithZone("") != ip || cm == nil || cm.HopLimit != ndp.HopLimit {
+			continue
+		}
+		for _, o := range na.Options {
+			if lla, ok := o.(*ndp.LinkLayerAddress); ok && lla.Direction == ndp.Target && !slices.Contains(macs, lla.Addr.String()) {
+				macs = append(macs, lla.Addr.String())
+			}
 		}
 	}
 }
