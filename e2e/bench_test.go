@@ -23,19 +23,6 @@ import (
 	"github.com/portico-lb/portico/internal/controlplane"
 )
 
-// benchServices is the number of Services in the end-to-end benchmarks: 5000, or
-// $PORTICO_BENCH_SERVICES (CI runs a smaller size).
-func benchServices(b *testing.B) int {
-	if s := os.Getenv("PORTICO_BENCH_SERVICES"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil {
-			b.Fatal(err)
-		}
-		return n
-	}
-	return 5000
-}
-
 // ipWatch records when each Service of a namespace first shows an address.
 type ipWatch struct {
 	mu   sync.Mutex
@@ -208,7 +195,7 @@ func leaseWrites(after, before map[string]float64) float64 {
 // BenchmarkBurst: n Services created while the controller runs, against the floor (the same
 // creations, each followed by one status write from the client, no controller).
 func BenchmarkBurst(b *testing.B) {
-	n := benchServices(b)
+	n := envSize(b, "PORTICO_BENCH_SERVICES", 5000, 1) // Services in the end-to-end benchmarks
 	floor := func() time.Duration {
 		cp := startControlPlane(b)
 		iw := watchIPs(b, cp, "default", n)
@@ -247,7 +234,7 @@ func BenchmarkBurst(b *testing.B) {
 // BenchmarkBacklog: n Services exist before the controller starts, against the floor (a loop
 // that writes each Service's status once), then a restart with the same n Services.
 func BenchmarkBacklog(b *testing.B) {
-	n := benchServices(b)
+	n := envSize(b, "PORTICO_BENCH_SERVICES", 5000, 1) // Services in the end-to-end benchmarks
 	floor := func() time.Duration {
 		cp := startControlPlane(b)
 		create(b, cp, "default", n, nil)

@@ -20,27 +20,14 @@ import (
 	"github.com/portico-lb/portico/internal/netlab"
 )
 
-// benchEnvInt reads a positive size from the environment, or returns def.
-func benchEnvInt(b testing.TB, name string, def int) int {
-	s := os.Getenv(name)
-	if s == "" {
-		return def
-	}
-	n, err := strconv.Atoi(s)
-	if err != nil || n < 1 {
-		b.Fatalf("%s=%q: want a positive number", name, s)
-	}
-	return n
-}
-
 // BenchmarkBGP measures, with three speakers peered with bird2 in namespaces and a real
 // apiserver: the time from a Service's address being written to its status until the route
 // is in the router's kernel table, the time from the Service's deletion until the route is
 // gone, and with many Services, the time to converge and the speakers' peak memory. It prints
 // a Markdown report (make bench-bgp saves it); it ignores b.N.
 func BenchmarkBGP(b *testing.B) {
-	runs := benchEnvInt(b, "PORTICO_BENCH_BGP_RUNS", 21)
-	many := benchEnvInt(b, "PORTICO_BENCH_BGP_SERVICES", 1000)
+	runs := envSize(b, "PORTICO_BENCH_BGP_RUNS", 21, 1)
+	many := envSize(b, "PORTICO_BENCH_BGP_SERVICES", 1000, 1)
 	inBGPLab(b, 1, func(b *testing.B, e *l2Env) {
 		all := []string{"node-a", "node-b", "node-c"}
 		router := e.Routers[0]

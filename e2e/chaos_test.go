@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"strconv"
 	"sync"
 	"syscall"
 	"testing"
@@ -19,17 +18,8 @@ import (
 // The chaos tests (`make chaos`, build tag chaos) are sized by PORTICO_CHAOS_SERVICES
 // (default 3000; CI runs a bounded size). Their reports go to the test log and, when
 // PORTICO_CHAOS_OUT names a file, to that file for docs/reliability.md.
-
 func chaosServices(t testing.TB) int {
-	t.Helper()
-	n := 3000
-	if v := os.Getenv("PORTICO_CHAOS_SERVICES"); v != "" {
-		var err error
-		if n, err = strconv.Atoi(v); err != nil || n < 20 {
-			t.Fatalf("PORTICO_CHAOS_SERVICES=%q: want a number ≥ 20", v)
-		}
-	}
-	return n
+	return envSize(t, "PORTICO_CHAOS_SERVICES", 3000, 20)
 }
 
 var reportMu sync.Mutex

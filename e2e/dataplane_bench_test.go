@@ -5,7 +5,6 @@ import (
 	"net/netip"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -14,25 +13,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 )
 
-// dataplaneBenchRuns is how many failovers each blow measures: 11, or
-// $PORTICO_BENCH_DATAPLANE_RUNS (CI runs a smaller size).
-func dataplaneBenchRuns(b testing.TB) int {
-	if s := os.Getenv("PORTICO_BENCH_DATAPLANE_RUNS"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 {
-			b.Fatalf("PORTICO_BENCH_DATAPLANE_RUNS=%q: want a positive number", s)
-		}
-		return n
-	}
-	return 11
-}
-
 // BenchmarkDataplane measures failover where a user sees it: the client sends an HTTP GET to
 // the EXTERNAL-IP every 10 ms (each on a new connection) through the real kube-proxy while
 // the owning node's speaker is stopped, and the longest time without a successful answer is
 // the outage. It prints a Markdown report (make bench-dataplane saves it). It ignores b.N.
 func BenchmarkDataplane(b *testing.B) {
-	runs := dataplaneBenchRuns(b)
+	runs := envSize(b, "PORTICO_BENCH_DATAPLANE_RUNS", 11, 1) // failovers per blow
 	inDataplaneLab(b, func(b *testing.B, e *dpEnv) {
 		svc, ip := e.create(lbService{name: "bench", selector: "gitea", port: 80, target: "http"})
 		owner, next := e.podBehindThirdNode(svc, ip)

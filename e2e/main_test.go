@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"syscall"
 	"testing"
@@ -200,4 +201,19 @@ func logFile(t testing.TB, name string) *os.File {
 		t.Logf("end of %s's log:\n%s", name, b)
 	})
 	return f
+}
+
+// envSize reads a size the Makefile passes in the environment (CI runs smaller ones than the
+// defaults), or returns def; a value that is not a number of at least least fails.
+func envSize(t testing.TB, name string, def, least int) int {
+	t.Helper()
+	s := os.Getenv(name)
+	if s == "" {
+		return def
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < least {
+		t.Fatalf("%s=%q: want a number ≥ %d", name, s, least)
+	}
+	return n
 }
