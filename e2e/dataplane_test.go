@@ -165,14 +165,7 @@ func TestDataplane(t *testing.T) {
 			_, ip := e.create(lbService{name: "gitea-local", selector: "gitea", port: 80, target: "http", local: true})
 			url := fmt.Sprintf("http://%s/", ip)
 			e.reach(url, 30*time.Second)
-			var owner string
-			waitFor(t, "one node announces "+ip.String(), 10*time.Second, func() bool {
-				a := e.announcers(ip)
-				if len(a) == 1 {
-					owner = a[0]
-				}
-				return len(a) == 1
-			})
+			owner := e.soleAnnouncer(ip, 10*time.Second)
 			want := e.podOn(owner)
 			for i := 0; i < 30; i++ {
 				body, err := e.get(url)
@@ -193,14 +186,7 @@ func TestDataplane(t *testing.T) {
 			e.t = t
 			svc, ip := e.create(lbService{name: "gitea-typo", selector: "gite", port: 80, target: "http"})
 			url := fmt.Sprintf("http://%s/", ip)
-			var owner string
-			waitFor(t, "one node announces "+ip.String(), 20*time.Second, func() bool {
-				a := e.announcers(ip)
-				if len(a) == 1 {
-					owner = a[0]
-				}
-				return len(a) == 1
-			})
+			owner := e.soleAnnouncer(ip, 20*time.Second)
 			// The address is announced and kube-proxy on the owner has programmed the Service
 			// (it rejects traffic for Services without endpoints): the request reaches the
 			// node and fails there, for want of endpoints and for nothing else.

@@ -225,6 +225,19 @@ func (e *l2Env) dumpLogs() {
 	}
 }
 
+// soleAnnouncer waits until exactly one node's Speaker status announces ip, and names it.
+func (e *l2Env) soleAnnouncer(ip netip.Addr, within time.Duration) string {
+	var owner string
+	waitFor(e.t, "one node announces "+ip.String(), within, func() bool {
+		a := e.announcers(ip)
+		if len(a) == 1 {
+			owner = a[0]
+		}
+		return len(a) == 1
+	})
+	return owner
+}
+
 // announcers lists the nodes whose Speaker status announces ip.
 func (e *l2Env) announcers(ip netip.Addr) []string {
 	var list v1alpha1.SpeakerList
