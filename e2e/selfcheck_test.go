@@ -35,32 +35,14 @@ func TestSelfCheck(t *testing.T) {
 
 		t.Run("foreign host answers", func(t *testing.T) {
 			e.t = t
-			ip := netip.MustParseAddr("198.51.100.210")
-			e.create(scenario{name: "foreign", ip: ip, byController: true})
-			owner := hashOwner(ip, all...)
-			e.waitReachable(t, "foreign", v1alpha1.ReasonAnswered, "answered by "+owner+" ("+e.macOf(owner)+") only")
-			// Another host on the segment takes the address: its kernel answers ARP for it.
-			run(t, "ip", "-n", e.Client.NS, "addr", "add", ip.String()+"/32", "dev", "eth0")
-			t.Cleanup(func() {
-				_ = exec.Command("ip", "-n", e.Client.NS, "addr", "del", ip.String()+"/32", "dev", "eth0").Run()
-			})
-			took := e.waitReachable(t, "foreign", v1alpha1.ReasonForeignAnswer, e.Client.MAC.String()+" answered, which no speaker owns")
+			took := e.foreignHostTakes(t, "foreign", netip.MustParseAddr("198.51.100.210"), all)
 			t.Logf("ForeignAnswer on the Service %v after the foreign host took the address", took.Round(time.Millisecond))
 			waitServiceEvent(t, e, "foreign", v1alpha1.ReasonForeignAnswer)
 		})
 
 		t.Run("IPv6 foreign host answers", func(t *testing.T) {
 			e.t = t
-			ip := netip.MustParseAddr("2001:db8:1::210")
-			e.create(scenario{name: "foreign6", ip: ip, byController: true})
-			owner := hashOwner(ip, all...)
-			e.waitReachable(t, "foreign6", v1alpha1.ReasonAnswered, "answered by "+owner+" ("+e.macOf(owner)+") only")
-			// The client's kernel answers neighbour solicitations for an address it holds.
-			run(t, "ip", "-n", e.Client.NS, "addr", "add", ip.String()+"/128", "dev", "eth0", "nodad")
-			t.Cleanup(func() {
-				_ = exec.Command("ip", "-n", e.Client.NS, "addr", "del", ip.String()+"/128", "dev", "eth0").Run()
-			})
-			took := e.waitReachable(t, "foreign6", v1alpha1.ReasonForeignAnswer, e.Client.MAC.String()+" answered, which no speaker owns")
+			took := e.foreignHostTakes(t, "foreign6", netip.MustParseAddr("2001:db8:1::210"), all)
 			t.Logf("IPv6: ForeignAnswer on the Service %v after the foreign host took the address", took.Round(time.Millisecond))
 		})
 
@@ -81,6 +63,24 @@ func TestSelfCheck(t *testing.T) {
 			t.Logf("MultipleAnswers on the Service %v after %s was cut off the gossip", took.Round(time.Millisecond), cut)
 		})
 	})
+}
+
+// foreignHostTakes gives a Service ip, waits until its owner alone answers, then configures
+// ip in the client namespace (whose kernel then answers ARP or NDP for it too) and returns how
+// long the Service took to say ForeignAnswer.
+func (e *l2Env) foreignHostTakes(t *testing.T, name string, ip netip.Addr, nodes []string) time.Duration {
+	t.Helper()
+	e.create(scenario{name: name, ip: ip, byController: true})
+	owner := hashOwner(ip, nodes...)
+	e.waitReachable(t, name, v1alpha1.ReasonAnswered, "answered by "+owner+" ("+e.macOf(owner)+") only")
+	addr := netip.PrefixFrom(ip, ip.BitLen()).String()
+	add := []string{"-n", e.Client.NS, "addr", "add", addr, "dev", "eth0"}
+	if ip.Is6() {
+		add = append(add, "nodad") // usable at once, not after duplicate address detection
+	}
+	run(t, "ip", add...)
+	t.Cleanup(func() { _ = exec.Command("ip", "-n", e.Client.NS, "addr", "del", addr, "dev", "eth0").Run() })
+	return e.waitReachable(t, name, v1alpha1.ReasonForeignAnswer, e.Client.MAC.String()+" answered, which no speaker owns")
 }
 
 // isolateGossip drops memberlist traffic (port 7946) in and out of a node's namespace.
