@@ -2,6 +2,7 @@ package speaker
 
 import (
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -127,12 +128,7 @@ func worldOf(objs map[string]any, order []string) World {
 func renderBGPPlan(p Plan) string {
 	var b strings.Builder
 	b.WriteString(p.BGP.String())
-	ips := make([]netip.Addr, 0, len(p.Routed))
-	for ip := range p.Routed {
-		ips = append(ips, ip)
-	}
-	slices.SortFunc(ips, netip.Addr.Compare)
-	for _, ip := range ips {
+	for _, ip := range slices.SortedFunc(maps.Keys(p.Routed), netip.Addr.Compare) {
 		c := p.Routed[ip]
 		fmt.Fprintf(&b, "announces %s (%s) to %s\n", ip, c.Service, strings.Join(c.Peers, ", "))
 	}

@@ -31,22 +31,12 @@ func (s *Speaker) report(plan Plan, answered map[netip.Addr][]string, sessions m
 	if checks := s.checks.Load(); checks != nil {
 		st.SelfChecks = *checks
 	}
-	ips := make([]netip.Addr, 0, len(plan.Mine))
-	for ip := range plan.Mine {
-		ips = append(ips, ip)
-	}
-	slices.SortFunc(ips, netip.Addr.Compare)
-	for _, ip := range ips {
+	for _, ip := range slices.SortedFunc(maps.Keys(plan.Mine), netip.Addr.Compare) {
 		st.Announcements = append(st.Announcements, v1alpha1.Announcement{IP: ip.String(), Service: plan.Mine[ip].Service,
 			Protocol: v1alpha1.ProtocolL2, Interfaces: answered[ip]})
 	}
 	st.L2Announcements = int32(len(st.Announcements))
-	bgpIPs := make([]netip.Addr, 0, len(plan.Routed))
-	for ip := range plan.Routed {
-		bgpIPs = append(bgpIPs, ip)
-	}
-	slices.SortFunc(bgpIPs, netip.Addr.Compare)
-	for _, ip := range bgpIPs {
+	for _, ip := range slices.SortedFunc(maps.Keys(plan.Routed), netip.Addr.Compare) {
 		c := plan.Routed[ip]
 		st.Announcements = append(st.Announcements, v1alpha1.Announcement{IP: ip.String(), Service: c.Service,
 			Protocol: v1alpha1.ProtocolBGP, Peers: c.Peers})
