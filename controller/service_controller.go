@@ -139,9 +139,9 @@ func (r *ServiceReconciler) allocate(ctx context.Context, svc *corev1.Service, k
 	if changed {
 		// Overlapping pools count an address in each pool that contains it, not only in the
 		// one it was taken from.
-		o.freed = append(o.freed, s.poolsContaining(before.IPs)...)
-		o.pools = append(o.pools, s.poolsContaining(before.IPs)...)
-		o.pools = append(o.pools, s.poolsContaining(o.asg.IPs)...)
+		released := s.poolsContaining(before.IPs)
+		o.freed = append(o.freed, released...)
+		o.pools = append(append(o.pools, released...), s.poolsContaining(o.asg.IPs)...)
 	}
 	return o
 }
