@@ -8,7 +8,7 @@ export KUBEBUILDER_ASSETS := $(CONTROLPLANE_DIR)
 export CGO_ENABLED := 0
 CONTROLLER_GEN := go tool controller-gen
 
-.PHONY: all generate manifests controlplane test bench bench-l2 bench-dataplane bench-bgp chaos fuzz demo build clean
+.PHONY: all generate manifests controlplane test lab-packages vulncheck bench bench-l2 bench-dataplane bench-bgp chaos fuzz demo build clean
 
 all: build
 
@@ -34,12 +34,22 @@ controlplane:
 build:
 	go build -o bin/ ./cmd/...
 
-## test: unit and integration tests against a real kube-apiserver and etcd.
+# What the root-only suites (L2, BGP, data plane, the router examples) need besides root; .ci/run
+# installs them (`make -s lab-packages` prints the list).
+LAB_PACKAGES := iproute2 arping iputils-ping ndisc6 tcpdump nftables bird2 frr
+
+## test: unit and integration tests against a real kube-apiserver and etcd. The output is plain
+## `go test`'s, then the list of skipped tests and why (hack/testsummary reads `go test -json`).
 test: controlplane
 	@bad=$$(gofmt -l $$(find . -name '*.go' -not -path './bin/*')); \
 	if [ -n "$$bad" ]; then echo "gofmt needed (run gofmt -w):"; echo "$$bad"; exit 1; fi
 	go vet ./...
-	go test -count=1 ./...
+	@go build -o bin/testsummary ./hack/testsummary
+	set -o pipefail; go test -json -count=1 ./... 2>&1 | bin/testsummary \
+		-hint "To run them: as root, after: apt-get install -y $(LAB_PACKAGES)"
+
+lab-packages:
+	@echo $(LAB_PACKAGES)
 
 ## bench: allocator micro-benchmarks, end-to-end controller benchmarks against the real
 ## apiserver (5000 Services, 3 runs; BENCH_SERVICES=300 BENCH_COUNT=1 for a quick one, as CI
