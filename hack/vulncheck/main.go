@@ -13,6 +13,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"slices"
@@ -100,8 +101,7 @@ func scan(db, dir string, patterns []string) ([]finding, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	seen := map[string]bool{}
-	var called []finding
+	byKey := map[string]finding{}
 	dec := json.NewDecoder(stdout)
 	for {
 		var msg struct{ Finding *finding }
@@ -112,15 +112,22 @@ func scan(db, dir string, patterns []string) ([]finding, error) {
 			cmd.Wait()
 			return nil, fmt.Errorf("reading govulncheck's output: %v\n%s", err, stderr.String())
 		}
-		if f := msg.Finding; f != nil && len(f.Trace) > 0 && f.Trace[0].Function != "" && !seen[f.key()] {
-			seen[f.key()] = true
-			called = append(called, *f)
+		f := msg.Finding
+		if f == nil || len(f.Trace) == 0 || f.Trace[0].Function == "" {
+			continue
+		}
+		// One call per vulnerability and module: the first by text, so runs print the same.
+		if prev, ok := byKey[f.key()]; !ok || f.String() < prev.String() {
+			byKey[f.key()] = *f
 		}
 	}
 	if err := cmd.Wait(); err != nil {
 		return nil, fmt.Errorf("govulncheck: %v\n%s", err, stderr.String())
 	}
-	slices.SortFunc(called, func(a, b finding) int { return strings.Compare(a.key(), b.key()) })
+	var called []finding
+	for _, key := range slices.Sorted(maps.Keys(byKey)) {
+		called = append(called, byKey[key])
+	}
 	return called, nil
 }
 

@@ -7,13 +7,21 @@ import (
 	"testing"
 )
 
-// TestFailsOnCalledVulnerability runs the whole check over testdata/vulnerable, a module that
-// calls golang.org/x/text/language.Parse at v0.3.6 (GO-2021-0113): the database built from
-// the pinned vulndb knows it, the call is found, and the check fails until the finding is
-// accepted for that version.
+// TestFailsOnCalledVulnerability scans testdata/vulnerable, a module that calls
+// golang.org/x/text/language.Parse at v0.3.6 (GO-2021-0113), against the database built from
+// the pinned vulndb: the call is found and fails the check, until every finding is accepted
+// for that version. (`make vulncheck` then runs the command itself over Portico.)
 func TestFailsOnCalledVulnerability(t *testing.T) {
+	db, err := ensureDB("../../bin/vulndb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	called, err := scan(db, "testdata/vulnerable", []string{"./..."})
+	if err != nil {
+		t.Fatal(err)
+	}
 	var out strings.Builder
-	if status := run([]string{"-accepted", "", "testdata/vulnerable"}, &out); status != 1 {
+	if status := report(&out, called, nil); status != 1 {
 		t.Fatalf("exit status %d, want 1 (a called vulnerability):\n%s", status, out.String())
 	}
 	want := "VULNERABLE GO-2021-0113 golang.org/x/text@v0.3.6 (fixed in: v0.3.7): main.go:10 calls golang.org/x/text/language.Parse"
@@ -21,24 +29,13 @@ func TestFailsOnCalledVulnerability(t *testing.T) {
 		t.Fatalf("output lacks %q:\n%s", want, out.String())
 	}
 
-	accepted := filepath.Join(t.TempDir(), "accepted.txt")
-	var lines []string
-	for _, line := range strings.Split(out.String(), "\n") {
-		if key, ok := strings.CutPrefix(line, "vulncheck: VULNERABLE "); ok {
-			id, rest, _ := strings.Cut(key, " ")
-			module, _, _ := strings.Cut(rest, " ")
-			lines = append(lines, id+" "+module+" the test accepts it")
-		}
-	}
-	if err := os.WriteFile(accepted, []byte("# a comment\n"+strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
-		t.Fatal(err)
+	accepted := map[string]string{}
+	for _, f := range called {
+		accepted[f.key()] = "the test accepts it"
 	}
 	out.Reset()
-	if status := run([]string{"-accepted", accepted, "testdata/vulnerable"}, &out); status != 0 {
-		t.Fatalf("exit status %d with every finding accepted, want 0:\n%s", status, out.String())
-	}
-	if !strings.Contains(out.String(), "accepted GO-2021-0113 golang.org/x/text@v0.3.6") {
-		t.Fatalf("the accepted finding is not reported:\n%s", out.String())
+	if status := report(&out, called, accepted); status != 0 || !strings.Contains(out.String(), "accepted GO-2021-0113 golang.org/x/text@v0.3.6") {
+		t.Fatalf("exit status %d with every finding accepted, want 0 and the finding reported:\n%s", status, out.String())
 	}
 }
 
