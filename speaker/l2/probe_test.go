@@ -1,6 +1,7 @@
 package l2
 
 import (
+	"bytes"
 	"net"
 	"net/netip"
 	"testing"
@@ -42,15 +43,27 @@ func TestProbeRoundTrip(t *testing.T) {
 	}
 }
 
+// FuzzARPAnswer: ARPAnswer returns the sender MAC of exactly those frames that are another
+// station's ARP reply for the probed address, and nil for every other frame, so no stray,
+// mistaken or echoed frame reads as the owner's answer.
 func FuzzARPAnswer(f *testing.F) {
 	prober, _ := net.ParseMAC("02:00:00:00:00:01")
 	owner, _ := net.ParseMAC("02:00:00:00:00:02")
 	ip := netip.MustParseAddr("198.51.100.200")
-	f.Add(arpReply(ARPProbe(prober, ip), owner, func(netip.Addr) bool { return true }))
+	all := func(netip.Addr) bool { return true }
+	f.Add(arpReply(ARPProbe(prober, ip), owner, all))
+	f.Add(arpReply(ARPProbe(prober, netip.MustParseAddr("198.51.100.201")), owner, all))
+	f.Add(arpReply(ARPProbe(owner, ip), prober, all)) // our own reply, seen on the way out
+	f.Add(ARPProbe(prober, ip))
 	f.Add([]byte{})
-	f.Fuzz(func(t *testing.T, b []byte) {
-		if mac := ARPAnswer(b, prober, ip); mac != nil && len(mac) != 6 {
-			t.Fatalf("answer with a %d-byte MAC", len(mac))
+	f.Fuzz(func(t *testing.T, frame []byte) {
+		var want net.HardwareAddr
+		if eth, p, ok := readARP(frame); ok && !bytes.Equal(eth.Source, prober) && p.Operation == arp.OperationReply &&
+			p.SenderIP == ip && len(p.SenderHardwareAddr) == 6 {
+			want = p.SenderHardwareAddr
+		}
+		if got := ARPAnswer(frame, prober, ip); got.String() != want.String() {
+			t.Fatalf("ARPAnswer(%x) = %q, want %q", frame, got, want)
 		}
 	})
 }
