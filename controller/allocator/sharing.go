@@ -64,12 +64,12 @@ func (a *Allocator) joinable(ip netip.Addr, req *Request) *Error {
 // and ip is outside the pools that allow sharing across namespaces.
 func (a *Allocator) heldInOtherNamespace(ip netip.Addr, req *Request) bool {
 	h := a.ips[ip]
-	if h == nil || h.users[req.Service] != nil || a.sharesAcrossNamespaces(ip) {
+	if h == nil || h.users[req.Service] != nil {
 		return false
 	}
 	for svc := range h.users {
 		if !sameNamespace(svc, req.Service) {
-			return true
+			return !a.sharesAcrossNamespaces(ip)
 		}
 	}
 	return false
