@@ -77,7 +77,8 @@ func TestTenantsShareOnlyInsideANamespace(t *testing.T) {
 	update(t, pool, func() { pool.Spec.AllowSharingAcrossNamespaces = true })
 	waitIPs(t, teamC, "api", "203.0.113.200")
 	waitIPs(t, teamB, "sneaky", "203.0.113.200")
-	// Sharing across namespaces is allowed, yet a refusal still names no one, nor their key.
+	// Sharing across namespaces is allowed, yet a refusal still names no one in another
+	// namespace, nor their key.
 	createService(t, teamC, "pg", withSharingKey("books", 5432), withAnnotation(porticov1.AnnotationLoadBalancerIPs, "203.0.113.200"))
 	c = waitReason(t, teamC, "pg", porticov1.ReasonSharingConflict)
 	if !strings.Contains(c.Message, "203.0.113.200 is shared with a Service in another namespace, which already uses port TCP/5432") {
@@ -85,10 +86,14 @@ func TestTenantsShareOnlyInsideANamespace(t *testing.T) {
 	}
 	waitEvent(t, teamC, "pg", "AllocationFailed", "SharingConflict")
 	notNaming(t, teamC, "pg", c.Message, append(secrets, teamB, "web", "sneaky")...)
-	createService(t, teamC, "other-key", withSharingKey("mine", 9000), withAnnotation(porticov1.AnnotationLoadBalancerIPs, "203.0.113.200"))
-	c = waitReason(t, teamC, "other-key", porticov1.ReasonRequestedIPInUse)
-	waitEvent(t, teamC, "other-key", "AllocationFailed", "RequestedIPInUse")
-	notNaming(t, teamC, "other-key", c.Message, append(secrets, teamB, "web", "sneaky", "books")...)
+	teamD := namespace(t, nil)
+	createService(t, teamD, "other-key", withSharingKey("mine", 9000), withAnnotation(porticov1.AnnotationLoadBalancerIPs, "203.0.113.200"))
+	c = waitReason(t, teamD, "other-key", porticov1.ReasonRequestedIPInUse)
+	if !strings.Contains(c.Message, "203.0.113.200 is in use by a Service in another namespace (under another sharing key)") {
+		t.Errorf("other-key: %q", c.Message)
+	}
+	waitEvent(t, teamD, "other-key", "AllocationFailed", "RequestedIPInUse")
+	notNaming(t, teamD, "other-key", c.Message, append(secrets, teamB, teamC, "web", "sneaky", "api", "books")...)
 	waitPool(t, "tenants", "three Services on .200, one on .201", func(p *porticov1.IPAddressPool) bool { return p.Status.Assigned == 2 })
 }
 
