@@ -80,6 +80,8 @@ func TestPoolReadyReportsWhatCELCannot(t *testing.T) {
 			porticov1.ReasonInvalidAddresses, `addresses[0] "2001:db8::10-2001:db8::1": range start 2001:db8::10 is after its end 2001:db8::1`},
 		{"overlapping-entries", porticov1.IPAddressPoolSpec{Addresses: []porticov1.AddressRange{"10.0.0.0/24", "10.0.0.200-10.0.0.215"}},
 			porticov1.ReasonInvalidAddresses, `addresses[1] "10.0.0.200-10.0.0.215": overlaps addresses[0] "10.0.0.0/24"`},
+		{"across-loopback", porticov1.IPAddressPoolSpec{Addresses: []porticov1.AddressRange{"126.255.255.0-128.0.0.255", "fe7f::-fec0::"}},
+			porticov1.ReasonInvalidAddresses, `addresses[0] "126.255.255.0-128.0.0.255": holds 127.0.0.0/8 (loopback), which is never a LoadBalancer address; addresses[1] "fe7f::-fec0::": holds fe80::/10 (link-local)`},
 		{"bad-selector", porticov1.IPAddressPoolSpec{
 			Addresses: []porticov1.AddressRange{"10.0.1.0/24"},
 			ServiceAllocation: &porticov1.ServiceAllocation{ServiceSelectors: []metav1.LabelSelector{{

@@ -371,7 +371,7 @@ func TestPoolSelection(t *testing.T) {
 			MatchLabels: map[string]string{"env": "staging"}}}},
 	})
 	createService(t, dev, "staged", withAnnotation(porticov1.AnnotationAddressPool, "sel-staging"))
-	waitReason(t, dev, "staged", porticov1.ReasonNoMatchingPool)
+	waitReason(t, dev, "staged", porticov1.ReasonNotAllowedByPool)
 	var ns corev1.Namespace
 	if err := cp.Client.Get(context.Background(), client.ObjectKey{Name: dev}, &ns); err != nil {
 		t.Fatal(err)

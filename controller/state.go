@@ -186,6 +186,8 @@ func allocatorPool(p *porticov1.IPAddressPool) allocator.Pool {
 		Ranges:        ranges,
 		AutoAssign:    p.Spec.AutoAssign == nil || *p.Spec.AutoAssign,
 		AvoidBuggyIPs: p.Spec.AvoidBuggyIPs,
+
+		SharingAcrossNamespaces: p.Spec.AllowSharingAcrossNamespaces,
 	}
 	if sa := p.Spec.ServiceAllocation; sa != nil {
 		ap.HasServiceAllocation = true

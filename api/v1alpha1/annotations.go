@@ -8,8 +8,9 @@ const (
 	AnnotationLoadBalancerIPs = "portico.dev/loadBalancerIPs"
 	// AnnotationAddressPool requests a pool by name.
 	AnnotationAddressPool = "portico.dev/address-pool"
-	// AnnotationAllowSharedIP is a sharing key: Services with the same key may share an
-	// address when their ports do not clash.
+	// AnnotationAllowSharedIP is a sharing key: Services of one namespace with the same key
+	// may share an address when their ports do not clash (Services of several namespaces
+	// only in a pool with allowSharingAcrossNamespaces).
 	AnnotationAllowSharedIP = "portico.dev/allow-shared-ip"
 
 	// AnnotationAllocatedFromPool is written by the controller: the pool the address came from.

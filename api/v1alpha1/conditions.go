@@ -23,6 +23,9 @@ const (
 	ReasonFamilyUnavailable       = "FamilyUnavailable"
 	ReasonInvalidAnnotation       = "InvalidAnnotation"
 	ReasonOrphanedIP              = "OrphanedIP"
+	// ReasonNotAllowedByPool: the requested pool, or the pool holding a requested address,
+	// has a serviceAllocation that does not select the Service.
+	ReasonNotAllowedByPool = "NotAllowedByPool"
 )
 
 // Reasons of ConditionEndpointsReady.

@@ -9,7 +9,11 @@ import (
 // the dash are allowed. A CIDR must name its network: "10.0.0.200/28" is refused because it
 // silently means 10.0.0.192-10.0.0.207.
 //
-// CEL cannot order two IPv6 addresses, so an IPv6 range whose start is after its end is
+// Special addresses (unspecified, loopback, link-local, multicast, broadcast) are refused as
+// a range's ends and in CIDRs.
+//
+// CEL cannot order two IPv6 addresses, so an IPv6 range whose start is after its end, and a
+// range running across special addresses between ordinary ends (100.0.0.0-200.0.0.0), are
 // reported by the controller on the pool's Ready condition instead.
 //
 // +kubebuilder:validation:MaxLength=100
@@ -17,6 +21,7 @@ import (
 // +kubebuilder:validation:XValidation:rule="!isCIDR(self) || cidr(self).ip() == cidr(self).masked().ip()",message="CIDR has host bits set: write its network address (10.0.0.192/28, not 10.0.0.200/28; 2001:db8::/64, not 2001:db8::1/64), or a range to start elsewhere"
 // +kubebuilder:validation:XValidation:rule="!(self.split('-').size() == 2 && isIP(self.split('-')[0].trim()) && isIP(self.split('-')[1].trim())) || ip(self.split('-')[0].trim()).family() == ip(self.split('-')[1].trim()).family()",message="a range must not mix IPv4 and IPv6"
 // +kubebuilder:validation:XValidation:rule="!(self.split('-').size() == 2 && isIP(self.split('-')[0].trim()) && isIP(self.split('-')[1].trim())) || ip(self.split('-')[0].trim()).family() != 4 || ip(self.split('-')[1].trim()).family() != 4 || ((int(self.split('-')[0].trim().split('.')[0]) * 256 + int(self.split('-')[0].trim().split('.')[1])) * 256 + int(self.split('-')[0].trim().split('.')[2])) * 256 + int(self.split('-')[0].trim().split('.')[3]) <= ((int(self.split('-')[1].trim().split('.')[0]) * 256 + int(self.split('-')[1].trim().split('.')[1])) * 256 + int(self.split('-')[1].trim().split('.')[2])) * 256 + int(self.split('-')[1].trim().split('.')[3])",messageExpression="'range start ' + self.split('-')[0].trim() + ' is after its end ' + self.split('-')[1].trim()"
+// +kubebuilder:validation:XValidation:rule="isCIDR(self) ? cidr(self).ip().isGlobalUnicast() && !['127.0.0.1', '169.254.0.1', '224.0.0.1', '255.255.255.255', 'fe80::1', 'ff00::1'].exists(a, cidr(self).containsIP(a)) : !(self.split('-').size() == 2 && isIP(self.split('-')[0].trim()) && isIP(self.split('-')[1].trim())) || ip(self.split('-')[0].trim()).isGlobalUnicast() && ip(self.split('-')[1].trim()).isGlobalUnicast()",message="must not be or hold a special address, which no client can reach a Service on: unspecified (0.0.0.0, ::), loopback (127.0.0.0/8, ::1), link-local (169.254.0.0/16, fe80::/10), multicast (224.0.0.0/4, ff00::/8) or broadcast (255.255.255.255)"
 type AddressRange string
 
 // ServiceAllocation narrows which Services a pool serves and in which order pools are tried.
@@ -68,6 +73,13 @@ type IPAddressPoolSpec struct {
 	// ServiceAllocation limits the pool to some namespaces or Services and sets its priority.
 	// +optional
 	ServiceAllocation *ServiceAllocation `json:"serviceAllocation,omitempty"`
+
+	// AllowSharingAcrossNamespaces lets Services of different namespaces share one of the
+	// pool's addresses when they carry the same sharing key (portico.dev/allow-shared-ip).
+	// By default a sharing key joins only Services of one namespace, so a tenant cannot
+	// attach its Service to another tenant's address by reusing its key.
+	// +optional
+	AllowSharingAcrossNamespaces bool `json:"allowSharingAcrossNamespaces,omitempty"`
 }
 
 // IPAddressPoolStatus is written by the controller only.

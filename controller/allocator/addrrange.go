@@ -17,7 +17,8 @@ type Range struct {
 // ParseRange parses one pool entry: a CIDR naming its network ("10.0.0.192/28") or two
 // addresses of one family joined by a dash ("10.0.0.200-10.0.0.215", spaces allowed). It
 // accepts exactly what the CRD's CEL rules accept, and also checks what CEL cannot: that an
-// IPv6 range starts before it ends. Zones and IPv4-mapped IPv6 addresses are refused.
+// IPv6 range starts before it ends, and that a range holds no special address between its
+// ends. Zones and IPv4-mapped IPv6 addresses are refused.
 func ParseRange(s string) (Range, error) {
 	if strings.Contains(s, "/") {
 		p, err := netip.ParsePrefix(s)
@@ -27,7 +28,7 @@ func ParseRange(s string) (Range, error) {
 		if p != p.Masked() {
 			return Range{}, fmt.Errorf("CIDR has host bits set: its network is %s", p.Masked())
 		}
-		return prefixRange(p), nil
+		return notSpecial(prefixRange(p))
 	}
 	parts := strings.Split(s, "-")
 	if len(parts) != 2 {
@@ -44,7 +45,36 @@ func ParseRange(s string) (Range, error) {
 	if last.Less(first) {
 		return Range{}, fmt.Errorf("range start %s is after its end %s", first, last)
 	}
-	return Range{First: first, Last: last}, nil
+	return notSpecial(Range{First: first, Last: last})
+}
+
+// specialBlocks are the addresses netip.Addr.IsGlobalUnicast refuses (as CEL's
+// isGlobalUnicast() does): no client can reach a LoadBalancer Service on them.
+var specialBlocks = []struct {
+	Range
+	name, what string
+}{
+	{prefixRange(netip.MustParsePrefix("0.0.0.0/32")), "0.0.0.0", "the unspecified address"},
+	{prefixRange(netip.MustParsePrefix("127.0.0.0/8")), "127.0.0.0/8", "loopback"},
+	{prefixRange(netip.MustParsePrefix("169.254.0.0/16")), "169.254.0.0/16", "link-local"},
+	{prefixRange(netip.MustParsePrefix("224.0.0.0/4")), "224.0.0.0/4", "multicast"},
+	{prefixRange(netip.MustParsePrefix("255.255.255.255/32")), "255.255.255.255", "the broadcast address"},
+	{prefixRange(netip.MustParsePrefix("::/128")), "::", "the unspecified address"},
+	{prefixRange(netip.MustParsePrefix("::1/128")), "::1", "loopback"},
+	{prefixRange(netip.MustParsePrefix("fe80::/10")), "fe80::/10", "link-local"},
+	{prefixRange(netip.MustParsePrefix("ff00::/8")), "ff00::/8", "multicast"},
+}
+
+// notSpecial refuses a range that holds any special address. CEL refuses the entries whose
+// first or last address is special, and CIDRs around a special block; a range running
+// across one (100.0.0.0-200.0.0.0 holds 127.0.0.0/8) is caught only here.
+func notSpecial(r Range) (Range, error) {
+	for _, b := range specialBlocks {
+		if r.Overlaps(b.Range) {
+			return Range{}, fmt.Errorf("holds %s (%s), which is never a LoadBalancer address", b.name, b.what)
+		}
+	}
+	return r, nil
 }
 
 var errShape = errors.New("must be a CIDR such as 10.0.0.0/24 or 2001:db8::/120, or a range such as 10.0.0.200-10.0.0.215")

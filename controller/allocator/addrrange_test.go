@@ -41,7 +41,7 @@ func FuzzParseRange(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if r.First.Is4() != r.Last.Is4() || r.Last.Less(r.First) || r.First.Zone() != "" {
+		if r.First.Is4() != r.Last.Is4() || r.Last.Less(r.First) || r.First.Zone() != "" || !r.First.IsGlobalUnicast() || !r.Last.IsGlobalUnicast() {
 			t.Fatalf("%q parsed to malformed %v-%v", s, r.First, r.Last)
 		}
 		again, err := ParseRange(r.String())

@@ -13,7 +13,7 @@ import (
 
 // TestAllocator runs the transcripts in testdata/alloc/*.txt. Commands:
 //
-//	pools                  one pool a line: NAME RANGE[,RANGE...] [auto=false] [buggy] [selection] [priority=N]
+//	pools                  one pool a line: NAME RANGE[,RANGE...] [auto=false] [buggy] [selection] [priority=N] [across]
 //	allocate svc=NS/NAME [family=(4,6)] [dual=prefer|require] [ip=(...)] [pool=P] [key=K]
 //	         [ports=(TCP/80,...)] [local] [selector=S] [selected=(P,...)]
 //	restore svc=NS/NAME ip=(...) [the same request arguments]
@@ -134,6 +134,8 @@ func parsePools(input string) ([]Pool, error) {
 				p.AvoidBuggyIPs = true
 			case "selection":
 				p.HasServiceAllocation = true
+			case "across":
+				p.SharingAcrossNamespaces = true
 			case "priority":
 				n, err := strconv.Atoi(v)
 				if err != nil {

@@ -44,14 +44,14 @@ func (a *Allocator) chooseRequested(req *Request) ([]netip.Addr, string, *Error)
 		case req.Pool != "" && !slices.Contains(names, req.Pool):
 			return nil, "", fail(RequestedIPNotInAnyPool, "%s is not in the requested pool %s (it is in %s)", ip, req.Pool, strings.Join(names, ", "))
 		default:
-			return nil, "", fail(NoMatchingPool, "%s is in pool %s, whose serviceAllocation does not select this Service", ip, strings.Join(names, ", "))
+			return nil, "", fail(NotAllowedByPool, "%s is in pool %s, whose serviceAllocation (namespaces, namespaceSelectors, serviceSelectors) does not select this Service", ip, strings.Join(names, ", "))
 		}
 		if i == 0 {
 			common = serving
 		} else if common = intersect(common, serving); len(common) == 0 {
 			return nil, "", fail(RequestedIPNotInAnyPool, "the requested addresses %s are not all in one pool; both families must come from the same pool", joinAddrs(req.IPs))
 		}
-		if err := a.usable(ip, req); err != nil {
+		if err := a.joinable(ip, req); err != nil {
 			return nil, "", err
 		}
 	}
@@ -87,7 +87,11 @@ func (a *Allocator) chooseAuto(req *Request) ([]netip.Addr, string, *Error) {
 			}
 		}
 	}
-	return nil, "", a.explainNoAddress(candidates, req, want)
+	err = a.explainNoAddress(candidates, req, want)
+	if err.Reason == PoolExhausted && a.keyHeldElsewhere(req, candidates) {
+		err = fail(SharingConflict, "%s; sharing key %s is used in another namespace, and addresses are shared across namespaces only in pools with allowSharingAcrossNamespaces", err.Message, req.SharingKey)
+	}
+	return nil, "", err
 }
 
 func (a *Allocator) candidates(req *Request) ([]*poolState, *Error) {
@@ -97,7 +101,7 @@ func (a *Allocator) candidates(req *Request) ([]*poolState, *Error) {
 		case !ok:
 			return nil, fail(NoMatchingPool, "the requested pool %s does not exist", req.Pool)
 		case !admits(p, req):
-			return nil, fail(NoMatchingPool, "the requested pool %s has a serviceAllocation that does not select this Service", req.Pool)
+			return nil, fail(NotAllowedByPool, "the requested pool %s has a serviceAllocation (namespaces, namespaceSelectors, serviceSelectors) that does not select this Service", req.Pool)
 		}
 		return []*poolState{p}, nil
 	}

@@ -19,6 +19,9 @@ type Pool struct {
 	// and is tried before pools without one, by Priority (lower first).
 	HasServiceAllocation bool
 	Priority             int32
+	// SharingAcrossNamespaces lets Services of different namespaces share an address of
+	// the pool under one sharing key; otherwise a key only joins Services of one namespace.
+	SharingAcrossNamespaces bool
 }
 
 // poolState is a pool with its counts.

@@ -5,6 +5,7 @@ import (
 	"math/big"
 	"math/rand/v2"
 	"net/netip"
+	"strings"
 	"testing"
 )
 
@@ -14,13 +15,13 @@ import (
 
 var propertyPools = [][]Pool{
 	{
-		{Name: "a", Ranges: mustRanges("198.51.100.0-198.51.100.5"), AutoAssign: true},
+		{Name: "a", Ranges: mustRanges("198.51.100.0-198.51.100.5"), AutoAssign: true, SharingAcrossNamespaces: true},
 		{Name: "b", Ranges: mustRanges("198.51.100.4/30", "2001:db8::/125"), AutoAssign: true, AvoidBuggyIPs: true},
 		{Name: "c", Ranges: mustRanges("203.0.113.254-203.0.114.1", "2001:db8::6-2001:db8::9"), AvoidBuggyIPs: true, HasServiceAllocation: true, Priority: 1},
 	},
 	{
 		{Name: "a", Ranges: mustRanges("198.51.100.2-198.51.100.3"), AutoAssign: true},
-		{Name: "c", Ranges: mustRanges("203.0.113.255-203.0.114.0", "2001:db8::/126"), AutoAssign: true, HasServiceAllocation: true},
+		{Name: "c", Ranges: mustRanges("203.0.113.255-203.0.114.0", "2001:db8::/126"), AutoAssign: true, HasServiceAllocation: true, SharingAcrossNamespaces: true},
 	},
 	{},
 }
@@ -35,7 +36,8 @@ func mustRanges(entries ...string) []Range {
 
 // step applies one operation chosen by the next bytes of next().
 func step(a *Allocator, next func() byte) string {
-	svc := fmt.Sprintf("ns/s%d", next()%12)
+	n := next() % 12
+	svc := fmt.Sprintf("ns%d/s%d", n%3, n)
 	req := Request{Service: svc}
 	switch next() % 3 {
 	case 1:
@@ -73,6 +75,38 @@ func step(a *Allocator, next func() byte) string {
 		a.SetPools(propertyPools[next()%byte(len(propertyPools))])
 		return "set pools"
 	}
+}
+
+// checkedStep runs one step and checks the invariants after it, and that an allocation joined
+// Services of different namespaces on an address only where its pools allow it (Restore and
+// pool edits keep such sharing, so only a new pair made by Allocate is checked).
+func checkedStep(t *testing.T, a *Allocator, next func() byte) string {
+	t.Helper()
+	before := crossNamespacePairs(a)
+	what := step(a, next)
+	checkInvariants(t, a)
+	if strings.HasPrefix(what, "allocate") {
+		for pair, ip := range crossNamespacePairs(a) {
+			if _, old := before[pair]; !old && !a.sharesAcrossNamespaces(ip) {
+				t.Errorf("%s: a new cross-namespace share of %s, whose pools keep sharing inside a namespace", pair, ip)
+			}
+		}
+	}
+	return what
+}
+
+func crossNamespacePairs(a *Allocator) map[string]netip.Addr {
+	pairs := map[string]netip.Addr{}
+	for ip, h := range a.ips {
+		for x := range h.users {
+			for y := range h.users {
+				if x < y && !sameNamespace(x, y) {
+					pairs[ip.String()+" "+x+" "+y] = ip
+				}
+			}
+		}
+	}
+	return pairs
 }
 
 func checkInvariants(t *testing.T, a *Allocator) {
@@ -196,11 +230,10 @@ func TestRandomSequencesKeepInvariants(t *testing.T) {
 		a := New()
 		a.SetPools(propertyPools[0])
 		for i := range 200 {
-			what := step(a, func() byte { return byte(rng.Uint32()) })
+			what := checkedStep(t, a, func() byte { return byte(rng.Uint32()) })
 			if t.Failed() {
 				t.Fatalf("seed %d step %d: %s", seed, i, what)
 			}
-			checkInvariants(t, a)
 		}
 	}
 }
@@ -243,8 +276,7 @@ func FuzzAllocator(f *testing.F) {
 			return data[i-1]
 		}
 		for i < len(data) {
-			what := step(a, next)
-			checkInvariants(t, a)
+			what := checkedStep(t, a, next)
 			if t.Failed() {
 				t.Fatalf("after %s", what)
 			}

@@ -43,7 +43,7 @@ func (p Port) String() string { return fmt.Sprintf("%s/%d", p.Protocol, p.Port) 
 // Request is what one Service asks of the allocator, with every Kubernetes fact already
 // evaluated by the caller.
 type Request struct {
-	// Service is "namespace/name".
+	// Service is "namespace/name"; the namespace bounds sharing and what messages may name.
 	Service string
 	// Families the Service wants, primary first (spec.ipFamilies); empty means IPv4.
 	Families []Family
@@ -77,6 +77,9 @@ const (
 	RequestedIPNotInAnyPool Reason = "RequestedIPNotInAnyPool"
 	SharingConflict         Reason = "SharingConflict"
 	FamilyUnavailable       Reason = "FamilyUnavailable"
+	// NotAllowedByPool: the requested pool, or the pool holding a requested address, has a
+	// serviceAllocation that does not select the Service.
+	NotAllowedByPool Reason = "NotAllowedByPool"
 )
 
 // Error is a failed allocation: a reason and a message for a person.
