@@ -77,9 +77,12 @@ func (r *ServiceReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	ours := found && s.ours(&svc)
 	var o outcome
 	if err := s.withLock(ctx, func() {
-		if ours {
+		switch {
+		case ours && svc.DeletionTimestamp != nil:
+			o = r.keep(&svc, key)
+		case ours:
 			o = r.allocate(ctx, &svc, key)
-		} else {
+		default:
 			o.freed = r.release(key)
 		}
 	}); err != nil {
@@ -104,6 +107,8 @@ type outcome struct {
 	err   error    // why the request is not met (the Service may still keep asg)
 	freed []string // pools that gained a free address
 	pools []string // pools whose counts may have changed
+	// finalizers, when set, hold a Terminating Service in the API: it keeps asg, gets nothing new.
+	finalizers []string
 }
 
 func (r *ServiceReconciler) allocate(ctx context.Context, svc *corev1.Service, key string) outcome {
@@ -247,6 +252,10 @@ func (r *ServiceReconciler) event(svc *corev1.Service, cond metav1.Condition) {
 	if r.Recorder == nil {
 		return
 	}
+	if cond.Reason == porticov1.ReasonTerminating {
+		r.Recorder.Eventf(svc, nil, corev1.EventTypeNormal, porticov1.ReasonTerminating, "Allocate", "%s", cond.Message)
+		return
+	}
 	if cond.Status == metav1.ConditionTrue {
 		r.Recorder.Eventf(svc, nil, corev1.EventTypeNormal, "IPAllocated", "Allocate", "%s", cond.Message)
 		allocations.Inc()
@@ -261,6 +270,8 @@ func allocatedCondition(o outcome) metav1.Condition {
 	var annErr *annotationError
 	var allocErr *allocator.Error
 	switch {
+	case o.finalizers != nil:
+		return terminatingCondition(o)
 	case errors.As(o.err, &annErr):
 		c.Status, c.Reason, c.Message = metav1.ConditionFalse, porticov1.ReasonInvalidAnnotation, annErr.Error()
 		if len(o.asg.IPs) > 0 {

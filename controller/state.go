@@ -64,9 +64,11 @@ func (s *state) waitingServices() []string {
 	return names
 }
 
-// ours reports whether Portico handles the Service.
+// ours reports whether Portico handles the Service. A Terminating one (deleted, held by a
+// finalizer) still is: kube-proxy and the speakers go on using its addresses until the object
+// is gone, so nobody else may have them meanwhile.
 func (s *state) ours(svc *corev1.Service) bool {
-	return svc.Spec.Type == corev1.ServiceTypeLoadBalancer && svc.DeletionTimestamp == nil &&
+	return svc.Spec.Type == corev1.ServiceTypeLoadBalancer &&
 		(svc.Spec.LoadBalancerClass == nil || *svc.Spec.LoadBalancerClass == s.class)
 }
 

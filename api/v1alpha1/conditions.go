@@ -23,6 +23,9 @@ const (
 	ReasonFamilyUnavailable       = "FamilyUnavailable"
 	ReasonInvalidAnnotation       = "InvalidAnnotation"
 	ReasonOrphanedIP              = "OrphanedIP"
+	// ReasonTerminating: the Service is deleted but a finalizer holds it; it keeps its
+	// addresses (True) or waits for none (False) until it is gone.
+	ReasonTerminating = "Terminating"
 )
 
 // Reasons of ConditionEndpointsReady.
