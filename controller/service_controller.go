@@ -114,6 +114,7 @@ type outcome struct {
 func (r *ServiceReconciler) allocate(ctx context.Context, svc *corev1.Service, key string) outcome {
 	s := r.state
 	before, _ := s.alloc.Assignment(key)
+	was := s.dropLeaving(key) // what it is leaving never stands in its own way; held again below
 	req, reqErr := s.request(ctx, svc)
 	var o outcome
 	if reqErr != nil {
@@ -135,6 +136,8 @@ func (r *ServiceReconciler) allocate(ctx context.Context, svc *corev1.Service, k
 	} else {
 		delete(s.orphanOf, key)
 	}
+	left := s.poolsContaining(s.holdLeaving(key, was, porticov1.IngressAddrs(svc), o.asg.IPs))
+	o.freed, o.pools = append(o.freed, left...), append(o.pools, left...)
 	changed := !slices.Equal(before.IPs, o.asg.IPs)
 	if changed && before.Pool != "" {
 		o.freed = append(o.freed, before.Pool)
@@ -157,13 +160,14 @@ func (r *ServiceReconciler) release(key string) []string {
 	s := r.state
 	held, ok := s.alloc.Assignment(key)
 	delete(s.waiting, key)
+	left := s.poolsContaining(s.dropLeaving(key)) // a gone Service's status lists nothing
 	if !ok {
-		return nil
+		return left
 	}
 	s.alloc.Release(key)
 	orphanPool := s.orphanOf[key]
 	delete(s.orphanOf, key)
-	return append(appendPools(nil, held.Pool, orphanPool), s.poolsContaining(held.IPs)...)
+	return append(appendPools(left, held.Pool, orphanPool), s.poolsContaining(held.IPs)...)
 }
 
 // afterRelease lets waiting Services try again when addresses were freed.
