@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -28,6 +29,10 @@ import (
 )
 
 const chaosNS = "chaos"
+
+// chaosHold is a finalizer that keeps some deleted Services Terminating: they keep their
+// addresses until the end.
+const chaosHold = "chaos.portico.dev/hold"
 
 // ipHistory watches Services and counts address changes per Service: an address replaced by
 // another (or by none) while the Service was not edited is an address lost.
@@ -120,6 +125,7 @@ func TestChaosController(t *testing.T) {
 		t.Fatal(err)
 	}
 	history := watchHistory(t, cp)
+	duplicates := watchDuplicates(t, cp)
 
 	args := []string{"--leader-elect", "--leader-election-namespace", "default",
 		"--leader-elect-lease-duration", "4s", "--leader-elect-renew-deadline", "3s", "--leader-elect-retry-period", "500ms"}
@@ -134,6 +140,7 @@ func TestChaosController(t *testing.T) {
 		edited      = map[string]bool{}
 		created     atomic.Int64
 		deleted     atomic.Int64
+		held        atomic.Int64
 		editCounts  = make([]atomic.Int64, len(chaosEdits))
 		restarted   = make(chan error, 1)
 		restartDone = make(chan struct{})
@@ -212,6 +219,19 @@ func TestChaosController(t *testing.T) {
 					x := rng.IntN(len(mine) - 1)
 					target := fmt.Sprintf("svc-%04d", mine[x])
 					mine = append(mine[:x], mine[x+1:]...)
+					if rng.IntN(2) == 0 { // half stay Terminating, held by a finalizer, to the end
+						retrying(t, "hold "+target, func(ctx context.Context) error {
+							var svc corev1.Service
+							if err := cp.Client.Get(ctx, client.ObjectKey{Namespace: chaosNS, Name: target}, &svc); err != nil {
+								return err
+							}
+							if !slices.Contains(svc.Finalizers, chaosHold) {
+								svc.Finalizers = append(svc.Finalizers, chaosHold)
+							}
+							return cp.Client.Update(ctx, &svc)
+						})
+						held.Add(1)
+					}
 					retrying(t, "delete "+target, func(ctx context.Context) error {
 						return client.IgnoreNotFound(cp.Client.Delete(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: chaosNS, Name: target}}))
 					})
@@ -232,6 +252,7 @@ func TestChaosController(t *testing.T) {
 	calm := time.Now()
 	counts := waitInvariants(t, cp.Client, 3*time.Minute)
 	settle := time.Since(calm)
+	events, twice := duplicates.check(t, cp)
 
 	history.mu.Lock()
 	defer history.mu.Unlock()
@@ -248,8 +269,9 @@ func TestChaosController(t *testing.T) {
 	}
 	reps.mu.Lock()
 	defer reps.mu.Unlock()
-	report(t, "%d Services created, %d deleted, edits: %s", created.Load(), deleted.Load(), strings.Join(edits, ", "))
+	report(t, "%d Services created, %d deleted (%d of them held Terminating by a finalizer to the end), edits: %s", created.Load(), deleted.Load(), held.Load(), strings.Join(edits, ", "))
 	report(t, "%d controller replicas SIGKILLed, %d started, %d exited on their own (lease lost while the apiserver was down); apiserver+etcd restarted once", reps.killed, reps.started, reps.exited)
 	report(t, "after the storm: %s; settled %s after the last kill", counts, settle.Round(100*time.Millisecond))
 	report(t, "addresses changed on Services never edited: %d (of %d Services that ever held one)", lost, len(history.last))
+	report(t, "moments with an address held twice, in %d Service events watched through the storm: %d", events, twice)
 }
