@@ -78,6 +78,42 @@ func watchHistory(t testing.TB, cp *controlplane.ControlPlane) *ipHistory {
 	return h
 }
 
+// startChaos starts a control plane with the chaos namespace, the pools <prefix>-main
+// (autoAssign) and <prefix>-extra (explicit requests only), and the watches on every Service's
+// address history and on two holders at any moment.
+func startChaos(t testing.TB, prefix string, main, extra porticov1.AddressRange) (*controlplane.ControlPlane, *ipHistory, *duplicateWatch) {
+	t.Helper()
+	cp := startControlPlane(t)
+	ctx := context.Background()
+	if err := cp.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: chaosNS}}); err != nil {
+		t.Fatal(err)
+	}
+	createPool(t, cp, prefix+"-main", main)
+	pool := &porticov1.IPAddressPool{ObjectMeta: metav1.ObjectMeta{Name: prefix + "-extra"},
+		Spec: porticov1.IPAddressPoolSpec{Addresses: []porticov1.AddressRange{extra}, AutoAssign: ptr.To(false)}}
+	if err := cp.Client.Create(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	return cp, watchHistory(t, cp), watchDuplicates(t, cp)
+}
+
+// createChaosService creates a LoadBalancer Service in the chaos namespace, retrying while
+// the apiserver is down.
+func createChaosService(t testing.TB, cp *controlplane.ControlPlane, name string) {
+	t.Helper()
+	retrying(t, "create "+name, func(ctx context.Context) error {
+		err := cp.Client.Create(ctx, &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Namespace: chaosNS, Name: name, Annotations: map[string]string{}},
+			Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer,
+				Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}},
+		})
+		if apierrors.IsAlreadyExists(err) { // created by an attempt whose answer was lost
+			return nil
+		}
+		return err
+	})
+}
+
 // chaosEdits are the edits a worker makes to a Service it created; each one may move its
 // address, so the Service is marked edited first.
 var chaosEdits = []struct {
@@ -113,19 +149,8 @@ var chaosEdits = []struct {
 // Service that was never edited saw its address change.
 func TestChaosController(t *testing.T) {
 	n := chaosServices(t)
-	cp := startControlPlane(t)
+	cp, history, duplicates := startChaos(t, "chaos", "198.18.0.0/20", "198.18.64.0/24")
 	ctx := context.Background()
-	if err := cp.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: chaosNS}}); err != nil {
-		t.Fatal(err)
-	}
-	createPool(t, cp, "chaos-main", "198.18.0.0/20")
-	extra := &porticov1.IPAddressPool{ObjectMeta: metav1.ObjectMeta{Name: "chaos-extra"},
-		Spec: porticov1.IPAddressPoolSpec{Addresses: []porticov1.AddressRange{"198.18.64.0/24"}, AutoAssign: ptr.To(false)}}
-	if err := cp.Client.Create(ctx, extra); err != nil {
-		t.Fatal(err)
-	}
-	history := watchHistory(t, cp)
-	duplicates := watchDuplicates(t, cp)
 
 	args := []string{"--leader-elect", "--leader-election-namespace", "default",
 		"--leader-elect-lease-duration", "4s", "--leader-elect-renew-deadline", "3s", "--leader-elect-retry-period", "500ms"}
@@ -199,17 +224,7 @@ func TestChaosController(t *testing.T) {
 					continue
 				}
 				name := fmt.Sprintf("svc-%04d", i)
-				retrying(t, "create "+name, func(ctx context.Context) error {
-					err := cp.Client.Create(ctx, &corev1.Service{
-						ObjectMeta: metav1.ObjectMeta{Namespace: chaosNS, Name: name, Annotations: map[string]string{}},
-						Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer,
-							Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}},
-					})
-					if apierrors.IsAlreadyExists(err) { // created by an attempt whose answer was lost
-						return nil
-					}
-					return err
-				})
+				createChaosService(t, cp, name)
 				mine = append(mine, i)
 				created.Add(1)
 				switch r := rng.Float64(); {

@@ -15,9 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
@@ -31,19 +29,7 @@ import (
 // first, never touched) must keep theirs throughout.
 func TestChaosLeaderKills(t *testing.T) {
 	kills := envSize(t, "PORTICO_CHAOS_LEADER_KILLS", 30, 1)
-	cp := startControlPlane(t)
-	ctx := context.Background()
-	if err := cp.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: chaosNS}}); err != nil {
-		t.Fatal(err)
-	}
-	createPool(t, cp, "leader-main", "198.18.32.0/27")
-	extra := &porticov1.IPAddressPool{ObjectMeta: metav1.ObjectMeta{Name: "leader-extra"},
-		Spec: porticov1.IPAddressPoolSpec{Addresses: []porticov1.AddressRange{"198.18.33.0/28"}, AutoAssign: ptr.To(false)}}
-	if err := cp.Client.Create(ctx, extra); err != nil {
-		t.Fatal(err)
-	}
-	history := watchHistory(t, cp)
-	duplicates := watchDuplicates(t, cp)
+	cp, history, duplicates := startChaos(t, "leader", "198.18.32.0/27", "198.18.33.0/28")
 	reps := &replicas{t: t, start: func(name string) *controllerProcess {
 		return startController(t, cp, logFile(t, name), "--leader-elect", "--leader-election-namespace", "default",
 			"--leader-elect-lease-duration", "2s", "--leader-elect-renew-deadline", "1500ms", "--leader-elect-retry-period", "250ms")
@@ -52,19 +38,7 @@ func TestChaosLeaderKills(t *testing.T) {
 
 	// 8 bystanders and 40 churned Services for 32 + 16 addresses: some always wait.
 	const bystanders, churned = 8, 40
-	create := func(name string) {
-		retrying(t, "create "+name, func(ctx context.Context) error {
-			err := cp.Client.Create(ctx, &corev1.Service{
-				ObjectMeta: metav1.ObjectMeta{Namespace: chaosNS, Name: name, Annotations: map[string]string{}},
-				Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer,
-					Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}},
-			})
-			if apierrors.IsAlreadyExists(err) {
-				return nil
-			}
-			return err
-		})
-	}
+	create := func(name string) { createChaosService(t, cp, name) }
 	for i := range bystanders {
 		create(fmt.Sprintf("bystander-%d", i))
 	}
