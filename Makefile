@@ -97,11 +97,13 @@ bench-bgp: controlplane
 ## and the apiserver and etcd restart; pools reshaped under Services; then every fuzz target
 ## for FUZZTIME. The report goes to bin/chaos.md (docs/reliability.md quotes a real run).
 CHAOS_SERVICES ?= 3000
+# CHAOS_LEADER_KILLS (default 30; CI runs 10): how often TestChaosLeaderKills SIGKILLs the leader mid-burst.
+CHAOS_LEADER_KILLS ?= 30
 chaos: controlplane
 	@mkdir -p bin && rm -f bin/chaos.md
 	go vet -tags chaos ./e2e/
 	@echo "chaos: the whole output goes to bin/chaos.log; a failing test's part is printed in full"
-	PORTICO_CHAOS_SERVICES=$(CHAOS_SERVICES) PORTICO_CHAOS_OUT=$(CURDIR)/bin/chaos.md go test -tags chaos -count=1 -run '^TestChaos' -v -timeout 40m ./e2e/ > bin/chaos.log 2>&1; rc=$$?; \
+	PORTICO_CHAOS_SERVICES=$(CHAOS_SERVICES) PORTICO_CHAOS_LEADER_KILLS=$(CHAOS_LEADER_KILLS) PORTICO_CHAOS_OUT=$(CURDIR)/bin/chaos.md go test -tags chaos -count=1 -run '^TestChaos' -v -timeout 40m ./e2e/ > bin/chaos.log 2>&1; rc=$$?; \
 		grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|chaos.*_test.go' bin/chaos.log | grep -v 'would exceed context deadline'; \
 		if [ $$rc -ne 0 ]; then awk '/^=== RUN/ {n = 0} {part[n++ % 400] = $$0} /^--- FAIL/ {print "chaos: the output of the failed test:"; for (i = (n > 400 ? n - 400 : 0); i < n; i++) print part[i % 400]}' bin/chaos.log; fi; \
 		exit $$rc

@@ -110,13 +110,14 @@ func announcers(key string, ip netip.Addr, speakers []porticov1.Speaker) (string
 
 // notAnnounced says why nobody announces ip.
 func notAnnounced(ip netip.Addr, in announceInputs) (metav1.ConditionStatus, string, string) {
-	if len(in.speakers) == 0 {
-		return metav1.ConditionFalse, porticov1.ReasonNoSpeakers, "no speaker has reported (no Speaker objects): is the portico-speaker DaemonSet running?"
-	}
 	e := in.l2(ip)
 	switch {
 	case e.Pool == "":
-		return metav1.ConditionFalse, porticov1.ReasonNoAdvertisement, fmt.Sprintf("%s is in no IPAddressPool, so no advertisement covers it", ip)
+		// Orphaned (its pool shrank or went): advertisements select pools, so no speaker
+		// announces it, however many run, while IPAllocated stays True.
+		return metav1.ConditionFalse, porticov1.ReasonOrphanedIP, fmt.Sprintf("%s is outside every IPAddressPool; no advertisement covers it, so no node announces it: restore the pool or move the Service", ip)
+	case len(in.speakers) == 0:
+		return metav1.ConditionFalse, porticov1.ReasonNoSpeakers, "no speaker has reported (no Speaker objects): is the portico-speaker DaemonSet running?"
 	case !e.Advertised && in.bgpAdvertised(e.Pool):
 		return metav1.ConditionUnknown, porticov1.ReasonAnnouncePending, fmt.Sprintf("a BGPAdvertisement selects pool %s; no speaker reports advertising %s yet", e.Pool, ip)
 	case !e.Advertised:

@@ -21,7 +21,11 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		opts.LoadBalancerClass = porticov1.DefaultLoadBalancerClass
 	}
 	s := newState(mgr.GetClient(), opts.LoadBalancerClass)
+	s.live = mgr.GetAPIReader()
 	w := newStatusWriter(mgr.GetClient(), mgr.GetAPIReader())
+	if err := mgr.Add(w); err != nil {
+		return err
+	}
 	if err := (&PoolReconciler{Client: mgr.GetClient(), state: s}).setup(mgr); err != nil {
 		return err
 	}

@@ -77,9 +77,12 @@ func (r *ServiceReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	ours := found && s.ours(&svc)
 	var o outcome
 	if err := s.withLock(ctx, func() {
-		if ours {
+		switch {
+		case ours && svc.DeletionTimestamp != nil:
+			o = r.keep(&svc, key)
+		case ours:
 			o = r.allocate(ctx, &svc, key)
-		} else {
+		default:
 			o.freed = r.release(key)
 		}
 	}); err != nil {
@@ -104,11 +107,14 @@ type outcome struct {
 	err   error    // why the request is not met (the Service may still keep asg)
 	freed []string // pools that gained a free address
 	pools []string // pools whose counts may have changed
+	// finalizers, when set, hold a Terminating Service in the API: it keeps asg, gets nothing new.
+	finalizers []string
 }
 
 func (r *ServiceReconciler) allocate(ctx context.Context, svc *corev1.Service, key string) outcome {
 	s := r.state
 	before, _ := s.alloc.Assignment(key)
+	was := s.dropLeaving(key) // what it is leaving never stands in its own way; held again below
 	req, reqErr := s.request(ctx, svc)
 	var o outcome
 	if reqErr != nil {
@@ -130,6 +136,8 @@ func (r *ServiceReconciler) allocate(ctx context.Context, svc *corev1.Service, k
 	} else {
 		delete(s.orphanOf, key)
 	}
+	left := s.poolsContaining(s.holdLeaving(key, was, porticov1.IngressAddrs(svc), o.asg.IPs))
+	o.freed, o.pools = append(o.freed, left...), append(o.pools, left...)
 	changed := !slices.Equal(before.IPs, o.asg.IPs)
 	if changed && before.Pool != "" {
 		o.freed = append(o.freed, before.Pool)
@@ -152,13 +160,14 @@ func (r *ServiceReconciler) release(key string) []string {
 	s := r.state
 	held, ok := s.alloc.Assignment(key)
 	delete(s.waiting, key)
+	left := s.poolsContaining(s.dropLeaving(key)) // a gone Service's status lists nothing
 	if !ok {
-		return nil
+		return left
 	}
 	s.alloc.Release(key)
 	orphanPool := s.orphanOf[key]
 	delete(s.orphanOf, key)
-	return append(appendPools(nil, held.Pool, orphanPool), s.poolsContaining(held.IPs)...)
+	return append(appendPools(left, held.Pool, orphanPool), s.poolsContaining(held.IPs)...)
 }
 
 // afterRelease lets waiting Services try again when addresses were freed.
@@ -247,6 +256,10 @@ func (r *ServiceReconciler) event(svc *corev1.Service, cond metav1.Condition) {
 	if r.Recorder == nil {
 		return
 	}
+	if cond.Reason == porticov1.ReasonTerminating {
+		r.Recorder.Eventf(svc, nil, corev1.EventTypeNormal, porticov1.ReasonTerminating, "Allocate", "%s", cond.Message)
+		return
+	}
 	if cond.Status == metav1.ConditionTrue {
 		r.Recorder.Eventf(svc, nil, corev1.EventTypeNormal, "IPAllocated", "Allocate", "%s", cond.Message)
 		allocations.Inc()
@@ -261,6 +274,8 @@ func allocatedCondition(o outcome) metav1.Condition {
 	var annErr *annotationError
 	var allocErr *allocator.Error
 	switch {
+	case o.finalizers != nil:
+		return terminatingCondition(o)
 	case errors.As(o.err, &annErr):
 		c.Status, c.Reason, c.Message = metav1.ConditionFalse, porticov1.ReasonInvalidAnnotation, annErr.Error()
 		if len(o.asg.IPs) > 0 {

@@ -24,7 +24,9 @@ import (
 // Every access holds mu.
 type state struct {
 	reader client.Reader
-	class  string
+	// live, when set, reads from the apiserver, not the cache: see ensureLoaded.
+	live  client.Reader
+	class string
 
 	mu       sync.Mutex
 	alloc    *allocator.Allocator
@@ -64,9 +66,11 @@ func (s *state) waitingServices() []string {
 	return names
 }
 
-// ours reports whether Portico handles the Service.
+// ours reports whether Portico handles the Service. A Terminating one (deleted, held by a
+// finalizer) still is: kube-proxy and the speakers go on using its addresses until the object
+// is gone, so nobody else may have them meanwhile.
 func (s *state) ours(svc *corev1.Service) bool {
-	return svc.Spec.Type == corev1.ServiceTypeLoadBalancer && svc.DeletionTimestamp == nil &&
+	return svc.Spec.Type == corev1.ServiceTypeLoadBalancer &&
 		(svc.Spec.LoadBalancerClass == nil || *svc.Spec.LoadBalancerClass == s.class)
 }
 
@@ -79,8 +83,15 @@ func (s *state) ensureLoaded(ctx context.Context) error {
 	if _, _, err := s.syncPools(ctx); err != nil {
 		return err
 	}
+	// A new leader rebuilds from the apiserver, not from its cache: the cache may not yet have
+	// seen the old leader's last status writes (an address moved to another Service just before
+	// it died), and a rebuild without them gives those addresses away again.
+	services := s.reader
+	if s.live != nil {
+		services = s.live
+	}
 	var svcs corev1.ServiceList
-	if err := s.reader.List(ctx, &svcs); err != nil {
+	if err := services.List(ctx, &svcs); err != nil {
 		return err
 	}
 	// Oldest first: if two Services claim one address, the older keeps it.
@@ -170,7 +181,7 @@ func (s *state) syncPools(ctx context.Context) (changed bool, moved []string, er
 		return false, nil, nil
 	}
 	s.poolGen = gen
-	return true, s.alloc.SetPools(pools), nil
+	return true, slices.DeleteFunc(s.alloc.SetPools(pools), isLeavingKey), nil
 }
 
 // allocatorPool is the allocator's view of a pool: its valid entries (the invalid ones are

@@ -55,11 +55,28 @@ func newStatusWriter(c client.Client, reader client.Reader) *statusWriter {
 	w := &statusWriter{client: c, reader: reader,
 		inflight: map[string]*writeJob{}, replaced: map[string]string{}, failures: map[string]int{}}
 	for range writeLanes {
-		lane := make(chan *writeJob, 1024)
-		w.lanes = append(w.lanes, lane)
-		go w.run(lane)
+		w.lanes = append(w.lanes, make(chan *writeJob, 1024))
 	}
 	return w
+}
+
+// NeedLeaderElection: only the leader writes. The manager starts the lanes once this replica
+// is elected, with the reconcilers, and cancels their context when it stops leading.
+func (w *statusWriter) NeedLeaderElection() bool { return true }
+
+// Start runs the lanes until ctx ends: when the lease is lost (controller-runtime then stops
+// the manager and the process exits) or the process stops. A lane checks ctx before every
+// request, so an old leader never sends a write once it knows it lost the lease, even if it
+// lingers; what is still queued is dropped, and the next leader decides again from what is
+// stored. A write already sent is let finish: on a clean stop the lease is released only after
+// it, so it cannot land behind the next leader's back.
+func (w *statusWriter) Start(ctx context.Context) error {
+	var wg sync.WaitGroup
+	for _, lane := range w.lanes {
+		wg.Go(func() { w.run(ctx, lane) })
+	}
+	wg.Wait()
+	return nil
 }
 
 // submit hands over a write unless it is redundant. cached is the object the decision was
@@ -95,14 +112,24 @@ func sameWrite(a, b *corev1.Service) bool {
 	return equality.Semantic.DeepEqual(a.Status, b.Status) && equality.Semantic.DeepEqual(a.Annotations, b.Annotations)
 }
 
-func (w *statusWriter) run(lane chan *writeJob) {
-	for job := range lane {
+func (w *statusWriter) run(leading context.Context, lane chan *writeJob) {
+	ctx := context.WithoutCancel(leading) // see Start: a request once sent is let finish
+	for {
+		var job *writeJob
+		select {
+		case <-leading.Done():
+			return
+		case job = <-lane:
+		}
+		if leading.Err() != nil {
+			return
+		}
 		base := job.obj.ResourceVersion
 		// On kube-apiserver 1.37 a status update also stores metadata annotations: one request.
-		err := w.client.Status().Update(context.Background(), job.obj)
+		err := w.client.Status().Update(ctx, job.obj)
 		wrote := true
 		if apierrors.IsConflict(err) {
-			base, wrote, err = w.rebase(job)
+			base, wrote, err = w.rebase(leading, job)
 		}
 		// !wrote: another write already put these fields there, and told of it.
 		w.mu.Lock()
@@ -122,7 +149,11 @@ func (w *statusWriter) run(lane chan *writeJob) {
 		w.mu.Unlock()
 		if err != nil {
 			logf.Log.WithName("status-writer").V(1).Info("status write failed; retrying", "service", job.key, "error", err.Error(), "after", backoff)
-			time.AfterFunc(backoff, func() { job.part.retry(job.key) })
+			time.AfterFunc(backoff, func() {
+				if leading.Err() == nil {
+					job.part.retry(job.key)
+				}
+			})
 			continue
 		}
 		if wrote && job.part.done != nil {
@@ -133,10 +164,12 @@ func (w *statusWriter) run(lane chan *writeJob) {
 
 // rebase applies the job's part to the Service as the apiserver has it now, after another
 // part's write made the job's copy stale, and writes that (unless the fields are already
-// right). It returns the resourceVersion the write replaced.
-func (w *statusWriter) rebase(job *writeJob) (base string, wrote bool, err error) {
+// right). It returns the resourceVersion the write replaced. A conflict may be the next
+// leader's write: an old leader that knows it lost the lease does not write over it.
+func (w *statusWriter) rebase(leading context.Context, job *writeJob) (base string, wrote bool, err error) {
+	ctx := context.WithoutCancel(leading)
 	var cur corev1.Service
-	if err := w.reader.Get(context.Background(), client.ObjectKeyFromObject(job.obj), &cur); err != nil {
+	if err := w.reader.Get(ctx, client.ObjectKeyFromObject(job.obj), &cur); err != nil {
 		return "", false, err
 	}
 	if cur.UID != job.obj.UID {
@@ -148,7 +181,10 @@ func (w *statusWriter) rebase(job *writeJob) (base string, wrote bool, err error
 	if sameWrite(&cur, want) {
 		return "", false, nil
 	}
-	return cur.ResourceVersion, true, w.client.Status().Update(context.Background(), want)
+	if err := leading.Err(); err != nil {
+		return "", false, err
+	}
+	return cur.ResourceVersion, true, w.client.Status().Update(ctx, want)
 }
 
 // forget drops what is remembered about a deleted Service.

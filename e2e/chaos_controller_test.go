@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -28,6 +29,10 @@ import (
 )
 
 const chaosNS = "chaos"
+
+// chaosHold is a finalizer that keeps some deleted Services Terminating: they keep their
+// addresses until the end.
+const chaosHold = "chaos.portico.dev/hold"
 
 // ipHistory watches Services and counts address changes per Service: an address replaced by
 // another (or by none) while the Service was not edited is an address lost.
@@ -73,6 +78,42 @@ func watchHistory(t testing.TB, cp *controlplane.ControlPlane) *ipHistory {
 	return h
 }
 
+// startChaos starts a control plane with the chaos namespace, the pools <prefix>-main
+// (autoAssign) and <prefix>-extra (explicit requests only), and the watches on every Service's
+// address history and on two holders at any moment.
+func startChaos(t testing.TB, prefix string, main, extra porticov1.AddressRange) (*controlplane.ControlPlane, *ipHistory, *duplicateWatch) {
+	t.Helper()
+	cp := startControlPlane(t)
+	ctx := context.Background()
+	if err := cp.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: chaosNS}}); err != nil {
+		t.Fatal(err)
+	}
+	createPool(t, cp, prefix+"-main", main)
+	pool := &porticov1.IPAddressPool{ObjectMeta: metav1.ObjectMeta{Name: prefix + "-extra"},
+		Spec: porticov1.IPAddressPoolSpec{Addresses: []porticov1.AddressRange{extra}, AutoAssign: ptr.To(false)}}
+	if err := cp.Client.Create(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	return cp, watchHistory(t, cp), watchDuplicates(t, cp)
+}
+
+// createChaosService creates a LoadBalancer Service in the chaos namespace, retrying while
+// the apiserver is down.
+func createChaosService(t testing.TB, cp *controlplane.ControlPlane, name string) {
+	t.Helper()
+	retrying(t, "create "+name, func(ctx context.Context) error {
+		err := cp.Client.Create(ctx, &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Namespace: chaosNS, Name: name, Annotations: map[string]string{}},
+			Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer,
+				Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}},
+		})
+		if apierrors.IsAlreadyExists(err) { // created by an attempt whose answer was lost
+			return nil
+		}
+		return err
+	})
+}
+
 // chaosEdits are the edits a worker makes to a Service it created; each one may move its
 // address, so the Service is marked edited first.
 var chaosEdits = []struct {
@@ -108,18 +149,8 @@ var chaosEdits = []struct {
 // Service that was never edited saw its address change.
 func TestChaosController(t *testing.T) {
 	n := chaosServices(t)
-	cp := startControlPlane(t)
+	cp, history, duplicates := startChaos(t, "chaos", "198.18.0.0/20", "198.18.64.0/24")
 	ctx := context.Background()
-	if err := cp.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: chaosNS}}); err != nil {
-		t.Fatal(err)
-	}
-	createPool(t, cp, "chaos-main", "198.18.0.0/20")
-	extra := &porticov1.IPAddressPool{ObjectMeta: metav1.ObjectMeta{Name: "chaos-extra"},
-		Spec: porticov1.IPAddressPoolSpec{Addresses: []porticov1.AddressRange{"198.18.64.0/24"}, AutoAssign: ptr.To(false)}}
-	if err := cp.Client.Create(ctx, extra); err != nil {
-		t.Fatal(err)
-	}
-	history := watchHistory(t, cp)
 
 	args := []string{"--leader-elect", "--leader-election-namespace", "default",
 		"--leader-elect-lease-duration", "4s", "--leader-elect-renew-deadline", "3s", "--leader-elect-retry-period", "500ms"}
@@ -134,6 +165,7 @@ func TestChaosController(t *testing.T) {
 		edited      = map[string]bool{}
 		created     atomic.Int64
 		deleted     atomic.Int64
+		held        atomic.Int64
 		editCounts  = make([]atomic.Int64, len(chaosEdits))
 		restarted   = make(chan error, 1)
 		restartDone = make(chan struct{})
@@ -192,17 +224,7 @@ func TestChaosController(t *testing.T) {
 					continue
 				}
 				name := fmt.Sprintf("svc-%04d", i)
-				retrying(t, "create "+name, func(ctx context.Context) error {
-					err := cp.Client.Create(ctx, &corev1.Service{
-						ObjectMeta: metav1.ObjectMeta{Namespace: chaosNS, Name: name, Annotations: map[string]string{}},
-						Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer,
-							Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}},
-					})
-					if apierrors.IsAlreadyExists(err) { // created by an attempt whose answer was lost
-						return nil
-					}
-					return err
-				})
+				createChaosService(t, cp, name)
 				mine = append(mine, i)
 				created.Add(1)
 				switch r := rng.Float64(); {
@@ -212,6 +234,19 @@ func TestChaosController(t *testing.T) {
 					x := rng.IntN(len(mine) - 1)
 					target := fmt.Sprintf("svc-%04d", mine[x])
 					mine = append(mine[:x], mine[x+1:]...)
+					if rng.IntN(2) == 0 { // half stay Terminating, held by a finalizer, to the end
+						retrying(t, "hold "+target, func(ctx context.Context) error {
+							var svc corev1.Service
+							if err := cp.Client.Get(ctx, client.ObjectKey{Namespace: chaosNS, Name: target}, &svc); err != nil {
+								return err
+							}
+							if !slices.Contains(svc.Finalizers, chaosHold) {
+								svc.Finalizers = append(svc.Finalizers, chaosHold)
+							}
+							return cp.Client.Update(ctx, &svc)
+						})
+						held.Add(1)
+					}
 					retrying(t, "delete "+target, func(ctx context.Context) error {
 						return client.IgnoreNotFound(cp.Client.Delete(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: chaosNS, Name: target}}))
 					})
@@ -232,6 +267,7 @@ func TestChaosController(t *testing.T) {
 	calm := time.Now()
 	counts := waitInvariants(t, cp.Client, 3*time.Minute)
 	settle := time.Since(calm)
+	events, twice := duplicates.check(t, cp)
 
 	history.mu.Lock()
 	defer history.mu.Unlock()
@@ -248,8 +284,9 @@ func TestChaosController(t *testing.T) {
 	}
 	reps.mu.Lock()
 	defer reps.mu.Unlock()
-	report(t, "%d Services created, %d deleted, edits: %s", created.Load(), deleted.Load(), strings.Join(edits, ", "))
+	report(t, "%d Services created, %d deleted (%d of them held Terminating by a finalizer to the end), edits: %s", created.Load(), deleted.Load(), held.Load(), strings.Join(edits, ", "))
 	report(t, "%d controller replicas SIGKILLed, %d started, %d exited on their own (lease lost while the apiserver was down); apiserver+etcd restarted once", reps.killed, reps.started, reps.exited)
 	report(t, "after the storm: %s; settled %s after the last kill", counts, settle.Round(100*time.Millisecond))
 	report(t, "addresses changed on Services never edited: %d (of %d Services that ever held one)", lost, len(history.last))
+	report(t, "moments with an address held twice, in %d Service events watched through the storm: %d", events, twice)
 }

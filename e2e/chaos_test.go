@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"sync"
 	"syscall"
 	"testing"
@@ -98,9 +99,15 @@ func (r *replicas) killOne(rng *rand.Rand) {
 		r.mu.Unlock()
 		return
 	}
-	i := rng.IntN(len(r.running))
-	p := r.running[i]
-	r.running = append(r.running[:i], r.running[i+1:]...)
+	p := r.running[rng.IntN(len(r.running))]
+	r.mu.Unlock()
+	r.kill(p)
+}
+
+// kill SIGKILLs one running replica.
+func (r *replicas) kill(p *controllerProcess) {
+	r.mu.Lock()
+	r.running = slices.DeleteFunc(r.running, func(q *controllerProcess) bool { return q == p })
 	r.killed++
 	r.mu.Unlock()
 	began := time.Now()

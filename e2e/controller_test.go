@@ -186,11 +186,13 @@ func TestRestartChangesNothing(t *testing.T) {
 }
 
 // TestLeaderKilledWhileCreating: two replicas with leader election; the leader is killed while
-// Services are being created. Every Service still gets an address, and no address is held twice.
+// Services are being created. Every Service still gets an address, and no address is held
+// twice, at the end or at any moment in between.
 func TestLeaderKilledWhileCreating(t *testing.T) {
 	const n = 300
 	cp := startControlPlane(t)
 	createPool(t, cp, "ha", "198.18.16.0/22")
+	duplicates := watchDuplicates(t, cp)
 	args := []string{"--leader-elect", "--leader-election-namespace", "default",
 		"--leader-elect-lease-duration", "4s", "--leader-elect-renew-deadline", "3s", "--leader-elect-retry-period", "500ms"}
 	leader := startController(t, cp, logFile(t, "leader"), args...)
@@ -202,6 +204,7 @@ func TestLeaderKilledWhileCreating(t *testing.T) {
 	createServices(t, cp, n/2, n)
 	waitAllAllocated(t, cp, n)
 	t.Logf("after the leader was killed: %s", waitInvariants(t, cp.Client, time.Minute))
+	duplicates.check(t, cp)
 }
 
 func waitPoolAssigned(t testing.TB, cp *controlplane.ControlPlane, name string, n int64) *porticov1.IPAddressPool {

@@ -38,7 +38,7 @@ func (c invariantCounts) String() string {
 // checkInvariants reads every Service and pool and returns what breaks Portico's contracts:
 //   - an address held by two Services that may not share it (same sharing key, no port in
 //     common, and the same selector under externalTrafficPolicy Local);
-//   - a LoadBalancer Service of the class with neither an address nor a False IPAllocated
+//   - a LoadBalancer Service of the class (Terminating ones too) with neither an address nor a False IPAllocated
 //     condition with a reason, or whose condition is older than its spec;
 //   - a Service Portico does not handle that carries Portico's condition or annotation;
 //   - a pool whose status is older than its spec or whose counts differ from a recount.
@@ -56,9 +56,7 @@ func checkInvariants(ctx context.Context, c client.Reader, class string) (invari
 		svc := &svcs.Items[i]
 		key := svc.Namespace + "/" + svc.Name
 		cond := meta.FindStatusCondition(svc.Status.Conditions, porticov1.ConditionIPAllocated)
-		ours := svc.Spec.Type == corev1.ServiceTypeLoadBalancer && svc.DeletionTimestamp == nil &&
-			(svc.Spec.LoadBalancerClass == nil || *svc.Spec.LoadBalancerClass == class)
-		if !ours {
+		if !handled(svc, class) {
 			if cond != nil {
 				bad = append(bad, fmt.Sprintf("%s is not Portico's but carries %s=%s", key, cond.Type, cond.Status))
 			}
@@ -118,6 +116,13 @@ func checkInvariants(ctx context.Context, c client.Reader, class string) (invari
 	counts.Pools = pools
 	slices.Sort(bad)
 	return counts, append(bad, poolBad...), nil
+}
+
+// handled reports whether Portico handles the Service: a LoadBalancer of its class, including
+// a Terminating one (deleted, held by a finalizer), which keeps its address until it is gone.
+func handled(svc *corev1.Service, class string) bool {
+	return svc.Spec.Type == corev1.ServiceTypeLoadBalancer &&
+		(svc.Spec.LoadBalancerClass == nil || *svc.Spec.LoadBalancerClass == class)
 }
 
 // cannotShare says why two Services may not hold one address, or "" if they may.

@@ -26,6 +26,9 @@ const (
 	// ReasonNotAllowedByPool: the requested pool, or the pool holding a requested address,
 	// has a serviceAllocation that does not select the Service.
 	ReasonNotAllowedByPool = "NotAllowedByPool"
+	// ReasonTerminating: the Service is deleted but a finalizer holds it; it keeps its
+	// addresses (True) or waits for none (False) until it is gone.
+	ReasonTerminating = "Terminating"
 )
 
 // Reasons of ConditionEndpointsReady.

@@ -1,0 +1,39 @@
+package controller
+
+import (
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
+)
+
+// keep is the decision for a Terminating Service (deleted, held in the API by a finalizer):
+// its addresses stay taken, since its status still lists them and kube-proxy and the speakers
+// go on using them, until the object is gone; it gets nothing new. Call with mu held.
+func (r *ServiceReconciler) keep(svc *corev1.Service, key string) outcome {
+	s := r.state
+	o := outcome{finalizers: append([]string{}, svc.Finalizers...)}
+	o.asg, _ = s.alloc.Assignment(key)
+	// No longer waiting: the pools it waited on count one Service fewer.
+	o.pools = appendPools(s.waiting[key].pools, o.asg.Pool)
+	delete(s.waiting, key)
+	o.freed = s.poolsContaining(s.holdLeaving(key, s.dropLeaving(key), porticov1.IngressAddrs(svc), o.asg.IPs))
+	o.pools = append(o.pools, o.freed...)
+	return o
+}
+
+// terminatingCondition says that a Terminating Service keeps its addresses, and what holds it.
+func terminatingCondition(o outcome) metav1.Condition {
+	c := metav1.Condition{Type: porticov1.ConditionIPAllocated, Reason: porticov1.ReasonTerminating}
+	held := "finalizers: " + strings.Join(o.finalizers, ", ")
+	if len(o.asg.IPs) == 0 {
+		c.Status, c.Message = metav1.ConditionFalse, fmt.Sprintf("no address: the Service is being deleted (%s)", held)
+		return c
+	}
+	c.Status = metav1.ConditionTrue
+	c.Message = fmt.Sprintf("%s kept until the Service is deleted; nobody else gets it meanwhile (%s)", joinAddrs(o.asg.IPs), held)
+	return c
+}

@@ -1,0 +1,214 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+
+	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
+	"github.com/portico-lb/portico/internal/controlplane"
+)
+
+// duplicateWatch follows every Service through one watch for a whole test and records each
+// moment two Services held one address they may not share. The invariant checker sees only
+// the end of a storm; the watch sees every state the apiserver stored, in the order it stored
+// them (one watch stream is ordered; an informer's queue is not, across objects), keeps the
+// last state of each Service and checks each event against the others.
+//
+// A user's edit that makes two sharers incompatible (a new key on one) is reported too until
+// the controller moves one of them; the tests that use it never make such an edit.
+type duplicateWatch struct {
+	class string
+	done  chan struct{}
+
+	mu       sync.Mutex
+	last     map[string]*corev1.Service     // namespace/name → its last state, when Portico's
+	holders  map[netip.Addr]map[string]bool // address → the Services listing it
+	events   int
+	relists  int             // the watch was lost and the Services read again: states in the gap are unseen
+	found    []string        // every moment of two holders, first seen
+	reported map[string]bool // address and pair already in found
+}
+
+// watchDuplicates starts the watch; it runs until the test ends.
+func watchDuplicates(t testing.TB, cp *controlplane.ControlPlane) *duplicateWatch {
+	t.Helper()
+	w := &duplicateWatch{class: porticov1.DefaultLoadBalancerClass, done: make(chan struct{}), reported: map[string]bool{}}
+	cs := kubernetes.NewForConfigOrDie(cp.Config)
+	ctx, cancel := context.WithCancel(context.Background())
+	rv, err := w.relist(ctx, cs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.relists = 0
+	go w.run(ctx, cs, rv)
+	t.Cleanup(func() { cancel(); <-w.done })
+	return w
+}
+
+func (w *duplicateWatch) run(ctx context.Context, cs kubernetes.Interface, rv string) {
+	defer close(w.done)
+	for ctx.Err() == nil {
+		if rv == "" {
+			var err error
+			if rv, err = w.relist(ctx, cs); err != nil {
+				pause(ctx) // the apiserver is down (restarting): try again
+				continue
+			}
+		}
+		rv = w.follow(ctx, cs, rv)
+	}
+}
+
+func pause(ctx context.Context) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(100 * time.Millisecond):
+	}
+}
+
+// follow watches from rv until the watch ends, and returns where to go on from, or "" when
+// that is too old and the Services must be read again.
+func (w *duplicateWatch) follow(ctx context.Context, cs kubernetes.Interface, rv string) string {
+	wi, err := cs.CoreV1().Services("").Watch(ctx, metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true})
+	if err != nil {
+		if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
+			return ""
+		}
+		pause(ctx)
+		return rv
+	}
+	defer wi.Stop()
+	for ev := range wi.ResultChan() {
+		if ev.Type == watch.Error {
+			if err := apierrors.FromObject(ev.Object); apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
+				return ""
+			}
+			return rv
+		}
+		obj, err := meta.Accessor(ev.Object)
+		if err != nil {
+			continue
+		}
+		rv = obj.GetResourceVersion()
+		svc, ok := ev.Object.(*corev1.Service)
+		switch {
+		case !ok || ev.Type == watch.Bookmark:
+		case ev.Type == watch.Deleted:
+			w.mu.Lock()
+			w.events++
+			w.drop(svc.Namespace + "/" + svc.Name)
+			w.mu.Unlock()
+		default:
+			w.mu.Lock()
+			w.events++
+			w.observe(svc, rv)
+			w.mu.Unlock()
+		}
+	}
+	return rv
+}
+
+// relist reads every Service afresh (a consistent moment) and checks it.
+func (w *duplicateWatch) relist(ctx context.Context, cs kubernetes.Interface) (string, error) {
+	list, err := cs.CoreV1().Services("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return "", err
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.relists++
+	w.last, w.holders = map[string]*corev1.Service{}, map[netip.Addr]map[string]bool{}
+	for i := range list.Items {
+		w.observe(&list.Items[i], list.ResourceVersion)
+	}
+	return list.ResourceVersion, nil
+}
+
+// drop forgets what key held. Call with mu held.
+func (w *duplicateWatch) drop(key string) {
+	if old := w.last[key]; old != nil {
+		for _, ip := range porticov1.IngressAddrs(old) {
+			delete(w.holders[ip], key)
+		}
+	}
+	delete(w.last, key)
+}
+
+// observe takes the Service's new state and checks its addresses against every other holder's
+// last state. Call with mu held.
+func (w *duplicateWatch) observe(svc *corev1.Service, rv string) {
+	key := svc.Namespace + "/" + svc.Name
+	w.drop(key)
+	if !handled(svc, w.class) {
+		return
+	}
+	w.last[key] = svc
+	for _, ip := range porticov1.IngressAddrs(svc) {
+		for other := range w.holders[ip] {
+			why := cannotShare(svc, w.last[other])
+			pair := []string{key, other}
+			slices.Sort(pair)
+			id := ip.String() + " " + strings.Join(pair, " ")
+			if why == "" || w.reported[id] {
+				continue
+			}
+			w.reported[id] = true
+			w.found = append(w.found, fmt.Sprintf("%s held by %s and %s at resourceVersion %s: %s", ip, pair[0], pair[1], rv, why))
+		}
+		if w.holders[ip] == nil {
+			w.holders[ip] = map[string]bool{}
+		}
+		w.holders[ip][key] = true
+	}
+}
+
+// check waits until the watch has seen every Service as it is now, and fails the test for
+// every moment two Services held one address. It returns the number of events seen and of
+// such moments.
+func (w *duplicateWatch) check(t testing.TB, cp *controlplane.ControlPlane) (events, moments int) {
+	t.Helper()
+	cs := kubernetes.NewForConfigOrDie(cp.Config)
+	var lag string
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		list, err := cs.CoreV1().Services("").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			lag = err.Error()
+			return false, nil
+		}
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		lag = ""
+		for i := range list.Items {
+			svc := &list.Items[i]
+			if seen := w.last[svc.Namespace+"/"+svc.Name]; handled(svc, w.class) && (seen == nil || seen.ResourceVersion != svc.ResourceVersion) {
+				lag = fmt.Sprintf("%s/%s at resourceVersion %s not seen yet", svc.Namespace, svc.Name, svc.ResourceVersion)
+				break
+			}
+		}
+		return lag == "", nil
+	})
+	if err != nil {
+		t.Errorf("the duplicate watch did not catch up: %s", lag)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, f := range w.found {
+		t.Errorf("two holders at once: %s", f)
+	}
+	t.Logf("duplicate watch: %d Service events, %d moments with an address held twice, %d relists (watch lost)", w.events, len(w.found), w.relists)
+	return w.events, len(w.found)
+}
