@@ -154,7 +154,7 @@ func exited(p *speakerProc) bool {
 type malformedUpdate struct {
 	name      string
 	body      []byte
-	mustReset bool // RFC 7606 leaves no choice but a session reset
+	mustReset bool // RFC 4271 and 7606 leave no choice but a session reset
 }
 
 // malformedUpdates are the UPDATEs of the GoBGP advisories the move to v4 closed, each of which
@@ -172,11 +172,11 @@ func malformedUpdates(self netip.Addr) []malformedUpdate {
 	}
 	nlri := []byte{32, 203, 0, 113, 250}
 	return []malformedUpdate{
-		{name: "CVE-2026-42285: an attribute longer than the attribute list", mustReset: true,
+		{name: "CVE-2026-42285: an attribute longer than the attribute list",
 			body: update(nil, []byte{0x40, 1, 5, 0})},
 		{name: "CVE-2026-41643: a one-byte AS4_PATH before the AS_PATH",
 			body: update(nil, []byte{0x40, 17, 1, 2}, []byte{0x40, 2, 4, 0xff, 0xff, 0xde, 0xad})},
-		{name: "CVE-2026-41642: an unknown well-known attribute",
+		{name: "CVE-2026-41642: an unknown well-known attribute", mustReset: true,
 			body: update(nlri, origin, asPath, nextHop, []byte{0x40, 200, 1, 0})},
 		{name: "CVE-2026-30405: a NEXT_HOP of 3 bytes",
 			body: update(nlri, origin, asPath, []byte{0x40, 3, 3, 198, 51, 100})},
