@@ -66,7 +66,7 @@ func BenchmarkBGP(b *testing.B) {
 				mon.reset()
 				deleted := time.Now()
 				must(b, e.c.Delete(context.Background(), svc))
-				for at = mon.await(b, pfx.Addr().String(), true); len(netlab.Gateways(router.NS, pfx)) > 0; {
+				for at = mon.await(b, pfx.Addr().String(), true); len(gateways(b, router.NS, pfx)) > 0; {
 					at = mon.await(b, pfx.Addr().String(), true) // only one node's path went; wait for the last
 				}
 				dels = append(dels, at.Sub(deleted))

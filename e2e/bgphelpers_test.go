@@ -115,9 +115,19 @@ func (e *l2Env) expectRoute(router string, prefix netip.Prefix, via []netip.Addr
 		}
 	}()
 	return waitFor(e.t, what, within, func() bool {
-		last = netlab.Gateways(router, prefix)
+		last = gateways(e.t, router, prefix)
 		return slices.Equal(last, via)
 	})
+}
+
+// gateways is netlab.Gateways, failing the test when ip cannot tell.
+func gateways(t testing.TB, router string, prefix netip.Prefix) []netip.Addr {
+	t.Helper()
+	gw, err := netlab.Gateways(router, prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return gw
 }
 
 // sessions returns node's BGP sessions from its Speaker status, by peer.

@@ -138,9 +138,7 @@ func (s *Speaker) trigger(cause string) {
 func (s *Speaker) shutdown() {
 	// Withdraw over BGP first: routers drop this node's routes as soon as they get the
 	// withdrawals and the NOTIFICATION that closes each session.
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	s.BGP.Close(ctx)
-	cancel()
+	s.BGP.Close()
 	if err := s.Announce.Close(); err != nil {
 		s.Log.Error(err, "closing responders")
 	}

@@ -108,15 +108,20 @@ func (r *Router) Log() string {
 }
 
 // Gateways returns the next hops of ns's kernel route for exactly prefix, sorted (several
-// for an ECMP route), or nil when there is no such route.
-func Gateways(ns string, prefix netip.Prefix) []netip.Addr {
+// for an ECMP route), or none when there is no such route. An ip failure (a missing
+// namespace, unreadable output) is an error, never "no route": a check for a route's absence
+// must not pass because the check itself could not look.
+func Gateways(ns string, prefix netip.Prefix) ([]netip.Addr, error) {
 	fam := "-4"
 	if prefix.Addr().Is6() {
 		fam = "-6"
 	}
-	out, err := exec.Command("ip", "-n", ns, fam, "-j", "route", "show", "exact", prefix.String()).Output()
+	cmd := exec.Command("ip", "-n", ns, fam, "-j", "route", "show", "exact", prefix.String())
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
 	if err != nil {
-		return nil
+		return nil, fmt.Errorf("ip -n %s route show exact %s: %w: %s", ns, prefix, err, strings.TrimSpace(stderr.String()))
 	}
 	var routes []struct {
 		Gateway  string `json:"gateway"`
@@ -124,8 +129,8 @@ func Gateways(ns string, prefix netip.Prefix) []netip.Addr {
 			Gateway string `json:"gateway"`
 		} `json:"nexthops"`
 	}
-	if json.Unmarshal(out, &routes) != nil {
-		return nil
+	if err := json.Unmarshal(out, &routes); err != nil {
+		return nil, fmt.Errorf("reading ip's routes in %s: %w: %q", ns, err, out)
 	}
 	var gws []netip.Addr
 	add := func(s string) {
@@ -140,5 +145,5 @@ func Gateways(ns string, prefix netip.Prefix) []netip.Addr {
 		}
 	}
 	slices.SortFunc(gws, netip.Addr.Compare)
-	return slices.Compact(gws)
+	return slices.Compact(gws), nil
 }

@@ -5,6 +5,8 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+
+	"github.com/osrg/gobgp/v4/pkg/packet/bgp"
 )
 
 func TestParseCommunity(t *testing.T) {
@@ -60,11 +62,11 @@ func TestPasswordNeverPrinted(t *testing.T) {
 func TestAPIPath(t *testing.T) {
 	v6 := apiPath(Route{Prefix: netip.MustParsePrefix("2001:db8:ff::10/128"), Attrs: Attrs{NextHop: netip.MustParseAddr("2001:db8:1::11"), LocalPref: 200,
 		Communities: []uint32{1}, Large: []LargeCommunity{{1, 2, 3}}}})
-	if v6.Family != familyV6 || len(v6.Pattrs) != 5 || !strings.Contains(v6.Pattrs[1].String(), "2001:db8:1::11") {
-		t.Fatalf("IPv6 path %v", v6)
+	if v6.Family != bgp.RF_IPv6_UC || len(v6.Attrs) != 5 || !strings.Contains(v6.Attrs[1].String(), "2001:db8:1::11") {
+		t.Fatalf("IPv6 path %v %v", v6.Nlri, v6.Attrs)
 	}
 	v4 := apiPath(Route{Prefix: netip.MustParsePrefix("203.0.113.10/32")})
-	if v4.Family != familyV4 || len(v4.Pattrs) != 2 || !strings.Contains(v4.Pattrs[1].String(), "0.0.0.0") {
-		t.Fatalf("IPv4 path %v", v4)
+	if v4.Family != bgp.RF_IPv4_UC || len(v4.Attrs) != 2 || !strings.Contains(v4.Attrs[1].String(), "0.0.0.0") || v4.Nlri.String() != "203.0.113.10/32" {
+		t.Fatalf("IPv4 path %v %v", v4.Nlri, v4.Attrs)
 	}
 }

@@ -1,5 +1,5 @@
 // Package bgp advertises this node's LoadBalancer addresses to BGP routers through GoBGP
-// (github.com/osrg/gobgp/v3) embedded as a library.
+// (github.com/osrg/gobgp/v4) embedded as a library.
 //
 // The speaker computes a Desired state (the sessions this node should hold and the routes each
 // session should carry) from the cluster's objects; Sessions.Apply diffs it against what is

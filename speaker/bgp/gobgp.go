@@ -1,24 +1,26 @@
 package bgp
 
 import (
+	"context"
 	"net/netip"
 	"time"
 
-	api "github.com/osrg/gobgp/v3/api"
-	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/anypb"
+	api "github.com/osrg/gobgp/v4/api"
+	"github.com/osrg/gobgp/v4/pkg/apiutil"
+	"github.com/osrg/gobgp/v4/pkg/packet/bgp"
+	"github.com/osrg/gobgp/v4/pkg/server"
 )
 
 var (
-	familyV4 = &api.Family{Afi: api.Family_AFI_IP, Safi: api.Family_SAFI_UNICAST}
-	familyV6 = &api.Family{Afi: api.Family_AFI_IP6, Safi: api.Family_SAFI_UNICAST}
+	apiFamilyV4 = &api.Family{Afi: api.Family_AFI_IP, Safi: api.Family_SAFI_UNICAST}
+	apiFamilyV6 = &api.Family{Afi: api.Family_AFI_IP6, Safi: api.Family_SAFI_UNICAST}
 )
 
-func familyOf(a netip.Addr) *api.Family {
+func familyOf(a netip.Addr) bgp.Family {
 	if a.Is4() {
-		return familyV4
+		return bgp.RF_IPv4_UC
 	}
-	return familyV6
+	return bgp.RF_IPv6_UC
 }
 
 func seconds(d time.Duration) uint64 { return uint64(d / time.Second) }
@@ -42,7 +44,7 @@ func apiPeer(p Peer) *api.Peer {
 	if p.EBGPMultiHop {
 		ap.EbgpMultihop = &api.EbgpMultihop{Enabled: true, MultihopTtl: 255}
 	}
-	for _, f := range []*api.Family{familyV4, familyV6} {
+	for _, f := range []*api.Family{apiFamilyV4, apiFamilyV6} {
 		as := &api.AfiSafi{Config: &api.AfiSafiConfig{Family: f, Enabled: true}}
 		if p.GracefulRestart {
 			as.MpGracefulRestart = &api.MpGracefulRestart{Config: &api.MpGracefulRestartConfig{Enabled: true}}
@@ -56,10 +58,10 @@ func apiPeer(p Peer) *api.Peer {
 }
 
 // apiPath is r as a GoBGP path originated here.
-func apiPath(r Route) *api.Path {
+func apiPath(r Route) *apiutil.Path {
 	fam := familyOf(r.Prefix.Addr())
-	nlri := mustAny(&api.IPAddressPrefix{Prefix: r.Prefix.Addr().String(), PrefixLen: uint32(r.Prefix.Bits())})
-	attrs := []*anypb.Any{mustAny(&api.OriginAttribute{Origin: 0})} // IGP
+	nlri, _ := bgp.NewIPAddrPrefix(r.Prefix) // a valid netip.Prefix always makes one
+	attrs := []bgp.PathAttributeInterface{bgp.NewPathAttributeOrigin(bgp.BGP_ORIGIN_ATTR_TYPE_IGP)}
 	// An unspecified next hop is replaced by the session's local address (eBGP, and locally
 	// originated iBGP paths).
 	nh := r.Attrs.NextHop
@@ -69,49 +71,63 @@ func apiPath(r Route) *api.Path {
 			nh = netip.IPv6Unspecified()
 		}
 	}
-	if fam == familyV4 && nh.Is4() {
-		attrs = append(attrs, mustAny(&api.NextHopAttribute{NextHop: nh.String()}))
+	if fam == bgp.RF_IPv4_UC && nh.Is4() {
+		a, _ := bgp.NewPathAttributeNextHop(nh) // nh is valid
+		attrs = append(attrs, a)
 	} else {
-		attrs = append(attrs, mustAny(&api.MpReachNLRIAttribute{Family: fam, NextHops: []string{nh.String()}, Nlris: []*anypb.Any{nlri}}))
+		a, _ := bgp.NewPathAttributeMpReachNLRI(fam, []bgp.PathNLRI{{NLRI: nlri}}, nh) // one NLRI: never refused
+		attrs = append(attrs, a)
 	}
 	if r.Attrs.LocalPref != 0 {
-		attrs = append(attrs, mustAny(&api.LocalPrefAttribute{LocalPref: r.Attrs.LocalPref}))
+		attrs = append(attrs, bgp.NewPathAttributeLocalPref(r.Attrs.LocalPref))
 	}
 	if len(r.Attrs.Communities) > 0 {
-		attrs = append(attrs, mustAny(&api.CommunitiesAttribute{Communities: r.Attrs.Communities}))
+		attrs = append(attrs, bgp.NewPathAttributeCommunities(r.Attrs.Communities))
 	}
 	if len(r.Attrs.Large) > 0 {
-		lcs := make([]*api.LargeCommunity, len(r.Attrs.Large))
+		lcs := make([]*bgp.LargeCommunity, len(r.Attrs.Large))
 		for i, c := range r.Attrs.Large {
-			lcs[i] = &api.LargeCommunity{GlobalAdmin: c.Global, LocalData1: c.Local1, LocalData2: c.Local2}
+			lcs[i] = bgp.NewLargeCommunity(c.Global, c.Local1, c.Local2)
 		}
-		attrs = append(attrs, mustAny(&api.LargeCommunitiesAttribute{Communities: lcs}))
+		attrs = append(attrs, bgp.NewPathAttributeLargeCommunities(lcs))
 	}
-	return &api.Path{Family: fam, Nlri: nlri, Pattrs: attrs}
+	return &apiutil.Path{Family: fam, Nlri: nlri, Attrs: attrs}
 }
 
-func mustAny(m proto.Message) *anypb.Any {
-	a, err := anypb.New(m)
-	if err != nil {
-		panic(err) // only for messages of the GoBGP API, which always marshal
+// rejectImportsPolicy names the global import policy that keeps every route a peer sends out of
+// the RIB: the speaker only advertises, so a router sending it a full table must cost nothing
+// beyond GoBGP's per-session Adj-RIB-In.
+const rejectImportsPolicy = "portico-advertise-only"
+
+// rejectImports makes srv's global import policy accept only the paths the speaker originates
+// (GoBGP runs locally added paths through the import policy too) and reject everything else.
+func rejectImports(ctx context.Context, srv *server.BgpServer) error {
+	policy := &api.Policy{Name: rejectImportsPolicy, Statements: []*api.Statement{{
+		Name:       rejectImportsPolicy + "-local",
+		Conditions: &api.Conditions{RouteType: api.Conditions_ROUTE_TYPE_LOCAL},
+		Actions:    &api.Actions{RouteAction: api.RouteAction_ROUTE_ACTION_ACCEPT},
+	}}}
+	if err := srv.AddPolicy(ctx, &api.AddPolicyRequest{Policy: policy}); err != nil {
+		return err
 	}
-	return a
+	return srv.SetPolicyAssignment(ctx, &api.SetPolicyAssignmentRequest{Assignment: &api.PolicyAssignment{
+		Name: "global", Direction: api.PolicyDirection_POLICY_DIRECTION_IMPORT,
+		Policies: []*api.Policy{{Name: rejectImportsPolicy}}, DefaultAction: api.RouteAction_ROUTE_ACTION_REJECT,
+	}})
 }
 
 // stateName is a GoBGP session state as BGP (and the API's status fields) names it.
-func stateName(s api.PeerState_SessionState) string {
+func stateName(s bgp.FSMState) string {
 	switch s {
-	case api.PeerState_IDLE:
-		return "Idle"
-	case api.PeerState_CONNECT:
+	case bgp.BGP_FSM_CONNECT:
 		return "Connect"
-	case api.PeerState_ACTIVE:
+	case bgp.BGP_FSM_ACTIVE:
 		return "Active"
-	case api.PeerState_OPENSENT:
+	case bgp.BGP_FSM_OPENSENT:
 		return "OpenSent"
-	case api.PeerState_OPENCONFIRM:
+	case bgp.BGP_FSM_OPENCONFIRM:
 		return "OpenConfirm"
-	case api.PeerState_ESTABLISHED:
+	case bgp.BGP_FSM_ESTABLISHED:
 		return "Established"
 	}
 	return "Idle"

@@ -14,6 +14,10 @@ var (
 		"Prefixes this node advertises to the peer.", []string{"peer"}, nil)
 	updatesSentDesc = prometheus.NewDesc("portico_bgp_updates_sent_total",
 		"BGP UPDATE messages sent to the peer since its session (re)started.", []string{"peer"}, nil)
+	prefixesReceivedDesc = prometheus.NewDesc("portico_bgp_prefixes_received",
+		"Routes the peer sent, kept in the session's Adj-RIB-In.", []string{"peer"}, nil)
+	prefixesAcceptedDesc = prometheus.NewDesc("portico_bgp_prefixes_accepted",
+		"Routes from the peer in this node's RIB after the import policy, which rejects them all (so 0).", []string{"peer"}, nil)
 )
 
 // Describe and Collect make Sessions a Prometheus collector: the series are read from the
@@ -22,6 +26,8 @@ func (s *Sessions) Describe(ch chan<- *prometheus.Desc) {
 	ch <- sessionUpDesc
 	ch <- prefixesDesc
 	ch <- updatesSentDesc
+	ch <- prefixesReceivedDesc
+	ch <- prefixesAcceptedDesc
 }
 
 func (s *Sessions) Collect(ch chan<- prometheus.Metric) {
@@ -36,5 +42,7 @@ func (s *Sessions) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(sessionUpDesc, prometheus.GaugeValue, up, name)
 		ch <- prometheus.MustNewConstMetric(prefixesDesc, prometheus.GaugeValue, float64(st.Routes), name)
 		ch <- prometheus.MustNewConstMetric(updatesSentDesc, prometheus.CounterValue, float64(counters[name].UpdatesSent), name)
+		ch <- prometheus.MustNewConstMetric(prefixesReceivedDesc, prometheus.GaugeValue, float64(counters[name].PrefixesReceived), name)
+		ch <- prometheus.MustNewConstMetric(prefixesAcceptedDesc, prometheus.GaugeValue, float64(counters[name].PrefixesAccepted), name)
 	}
 }

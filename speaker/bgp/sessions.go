@@ -11,8 +11,10 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	api "github.com/osrg/gobgp/v3/api"
-	"github.com/osrg/gobgp/v3/pkg/server"
+	api "github.com/osrg/gobgp/v4/api"
+	"github.com/osrg/gobgp/v4/pkg/apiutil"
+	"github.com/osrg/gobgp/v4/pkg/packet/bgp"
+	"github.com/osrg/gobgp/v4/pkg/server"
 )
 
 // State is one session's state as the speaker reports it.
@@ -36,7 +38,6 @@ type Sessions struct {
 
 	mu      sync.Mutex
 	running map[string]*session
-	spare   []*server.BgpServer // stopped servers, reused: a GoBGP server's loop never ends
 }
 
 type session struct {
@@ -64,7 +65,7 @@ func (s *Sessions) Apply(ctx context.Context, d Desired) []error {
 				why = "changed"
 			}
 			s.Log.Info("closing BGP session", "peer", name, "address", ss.peer.Address, "reason", why)
-			s.stop(ctx, ss)
+			s.stop(ss)
 			delete(s.running, name)
 		}
 	}
@@ -78,19 +79,19 @@ func (s *Sessions) Apply(ctx context.Context, d Desired) []error {
 			}
 			s.running[name] = ss
 		}
-		errs = append(errs, ss.sync(ctx, d.Routes[name])...)
+		errs = append(errs, ss.sync(d.Routes[name])...)
 	}
 	return errs
 }
 
 // Close withdraws every route and closes every session (a NOTIFICATION Cease, so routers drop
 // this node's routes at once, graceful restart or not).
-func (s *Sessions) Close(ctx context.Context) {
+func (s *Sessions) Close() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for name, ss := range s.running {
-		_ = ss.sync(ctx, nil)
-		s.stop(ctx, ss)
+		_ = ss.sync(nil)
+		s.stop(ss)
 		delete(s.running, name)
 	}
 }
@@ -109,35 +110,30 @@ func (s *Sessions) States() map[string]State {
 }
 
 func (s *Sessions) start(ctx context.Context, p Peer) (*session, error) {
-	var srv *server.BgpServer
-	if n := len(s.spare); n > 0 {
-		srv, s.spare = s.spare[n-1], s.spare[:n-1]
-	} else {
-		srv = server.NewBgpServer(server.LoggerOption(gobgpLogger{s.Log.WithName("gobgp").WithValues("peer", p.Name)}))
-		go srv.Serve()
-	}
+	srv := server.NewBgpServer(server.LoggerOption(gobgpLogger(s.Log.WithName("gobgp").WithValues("peer", p.Name)), nil))
+	go srv.Serve()
 	// ListenPort -1: connect out only; the speaker never listens on 179.
 	if err := srv.StartBgp(ctx, &api.StartBgpRequest{Global: &api.Global{Asn: p.MyASN, RouterId: p.RouterID.String(), ListenPort: -1}}); err != nil {
-		s.spare = append(s.spare, srv)
+		srv.Stop()
 		return nil, fmt.Errorf("starting BGP: %w", err)
 	}
 	wctx, cancel := context.WithCancel(context.Background())
 	ss := &session{peer: p, srv: srv, cancel: cancel, routes: map[netip.Prefix]Route{},
 		state: State{Peer: p.Name, Address: p.Address, State: "Idle", Since: time.Now()}}
-	err := srv.WatchEvent(wctx, &api.WatchEventRequest{Peer: &api.WatchEventRequest_Peer{}}, func(r *api.WatchEventResponse) {
-		pe := r.GetPeer()
-		if pe == nil || pe.Type != api.WatchEventResponse_PeerEvent_STATE || pe.Peer.GetState() == nil {
-			return
-		}
-		s.observe(ss, stateName(pe.Peer.State.SessionState))
-	})
+	err := rejectImports(ctx, srv)
+	if err == nil {
+		err = srv.WatchEvent(wctx, server.WatchEventMessageCallbacks{OnPeerUpdate: func(pe *apiutil.WatchEventMessage_PeerEvent, _ time.Time) {
+			if pe.Type == apiutil.PEER_EVENT_STATE {
+				s.observe(ss, stateName(pe.Peer.State.SessionState))
+			}
+		}}, server.WatchPeer())
+	}
 	if err == nil {
 		err = srv.AddPeer(ctx, &api.AddPeerRequest{Peer: apiPeer(p)})
 	}
 	if err != nil {
 		cancel()
-		_ = srv.StopBgp(ctx, &api.StopBgpRequest{})
-		s.spare = append(s.spare, srv)
+		srv.Stop()
 		return nil, err
 	}
 	s.Log.Info("opening BGP session", "peer", p.Name, "address", p.Address, "peerASN", p.PeerASN, "myASN", p.MyASN,
@@ -185,24 +181,20 @@ func (s *Sessions) redial(ss *session) {
 	}
 }
 
-// stop closes the session and keeps its server for reuse.
-func (s *Sessions) stop(ctx context.Context, ss *session) {
+// stop closes the session (a NOTIFICATION Cease) and ends its server's goroutines.
+func (s *Sessions) stop(ss *session) {
 	ss.cancel()
-	if err := ss.srv.StopBgp(ctx, &api.StopBgpRequest{}); err != nil {
-		s.Log.Error(err, "stopping BGP", "peer", ss.peer.Name)
-	}
-	s.spare = append(s.spare, ss.srv)
+	ss.srv.Stop() // logs its own failure through the session's logger
 }
 
 // sync makes the session's RIB hold exactly want.
-func (ss *session) sync(ctx context.Context, want map[netip.Prefix]Route) []error {
+func (ss *session) sync(want map[netip.Prefix]Route) []error {
 	var errs []error
 	for pfx, r := range ss.routes {
 		if _, keep := want[pfx]; keep {
 			continue
 		}
-		p := apiPath(r)
-		if err := ss.srv.DeletePath(ctx, &api.DeletePathRequest{Family: p.Family, Path: p}); err != nil {
+		if err := ss.srv.DeletePath(apiutil.DeletePathRequest{Paths: []*apiutil.Path{apiPath(r)}}); err != nil {
 			errs = append(errs, fmt.Errorf("withdrawing %s from BGPPeer %s: %w", pfx, ss.peer.Name, err))
 			continue
 		}
@@ -215,7 +207,7 @@ func (ss *session) sync(ctx context.Context, want map[netip.Prefix]Route) []erro
 		}
 		// Adding a path for a prefix this server already originates replaces it (an implicit
 		// withdraw at the router), so changed attributes need no explicit withdraw.
-		if _, err := ss.srv.AddPath(ctx, &api.AddPathRequest{Path: apiPath(r)}); err != nil {
+		if _, err := ss.srv.AddPath(apiutil.AddPathRequest{Paths: []*apiutil.Path{apiPath(r)}}); err != nil {
 			errs = append(errs, fmt.Errorf("advertising %s to BGPPeer %s: %w", pfx, ss.peer.Name, err))
 			continue
 		}
@@ -224,24 +216,46 @@ func (ss *session) sync(ctx context.Context, want map[netip.Prefix]Route) []erro
 	return errs
 }
 
-// Counters are GoBGP's message counters for one session.
+// Counters are GoBGP's message counters for one session, and what it holds of the peer's routes.
 type Counters struct {
 	UpdatesSent, UpdatesReceived uint64
+	// PrefixesReceived counts the routes the peer sent that GoBGP keeps in the session's
+	// Adj-RIB-In (it always does); PrefixesAccepted those of them in the RIB after the import
+	// policy, which rejects them all, so it stays 0 however many routes the peer sends.
+	PrefixesReceived, PrefixesAccepted uint64
 }
 
-// Counters reads every session's message counters from GoBGP.
+// Counters reads every session's message counters and received routes from GoBGP.
 func (s *Sessions) Counters(ctx context.Context) map[string]Counters {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := map[string]Counters{}
 	for name, ss := range s.running {
+		var c Counters
 		err := ss.srv.ListPeer(ctx, &api.ListPeerRequest{Address: ss.peer.Address.String()}, func(p *api.Peer) {
 			m := p.GetState().GetMessages()
-			out[name] = Counters{UpdatesSent: m.GetSent().GetUpdate(), UpdatesReceived: m.GetReceived().GetUpdate()}
+			c.UpdatesSent, c.UpdatesReceived = m.GetSent().GetUpdate(), m.GetReceived().GetUpdate()
+			for _, as := range p.GetAfiSafis() {
+				c.PrefixesReceived += as.GetState().GetReceived()
+			}
 		})
+		for _, fam := range []bgp.Family{bgp.RF_IPv4_UC, bgp.RF_IPv6_UC} {
+			if err != nil {
+				break
+			}
+			err = ss.srv.ListPath(apiutil.ListPathRequest{TableType: api.TableType_TABLE_TYPE_GLOBAL, Family: fam},
+				func(_ bgp.NLRI, paths []*apiutil.Path) {
+					for _, p := range paths {
+						if p.PeerAddress.IsValid() { // learned from the peer; the speaker's own paths have no source
+							c.PrefixesAccepted++
+						}
+					}
+				})
+		}
 		if err != nil && !errors.Is(err, context.Canceled) {
 			s.Log.V(1).Info("reading GoBGP counters", "peer", name, "error", err.Error())
 		}
+		out[name] = c
 	}
 	return out
 }
