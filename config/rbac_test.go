@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -50,6 +51,7 @@ var (
 // namespace, and neither writes the other's objects.
 func TestRBAC(t *testing.T) {
 	ctx := context.Background()
+	auditFrom := auditSize(t)
 	out := kubectl(t, "apply", "--server-side", "-f", rendered)
 	for _, want := range []string{"deployment.apps/portico-controller serverside-applied", "daemonset.apps/portico-speaker serverside-applied",
 		"clusterrole.rbac.authorization.k8s.io/portico-speaker serverside-applied"} {
@@ -75,6 +77,7 @@ func TestRBAC(t *testing.T) {
 	// An interface no machine has: the speaker does all its API work, and no frame leaves.
 	must(t, c.Create(ctx, &porticov1.L2Advertisement{ObjectMeta: metav1.ObjectMeta{Name: "rbac"}, Spec: porticov1.L2AdvertisementSpec{
 		IPAddressPools: []porticov1.Name{"rbac"}, Interfaces: []porticov1.InterfaceName{"portico-none0"}}}))
+	addBGPPath(t, "rbac")
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns}, Spec: corev1.ServiceSpec{
 		Type: corev1.ServiceTypeLoadBalancer, ExternalTrafficPolicy: corev1.ServiceExternalTrafficPolicyLocal,
 		Selector: map[string]string{"app": "web"}, Ports: []corev1.ServicePort{{Port: 80}}}}
@@ -94,7 +97,7 @@ func TestRBAC(t *testing.T) {
 	ctrlArgs := append(podArgs(t, d.Spec.Template.Spec.Containers[0], node),
 		"--metrics-bind-address=127.0.0.1:"+freePort(t), "--health-probe-bind-address=127.0.0.1:"+probes,
 		"--leader-election-namespace="+systemNamespace)
-	controller := start(t, filepath.Join(bins, "portico-controller"), impersonating(t, controllerSA), nil, ctrlArgs)
+	controller := start(t, filepath.Join(bins, "portico-controller"), impersonating(t, controllerSA, ""), nil, ctrlArgs)
 
 	var ip string
 	poll(t, "the controller gives web an address", func(ctx context.Context) (bool, error) {
@@ -134,7 +137,7 @@ func TestRBAC(t *testing.T) {
 	renderedObject(t, "DaemonSet", "portico-speaker", &ds)
 	spArgs := append(podArgs(t, ds.Spec.Template.Spec.Containers[0], node),
 		"--memberlist-bind-address=127.0.0.1", "--memberlist-port="+freePort(t), "--metrics-bind-address=127.0.0.1:"+freePort(t))
-	speaker := start(t, filepath.Join(bins, "portico-speaker"), impersonating(t, speakerSA), []string{"NODE_NAME=" + node}, spArgs)
+	speaker := start(t, filepath.Join(bins, "portico-speaker"), impersonating(t, speakerSA, node), []string{"NODE_NAME=" + node}, spArgs)
 	poll(t, "the speaker reports "+ip+" in Speaker "+node, func(ctx context.Context) (bool, error) {
 		var sp porticov1.Speaker
 		if err := c.Get(ctx, client.ObjectKey{Name: node}, &sp); err != nil {
@@ -142,6 +145,7 @@ func TestRBAC(t *testing.T) {
 		}
 		return slices.ContainsFunc(sp.Status.Announcements, func(a porticov1.Announcement) bool { return a.IP == ip }), nil
 	})
+	checkBGPPath(t, node, ip)
 	poll(t, "events IPAllocated (controller) and Announced (speaker) on web", func(ctx context.Context) (bool, error) {
 		var evs corev1.EventList
 		if err := c.List(ctx, &evs, client.InNamespace(ns)); err != nil {
@@ -157,7 +161,7 @@ func TestRBAC(t *testing.T) {
 	// Clean shutdowns too: the leader releases its Lease, the speaker leaves.
 	controller.stop(t)
 	speaker.stop(t)
-	checkAudit(t, map[string]bool{controllerSA: true, speakerSA: true})
+	checkAudit(t, auditFrom, map[string]bool{controllerSA: true, speakerSA: true})
 
 	// And a real request: RBAC is enforced for these identities, the controller gets no Secret.
 	cfg := rest.CopyConfig(cp.Config)
@@ -227,9 +231,18 @@ func TestRBACLimits(t *testing.T) {
 
 func short(user string) string { return user[strings.LastIndex(user, ":")+1:] }
 
+// auditSize is where the audit log ends now: the requests a test makes are recorded after it.
+func auditSize(t *testing.T) int64 {
+	t.Helper()
+	fi, err := os.Stat(auditLog)
+	must(t, err)
+	return fi.Size()
+}
+
 // checkAudit fails on any request by users that the apiserver refused, and when a user made
-// no request at all (then it did not run under that identity and proved nothing).
-func checkAudit(t *testing.T, users map[string]bool) {
+// no request at all (then it did not run under that identity and proved nothing). It reads
+// the log from offset on, so the refusals other tests provoke on purpose do not count.
+func checkAudit(t *testing.T, offset int64, users map[string]bool) {
 	t.Helper()
 	type event struct {
 		Stage            string
@@ -245,6 +258,8 @@ func checkAudit(t *testing.T, users map[string]bool) {
 	f, err := os.Open(auditLog)
 	must(t, err)
 	defer f.Close()
+	_, err = f.Seek(offset, io.SeekStart)
+	must(t, err)
 	used := map[string]map[string]bool{}
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 1<<20), 1<<24)
@@ -289,13 +304,17 @@ func checkAudit(t *testing.T, users map[string]bool) {
 }
 
 // impersonating writes a kubeconfig that acts as user (a ServiceAccount) through the admin's
-// credentials.
-func impersonating(t *testing.T, user string) string {
+// credentials, with node in the user extra info as a pod's token on that node has it (none
+// when empty).
+func impersonating(t *testing.T, user, node string) string {
 	t.Helper()
 	cfg, err := clientcmd.LoadFromFile(cp.Kubeconfig)
 	must(t, err)
 	for _, ai := range cfg.AuthInfos {
 		ai.Impersonate, ai.ImpersonateGroups = user, saGroups
+		if node != "" {
+			ai.ImpersonateUserExtra = map[string][]string{nodeNameExtra: {node}}
+		}
 	}
 	path := filepath.Join(t.TempDir(), short(user)+".kubeconfig")
 	must(t, clientcmd.WriteToFile(*cfg, path))

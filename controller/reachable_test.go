@@ -19,9 +19,13 @@ func waitReachable(t *testing.T, ns, name string, status metav1.ConditionStatus,
 // probed sets a speaker's self-check result for ip.
 func probed(t *testing.T, s *porticov1.Speaker, ip string, macs ...string) {
 	t.Helper()
-	setSpeakerStatus(t, s, func(st *porticov1.SpeakerStatus) {
-		st.SelfChecks = []porticov1.SelfCheck{{IP: ip, MACs: macs, Time: metav1.NewTime(time.Now().Truncate(time.Second))}}
-	})
+	setSelfCheck(t, s, porticov1.SelfCheck{IP: ip, MACs: macs})
+}
+
+func setSelfCheck(t *testing.T, s *porticov1.Speaker, c porticov1.SelfCheck) {
+	t.Helper()
+	c.Time = metav1.NewTime(time.Now().Truncate(time.Second))
+	setSpeakerStatus(t, s, func(st *porticov1.SpeakerStatus) { st.SelfChecks = []porticov1.SelfCheck{c} })
 }
 
 func speakerWith(t *testing.T, node, mac string, ann ...porticov1.Announcement) *porticov1.Speaker {
@@ -100,4 +104,24 @@ func TestReachable(t *testing.T) {
 	probed(t, b, ip, "02:00:00:00:00:0c")
 	waitReachable(t, ns, "web", metav1.ConditionFalse, porticov1.ReasonStaleAnswer,
 		"203.0.113.30: answered by reach-c (02:00:00:00:00:0c), which does not announce it (announced by reach-a) (probed by reach-b)")
+
+	// A cut list (a speaker lists at most MaxSelfCheckMACs MACs and counts the others) still
+	// names the problem: a foreign MAC among those listed, or several nodes.
+	speakerWith(t, "reach-d", "02:00:00:00:00:0d")
+	probedTruncated(t, b, ip, 996, "02:00:00:00:00:0a", "02:00:00:00:00:0c", "52:54:00:00:00:01", "52:54:00:00:00:02")
+	waitReachable(t, ns, "web", metav1.ConditionFalse, porticov1.ReasonForeignAnswer,
+		"203.0.113.30: 52:54:00:00:00:01,52:54:00:00:00:02 answered, which no speaker owns: another host uses the address (probed by reach-b)")
+	probedTruncated(t, b, ip, 3, "02:00:00:00:00:0a", "02:00:00:00:00:0b", "02:00:00:00:00:0c", "02:00:00:00:00:0d")
+	waitReachable(t, ns, "web", metav1.ConditionFalse, porticov1.ReasonMultipleAnswers,
+		"203.0.113.30: reach-a (02:00:00:00:00:0a) and reach-b (02:00:00:00:00:0b) and reach-c (02:00:00:00:00:0c) and reach-d (02:00:00:00:00:0d) all answer: split brain (probed by reach-b)")
+}
+
+// probedTruncated sets a speaker's self-check result for ip as the speaker cuts a long list:
+// the listed MACs and a count of the others.
+func probedTruncated(t *testing.T, s *porticov1.Speaker, ip string, omitted int32, macs ...string) {
+	t.Helper()
+	if len(macs) != porticov1.MaxSelfCheckMACs {
+		t.Fatalf("a cut list holds %d MACs, not %d", porticov1.MaxSelfCheckMACs, len(macs))
+	}
+	setSelfCheck(t, s, porticov1.SelfCheck{IP: ip, MACs: macs, OmittedMACs: omitted})
 }

@@ -1,7 +1,9 @@
 package speaker
 
 import (
+	"cmp"
 	"context"
+	"maps"
 	"net"
 	"net/netip"
 	"slices"
@@ -54,30 +56,71 @@ func (s *Speaker) selfCheckTargets(ctx context.Context) []selfcheck.Target {
 	return out
 }
 
-// selfChecked keeps a round's results for the status. A result's time is when its answer
-// last changed, so an unchanged round writes nothing.
+// selfChecked keeps a round's results for the status.
 func (s *Speaker) selfChecked(results map[netip.Addr][]string) {
-	prev := map[string]v1alpha1.SelfCheck{}
+	var prev []v1alpha1.SelfCheck
 	if old := s.checks.Load(); old != nil {
-		for _, c := range *old {
-			prev[c.IP] = c
-		}
+		prev = old.checks
 	}
 	now := metav1.NewTime(time.Now().Truncate(time.Second))
-	checks := make([]v1alpha1.SelfCheck, 0, len(results))
-	for ip, macs := range results {
-		c := v1alpha1.SelfCheck{IP: ip.String(), MACs: macs, Time: now}
-		if p, ok := prev[c.IP]; ok && slices.Equal(p.MACs, macs) {
-			c.Time = p.Time
-		} else if len(macs) != 1 {
-			s.Log.Info("self-check", "ip", ip, "answered", strings.Join(macs, ","))
+	r := selfCheckResults(results, prev, now)
+	for _, c := range r.checks {
+		if c.Time.Equal(&now) && (len(c.MACs) != 1 || c.OmittedMACs > 0) {
+			s.Log.Info("self-check", "ip", c.IP, "answered", strings.Join(c.MACs, ","), "andMore", c.OmittedMACs)
 		}
-		checks = append(checks, c)
 	}
-	slices.SortFunc(checks, func(a, b v1alpha1.SelfCheck) int { return strings.Compare(a.IP, b.IP) })
-	s.checks.Store(&checks)
+	s.checks.Store(&r)
 	s.Metrics.selfChecks(results)
 	s.trigger(causeSelfCheck)
+}
+
+// selfCheckReport is what the Speaker status says of the latest round.
+type selfCheckReport struct {
+	checks  []v1alpha1.SelfCheck
+	omitted int32 // results left out of checks
+}
+
+// selfCheckResults are a round's results as the status lists them, within the API's caps: the
+// answers come from anyone on the LAN, and a stranger answering with thousands of MACs, or
+// for thousands of addresses, must not grow the Speaker past what the apiserver stores. Each
+// entry lists at most MaxSelfCheckMACs MACs (the lowest; two already mean trouble, so a
+// truncated entry never looks like a single clean answer) and counts the rest. At most
+// MaxSelfChecks entries are kept, those that are not exactly one answer first, so a problem
+// is never the one left out. A result's time is when its answer last changed (taken from
+// prev), so an unchanged round writes nothing.
+func selfCheckResults(results map[netip.Addr][]string, prev []v1alpha1.SelfCheck, now metav1.Time) selfCheckReport {
+	since := map[string]v1alpha1.SelfCheck{}
+	for _, c := range prev {
+		since[c.IP] = c
+	}
+	rank := func(ip netip.Addr) int { // problems (not exactly one answer) first
+		if len(results[ip]) == 1 {
+			return 1
+		}
+		return 0
+	}
+	ips := slices.SortedFunc(maps.Keys(results), func(a, b netip.Addr) int {
+		return cmp.Or(cmp.Compare(rank(a), rank(b)), a.Compare(b))
+	})
+	var r selfCheckReport
+	if len(ips) > v1alpha1.MaxSelfChecks {
+		r.omitted = int32(len(ips) - v1alpha1.MaxSelfChecks)
+		ips = ips[:v1alpha1.MaxSelfChecks]
+	}
+	r.checks = make([]v1alpha1.SelfCheck, 0, len(ips))
+	for _, ip := range ips {
+		macs := results[ip]
+		c := v1alpha1.SelfCheck{IP: ip.String(), MACs: macs, Time: now}
+		if len(macs) > v1alpha1.MaxSelfCheckMACs {
+			c.MACs, c.OmittedMACs = macs[:v1alpha1.MaxSelfCheckMACs:v1alpha1.MaxSelfCheckMACs], int32(len(macs)-v1alpha1.MaxSelfCheckMACs)
+		}
+		if p, ok := since[c.IP]; ok && slices.Equal(p.MACs, c.MACs) && p.OmittedMACs == c.OmittedMACs {
+			c.Time = p.Time
+		}
+		r.checks = append(r.checks, c)
+	}
+	slices.SortFunc(r.checks, func(a, b v1alpha1.SelfCheck) int { return strings.Compare(a.IP, b.IP) })
+	return r
 }
 
 // causeSelfCheck re-reports the status without being taken for the cause of an owner change.

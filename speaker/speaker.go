@@ -53,7 +53,7 @@ type Speaker struct {
 	joining atomic.Bool
 	routed  map[netip.Addr]BGPClaim
 	secrets map[client.ObjectKey]cachedSecret
-	checks  atomic.Pointer[[]v1alpha1.SelfCheck] // the latest self-check results
+	checks  atomic.Pointer[selfCheckReport] // the latest self-check results
 }
 
 // Start runs until ctx ends; then it stops answering at once and leaves the group, so the other

@@ -28,8 +28,8 @@ type statusReport struct {
 // report queues the status for plan, replacing any report not yet written.
 func (s *Speaker) report(plan Plan, answered map[netip.Addr][]string, sessions map[string]bgp.State) {
 	st := v1alpha1.SpeakerStatus{ConfigErrors: plan.Problems, HardwareAddrs: hardwareAddrs()}
-	if checks := s.checks.Load(); checks != nil {
-		st.SelfChecks = *checks
+	if r := s.checks.Load(); r != nil {
+		st.SelfChecks, st.OmittedSelfChecks = r.checks, r.omitted
 	}
 	for _, ip := range slices.SortedFunc(maps.Keys(plan.Mine), netip.Addr.Compare) {
 		st.Announcements = append(st.Announcements, v1alpha1.Announcement{IP: ip.String(), Service: plan.Mine[ip].Service,

@@ -43,14 +43,33 @@ type PeerSession struct {
 	Message string `json:"message,omitempty"`
 }
 
+// Self-check results come from whoever answers on the LAN, so their size is capped: at most
+// MaxSelfCheckMACs answering MACs per address and MaxSelfChecks addresses per Speaker (the
+// rest are counted, not listed). At the worst (every entry an IPv6 address of 39 characters
+// with four MACs and both counts at their widest) an entry is under 200 bytes of JSON, so the
+// self-checks stay under 200 KiB: an eighth of the apiserver's 1.5 MiB object limit, leaving
+// the rest to the announcements.
+const (
+	MaxSelfCheckMACs = 4
+	MaxSelfChecks    = 1024
+)
+
 // SelfCheck is the result of probing an address this node does not own.
 type SelfCheck struct {
 	// IP that was probed.
+	// +kubebuilder:validation:MaxLength=39
 	IP string `json:"ip"`
-	// MACs that answered, empty when nobody did.
+	// MACs that answered, empty when nobody did; at most 4 (the lowest), the others counted in
+	// omittedMACs. Two or more already mean trouble (a split brain or a foreign host).
+	// +kubebuilder:validation:MaxItems=4
+	// +kubebuilder:validation:items:MaxLength=17
 	// +listType=atomic
 	// +optional
 	MACs []string `json:"macs,omitempty"`
+	// OmittedMACs counts the MACs that answered beyond those listed.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	OmittedMACs int32 `json:"omittedMACs,omitempty"`
 	// Time of the probe.
 	Time metav1.Time `json:"time"`
 }
@@ -72,10 +91,17 @@ type SpeakerStatus struct {
 	// BGPPeersUp counts Established sessions, for `kubectl get speakers`.
 	// +optional
 	BGPPeersUp int32 `json:"bgpPeersUp,omitempty"`
-	// SelfChecks are the latest probe results.
+	// SelfChecks are the latest probe results, sorted by IP: at most 1024, those where
+	// something is wrong (not exactly one answer) first, the others counted in
+	// omittedSelfChecks.
+	// +kubebuilder:validation:MaxItems=1024
 	// +listType=atomic
 	// +optional
 	SelfChecks []SelfCheck `json:"selfChecks,omitempty"`
+	// OmittedSelfChecks counts the probe results left out of selfChecks.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	OmittedSelfChecks int32 `json:"omittedSelfChecks,omitempty"`
 	// HardwareAddrs are the MACs this speaker answers ARP/NDP with (its L2 interfaces'), so a
 	// probe's answer can be told apart from a foreign host's.
 	// +listType=atomic
