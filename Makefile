@@ -12,11 +12,12 @@ CONTROLLER_GEN := go tool controller-gen
 
 all: build
 
-## generate: regenerate deepcopy code and CRD manifests from api/ (controller-gen), then the
-## rendered install manifests that include the CRDs.
+## generate: regenerate deepcopy code and CRD manifests from api/ (controller-gen), their copy
+## in the Helm chart, then the rendered install manifests that include the CRDs.
 generate:
 	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./api/...
 	$(CONTROLLER_GEN) crd paths=./api/... output:crd:dir=config/crd/bases
+	cp config/crd/bases/*.yaml charts/portico/crds/
 	@$(MAKE) --no-print-directory manifests
 
 ## manifests: render config/default into config/manifests/portico.yaml with the real kubectl
