@@ -4,7 +4,7 @@ K8S_VERSION := 1.37.2
 CONTROLPLANE_DIR := $(CURDIR)/bin/k8s/$(K8S_VERSION)
 export KUBEBUILDER_ASSETS := $(CONTROLPLANE_DIR)
 # Static, cgo-free builds everywhere, as in the image: tests, the binaries they run and the
-# Dockerfile's build (config/image_test.go) then share one compile cache.
+# image's build (hack/image) then share one compile cache.
 export CGO_ENABLED := 0
 CONTROLLER_GEN := go tool controller-gen
 

@@ -41,7 +41,7 @@ var (
 )
 
 // TestRBAC installs the rendered manifests with server-side apply, then runs the binaries the
-// Dockerfile builds, with the args the Deployment and the DaemonSet give them, as their
+// image holds (hack/image), with the args the Deployment and the DaemonSet give them, as their
 // ServiceAccounts (impersonation), through their normal work: allocation, Service status,
 // events, leader election, pool status, the speaker's plan, its Speaker object and the
 // memberlist key. The apiserver's audit log must show no refused request from either; a
