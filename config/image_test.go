@@ -30,8 +30,12 @@ func imageBinaries(t *testing.T) string {
 		if imageDir, imageErr = os.MkdirTemp("", "portico-image-"); imageErr != nil {
 			return
 		}
-		cmd := exec.Command("go", "-C", "../hack/image", "run", ".", "-src", "..", "-binaries", imageDir)
-		cmd.Dir = "."
+		src, err := filepath.Abs("..") // go -C runs the builder in hack/image
+		if err != nil {
+			imageErr = err
+			return
+		}
+		cmd := exec.Command("go", "-C", "../hack/image", "run", ".", "-src", src, "-binaries", imageDir)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			imageErr = &buildError{err, out}
 		}
