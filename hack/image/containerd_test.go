@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/portico-lb/portico/internal/ci"
 )
 
 // TestContainerdImport: the archive imports into a real containerd as a user does it
@@ -16,7 +18,11 @@ import (
 // in a container through runc as user 65532. The containerd is the test's own (root, state and
 // socket in a temporary directory, no CRI plugin) and is stopped at the end.
 func TestContainerdImport(t *testing.T) {
-	requireRoot(t, "containerd", "ctr", "runc")
+	why := ""
+	if os.Geteuid() != 0 {
+		why = "needs root"
+	}
+	ci.Require(t, why, "containerd", "ctr", "runc")
 	archive := builtArchive(t)
 	sock := startContainerd(t)
 	ctr := func(args ...string) string {
@@ -36,28 +42,6 @@ func TestContainerdImport(t *testing.T) {
 	if !strings.Contains(out, "-leader-elect") {
 		t.Errorf("/portico-controller --help in the container printed:\n%s", out)
 	}
-}
-
-// requireRoot skips outside CI when the test cannot run here (not root, a tool missing) and
-// fails in CI, which is root and installs the tools (.ci/run), so it is never skipped there.
-func requireRoot(t *testing.T, tools ...string) {
-	t.Helper()
-	why := ""
-	if os.Geteuid() != 0 {
-		why = "needs root"
-	}
-	for _, tool := range tools {
-		if _, err := exec.LookPath(tool); why == "" && err != nil {
-			why = "needs " + tool
-		}
-	}
-	if why == "" {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("CI must run this test: %s", why)
-	}
-	t.Skip(why)
 }
 
 // startContainerd runs a containerd of the test's own and returns its socket once it answers.
