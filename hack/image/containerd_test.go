@@ -50,8 +50,8 @@ func startContainerd(t *testing.T) string {
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "containerd.sock")
 	config := fmt.Sprintf("version = 2\nroot = %q\nstate = %q\ndisabled_plugins = [\"io.containerd.grpc.v1.cri\"]\n"+
-		"[grpc]\n  address = %q\n[ttrpc]\n  address = %q\n",
-		filepath.Join(dir, "root"), filepath.Join(dir, "state"), sock, sock+".ttrpc")
+		"[grpc]\n  address = %q\n[ttrpc]\n  address = %q\n[plugins.\"io.containerd.internal.v1.opt\"]\n  path = %q\n",
+		filepath.Join(dir, "root"), filepath.Join(dir, "state"), sock, sock+".ttrpc", filepath.Join(dir, "opt"))
 	if err := os.WriteFile(filepath.Join(dir, "config.toml"), []byte(config), 0o644); err != nil {
 		t.Fatal(err)
 	}
