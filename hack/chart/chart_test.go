@@ -224,7 +224,8 @@ func container(t *testing.T, o map[string]any) map[string]any {
 
 // withoutPullPolicy drops imagePullPolicy from a workload's containers.
 func withoutPullPolicy(o map[string]any) map[string]any {
-	if tmpl, ok := o["spec"].(map[string]any)["template"].(map[string]any); ok {
+	spec, _ := o["spec"].(map[string]any)
+	if tmpl, ok := spec["template"].(map[string]any); ok {
 		for _, c := range tmpl["spec"].(map[string]any)["containers"].([]any) {
 			delete(c.(map[string]any), "imagePullPolicy")
 		}
