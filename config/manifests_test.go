@@ -105,21 +105,14 @@ func TestControllerDeployment(t *testing.T) {
 	if !c.Resources.Limits.Cpu().IsZero() {
 		t.Error("a CPU limit throttles allocations; set none")
 	}
-	for _, p := range []*corev1.Probe{c.LivenessProbe, c.ReadinessProbe} {
-		if p == nil || p.HTTPGet == nil || p.HTTPGet.Port.String() != "probes" {
-			t.Errorf("probe %+v: want an HTTP probe on the probes port", p)
-		}
-	}
-	if port := containerPort(c, "probes"); !slices.Contains(c.Args, "--health-probe-bind-address=:"+port) {
-		t.Errorf("probes port %s is not where --health-probe-bind-address binds (%v)", port, c.Args)
-	}
+	checkProbes(t, c)
 	if d.Spec.Template.Spec.ServiceAccountName != "portico-controller" {
 		t.Errorf("service account %q", d.Spec.Template.Spec.ServiceAccountName)
 	}
 }
 
 // TestSpeakerDaemonSet: host network, only NET_RAW and NET_ADMIN, a read-only root
-// filesystem, the gossip key from a Secret in its own namespace.
+// filesystem, the gossip key from a Secret in its own namespace, probes where it serves them.
 func TestSpeakerDaemonSet(t *testing.T) {
 	var ds appsv1.DaemonSet
 	renderedObject(t, "DaemonSet", "portico-speaker", &ds)
@@ -135,8 +128,23 @@ func TestSpeakerDaemonSet(t *testing.T) {
 	if c.Resources.Requests.Cpu().IsZero() || !c.Resources.Limits.Cpu().IsZero() {
 		t.Errorf("resources %v: want requests and no CPU limit (throttling delays ARP replies)", c.Resources)
 	}
+	checkProbes(t, c)
 	if pod.ServiceAccountName != "portico-speaker" {
 		t.Errorf("service account %q", pod.ServiceAccountName)
+	}
+}
+
+// checkProbes: HTTP liveness and readiness probes on the port named probes, where the binary's
+// --health-probe-bind-address listens.
+func checkProbes(t *testing.T, c corev1.Container) {
+	t.Helper()
+	for _, p := range []*corev1.Probe{c.LivenessProbe, c.ReadinessProbe} {
+		if p == nil || p.HTTPGet == nil || p.HTTPGet.Port.String() != "probes" {
+			t.Errorf("%s: probe %+v: want an HTTP probe on the probes port", c.Name, p)
+		}
+	}
+	if port := containerPort(c, "probes"); !slices.Contains(c.Args, "--health-probe-bind-address=:"+port) {
+		t.Errorf("%s: probes port %s is not where --health-probe-bind-address binds (%v)", c.Name, port, c.Args)
 	}
 }
 

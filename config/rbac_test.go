@@ -42,7 +42,7 @@ var (
 )
 
 // TestRBAC installs the rendered manifests with server-side apply, then runs the binaries the
-// Dockerfile builds, with the args the Deployment and the DaemonSet give them, as their
+// image holds (hack/image), with the args the Deployment and the DaemonSet give them, as their
 // ServiceAccounts (impersonation), through their normal work: allocation, Service status,
 // events, leader election, pool status, the speaker's plan, its Speaker object and the
 // memberlist key. The apiserver's audit log must show no refused request from either; a
@@ -122,21 +122,15 @@ func TestRBAC(t *testing.T) {
 		err := c.Get(ctx, client.ObjectKey{Namespace: systemNamespace, Name: "portico-controller.portico.dev"}, &l)
 		return err == nil && ptr.Deref(l.Spec.HolderIdentity, "") != "", client.IgnoreNotFound(err)
 	})
-	probe := d.Spec.Template.Spec.Containers[0].ReadinessProbe.HTTPGet.Path
-	poll(t, "the readiness probe answers on "+probe, func(ctx context.Context) (bool, error) {
-		resp, err := http.Get("http://127.0.0.1:" + probes + probe)
-		if err != nil {
-			return false, nil
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK, nil
-	})
+	probesAnswer(t, "the controller", d.Spec.Template.Spec.Containers[0], probes)
 
 	// A speaker, as the DaemonSet runs it on node rbac-node.
 	var ds appsv1.DaemonSet
 	renderedObject(t, "DaemonSet", "portico-speaker", &ds)
+	spProbes := freePort(t)
 	spArgs := append(podArgs(t, ds.Spec.Template.Spec.Containers[0], node),
-		"--memberlist-bind-address=127.0.0.1", "--memberlist-port="+freePort(t), "--metrics-bind-address=127.0.0.1:"+freePort(t))
+		"--memberlist-bind-address=127.0.0.1", "--memberlist-port="+freePort(t), "--metrics-bind-address=127.0.0.1:"+freePort(t),
+		"--health-probe-bind-address=127.0.0.1:"+spProbes)
 	speaker := start(t, filepath.Join(bins, "portico-speaker"), impersonating(t, speakerSA, node), []string{"NODE_NAME=" + node}, spArgs)
 	poll(t, "the speaker reports "+ip+" in Speaker "+node, func(ctx context.Context) (bool, error) {
 		var sp porticov1.Speaker
@@ -146,6 +140,7 @@ func TestRBAC(t *testing.T) {
 		return slices.ContainsFunc(sp.Status.Announcements, func(a porticov1.Announcement) bool { return a.IP == ip }), nil
 	})
 	checkBGPPath(t, node, ip)
+	probesAnswer(t, "the speaker", ds.Spec.Template.Spec.Containers[0], spProbes)
 	poll(t, "events IPAllocated (controller) and Announced (speaker) on web", func(ctx context.Context) (bool, error) {
 		var evs corev1.EventList
 		if err := c.List(ctx, &evs, client.InNamespace(ns)); err != nil {
@@ -226,6 +221,25 @@ func TestRBACLimits(t *testing.T) {
 			}
 			t.Errorf("%s %s %s %s/%s in %s: allowed=%v, want %v", short(a.user), a.verb, a.group, a.resource, a.name, where, sar.Status.Allowed, a.allowed)
 		}
+	}
+}
+
+// probesAnswer waits until the container's readiness and liveness probes (HTTP GETs at the
+// paths the manifests give) succeed against the process listening on loopback port.
+func probesAnswer(t *testing.T, who string, c corev1.Container, port string) {
+	t.Helper()
+	for _, p := range []*corev1.Probe{c.ReadinessProbe, c.LivenessProbe} {
+		if p == nil || p.HTTPGet == nil {
+			t.Fatalf("%s has no HTTP readiness and liveness probes", who)
+		}
+		poll(t, who+"'s probe answers on "+p.HTTPGet.Path, func(ctx context.Context) (bool, error) {
+			resp, err := http.Get("http://127.0.0.1:" + port + p.HTTPGet.Path)
+			if err != nil {
+				return false, nil
+			}
+			resp.Body.Close()
+			return resp.StatusCode == http.StatusOK, nil
+		})
 	}
 }
 

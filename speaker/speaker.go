@@ -54,6 +54,7 @@ type Speaker struct {
 	routed  map[netip.Addr]BGPClaim
 	secrets map[client.ObjectKey]cachedSecret
 	checks  atomic.Pointer[selfCheckReport] // the latest self-check results
+	loopAt  atomic.Int64                    // unix nanos of the main loop's latest turn; 0 until it starts (health.go)
 }
 
 // Start runs until ctx ends; then it stops answering at once and leaves the group, so the other
@@ -93,6 +94,7 @@ func (s *Speaker) Start(ctx context.Context) error {
 	defer refresh.Stop()
 	s.trigger("config")
 	for {
+		s.turned()
 		select {
 		case <-ctx.Done():
 			s.shutdown()

@@ -28,6 +28,7 @@ import (
 
 type options struct {
 	node, lbClass, metricsAddr string
+	probeAddr                  string
 	bindAddr                   string
 	port                       int
 	secret                     string
@@ -40,6 +41,7 @@ func main() {
 	flag.StringVar(&o.node, "node-name", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME, from the downward API)")
 	flag.StringVar(&o.lbClass, "load-balancer-class", v1alpha1.DefaultLoadBalancerClass, "spec.loadBalancerClass handled besides no class")
 	flag.StringVar(&o.metricsAddr, "metrics-bind-address", ":7474", "address the Prometheus metrics endpoint binds to; 0 disables it")
+	flag.StringVar(&o.probeAddr, "health-probe-bind-address", ":7475", "address the /healthz (main loop alive) and /readyz (synced and joined) endpoints bind to; 0 disables them")
 	flag.StringVar(&o.bindAddr, "memberlist-bind-address", "0.0.0.0", "address memberlist gossip binds to (UDP and TCP)")
 	flag.IntVar(&o.port, "memberlist-port", 7946, "memberlist port, the same on every node")
 	flag.StringVar(&o.secret, "memberlist-secret", "", "namespace/name of a Secret whose key \"secretkey\" (16, 24 or 32 bytes) encrypts gossip; empty sends it in clear")
@@ -65,7 +67,7 @@ func run(o options) error {
 		return fmt.Errorf("no node name: set --node-name or NODE_NAME")
 	}
 	log := ctrl.Log.WithName("speaker").WithValues("node", o.node)
-	mgr, err := kube.NewManager(ctrl.Options{Metrics: metricsserver.Options{BindAddress: o.metricsAddr}})
+	mgr, err := kube.NewManager(ctrl.Options{Metrics: metricsserver.Options{BindAddress: o.metricsAddr}, HealthProbeBindAddress: o.probeAddr})
 	if err != nil {
 		return err
 	}
@@ -86,6 +88,12 @@ func run(o options) error {
 		Metrics: metrics, Log: log, SelfCheck: o.selfCheck,
 	}
 	if err := mgr.Add(s); err != nil {
+		return err
+	}
+	if err := mgr.AddHealthzCheck("main-loop", s.Alive); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("synced-and-joined", s.Ready); err != nil {
 		return err
 	}
 	log.Info("starting", "memberlist", membership.HostPort(o.bindAddr, o.port), "detection", o.detection, "encrypted", key != nil)

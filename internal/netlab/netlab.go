@@ -20,6 +20,8 @@ import (
 	"github.com/mdlayher/packet"
 	"golang.org/x/net/ipv6"
 	"golang.org/x/sys/unix"
+
+	"github.com/portico-lb/portico/internal/ci"
 )
 
 // Usable reports why root-only lab tests cannot run here, or "" when they can.
@@ -35,24 +37,11 @@ func Usable() string {
 	return ""
 }
 
-// Require stops a test that cannot build a lab here: on a developer's machine without root or
-// the tools it skips, naming what is missing; in CI (CI=true, which is root and installs the
-// tools) it fails, so a lab test is never skipped and counted as a pass there.
+// Require stops a test that cannot build a lab here: it skips on a developer's machine without
+// root or the tools and fails in CI (internal/ci).
 func Require(t testing.TB, tools ...string) {
 	t.Helper()
-	why := Usable()
-	for _, tool := range tools {
-		if _, err := exec.LookPath(tool); why == "" && err != nil {
-			why = "needs " + tool
-		}
-	}
-	if why == "" {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("CI must run this test: %s", why)
-	}
-	t.Skip(why)
+	ci.Require(t, Usable(), tools...)
 }
 
 var seq atomic.Int32

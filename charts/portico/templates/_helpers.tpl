@@ -1,0 +1,26 @@
+{{/* The image every container runs. */}}
+{{- define "portico.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end }}
+
+{{/* The labels of one component's objects and the selector of its pods. */}}
+{{- define "portico.labels" -}}
+app.kubernetes.io/name: portico
+app.kubernetes.io/component: {{ . }}
+{{- end }}
+
+{{/* The memberlist Secret's name. */}}
+{{- define "portico.memberlistSecret" -}}
+{{ .Values.memberlist.existingSecret | default "portico-memberlist" }}
+{{- end }}
+
+{{/* A Portico object from a values item: its name, and every other field as its spec. */}}
+{{- define "portico.object" -}}
+{{- $item := index . 1 -}}
+apiVersion: portico.dev/v1alpha1
+kind: {{ index . 0 }}
+metadata:
+  name: {{ required "every pool, peer and advertisement needs a name" $item.name }}
+spec:
+  {{- omit $item "name" "l2Advertisement" | toYaml | nindent 2 }}
+{{- end }}

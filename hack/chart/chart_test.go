@@ -1,0 +1,276 @@
+// Package chart tests Portico's Helm chart (charts/portico) with the real Helm libraries: the
+// linter, the chart loader and the template engine. It is a module of its own so the main
+// module does not carry Helm; `make test` runs it.
+package chart_test
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	"helm.sh/helm/v3/pkg/chart/loader"
+	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/engine"
+	"helm.sh/helm/v3/pkg/lint"
+	"helm.sh/helm/v3/pkg/lint/support"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/yaml"
+)
+
+const (
+	chartDir  = "../../charts/portico"
+	manifests = "../../config/manifests/portico.yaml"
+	namespace = "portico-system"
+)
+
+// objects are rendered Kubernetes objects keyed by kind/namespace/name.
+type objects map[string]map[string]any
+
+// TestLint: helm lint finds nothing worse than advice, with the defaults and with every kind
+// of object the values can create.
+func TestLint(t *testing.T) {
+	for _, vals := range []map[string]any{nil, values(t, "testdata/samples-values.yaml")} {
+		l := lint.All(chartDir, vals, namespace, false)
+		for _, m := range l.Messages {
+			if m.Severity >= support.WarningSev {
+				t.Errorf("helm lint: %s", m)
+			} else {
+				t.Logf("helm lint: %s", m)
+			}
+		}
+	}
+}
+
+// TestChartMatchesManifests: with its defaults the chart renders exactly the objects of
+// config/manifests/portico.yaml (CRDs, RBAC, workloads with their security contexts,
+// capabilities, args, probes, ports and env), except the Namespace, which `helm install
+// --create-namespace` or the user makes, and the memberlist Secret, which the chart generates.
+// Only imagePullPolicy, which the chart sets, is left out of the comparison.
+func TestChartMatchesManifests(t *testing.T) {
+	chart := render(t, nil)
+	kustomized := parse(t, manifests, read(t, manifests))
+	delete(kustomized, "Namespace//"+namespace)
+	chartOnly := map[string]bool{"Secret/" + namespace + "/portico-memberlist": true}
+	for key, want := range kustomized {
+		got, ok := chart[key]
+		if !ok {
+			t.Errorf("the chart has no %s", key)
+			continue
+		}
+		for _, d := range diff(key, withoutPullPolicy(got), want) {
+			t.Errorf("chart vs manifests: %s", d)
+		}
+	}
+	for key := range chart {
+		if _, ok := kustomized[key]; !ok && !chartOnly[key] {
+			t.Errorf("the chart renders %s, which the manifests do not have", key)
+		}
+	}
+}
+
+// TestChartValuesMakeSamples: pools (with an L2Advertisement), BGP peers and advertisements
+// from values are the objects of config/samples/, which the config tests apply to a real
+// apiserver.
+func TestChartValuesMakeSamples(t *testing.T) {
+	got := render(t, values(t, "testdata/samples-values.yaml"))
+	files, err := filepath.Glob("../../config/samples/*.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no samples: %v", err)
+	}
+	for _, f := range files {
+		for key, want := range parse(t, f, read(t, f)) {
+			for _, d := range diff(key, got[key], want) {
+				t.Errorf("values vs %s: %s", filepath.Base(f), d)
+			}
+		}
+	}
+}
+
+// TestMemberlistSecret: by default a random 32-byte key in portico-memberlist; with
+// memberlist.existingSecret, no Secret and the speakers read the named one.
+func TestMemberlistSecret(t *testing.T) {
+	sec := render(t, nil)["Secret/"+namespace+"/portico-memberlist"]
+	key, _ := sec["data"].(map[string]any)["secretkey"].(string)
+	if b, err := base64.StdEncoding.DecodeString(key); err != nil || len(b) != 32 {
+		t.Errorf("generated key %q: %d bytes (%v), want 32", key, len(b), err)
+	}
+	objs := render(t, map[string]any{"memberlist": map[string]any{"existingSecret": "gossip-key"}})
+	for key := range objs {
+		if strings.HasPrefix(key, "Secret/") {
+			t.Errorf("renders %s although the Secret exists", key)
+		}
+	}
+	args := container(t, objs["DaemonSet/"+namespace+"/portico-speaker"])["args"].([]any)
+	if !slices.Contains(args, any("--memberlist-secret=$(POD_NAMESPACE)/gossip-key")) {
+		t.Errorf("speaker args %v do not read gossip-key", args)
+	}
+}
+
+// TestImageValues: the image reference comes from image.repository and image.tag.
+func TestImageValues(t *testing.T) {
+	objs := render(t, map[string]any{"image": map[string]any{"repository": "registry.example/portico", "tag": "v9.9.9", "pullPolicy": "Never"}})
+	for _, key := range []string{"Deployment/" + namespace + "/portico-controller", "DaemonSet/" + namespace + "/portico-speaker"} {
+		c := container(t, objs[key])
+		if c["image"] != "registry.example/portico:v9.9.9" || c["imagePullPolicy"] != "Never" {
+			t.Errorf("%s runs %v (pull %v)", key, c["image"], c["imagePullPolicy"])
+		}
+	}
+}
+
+// render runs the real Helm engine over the chart as `helm install portico -n portico-system`
+// would, CRDs included.
+func render(t *testing.T, vals map[string]any) objects {
+	t.Helper()
+	ch, err := loader.Load(chartDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rv, err := chartutil.ToRenderValues(ch, vals, chartutil.ReleaseOptions{Name: "portico", Namespace: namespace, IsInstall: true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := engine.Render(ch, rv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := objects{}
+	add := func(name string, data []byte) {
+		for key, o := range parse(t, name, data) {
+			if _, dup := objs[key]; dup {
+				t.Errorf("%s rendered twice", key)
+			}
+			objs[key] = o
+		}
+	}
+	for name, data := range files {
+		if strings.HasSuffix(name, ".yaml") {
+			add(name, []byte(data))
+		}
+	}
+	for _, crd := range ch.CRDObjects() {
+		add(crd.Filename, crd.File.Data)
+	}
+	return objs
+}
+
+func parse(t *testing.T, name string, data []byte) objects {
+	t.Helper()
+	objs := objects{}
+	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+	for {
+		doc, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			return objs
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		var o map[string]any
+		if err := yaml.Unmarshal(doc, &o); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if o == nil {
+			continue
+		}
+		meta, _ := o["metadata"].(map[string]any)
+		objs[fmt.Sprintf("%s/%v/%v", o["kind"], orEmpty(meta["namespace"]), meta["name"])] = o
+	}
+}
+
+func orEmpty(v any) any {
+	if v == nil {
+		return ""
+	}
+	return v
+}
+
+func read(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func values(t *testing.T, path string) map[string]any {
+	t.Helper()
+	var v map[string]any
+	if err := yaml.Unmarshal(read(t, path), &v); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func container(t *testing.T, o map[string]any) map[string]any {
+	t.Helper()
+	spec, _ := o["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
+	cs, _ := spec["containers"].([]any)
+	if len(cs) != 1 {
+		t.Fatalf("%v: want one container", o["metadata"])
+	}
+	return cs[0].(map[string]any)
+}
+
+// withoutPullPolicy drops imagePullPolicy from a workload's containers.
+func withoutPullPolicy(o map[string]any) map[string]any {
+	spec, _ := o["spec"].(map[string]any)
+	if tmpl, ok := spec["template"].(map[string]any); ok {
+		for _, c := range tmpl["spec"].(map[string]any)["containers"].([]any) {
+			delete(c.(map[string]any), "imagePullPolicy")
+		}
+	}
+	return o
+}
+
+// diff names every path where got and want differ.
+func diff(path string, got, want any) []string {
+	gm, gok := got.(map[string]any)
+	wm, wok := want.(map[string]any)
+	if gok && wok {
+		keys := map[string]bool{}
+		for k := range gm {
+			keys[k] = true
+		}
+		for k := range wm {
+			keys[k] = true
+		}
+		var out []string
+		for _, k := range sortedKeys(keys) {
+			out = append(out, diff(path+"."+k, gm[k], wm[k])...)
+		}
+		return out
+	}
+	gl, gok := got.([]any)
+	wl, wok := want.([]any)
+	if gok && wok && len(gl) == len(wl) {
+		var out []string
+		for i := range gl {
+			out = append(out, diff(fmt.Sprintf("%s[%d]", path, i), gl[i], wl[i])...)
+		}
+		return out
+	}
+	if !reflect.DeepEqual(got, want) {
+		return []string{fmt.Sprintf("%s: got %v, want %v", path, got, want)}
+	}
+	return nil
+}
+
+func sortedKeys(m map[string]bool) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

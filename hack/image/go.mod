@@ -1,0 +1,17 @@
+module github.com/portico-lb/portico/hack/image
+
+go 1.26.0
+
+require github.com/google/go-containerregistry v0.22.1
+
+require (
+	github.com/klauspost/compress v1.19.2 // indirect
+	github.com/opencontainers/go-digest v1.0.0 // indirect
+	github.com/opencontainers/image-spec v1.1.1 // indirect
+	golang.org/x/sync v0.23.0 // indirect
+)
+
+require github.com/portico-lb/portico v0.0.0
+
+// The tests share internal/ci with the main module.
+replace github.com/portico-lb/portico => ../..

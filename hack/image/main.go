@@ -1,0 +1,96 @@
+// Command image builds Portico's container image without Docker: the binaries are compiled
+// static (CGO_ENABLED=0) for each platform, laid on an empty base with the files a distroless
+// "static" image has (passwd, group, /tmp, the nonroot home), and written as an OCI image
+// layout and an OCI archive holding one index for every platform. `make image` runs it; the
+// archive imports with `ctr -n k8s.io images import` or `k3s ctr images import`, the layout
+// pushes with `crane push --index` (docs/install.md).
+//
+// It is a module of its own so the main module does not carry go-containerregistry.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+)
+
+// Commands are the programs the image holds, each at /<name>: the Deployment runs
+// /portico-controller, the DaemonSet /portico-speaker; the plugin is there for `kubectl exec`.
+var Commands = []string{"portico-controller", "portico-speaker", "kubectl-portico"}
+
+// DefaultRef is the reference the manifests name (config/default).
+const DefaultRef = "ghcr.io/portico-lb/portico:v0.1.0"
+
+func main() {
+	src := flag.String("src", ".", "the root of Portico's source tree")
+	out := flag.String("out", "bin/image", "directory for the OCI layout (oci/) and the OCI archive (portico.tar)")
+	ref := flag.String("ref", DefaultRef, "the image reference recorded in the archive, the name containerd imports it under")
+	platforms := flag.String("platforms", "linux/amd64,linux/arm64", "comma-separated os/arch list")
+	binaries := flag.String("binaries", "", "only build this machine's binaries, as the image holds them, into this directory")
+	flag.Parse()
+	if err := run(*src, *out, *ref, *platforms, *binaries); err != nil {
+		fmt.Fprintln(os.Stderr, "image:", err)
+		os.Exit(1)
+	}
+}
+
+func run(src, out, ref, platformList, binariesOnly string) error {
+	if binariesOnly != "" {
+		return Build(src, Platform{OS: runtime.GOOS, Arch: runtime.GOARCH}, binariesOnly)
+	}
+	platforms, err := ParsePlatforms(platformList)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	archive, err := Make(src, out, ref, platforms)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("image: %s (%s) in %s, %s\n", archive, ref, time.Since(start).Round(100*time.Millisecond), platformList)
+	return nil
+}
+
+// Platform is one os/arch the image is built for.
+type Platform struct{ OS, Arch string }
+
+func (p Platform) String() string { return p.OS + "/" + p.Arch }
+
+// ParsePlatforms reads "linux/amd64,linux/arm64".
+func ParsePlatforms(list string) ([]Platform, error) {
+	var ps []Platform
+	for _, s := range strings.Split(list, ",") {
+		os, arch, ok := strings.Cut(strings.TrimSpace(s), "/")
+		if !ok || os == "" || arch == "" {
+			return nil, fmt.Errorf("platform %q: want os/arch such as linux/arm64", s)
+		}
+		ps = append(ps, Platform{OS: os, Arch: arch})
+	}
+	return ps, nil
+}
+
+// Build compiles the image's commands for p into dir. No -trimpath, and cgo is off as in every
+// other build of the project (the Makefile exports CGO_ENABLED=0), so this shares the compile
+// cache of the tests; -s drops the symbol table the image does not need.
+func Build(src string, p Platform, dir string) error {
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return err
+	}
+	args := []string{"build", "-ldflags=-s", "-o", dir + "/"}
+	for _, c := range Commands {
+		args = append(args, "./cmd/"+c)
+	}
+	cmd := exec.Command("go", args...)
+	cmd.Dir = src
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS="+p.OS, "GOARCH="+p.Arch)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go %s for %s: %v\n%s", strings.Join(args, " "), p, err, out)
+	}
+	return nil
+}
