@@ -77,11 +77,12 @@ func (s *Speaker) selfChecked(results map[netip.Addr][]string) {
 	slices.SortFunc(checks, func(a, b v1alpha1.SelfCheck) int { return strings.Compare(a.IP, b.IP) })
 	s.checks.Store(&checks)
 	s.Metrics.selfChecks(results)
-	s.trigger(causeSelfCheck)
+	s.trigger(causeStatus)
 }
 
-// causeSelfCheck re-reports the status without being taken for the cause of an owner change.
-const causeSelfCheck = "self-check"
+// causeStatus re-reports the status (self-checks, refused members, key problems) without
+// being taken for the cause of an owner change.
+const causeStatus = "status"
 
 // hardwareAddrs are the MACs this node answers with: its suitable interfaces'.
 func hardwareAddrs() []string {
