@@ -168,7 +168,7 @@ func TestL2(t *testing.T) {
 
 		t.Run("speakers hold only the DaemonSet's capabilities", func(t *testing.T) {
 			for _, n := range e.Nodes {
-				e.Security.checkProcess(t, e.speakers[n.Name].cmd.Process.Pid)
+				e.Security.checkProcess(t, e.speakers[n.Name].cmd.Process.Pid, e.Speaker)
 			}
 		})
 

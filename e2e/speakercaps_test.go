@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 	appsv1 "k8s.io/api/apps/v1"
@@ -77,9 +78,14 @@ func (s speakerSecurity) mask() uint64 {
 	return m
 }
 
-// checkProcess fails unless the process runs as the user with exactly the capabilities.
-func (s speakerSecurity) checkProcess(t testing.TB, pid int) {
+// checkProcess fails unless process pid, once it runs bin (ip netns exec and setpriv exec it
+// in turn), runs as the user with exactly the capabilities.
+func (s speakerSecurity) checkProcess(t testing.TB, pid int, bin string) {
 	t.Helper()
+	waitFor(t, fmt.Sprintf("pid %d runs %s", pid, bin), 10*time.Second, func() bool {
+		exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+		return err == nil && exe == bin
+	})
 	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	must(t, err)
 	want := map[string]string{"Uid:": fmt.Sprint(s.User), "CapEff:": fmt.Sprintf("%016x", s.mask()),
