@@ -339,7 +339,7 @@ func impersonating(t *testing.T, user, node string) string {
 // API values a pod on node would get.
 func podArgs(t *testing.T, c corev1.Container, node string) []string {
 	t.Helper()
-	fields := map[string]string{"spec.nodeName": node, "metadata.namespace": systemNamespace}
+	fields := map[string]string{"spec.nodeName": node, "metadata.namespace": systemNamespace, "status.hostIP": "127.0.0.1"}
 	args := slices.Clone(c.Args)
 	for _, e := range c.Env {
 		v := e.Value

@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/netip"
 	"slices"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -19,60 +18,6 @@ import (
 
 	"github.com/portico-lb/portico/internal/netlab"
 )
-
-// outageMonitor asks for each address in turn, all the time, and keeps the longest time an
-// address went without any answer.
-type outageMonitor struct {
-	mu      sync.Mutex
-	last    map[netip.Addr]time.Time
-	longest time.Duration
-	worst   netip.Addr
-	stop    chan struct{}
-	done    chan struct{}
-}
-
-func (e *l2Env) monitorOutages(ips []netip.Addr) *outageMonitor {
-	m := &outageMonitor{last: map[netip.Addr]time.Time{}, stop: make(chan struct{}), done: make(chan struct{})}
-	now := time.Now()
-	for _, ip := range ips {
-		m.last[ip] = now
-	}
-	prober := e.arpProber()
-	go func() {
-		defer close(m.done)
-		defer prober.close()
-		for {
-			for _, ip := range ips {
-				select {
-				case <-m.stop:
-					return
-				default:
-				}
-				answered := len(prober.ask(ip, 30*time.Millisecond)) > 0
-				m.mu.Lock()
-				if gap := time.Since(m.last[ip]); gap > m.longest {
-					m.longest, m.worst = gap, ip
-				}
-				if answered {
-					m.last[ip] = time.Now()
-				}
-				m.mu.Unlock()
-			}
-		}
-	}()
-	return m
-}
-
-func (m *outageMonitor) finish() (time.Duration, netip.Addr) {
-	close(m.stop)
-	<-m.done
-	return m.longest, m.worst
-}
-
-// answeredOnlyBy reports whether the one MAC answering ip is want's.
-func (e *l2Env) answeredOnlyBy(ip netip.Addr, want string) bool {
-	return slices.Equal(e.arpingMACs(ip, 1), []string{e.macOf(want)})
-}
 
 // TestChaosSpeakers: speakers SIGKILLed and SIGTERMed and started again, round after round,
 // then one node cut off (its bridge port down) and healed. An outage monitor asks for every

@@ -166,6 +166,12 @@ func TestL2(t *testing.T) {
 	inLab(t, func(t *testing.T, e *l2Env) {
 		all := []string{"node-a", "node-b", "node-c"}
 
+		t.Run("speakers hold only the DaemonSet's capabilities", func(t *testing.T) {
+			for _, n := range e.Nodes {
+				e.Security.checkProcess(t, e.speakers[n.Name].cmd.Process.Pid, e.Speaker)
+			}
+		})
+
 		t.Run("one owner answers", func(t *testing.T) {
 			e.t = t
 			ip := netip.MustParseAddr("198.51.100.200")

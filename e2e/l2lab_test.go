@@ -30,12 +30,13 @@ const labEnv = "PORTICO_E2E_L2_LAB"
 
 // l2Lab is the topology: a bridge, the control plane's namespace, a client and three nodes.
 type l2Lab struct {
-	Speaker string // the portico-speaker binary
-	Switch  string
-	CP      netlab.Host
-	Client  netlab.Host
-	Nodes   []labNode
-	Routers []netlab.Host // BGP routers' namespaces (inBGPLab)
+	Speaker  string          // the portico-speaker binary
+	Security speakerSecurity // what the speaker DaemonSet grants, given to every speaker
+	Switch   string
+	CP       netlab.Host
+	Client   netlab.Host
+	Nodes    []labNode
+	Routers  []netlab.Host // BGP routers' namespaces (inBGPLab)
 }
 
 type labNode struct {
@@ -61,7 +62,7 @@ func inLabWith[T testing.TB](t T, routers int, body func(t T, e *l2Env)) {
 		body(t, startEnv(t, &lab))
 		return
 	}
-	tools := []string{"arping"}
+	tools := []string{"arping", "setpriv"}
 	if routers > 0 {
 		tools = append(tools, "bird", "birdc", "vtysh", "/usr/lib/frr/bgpd")
 	}
@@ -78,7 +79,7 @@ func inLabWith[T testing.TB](t T, routers int, body func(t T, e *l2Env)) {
 // newL2Lab builds the speaker and the namespaces: control plane, client and three nodes on the
 // bridge.
 func newL2Lab(t testing.TB, l *netlab.Lab) l2Lab {
-	lab := l2Lab{Speaker: buildBinary(t, "./cmd/portico-speaker"), Switch: l.Switch,
+	lab := l2Lab{Speaker: buildBinary(t, "./cmd/portico-speaker"), Security: daemonSetSecurity(t), Switch: l.Switch,
 		CP:     l.AddHost("cp", "02:00:00:00:00:02", "198.51.100.2/24", "2001:db8:1::2/64"),
 		Client: l.AddHost("client", "02:00:00:00:00:01", "198.51.100.1/24", "2001:db8:1::1/64"),
 	}
@@ -187,9 +188,9 @@ func (e *l2Env) startSpeaker(name string) {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	cmd := exec.Command("ip", "netns", "exec", n.NS, e.Speaker, "--node-name", name, "--kubeconfig", e.kubeconfig,
-		"--memberlist-bind-address", n.IPv4.Addr().String(), "--metrics-bind-address", n.IPv4.Addr().String()+":7474")
-	cmd.Args = append(cmd.Args, e.extraArgs...)
+	args := append([]string{"--node-name", name, "--kubeconfig", e.kubeconfig,
+		"--memberlist-bind-address", n.IPv4.Addr().String(), "--metrics-bind-address", n.IPv4.Addr().String() + ":7474"}, e.extraArgs...)
+	cmd := exec.Command("ip", append([]string{"netns", "exec", n.NS}, e.Security.command(e.Speaker, args...)...)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		e.t.Fatal(err)
@@ -199,7 +200,7 @@ func (e *l2Env) startSpeaker(name string) {
 	e.speakers[name] = p
 }
 
-// kill signals a speaker (ip netns exec execs it, so the PID is the speaker's) and waits for it
+// kill signals a speaker (ip netns exec and setpriv exec it, so the PID is the speaker's) and waits for it
 // to be gone.
 func (e *l2Env) kill(name string, sig syscall.Signal) {
 	p := e.speakers[name]

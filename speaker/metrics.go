@@ -13,8 +13,12 @@ type Metrics struct {
 	failover     prometheus.Histogram
 	announced    prometheus.Gauge
 	membersLost  prometheus.Counter
-	reconcile    prometheus.Histogram
-	probes       *prometheus.CounterVec // self-check outcomes (selfcheck.go)
+	// membersRefused, keys and keyChanges are the gossip group's (gossip.go).
+	membersRefused prometheus.Counter
+	keys           prometheus.Gauge
+	keyChanges     prometheus.Counter
+	reconcile      prometheus.Histogram
+	probes         *prometheus.CounterVec // self-check outcomes (selfcheck.go)
 }
 
 // NewMetrics creates the series and registers them with reg.
@@ -36,11 +40,18 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Addresses this node answers for."}),
 		membersLost: prometheus.NewCounter(prometheus.CounterOpts{Name: "portico_memberlist_members_lost_total",
 			Help: "Members this node saw leave or declared dead; when nobody really died these are false suspicions."}),
+		membersRefused: prometheus.NewCounter(prometheus.CounterOpts{Name: "portico_memberlist_members_refused_total",
+			Help: "Gossip messages refused because the member claimed a node name from an address that is not one of that Node's InternalIPs."}),
+		keys: prometheus.NewGauge(prometheus.GaugeOpts{Name: "portico_memberlist_keys",
+			Help: "Gossip encryption keys in use (the primary and the accepted ones), as last read from the memberlist Secret."}),
+		keyChanges: prometheus.NewCounter(prometheus.CounterOpts{Name: "portico_memberlist_key_changes_total",
+			Help: "Times this speaker applied changed keys from the memberlist Secret."}),
 	}
 	m.reconcile = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "portico_speaker_reconcile_seconds",
 		Help:    "Time one reaction to a change takes: reading the cache, planning, and applying the plan to the L2 responders and the BGP sessions.",
 		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}})
-	reg.MustRegister(m.requests, m.replies, m.gratuitous, m.ownerChanges, m.failover, m.announced, m.membersLost, m.reconcile)
+	reg.MustRegister(m.requests, m.replies, m.gratuitous, m.ownerChanges, m.failover, m.announced, m.membersLost, m.reconcile,
+		m.membersRefused, m.keys, m.keyChanges)
 	m.probes = newProbeCounter(reg)
 	return m
 }

@@ -71,7 +71,7 @@ func (s *Speaker) selfChecked(results map[netip.Addr][]string) {
 	}
 	s.checks.Store(&r)
 	s.Metrics.selfChecks(results)
-	s.trigger(causeSelfCheck)
+	s.trigger(causeStatus)
 }
 
 // selfCheckReport is what the Speaker status says of the latest round.
@@ -123,8 +123,9 @@ func selfCheckResults(results map[netip.Addr][]string, prev []v1alpha1.SelfCheck
 	return r
 }
 
-// causeSelfCheck re-reports the status without being taken for the cause of an owner change.
-const causeSelfCheck = "self-check"
+// causeStatus re-reports the status (self-checks, refused members, key problems) without
+// being taken for the cause of an owner change.
+const causeStatus = "status"
 
 // hardwareAddrs are the MACs this node answers with: its suitable interfaces'.
 func hardwareAddrs() []string {

@@ -29,18 +29,21 @@ import (
 // object. It is a controller-runtime Runnable: every watched change and every membership change
 // triggers one recomputation of the whole plan (cheap: a hash per address and node).
 type Speaker struct {
-	Node     string
-	LBClass  string
-	Cache    cache.Cache
-	Client   client.Client // writes go straight to the apiserver
-	Reader   client.Reader // reads the Speaker object fresh before updating it (no conflicts with a lagging cache)
-	Group    *membership.Group
-	MLPort   int // peers' memberlist port, to join them at their nodes' InternalIP
-	Announce *l2.Announcer
-	BGP      *bgp.Sessions
-	Recorder record.EventRecorder
-	Metrics  *Metrics
-	Log      logr.Logger
+	Node    string
+	LBClass string
+	Cache   cache.Cache
+	Client  client.Client // writes go straight to the apiserver
+	Reader  client.Reader // reads the Speaker object fresh before updating it (no conflicts with a lagging cache)
+	Group   *membership.Group
+	MLPort  int // peers' memberlist port, to join them at their nodes' InternalIP
+	// KeySecret names the memberlist Secret, read again every KeyRefresh; nil: gossip in clear.
+	KeySecret  *client.ObjectKey
+	KeyRefresh time.Duration
+	Announce   *l2.Announcer
+	BGP        *bgp.Sessions
+	Recorder   record.EventRecorder
+	Metrics    *Metrics
+	Log        logr.Logger
 	// SelfCheck paces the probes of addresses other nodes own; a zero Interval switches it off.
 	SelfCheck selfcheck.Options
 
@@ -55,6 +58,10 @@ type Speaker struct {
 	secrets map[client.ObjectKey]cachedSecret
 	checks  atomic.Pointer[selfCheckReport] // the latest self-check results
 	loopAt  atomic.Int64                    // unix nanos of the main loop's latest turn; 0 until it starts (health.go)
+
+	synced     atomic.Bool // the cache has synced: Admit can check claims
+	refused    refusals
+	keyProblem string // why the memberlist Secret's keys were not applied; "" when they were
 }
 
 // Start runs until ctx ends; then it stops answering at once and leaves the group, so the other
@@ -83,6 +90,8 @@ func (s *Speaker) Start(ctx context.Context) error {
 	if !s.Cache.WaitForCacheSync(ctx) {
 		return fmt.Errorf("cache never synced")
 	}
+	s.synced.Store(true)
+	s.Metrics.keys.Set(float64(s.Group.Keys().Count()))
 	// A speaker that answered before joining would see itself alone and claim every address,
 	// so the first join completes before the first plan.
 	s.joinPeers(ctx, true)
@@ -92,6 +101,12 @@ func (s *Speaker) Start(ctx context.Context) error {
 	// Re-reads BGP password Secrets (they are not watched).
 	refresh := time.NewTicker(secretRefresh)
 	defer refresh.Stop()
+	var reloadKeys <-chan time.Time
+	if s.KeySecret != nil {
+		t := time.NewTicker(s.KeyRefresh)
+		defer t.Stop()
+		reloadKeys = t.C
+	}
 	s.trigger("config")
 	for {
 		s.turned()
@@ -113,6 +128,11 @@ func (s *Speaker) Start(ctx context.Context) error {
 			// (memberlist alone would wait for its dead-node gossip, 30 s by default), which
 			// bounds how long two nodes answer for one address afterwards.
 			s.joinPeers(ctx, false)
+			if s.refusalsExpired() {
+				s.trigger(causeStatus)
+			}
+		case <-reloadKeys:
+			s.reloadKeys(ctx)
 		case <-refresh.C:
 			if len(s.secrets) > 0 {
 				s.trigger("secret-refresh")
@@ -124,7 +144,7 @@ func (s *Speaker) Start(ctx context.Context) error {
 }
 
 func (s *Speaker) trigger(cause string) {
-	if cause == causeSelfCheck {
+	if cause == causeStatus {
 		cause = "" // only the status changes: whatever cause is pending stays
 	}
 	// member-lost wins over a config cause queued before it, so failovers are counted as such.
@@ -241,6 +261,10 @@ func (s *Speaker) reconcile(ctx context.Context) {
 	s.Metrics.announced.Set(float64(len(plan.Mine)))
 	for _, p := range problems {
 		plan.Problems = append(plan.Problems, p.Error())
+	}
+	plan.Problems = append(plan.Problems, s.refusalProblems()...)
+	if s.keyProblem != "" {
+		plan.Problems = append(plan.Problems, s.keyProblem)
 	}
 	for _, err := range s.BGP.Apply(ctx, plan.BGP) {
 		plan.Problems = append(plan.Problems, err.Error())

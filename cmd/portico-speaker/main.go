@@ -7,8 +7,10 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"net/netip"
 	"os"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -32,6 +34,7 @@ type options struct {
 	bindAddr                   string
 	port                       int
 	secret                     string
+	keyRefresh                 time.Duration
 	detection                  membership.Detection
 	selfCheck                  selfcheck.Options
 }
@@ -42,9 +45,11 @@ func main() {
 	flag.StringVar(&o.lbClass, "load-balancer-class", v1alpha1.DefaultLoadBalancerClass, "spec.loadBalancerClass handled besides no class")
 	flag.StringVar(&o.metricsAddr, "metrics-bind-address", ":7474", "address the Prometheus metrics endpoint binds to; 0 disables it")
 	flag.StringVar(&o.probeAddr, "health-probe-bind-address", ":7475", "address the /healthz (main loop alive) and /readyz (synced and joined) endpoints bind to; 0 disables them")
-	flag.StringVar(&o.bindAddr, "memberlist-bind-address", "0.0.0.0", "address memberlist gossip binds to (UDP and TCP)")
+	flag.StringVar(&o.bindAddr, "memberlist-bind-address", os.Getenv("HOST_IP"),
+		"address memberlist gossip binds to (UDP and TCP), one of this node's InternalIP addresses (default $HOST_IP, from the downward API's status.hostIP; when empty, the Node's first InternalIP)")
 	flag.IntVar(&o.port, "memberlist-port", 7946, "memberlist port, the same on every node")
-	flag.StringVar(&o.secret, "memberlist-secret", "", "namespace/name of a Secret whose key \"secretkey\" (16, 24 or 32 bytes) encrypts gossip; empty sends it in clear")
+	flag.StringVar(&o.secret, "memberlist-secret", "", "namespace/name of a Secret whose key \"secretkey\" (16, 24 or 32 bytes) encrypts gossip and whose optional \"acceptedkeys\" (one per line) also decrypt it; empty sends gossip in clear")
+	flag.DurationVar(&o.keyRefresh, "memberlist-key-refresh", 30*time.Second, "how often the memberlist Secret is read again for changed keys")
 	flag.DurationVar(&o.detection.ProbeInterval, "memberlist-probe-interval", membership.DefaultDetection.ProbeInterval, "how often each member probes another")
 	flag.DurationVar(&o.detection.ProbeTimeout, "memberlist-probe-timeout", membership.DefaultDetection.ProbeTimeout, "how long a probe waits for its answer")
 	flag.IntVar(&o.detection.SuspicionMult, "memberlist-suspicion-mult", membership.DefaultDetection.SuspicionMult, "a suspected member is declared dead after this many probe intervals (scaled by log10 of the group size)")
@@ -71,11 +76,7 @@ func run(o options) error {
 	if err != nil {
 		return err
 	}
-	key, err := readKey(mgr.GetAPIReader(), o.secret)
-	if err != nil {
-		return err
-	}
-	group, err := membership.Start(membership.Config{Name: o.node, BindAddr: o.bindAddr, BindPort: o.port, Key: key, Detection: o.detection})
+	bind, err := bindAddress(mgr.GetAPIReader(), o.node, o.bindAddr)
 	if err != nil {
 		return err
 	}
@@ -83,9 +84,26 @@ func run(o options) error {
 	sessions := &bgp.Sessions{Log: log.WithName("bgp")}
 	crmetrics.Registry.MustRegister(sessions)
 	s := &speaker.Speaker{
-		Node: o.node, LBClass: o.lbClass, Cache: mgr.GetCache(), Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Group: group, MLPort: o.port,
+		Node: o.node, LBClass: o.lbClass, Cache: mgr.GetCache(), Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), MLPort: o.port,
 		Announce: l2.NewAnnouncer(log.WithName("l2"), metrics), BGP: sessions, Recorder: mgr.GetEventRecorderFor("portico-speaker"),
-		Metrics: metrics, Log: log, SelfCheck: o.selfCheck,
+		Metrics: metrics, Log: log, SelfCheck: o.selfCheck, KeyRefresh: o.keyRefresh,
+	}
+	var keys membership.Keys
+	if o.secret != "" {
+		ns, name, ok := strings.Cut(o.secret, "/")
+		if !ok || ns == "" || name == "" {
+			return fmt.Errorf("--memberlist-secret %q: want namespace/name", o.secret)
+		}
+		s.KeySecret = &client.ObjectKey{Namespace: ns, Name: name}
+		// A missing Secret is an error rather than a silent fallback to clear text.
+		if keys, err = speaker.ReadMemberlistKeys(context.Background(), mgr.GetAPIReader(), *s.KeySecret); err != nil {
+			return err
+		}
+	}
+	s.Group, err = membership.Start(membership.Config{Name: o.node, BindAddr: bind.String(), BindPort: o.port, Keys: keys,
+		Detection: o.detection, Admit: s.Admit})
+	if err != nil {
+		return err
 	}
 	if err := mgr.Add(s); err != nil {
 		return err
@@ -96,27 +114,30 @@ func run(o options) error {
 	if err := mgr.AddReadyzCheck("synced-and-joined", s.Ready); err != nil {
 		return err
 	}
-	log.Info("starting", "memberlist", membership.HostPort(o.bindAddr, o.port), "detection", o.detection, "encrypted", key != nil)
+	log.Info("starting", "memberlist", membership.HostPort(bind.String(), o.port), "detection", o.detection, "keys", keys.Count())
 	return mgr.Start(ctrl.SetupSignalHandler())
 }
 
-// readKey reads the gossip key once at start; a missing Secret is an error rather than a
-// silent fallback to clear text.
-func readKey(r client.Reader, ref string) ([]byte, error) {
-	if ref == "" {
-		return nil, nil
+// bindAddress is where gossip binds: the flag's address, else the Node's first InternalIP. The
+// other speakers admit this node only from one of its InternalIP addresses, so a wildcard
+// (memberlist would advertise an address of its own choosing) is refused.
+func bindAddress(r client.Reader, node, flagValue string) (netip.Addr, error) {
+	if flagValue != "" {
+		a, err := netip.ParseAddr(flagValue)
+		if err != nil {
+			return a, fmt.Errorf("--memberlist-bind-address: %w", err)
+		}
+		if a.IsUnspecified() {
+			return a, fmt.Errorf("--memberlist-bind-address %s: give one of node %s's InternalIP addresses, not a wildcard", a, node)
+		}
+		return a, nil
 	}
-	ns, name, ok := strings.Cut(ref, "/")
-	if !ok || ns == "" || name == "" {
-		return nil, fmt.Errorf("--memberlist-secret %q: want namespace/name", ref)
+	var n corev1.Node
+	if err := r.Get(context.Background(), client.ObjectKey{Name: node}, &n); err != nil {
+		return netip.Addr{}, fmt.Errorf("no --memberlist-bind-address nor HOST_IP, and reading Node %s for its InternalIP: %w", node, err)
 	}
-	var sec corev1.Secret
-	if err := r.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &sec); err != nil {
-		return nil, fmt.Errorf("reading memberlist key from Secret %s: %w", ref, err)
+	if ips := speaker.InternalIPs(&n); len(ips) > 0 {
+		return ips[0], nil
 	}
-	key := sec.Data["secretkey"]
-	if len(key) == 0 {
-		return nil, fmt.Errorf("Secret %s has no key \"secretkey\"", ref)
-	}
-	return key, nil
+	return netip.Addr{}, fmt.Errorf("no --memberlist-bind-address nor HOST_IP, and Node %s has no InternalIP", node)
 }

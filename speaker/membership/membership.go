@@ -8,6 +8,7 @@ import (
 	"io"
 	"log"
 	"net"
+	"net/netip"
 	"slices"
 	"sync"
 	"time"
@@ -22,8 +23,11 @@ type Config struct {
 	// BindAddr and BindPort are where memberlist listens (UDP and TCP).
 	BindAddr string
 	BindPort int
-	// Key encrypts the gossip (16, 24 or 32 bytes, AES); empty sends it in clear.
-	Key []byte
+	// Keys encrypt the gossip; none sends it in clear.
+	Keys Keys
+	// Admit decides whether another member may join under the name it claims, from the address
+	// it claims; an error refuses it (it never counts as alive here). Nil admits everyone.
+	Admit func(name string, addr netip.Addr) error
 	// Detection tunes how fast a silent member is declared dead.
 	Detection Detection
 	// Log receives memberlist's own log lines; nil discards them.
@@ -54,6 +58,7 @@ type Change struct {
 // Group is this node's view of the gossip group.
 type Group struct {
 	ml      *memberlist.Memberlist
+	keyring *memberlist.Keyring // nil: gossip in clear
 	changes chan Change
 
 	mu    sync.Mutex
@@ -79,13 +84,12 @@ func Start(cfg Config) (*Group, error) {
 	mc.GossipInterval = 20 * time.Millisecond
 	// Joining a node that is gone must not hold a starting speaker for memberlist's default 10 s.
 	mc.TCPTimeout = time.Second
-	if len(cfg.Key) > 0 {
-		switch len(cfg.Key) {
-		case 16, 24, 32:
-		default:
-			return nil, fmt.Errorf("membership: encryption key is %d bytes, want 16, 24 or 32", len(cfg.Key))
+	if !cfg.Keys.None() {
+		ring, err := cfg.Keys.keyring()
+		if err != nil {
+			return nil, err
 		}
-		mc.SecretKey = cfg.Key
+		mc.Keyring = ring
 	}
 	out := cfg.Log
 	if out == nil {
@@ -94,11 +98,14 @@ func Start(cfg Config) (*Group, error) {
 	mc.Logger = log.New(out, "memberlist ", log.LstdFlags)
 	g := &Group{changes: make(chan Change, 1024), alive: map[string]bool{}}
 	mc.Events = events{g}
+	if cfg.Admit != nil {
+		mc.Alive = admission{self: cfg.Name, admit: cfg.Admit}
+	}
 	ml, err := memberlist.Create(mc)
 	if err != nil {
 		return nil, fmt.Errorf("membership: %w", err)
 	}
-	g.ml = ml
+	g.ml, g.keyring = ml, mc.Keyring
 	return g, nil
 }
 
@@ -148,6 +155,9 @@ func (g *Group) Leave(timeout time.Duration) error {
 	return g.left
 }
 
+// Port is the port memberlist listens on (the one chosen when Config.BindPort was 0).
+func (g *Group) Port() int { return int(g.ml.LocalNode().Port) }
+
 // HostPort joins an address and a port the way Join expects.
 func HostPort(addr string, port int) string { return net.JoinHostPort(addr, fmt.Sprint(port)) }
 
@@ -169,3 +179,21 @@ func (e events) set(n *memberlist.Node, alive bool) {
 func (e events) NotifyJoin(n *memberlist.Node)   { e.set(n, true) }
 func (e events) NotifyLeave(n *memberlist.Node)  { e.set(n, false) }
 func (e events) NotifyUpdate(n *memberlist.Node) {}
+
+// admission refuses, before memberlist stores it, an alive message for another member that
+// Admit rejects. Merges on join go through the same path, so one hook covers both.
+type admission struct {
+	self  string
+	admit func(name string, addr netip.Addr) error
+}
+
+func (a admission) NotifyAlive(n *memberlist.Node) error {
+	if n.Name == a.self {
+		return nil // memberlist itself refutes anyone else claiming this node's name
+	}
+	addr, ok := netip.AddrFromSlice(n.Addr)
+	if !ok {
+		return fmt.Errorf("member %q claims no valid address", n.Name)
+	}
+	return a.admit(n.Name, addr.Unmap())
+}

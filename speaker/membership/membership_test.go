@@ -11,7 +11,14 @@ import (
 
 func start(t *testing.T, name string, port int, key []byte) *Group {
 	t.Helper()
-	g, err := Start(Config{Name: name, BindAddr: "127.0.0.1", BindPort: port, Key: key, Detection: DefaultDetection})
+	return startWith(t, Config{Name: name, BindAddr: "127.0.0.1", BindPort: port, Keys: Keys{Primary: key}})
+}
+
+// startWith starts cfg with the default timing (port 0: a free one).
+func startWith(t *testing.T, cfg Config) *Group {
+	t.Helper()
+	cfg.Detection = DefaultDetection
+	g, err := Start(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,9 +68,11 @@ func TestWrongKeyCannotJoin(t *testing.T) {
 
 func TestBadConfig(t *testing.T) {
 	for _, cfg := range []Config{
-		{Name: "x", BindAddr: "127.0.0.1", BindPort: 17950, Key: []byte("short"), Detection: DefaultDetection},
+		{Name: "x", BindAddr: "127.0.0.1", BindPort: 17950, Keys: Keys{Primary: []byte("short")}, Detection: DefaultDetection},
 		{Name: "x", BindAddr: "127.0.0.1", BindPort: 17950, Detection: Detection{ProbeInterval: time.Second, ProbeTimeout: 2 * time.Second, SuspicionMult: 2}},
 		{Name: "x", BindAddr: "127.0.0.1", BindPort: 17950, Detection: Detection{ProbeInterval: time.Second, ProbeTimeout: time.Millisecond}},
+		{Name: "x", BindAddr: "127.0.0.1", BindPort: 17950, Keys: Keys{Accepted: [][]byte{[]byte("0123456789abcdef")}}, Detection: DefaultDetection},
+		{Name: "x", BindAddr: "127.0.0.1", BindPort: 17950, Keys: Keys{Primary: []byte("0123456789abcdef"), Accepted: [][]byte{[]byte("short")}}, Detection: DefaultDetection},
 	} {
 		if g, err := Start(cfg); err == nil {
 			_ = g.Leave(0)

@@ -1,0 +1,176 @@
+package speaker
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/portico-lb/portico/speaker/membership"
+)
+
+// refusalMemory is how long a refused member stays in the Speaker status after its last
+// refused message.
+const refusalMemory = 5 * time.Minute
+
+// refusal is a member the group refused: the name it claimed and where from.
+type refusal struct {
+	addr   netip.Addr
+	reason string
+	last   time.Time
+}
+
+// refusals are the members refused recently, by claimed name.
+type refusals struct {
+	mu     sync.Mutex
+	byName map[string]refusal
+}
+
+// Admit is membership's Config.Admit: a member may join under a node's name only from one of
+// that Node's InternalIP addresses, so that a process elsewhere on the LAN (holding the gossip
+// key, or with gossip in clear) cannot take part in owner election as a node it is not.
+func (s *Speaker) Admit(name string, addr netip.Addr) error {
+	if !s.synced.Load() {
+		// Nodes are not known yet: refuse quietly; the first join after the sync admits them.
+		return fmt.Errorf("speaker %s is starting", s.Node)
+	}
+	err := s.checkClaim(name, addr)
+	s.refused.mu.Lock()
+	defer s.refused.mu.Unlock()
+	if s.refused.byName == nil {
+		s.refused.byName = map[string]refusal{}
+	}
+	before, had := s.refused.byName[name]
+	if err == nil {
+		delete(s.refused.byName, name)
+		return nil
+	}
+	s.Metrics.membersRefused.Inc()
+	s.refused.byName[name] = refusal{addr: addr, reason: err.Error(), last: time.Now()}
+	if !had || before.addr != addr || before.reason != err.Error() {
+		s.Log.Info("refused a gossip member", "claimed", name, "from", addr, "reason", err.Error())
+		s.trigger(causeStatus)
+	}
+	return err
+}
+
+func (s *Speaker) checkClaim(name string, addr netip.Addr) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	var node corev1.Node
+	if err := s.Cache.Get(ctx, client.ObjectKey{Name: name}, &node); apierrors.IsNotFound(err) {
+		return fmt.Errorf("member claims to be node %s, which does not exist", name)
+	} else if err != nil {
+		return fmt.Errorf("member claims to be node %s, which cannot be read: %w", name, err)
+	}
+	ips := InternalIPs(&node)
+	if !slices.Contains(ips, addr) {
+		return fmt.Errorf("member claims to be node %s from %s, which is not one of its InternalIP addresses %v", name, addr, ips)
+	}
+	return nil
+}
+
+// InternalIPs lists a Node's InternalIP addresses.
+func InternalIPs(n *corev1.Node) []netip.Addr {
+	var out []netip.Addr
+	for _, a := range n.Status.Addresses {
+		if ip, err := netip.ParseAddr(a.Address); a.Type == corev1.NodeInternalIP && err == nil {
+			out = append(out, ip.Unmap())
+		}
+	}
+	return out
+}
+
+// refusalProblems describes the members refused within refusalMemory, for the Speaker status,
+// and forgets older ones.
+func (s *Speaker) refusalProblems() []string {
+	s.refused.mu.Lock()
+	defer s.refused.mu.Unlock()
+	var out []string
+	for _, name := range slices.Sorted(maps.Keys(s.refused.byName)) {
+		r := s.refused.byName[name]
+		if time.Since(r.last) > refusalMemory {
+			delete(s.refused.byName, name)
+			continue
+		}
+		out = append(out, "gossip member refused: "+r.reason)
+	}
+	return out
+}
+
+// refusalsExpired reports whether a remembered refusal is older than refusalMemory.
+func (s *Speaker) refusalsExpired() bool {
+	s.refused.mu.Lock()
+	defer s.refused.mu.Unlock()
+	for _, r := range s.refused.byName {
+		if time.Since(r.last) > refusalMemory {
+			return true
+		}
+	}
+	return false
+}
+
+// Fields of the memberlist Secret.
+const (
+	// primaryKeyField encrypts the gossip (and decrypts it).
+	primaryKeyField = "secretkey"
+	// acceptedKeysField holds more keys, separated by newlines, accepted when decrypting.
+	acceptedKeysField = "acceptedkeys"
+)
+
+// MemberlistKeys reads the gossip keys from the memberlist Secret.
+func MemberlistKeys(sec *corev1.Secret) (membership.Keys, error) {
+	k := membership.Keys{Primary: sec.Data[primaryKeyField], Accepted: bytes.Fields(sec.Data[acceptedKeysField])}
+	if len(k.Primary) == 0 {
+		return k, fmt.Errorf("Secret %s/%s has no key %q", sec.Namespace, sec.Name, primaryKeyField)
+	}
+	if err := k.Validate(); err != nil {
+		return k, fmt.Errorf("Secret %s/%s: %w", sec.Namespace, sec.Name, err)
+	}
+	return k, nil
+}
+
+// ReadMemberlistKeys reads the memberlist Secret from the apiserver.
+func ReadMemberlistKeys(ctx context.Context, r client.Reader, ref client.ObjectKey) (membership.Keys, error) {
+	var sec corev1.Secret
+	if err := r.Get(ctx, ref, &sec); err != nil {
+		return membership.Keys{}, fmt.Errorf("reading memberlist keys from Secret %s: %w", ref, err)
+	}
+	return MemberlistKeys(&sec)
+}
+
+// reloadKeys reads the memberlist Secret again and applies changed keys. A Secret that cannot
+// be read or holds bad keys changes nothing: the keys in use stay, and the Speaker status
+// says what is wrong until the Secret is fixed.
+func (s *Speaker) reloadKeys(ctx context.Context) {
+	k, err := ReadMemberlistKeys(ctx, s.Reader, *s.KeySecret)
+	if err == nil && !k.Same(s.Group.Keys()) {
+		err = s.Group.SetKeys(k)
+		if err == nil {
+			s.Metrics.keyChanges.Inc()
+			s.Log.Info("memberlist keys changed", "keys", k.Count())
+		}
+	}
+	if err == nil {
+		s.Metrics.keys.Set(float64(s.Group.Keys().Count()))
+	}
+	problem := ""
+	if err != nil {
+		problem = err.Error() + " (the keys in use stay)"
+	}
+	if problem != s.keyProblem {
+		if problem != "" {
+			s.Log.Info("memberlist keys not changed", "error", problem)
+		}
+		s.keyProblem = problem
+		s.trigger(causeStatus)
+	}
+}
