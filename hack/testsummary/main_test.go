@@ -10,7 +10,7 @@ import (
 //
 //	go test -json -count=1 ./hack/testsummary/testdata/{sample,broken,notests}
 //
-// and prints what plain `go test` printed for the same packages (sample.out: its lines, the
+// and prints what plain `go test` printed for the same packages (sample.golden: its lines, the
 // packages in the order they finished), then the two skipped tests with their t.Skip messages
 // and the hint.
 func TestSummarize(t *testing.T) {
@@ -19,7 +19,7 @@ func TestSummarize(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer in.Close()
-	want, err := os.ReadFile("testdata/sample.out")
+	want, err := os.ReadFile("testdata/sample.golden")
 	if err != nil {
 		t.Fatal(err)
 	}
