@@ -65,7 +65,7 @@ test: controlplane
 	@# stay out of go.mod).
 	go -C hack/image vet ./... && go -C hack/chart vet ./...
 	set -o pipefail; { rc=0; go test -json -count=1 ./... 2>&1 || rc=1; \
-		go -C hack/image test -json -count=1 ./... 2>&1 || rc=1; \
+		go -C hack/image test -json -count=1 -timeout 30m ./... 2>&1 || rc=1; \
 		go -C hack/chart test -json -count=1 ./... 2>&1 || rc=1; exit $$rc; } | bin/testsummary \
 		-hint "To run them: as root, after: apt-get install -y $(LAB_PACKAGES)"
 
