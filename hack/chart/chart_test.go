@@ -183,9 +183,16 @@ func parse(t *testing.T, name string, data []byte) objects {
 			continue
 		}
 		meta, _ := o["metadata"].(map[string]any)
+		if clusterScoped[fmt.Sprint(o["kind"])] {
+			delete(meta, "namespace")
+		}
 		objs[fmt.Sprintf("%s/%v/%v", o["kind"], orEmpty(meta["namespace"]), meta["name"])] = o
 	}
 }
+
+// clusterScoped are the cluster-scoped kinds that kubectl's kustomize does not know as such: it
+// gives them the kustomization's namespace, which the apiserver ignores.
+var clusterScoped = map[string]bool{"ValidatingAdmissionPolicy": true, "ValidatingAdmissionPolicyBinding": true}
 
 func orEmpty(v any) any {
 	if v == nil {
