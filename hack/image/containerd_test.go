@@ -80,19 +80,18 @@ func startContainerd(t *testing.T) string {
 			t.Logf("containerd log:\n%s", b)
 		}
 	})
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		if exec.Command("ctr", "--address", sock, "version").Run() == nil {
-			return sock
-		}
+	// Poll until it answers, and stop at once if it exits.
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(60 * time.Second)
+	for exec.Command("ctr", "--address", sock, "version").Run() != nil {
 		select {
 		case <-done:
 			t.Fatal("containerd exited at start")
-		default:
-		}
-		if time.Now().After(deadline) {
+		case <-deadline:
 			t.Fatal("containerd did not answer within 60s")
+		case <-tick.C:
 		}
-		time.Sleep(100 * time.Millisecond)
 	}
+	return sock
 }
