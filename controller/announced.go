@@ -10,14 +10,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
-	"github.com/portico-lb/portico/speaker"
+	"github.com/portico-lb/portico/rules"
 )
 
 // announceInputs is what the Announced condition is folded from.
 type announceInputs struct {
 	speakers []porticov1.Speaker
-	// l2 evaluates the L2 rules for one address (speaker.L2EligibilityOf on the cluster's objects).
-	l2 func(ip netip.Addr) speaker.L2Eligibility
+	// l2 evaluates the L2 rules for one address (rules.L2EligibilityOf on the cluster's objects).
+	l2 func(ip netip.Addr) rules.L2Eligibility
 	// bgpAdvertised reports whether a BGPAdvertisement selects the pool for the Service.
 	// Extension point: BGP's own "why not" (no session Established, peers' nodeSelectors)
 	// belongs here once speakers report BGP sessions.
@@ -135,24 +135,4 @@ func notAnnounced(ip netip.Addr, in announceInputs) (metav1.ConditionStatus, str
 func sameAddr(s string, ip netip.Addr) bool {
 	a, err := netip.ParseAddr(s)
 	return err == nil && a.Unmap() == ip.Unmap()
-}
-
-// bgpSelects reports whether a BGPAdvertisement covers the Service's addresses from pool:
-// the same pool and Service selection as an L2Advertisement.
-func bgpSelects(ads []porticov1.BGPAdvertisement, pool string, pools []porticov1.IPAddressPool, svc *corev1.Service) bool {
-	var poolLabels map[string]string
-	for i := range pools {
-		if pools[i].Name == pool {
-			poolLabels = pools[i].Labels
-		}
-	}
-	for i := range ads {
-		s := &ads[i].Spec
-		poolOK := len(s.IPAddressPools) == 0 && len(s.IPAddressPoolSelectors) == 0 ||
-			slices.Contains(s.IPAddressPools, porticov1.Name(pool)) || anyMatches(s.IPAddressPoolSelectors, poolLabels)
-		if poolOK && (len(s.ServiceSelectors) == 0 || anyMatches(s.ServiceSelectors, svc.Labels)) {
-			return true
-		}
-	}
-	return false
 }

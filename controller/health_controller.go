@@ -21,7 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
-	"github.com/portico-lb/portico/speaker"
+	"github.com/portico-lb/portico/rules"
 )
 
 // HealthReconciler writes the conditions that tell whether a LoadBalancer Service works
@@ -217,9 +217,9 @@ func (r *HealthReconciler) announced(ctx context.Context, svc *corev1.Service, s
 			return metav1.Condition{}, err
 		}
 	}
-	w := speaker.World{EndpointSlices: slices, Advertisements: ads.Items, Pools: pools.Items}
+	cluster := rules.Cluster{EndpointSlices: slices, L2Advertisements: ads.Items, Pools: pools.Items}
 	for _, n := range nodes.Items {
-		w.Nodes = append(w.Nodes, corev1.Node{ObjectMeta: n.ObjectMeta})
+		cluster.Nodes = append(cluster.Nodes, corev1.Node{ObjectMeta: n.ObjectMeta})
 	}
 	// A node runs a speaker when it has a Speaker object (each speaker writes its own).
 	running := map[string]bool{}
@@ -228,10 +228,17 @@ func (r *HealthReconciler) announced(ctx context.Context, svc *corev1.Service, s
 	}
 	return announcedCondition(svc, announceInputs{
 		speakers: speakers,
-		l2: func(ip netip.Addr) speaker.L2Eligibility {
-			return speaker.L2EligibilityOf(w, svc, ip, func(node string) bool { return running[node] })
+		l2: func(ip netip.Addr) rules.L2Eligibility {
+			return rules.L2EligibilityOf(cluster, svc, ip, func(node string) bool { return running[node] })
 		},
-		bgpAdvertised: func(pool string) bool { return bgpSelects(bgpAds.Items, pool, pools.Items, svc) },
+		bgpAdvertised: func(pool string) bool {
+			for i := range pools.Items {
+				if pools.Items[i].Name == pool {
+					return rules.Selectors(nil).BGPAdvertised(bgpAds.Items, &pools.Items[i], svc)
+				}
+			}
+			return false
+		},
 	}), nil
 }
 

@@ -19,6 +19,8 @@ import (
 
 	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
 	"github.com/portico-lb/portico/controller/allocator"
+
+	"github.com/portico-lb/portico/rules"
 )
 
 // poolWriteInterval is the least time between two status writes of one pool: a burst of
@@ -215,14 +217,10 @@ func (r *PoolReconciler) overlapCondition(ctx context.Context, pool *porticov1.I
 // poolReadyCondition judges a pool's spec on its own; problems between pools are other
 // conditions.
 func poolReadyCondition(pool *porticov1.IPAddressPool) metav1.Condition {
-	entries := make([]string, len(pool.Spec.Addresses))
-	for i, a := range pool.Spec.Addresses {
-		entries[i] = string(a)
-	}
-	if len(entries) == 0 {
+	if len(pool.Spec.Addresses) == 0 {
 		return notReady(porticov1.ReasonInvalidAddresses, "the pool lists no addresses")
 	}
-	if _, errs := allocator.ParsePool(entries); len(errs) > 0 {
+	if _, errs := rules.PoolRanges(pool); len(errs) > 0 {
 		return notReady(porticov1.ReasonInvalidAddresses, joinErrors(errs))
 	}
 	if err := selectorErrors(pool.Spec.ServiceAllocation); err != nil {
@@ -232,7 +230,7 @@ func poolReadyCondition(pool *porticov1.IPAddressPool) metav1.Condition {
 		Type:    porticov1.ConditionReady,
 		Status:  metav1.ConditionTrue,
 		Reason:  porticov1.ReasonValid,
-		Message: fmt.Sprintf("%d address entries, all valid", len(entries)),
+		Message: fmt.Sprintf("%d address entries, all valid", len(pool.Spec.Addresses)),
 	}
 }
 

@@ -6,11 +6,12 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
 	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
 	"github.com/portico-lb/portico/controller/allocator"
+
+	"github.com/portico-lb/portico/rules"
 )
 
 // annotationError is a Service annotation that cannot be honoured.
@@ -104,16 +105,6 @@ func selects(sa *porticov1.ServiceAllocation, svc *corev1.Service, nsLabels map[
 	for _, n := range sa.Namespaces {
 		nsOK = nsOK || string(n) == svc.Namespace
 	}
-	nsOK = nsOK || anyMatches(sa.NamespaceSelectors, nsLabels)
-	return nsOK && (len(sa.ServiceSelectors) == 0 || anyMatches(sa.ServiceSelectors, svc.Labels))
-}
-
-func anyMatches(selectors []metav1.LabelSelector, set map[string]string) bool {
-	for i := range selectors {
-		// A malformed selector matches nothing; the pool's Ready condition names it.
-		if s, err := metav1.LabelSelectorAsSelector(&selectors[i]); err == nil && s.Matches(labels.Set(set)) {
-			return true
-		}
-	}
-	return false
+	nsOK = nsOK || rules.MatchesAny(sa.NamespaceSelectors, nsLabels)
+	return nsOK && (len(sa.ServiceSelectors) == 0 || rules.MatchesAny(sa.ServiceSelectors, svc.Labels))
 }

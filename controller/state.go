@@ -18,6 +18,8 @@ import (
 
 	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
 	"github.com/portico-lb/portico/controller/allocator"
+
+	"github.com/portico-lb/portico/rules"
 )
 
 // state is what the Service and pool reconcilers share: the allocator and what it was fed.
@@ -187,11 +189,7 @@ func (s *state) syncPools(ctx context.Context) (changed bool, moved []string, er
 // allocatorPool is the allocator's view of a pool: its valid entries (the invalid ones are
 // named on the pool's Ready condition).
 func allocatorPool(p *porticov1.IPAddressPool) allocator.Pool {
-	entries := make([]string, len(p.Spec.Addresses))
-	for i, a := range p.Spec.Addresses {
-		entries[i] = string(a)
-	}
-	ranges, _ := allocator.ParsePool(entries)
+	ranges, _ := rules.PoolRanges(p)
 	ap := allocator.Pool{
 		Name:          p.Name,
 		Ranges:        ranges,

@@ -19,8 +19,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
-	"github.com/portico-lb/portico/controller/allocator"
 	"github.com/portico-lb/portico/internal/controlplane"
+
+	"github.com/portico-lb/portico/rules"
 )
 
 // setPool creates the pool or replaces its addresses.
@@ -63,14 +64,10 @@ func orphanProblems(ctx context.Context, c client.Reader) (orphans int, bad []st
 	if err := c.List(ctx, &pools); err != nil {
 		return 0, nil, err
 	}
-	var ranges []allocator.Range
+	var ranges []rules.Range
 	orphanedPool := map[string]bool{}
 	for _, p := range pools.Items {
-		entries := make([]string, len(p.Spec.Addresses))
-		for i, a := range p.Spec.Addresses {
-			entries[i] = string(a)
-		}
-		rs, _ := allocator.ParsePool(entries)
+		rs, _ := rules.PoolRanges(&p)
 		ranges = append(ranges, rs...)
 		orphanedPool[p.Name] = meta.IsStatusConditionTrue(p.Status.Conditions, porticov1.ConditionOrphanedIPs)
 	}

@@ -17,7 +17,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
-	"github.com/portico-lb/portico/controller/allocator"
+
+	"github.com/portico-lb/portico/rules"
 )
 
 // invariantCounts is what the invariant checker saw, for reports.
@@ -160,11 +161,7 @@ func checkPoolCounts(ctx context.Context, c client.Reader, holders map[netip.Add
 			bad = append(bad, fmt.Sprintf("pool %s: status observed generation %d, spec is at %d", p.Name, st.ObservedGeneration, p.Generation))
 			continue
 		}
-		entries := make([]string, len(p.Spec.Addresses))
-		for i, a := range p.Spec.Addresses {
-			entries[i] = string(a)
-		}
-		ranges, _ := allocator.ParsePool(entries)
+		ranges, _ := rules.PoolRanges(&p)
 		var assigned [2]int64
 		for ip := range holders {
 			for _, r := range ranges {

@@ -17,7 +17,7 @@ import (
 
 	"github.com/portico-lb/portico/api/v1alpha1"
 	"github.com/portico-lb/portico/internal/netlab"
-	"github.com/portico-lb/portico/speaker/election"
+	"github.com/portico-lb/portico/rules/election"
 )
 
 // scenario is one Service with one address from its own pool, announced by its own

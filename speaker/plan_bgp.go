@@ -11,6 +11,8 @@ import (
 
 	"github.com/portico-lb/portico/api/v1alpha1"
 	"github.com/portico-lb/portico/speaker/bgp"
+
+	"github.com/portico-lb/portico/rules"
 )
 
 // BGPClaim is one address this node advertises over BGP.
@@ -30,7 +32,7 @@ const (
 // match it) and, per session, the prefixes it advertises. Unlike L2 there is no owner: every
 // selected node advertises (ECMP at the router), except that externalTrafficPolicy Local
 // needs a ready endpoint on this node.
-func planBGP(w World, me, lbClass string, pools []parsedPool, ready map[string]map[string]bool, p *Plan) {
+func planBGP(w World, me, lbClass string, pools []rules.Pool, ready map[string]map[string]bool, p *Plan) {
 	p.BGP = bgp.Desired{Peers: map[string]bgp.Peer{}, Routes: map[string]map[netip.Prefix]bgp.Route{}}
 	p.Routed = map[netip.Addr]BGPClaim{}
 	if len(w.BGPPeers) == 0 {
@@ -49,7 +51,7 @@ func planBGP(w World, me, lbClass string, pools []parsedPool, ready map[string]m
 	}
 	for i := range w.BGPPeers {
 		bp := &w.BGPPeers[i]
-		if len(bp.Spec.NodeSelectors) > 0 && !w.selectors.matchesAny(bp.Spec.NodeSelectors, node.Labels) {
+		if len(bp.Spec.NodeSelectors) > 0 && !w.selectors.MatchesAny(bp.Spec.NodeSelectors, node.Labels) {
 			continue
 		}
 		peer, err := resolvePeer(bp, mine, w.Secrets)
@@ -74,8 +76,8 @@ func planBGP(w World, me, lbClass string, pools []parsedPool, ready map[string]m
 		for i := range w.BGPAds {
 			ad := &w.BGPAds[i]
 			s := &ad.Spec
-			if !w.selectors.selects(s.IPAddressPools, s.IPAddressPoolSelectors, s.ServiceSelectors, pool, svc) ||
-				len(s.NodeSelectors) > 0 && !w.selectors.matchesAny(s.NodeSelectors, node.Labels) {
+			if !w.selectors.Covers(s.IPAddressPools, s.IPAddressPoolSelectors, s.ServiceSelectors, pool, svc) ||
+				len(s.NodeSelectors) > 0 && !w.selectors.MatchesAny(s.NodeSelectors, node.Labels) {
 				continue
 			}
 			advertise(p, ad, key, ip, mine)

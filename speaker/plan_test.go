@@ -11,7 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/portico-lb/portico/api/v1alpha1"
-	"github.com/portico-lb/portico/speaker/election"
+	"github.com/portico-lb/portico/rules/election"
 )
 
 var nodeNames = []string{"node-a", "node-b", "node-c"}

@@ -17,6 +17,8 @@ import (
 	"github.com/portico-lb/portico/api/v1alpha1"
 	"github.com/portico-lb/portico/speaker/l2"
 	"github.com/portico-lb/portico/speaker/selfcheck"
+
+	"github.com/portico-lb/portico/rules"
 )
 
 // runSelfCheck probes, in rounds, the addresses other nodes answer for (see package
@@ -41,13 +43,14 @@ func (s *Speaker) selfCheckTargets(ctx context.Context) []selfcheck.Target {
 		return nil
 	}
 	var out []selfcheck.Target
+	cluster := w.cluster()
 	for i := range w.Services {
 		svc := &w.Services[i]
 		if svc.Spec.Type != corev1.ServiceTypeLoadBalancer || svc.Spec.LoadBalancerClass != nil && *svc.Spec.LoadBalancerClass != s.LBClass {
 			continue
 		}
 		for _, ip := range v1alpha1.IngressAddrs(svc) {
-			if e := L2EligibilityOf(w, svc, ip, s.Group.IsAlive); e.Advertised && e.Owner != "" && e.Owner != s.Node {
+			if e := rules.L2EligibilityOf(cluster, svc, ip, s.Group.IsAlive); e.Advertised && e.Owner != "" && e.Owner != s.Node {
 				out = append(out, selfcheck.Target{IP: ip, Interfaces: ifaces})
 			}
 		}

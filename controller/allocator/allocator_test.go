@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/cockroachdb/datadriven"
+
+	"github.com/portico-lb/portico/rules"
 )
 
 // TestAllocator runs the transcripts in testdata/alloc/*.txt. Commands:
@@ -121,7 +123,7 @@ func parsePools(input string) ([]Pool, error) {
 			return nil, fmt.Errorf("pool line %q: want NAME RANGES [flags]", line)
 		}
 		p := Pool{Name: f[0], AutoAssign: true}
-		ranges, errs := ParsePool(strings.Split(f[1], ","))
+		ranges, errs := rules.ParsePool(strings.Split(f[1], ","))
 		if len(errs) > 0 {
 			return nil, fmt.Errorf("pool %s: %v", p.Name, errs)
 		}

@@ -3,6 +3,8 @@ package allocator
 import (
 	"encoding/binary"
 	"net/netip"
+
+	"github.com/portico-lb/portico/rules"
 )
 
 // isBuggy reports whether a is an IPv4 address ending in .0 or .255: valid host addresses
@@ -17,7 +19,7 @@ func isBuggy(a netip.Addr) bool {
 }
 
 // buggyIn counts the buggy addresses of an IPv4 range.
-func buggyIn(r Range) int64 {
+func buggyIn(r rules.Range) int64 {
 	if !r.Is4() {
 		return 0
 	}

@@ -5,12 +5,14 @@ import (
 	"math/big"
 	"net/netip"
 	"slices"
+
+	"github.com/portico-lb/portico/rules"
 )
 
 // Pool is an address pool as the allocator sees it.
 type Pool struct {
 	Name   string
-	Ranges []Range
+	Ranges []rules.Range
 	// AutoAssign lets the pool serve Services that asked for no pool and no address.
 	AutoAssign bool
 	// AvoidBuggyIPs keeps IPv4 addresses ending in .0 and .255 from automatic allocation.
@@ -45,19 +47,14 @@ func famIndex(f Family) int {
 func newPoolState(p Pool) *poolState {
 	ps := &poolState{Pool: p, size: [2]*big.Int{new(big.Int), new(big.Int)}}
 	ps.Ranges = slices.Clone(p.Ranges)
-	slices.SortFunc(ps.Ranges, func(a, b Range) int { return a.First.Compare(b.First) })
+	slices.SortFunc(ps.Ranges, func(a, b rules.Range) int { return a.First.Compare(b.First) })
 	for _, r := range ps.Ranges {
-		ps.size[famIndex(FamilyOf(r.First))].Add(ps.size[famIndex(FamilyOf(r.First))], r.size())
+		ps.size[famIndex(FamilyOf(r.First))].Add(ps.size[famIndex(FamilyOf(r.First))], r.Size())
 		if p.AvoidBuggyIPs {
 			ps.buggy += buggyIn(r)
 		}
 	}
 	return ps
-}
-
-func (r Range) size() *big.Int {
-	first, last := new(big.Int).SetBytes(r.First.AsSlice()), new(big.Int).SetBytes(r.Last.AsSlice())
-	return last.Sub(last, first).Add(last, big.NewInt(1))
 }
 
 func (p *poolState) contains(ip netip.Addr) bool {

@@ -7,6 +7,8 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+
+	"github.com/portico-lb/portico/rules"
 )
 
 // The property test and the fuzz target drive random sequences of pool edits, requests,
@@ -26,8 +28,8 @@ var propertyPools = [][]Pool{
 	{},
 }
 
-func mustRanges(entries ...string) []Range {
-	rs, errs := ParsePool(entries)
+func mustRanges(entries ...string) []rules.Range {
+	rs, errs := rules.ParsePool(entries)
 	if len(errs) > 0 {
 		panic(fmt.Sprint(errs))
 	}

@@ -4,6 +4,8 @@ import (
 	"net/netip"
 
 	"github.com/google/btree"
+
+	"github.com/portico-lb/portico/rules"
 )
 
 // run is a stretch of consecutive unavailable addresses of one family, [first, last].
@@ -122,7 +124,7 @@ func (s *runs) insertTrimmed(first, last netip.Addr) {
 }
 
 // firstFree returns the lowest address of r that is neither taken nor a filler.
-func (s *runs) firstFree(r Range) (netip.Addr, bool) {
+func (s *runs) firstFree(r rules.Range) (netip.Addr, bool) {
 	x := r.First
 	for {
 		for s.filler != nil && x.IsValid() && x.Compare(r.Last) <= 0 && s.filler(x) {

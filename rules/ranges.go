@@ -1,12 +1,15 @@
-package allocator
+package rules
 
 import (
 	"cmp"
 	"errors"
 	"fmt"
+	"math/big"
 	"net/netip"
 	"slices"
 	"strings"
+
+	"github.com/portico-lb/portico/api/v1alpha1"
 )
 
 // Range is an inclusive range of addresses of one family.
@@ -105,6 +108,12 @@ func (r Range) Contains(a netip.Addr) bool {
 	return a.Is4() == r.Is4() && r.First.Compare(a) <= 0 && a.Compare(r.Last) <= 0
 }
 
+// Size is the number of addresses in the range.
+func (r Range) Size() *big.Int {
+	first, last := new(big.Int).SetBytes(r.First.AsSlice()), new(big.Int).SetBytes(r.Last.AsSlice())
+	return last.Sub(last, first).Add(last, big.NewInt(1))
+}
+
 // Overlaps reports whether the two ranges share an address.
 func (r Range) Overlaps(o Range) bool {
 	return r.Is4() == o.Is4() && r.First.Compare(o.Last) <= 0 && o.First.Compare(r.Last) <= 0
@@ -192,4 +201,13 @@ func ParsePool(entries []string) ([]Range, []error) {
 		ranges[i] = r.Range
 	}
 	return ranges, errs
+}
+
+// PoolRanges parses an IPAddressPool's spec.addresses (ParsePool).
+func PoolRanges(p *v1alpha1.IPAddressPool) ([]Range, []error) {
+	entries := make([]string, len(p.Spec.Addresses))
+	for i, a := range p.Spec.Addresses {
+		entries[i] = string(a)
+	}
+	return ParsePool(entries)
 }

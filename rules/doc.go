@@ -1,0 +1,5 @@
+// Package rules holds the cluster rules that the controller, the speakers and the kubectl
+// plugin share: what a pool's address list means, which advertisements cover an address of
+// a Service, and which nodes may announce it. It does no I/O: the callers read the objects
+// and act on the answers, so every side applies the same rule and none imports another.
+package rules

@@ -1,0 +1,131 @@
+package rules
+
+import (
+	"net/netip"
+	"slices"
+	"sort"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+
+	"github.com/portico-lb/portico/api/v1alpha1"
+	"github.com/portico-lb/portico/rules/election"
+)
+
+// Cluster is what the L2 rules read of the cluster.
+type Cluster struct {
+	Nodes            []corev1.Node
+	EndpointSlices   []discoveryv1.EndpointSlice
+	L2Advertisements []v1alpha1.L2Advertisement
+	Pools            []v1alpha1.IPAddressPool
+}
+
+// L2Eligibility is what the configuration says about who may answer for one address of a
+// Service over L2, computed by the same code every speaker runs, so the controller's Announced
+// condition and the speakers never disagree on the rules.
+type L2Eligibility struct {
+	// Pool the address came from; "" when it is in no pool.
+	Pool string
+	// Advertised: some L2Advertisement selects the pool and the Service.
+	Advertised bool
+	// Eligible nodes, sorted, and the one elected to answer.
+	Eligible []string
+	Owner    string
+	// WhyNone names what excluded every node (election.Eligible's reason), when none is eligible.
+	WhyNone string
+	// Nodes is how many nodes were considered (0: the cluster has no Node objects).
+	Nodes int
+	// NoLocalEndpoint: nodes would be eligible but for externalTrafficPolicy Local, none of
+	// them holding a ready endpoint.
+	NoLocalEndpoint bool
+}
+
+// L2EligibilityOf evaluates the L2 rules for ip of svc. alive says whether a node runs a live
+// speaker.
+func L2EligibilityOf(c Cluster, svc *corev1.Service, ip netip.Addr, alive func(node string) bool) L2Eligibility {
+	var e L2Eligibility
+	sel := Selectors{}
+	pools, _ := ParsePools(c.Pools)
+	pool, ok := PoolOf(svc, ip, pools)
+	if !ok {
+		return e
+	}
+	e.Pool = pool.Name
+	ads := sel.L2AdvertisementsFor(c.L2Advertisements, pool, svc)
+	if len(ads) == 0 {
+		return e
+	}
+	e.Advertised = true
+	cands, _ := sel.Candidates(c.Nodes, ads, LocalReadyNodes([]corev1.Service{*svc}, c.EndpointSlices)[svc.Namespace+"/"+svc.Name], "", alive)
+	e.Nodes = len(cands)
+	local := svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal
+	e.Eligible, e.WhyNone = election.Eligible(cands, election.Policy{LocalOnly: local})
+	if len(e.Eligible) == 0 && local {
+		anyway, _ := election.Eligible(cands, election.Policy{})
+		e.NoLocalEndpoint = len(anyway) > 0
+	}
+	e.Owner, _ = election.Owner(ip, e.Eligible)
+	return e
+}
+
+// Candidates describes every node for election under the L2Advertisements ads, and the
+// interfaces node me would answer on (nil: all suitable; the union over the advertisements
+// selecting me). local holds the nodes with a ready endpoint of the Service.
+func (c Selectors) Candidates(nodes []corev1.Node, ads []*v1alpha1.L2Advertisement, local map[string]bool, me string, alive func(string) bool) ([]election.Candidate, []string) {
+	var myIfaces []string
+	allIfaces := false
+	cands := make([]election.Candidate, 0, len(nodes))
+	for i := range nodes {
+		n := &nodes[i]
+		cand := election.Candidate{Name: n.Name, Alive: alive(n.Name), LocalEndpoint: local[n.Name]}
+		_, cand.Excluded = n.Labels[v1alpha1.LabelExcludeFromExternalLoadBalancers]
+		for _, ad := range ads {
+			if len(ad.Spec.NodeSelectors) > 0 && !c.MatchesAny(ad.Spec.NodeSelectors, n.Labels) {
+				continue
+			}
+			cand.Selected = true
+			if n.Name == me {
+				if len(ad.Spec.Interfaces) == 0 {
+					allIfaces = true
+				}
+				for _, ifc := range ad.Spec.Interfaces {
+					myIfaces = append(myIfaces, string(ifc))
+				}
+			}
+		}
+		cands = append(cands, cand)
+	}
+	if allIfaces {
+		return cands, nil
+	}
+	sort.Strings(myIfaces)
+	return cands, slices.Compact(myIfaces)
+}
+
+// LocalReadyNodes maps each Service with externalTrafficPolicy Local (namespace/name) to the
+// nodes holding a ready endpoint of it; no other Service needs to know. Built once per pass, so
+// it costs Services + EndpointSlices, not their product.
+func LocalReadyNodes(svcs []corev1.Service, slices []discoveryv1.EndpointSlice) map[string]map[string]bool {
+	out := map[string]map[string]bool{}
+	for i := range svcs {
+		if svcs[i].Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal {
+			out[svcs[i].Namespace+"/"+svcs[i].Name] = map[string]bool{}
+		}
+	}
+	if len(out) == 0 {
+		return out
+	}
+	for i := range slices {
+		s := &slices[i]
+		nodes, ok := out[s.Namespace+"/"+s.Labels[discoveryv1.LabelServiceName]]
+		if !ok {
+			continue
+		}
+		for _, ep := range s.Endpoints {
+			if ep.NodeName != nil && (ep.Conditions.Ready == nil || *ep.Conditions.Ready) {
+				nodes[*ep.NodeName] = true
+			}
+		}
+	}
+	return out
+}

@@ -1,0 +1,46 @@
+package rules_test
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/portico-lb/portico/"
+
+// packages lists, with go list, each package matching pattern and what field (Imports or Deps)
+// says it uses.
+func packages(t *testing.T, pattern, field string) map[string][]string {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}}{{range ."+field+"}} {{.}}{{end}}", module+pattern).CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list %s: %v\n%s", pattern, err, out)
+	}
+	pkgs := map[string][]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Fields(line)
+		pkgs[f[0]] = f[1:]
+	}
+	return pkgs
+}
+
+// TestLayering: controller/ and speaker/ are siblings that never link each other's code, and
+// the rules they share do no I/O (DESIGN.md, Layout).
+func TestLayering(t *testing.T) {
+	forbid := func(pattern, field string, bad func(string) bool) {
+		for pkg, uses := range packages(t, pattern, field) {
+			for _, u := range uses {
+				if bad(u) {
+					t.Errorf("%s uses %s", pkg, u)
+				}
+			}
+		}
+	}
+	forbid("controller/...", "Deps", func(p string) bool { return strings.HasPrefix(p, module+"speaker") })
+	forbid("speaker/...", "Deps", func(p string) bool { return strings.HasPrefix(p, module+"controller") })
+	ioFree := map[string]bool{"os": true, "os/exec": true, "net": true, "net/http": true, "io/fs": true, "syscall": true}
+	forbid("rules/...", "Imports", func(p string) bool {
+		return ioFree[p] || strings.HasPrefix(p, "k8s.io/client-go") || strings.HasPrefix(p, "sigs.k8s.io/controller-runtime") ||
+			strings.HasPrefix(p, module) && !strings.HasPrefix(p, module+"api/") && !strings.HasPrefix(p, module+"rules")
+	})
+}
