@@ -129,3 +129,15 @@ func LocalReadyNodes(svcs []corev1.Service, slices []discoveryv1.EndpointSlice) 
 	}
 	return out
 }
+
+// InternalIPs are the node's InternalIP addresses: where its speaker gossips from, and its BGP
+// router ID and next hops.
+func InternalIPs(n *corev1.Node) []netip.Addr {
+	var out []netip.Addr
+	for _, a := range n.Status.Addresses {
+		if ip, err := netip.ParseAddr(a.Address); a.Type == corev1.NodeInternalIP && err == nil {
+			out = append(out, ip.Unmap())
+		}
+	}
+	return out
+}

@@ -15,6 +15,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/portico-lb/portico/speaker/membership"
+
+	"github.com/portico-lb/portico/rules"
 )
 
 // refusalMemory is how long a refused member stays in the Speaker status after its last
@@ -71,22 +73,11 @@ func (s *Speaker) checkClaim(name string, addr netip.Addr) error {
 	} else if err != nil {
 		return fmt.Errorf("member claims to be node %s, which cannot be read: %w", name, err)
 	}
-	ips := InternalIPs(&node)
+	ips := rules.InternalIPs(&node)
 	if !slices.Contains(ips, addr) {
 		return fmt.Errorf("member claims to be node %s from %s, which is not one of its InternalIP addresses %v", name, addr, ips)
 	}
 	return nil
-}
-
-// InternalIPs lists a Node's InternalIP addresses.
-func InternalIPs(n *corev1.Node) []netip.Addr {
-	var out []netip.Addr
-	for _, a := range n.Status.Addresses {
-		if ip, err := netip.ParseAddr(a.Address); a.Type == corev1.NodeInternalIP && err == nil {
-			out = append(out, ip.Unmap())
-		}
-	}
-	return out
 }
 
 // refusalProblems describes the members refused within refusalMemory, for the Speaker status,

@@ -44,10 +44,8 @@ func planBGP(w World, me, lbClass string, pools []rules.Pool, ready map[string]m
 		return
 	}
 	mine := map[netip.Addr]bool{} // this node's InternalIPs: router ID and next hops
-	for _, a := range node.Status.Addresses {
-		if ip, err := netip.ParseAddr(a.Address); err == nil && a.Type == corev1.NodeInternalIP {
-			mine[ip.Unmap()] = true
-		}
+	for _, ip := range rules.InternalIPs(node) {
+		mine[ip] = true
 	}
 	for i := range w.BGPPeers {
 		bp := &w.BGPPeers[i]

@@ -26,6 +26,8 @@ import (
 	"github.com/portico-lb/portico/speaker/l2"
 	"github.com/portico-lb/portico/speaker/membership"
 	"github.com/portico-lb/portico/speaker/selfcheck"
+
+	"github.com/portico-lb/portico/rules"
 )
 
 type options struct {
@@ -136,7 +138,7 @@ func bindAddress(r client.Reader, node, flagValue string) (netip.Addr, error) {
 	if err := r.Get(context.Background(), client.ObjectKey{Name: node}, &n); err != nil {
 		return netip.Addr{}, fmt.Errorf("no --memberlist-bind-address nor HOST_IP, and reading Node %s for its InternalIP: %w", node, err)
 	}
-	if ips := speaker.InternalIPs(&n); len(ips) > 0 {
+	if ips := rules.InternalIPs(&n); len(ips) > 0 {
 		return ips[0], nil
 	}
 	return netip.Addr{}, fmt.Errorf("no --memberlist-bind-address nor HOST_IP, and Node %s has no InternalIP", node)
