@@ -54,18 +54,18 @@ func ParseRange(s string) (Range, error) {
 // specialBlocks are the addresses netip.Addr.IsGlobalUnicast refuses (as CEL's
 // isGlobalUnicast() does): no client can reach a LoadBalancer Service on them.
 var specialBlocks = []struct {
-	Range
-	name, what string
+	netip.Prefix
+	what string
 }{
-	{prefixRange(netip.MustParsePrefix("0.0.0.0/32")), "0.0.0.0", "the unspecified address"},
-	{prefixRange(netip.MustParsePrefix("127.0.0.0/8")), "127.0.0.0/8", "loopback"},
-	{prefixRange(netip.MustParsePrefix("169.254.0.0/16")), "169.254.0.0/16", "link-local"},
-	{prefixRange(netip.MustParsePrefix("224.0.0.0/4")), "224.0.0.0/4", "multicast"},
-	{prefixRange(netip.MustParsePrefix("255.255.255.255/32")), "255.255.255.255", "the broadcast address"},
-	{prefixRange(netip.MustParsePrefix("::/128")), "::", "the unspecified address"},
-	{prefixRange(netip.MustParsePrefix("::1/128")), "::1", "loopback"},
-	{prefixRange(netip.MustParsePrefix("fe80::/10")), "fe80::/10", "link-local"},
-	{prefixRange(netip.MustParsePrefix("ff00::/8")), "ff00::/8", "multicast"},
+	{netip.MustParsePrefix("0.0.0.0/32"), "the unspecified address"},
+	{netip.MustParsePrefix("127.0.0.0/8"), "loopback"},
+	{netip.MustParsePrefix("169.254.0.0/16"), "link-local"},
+	{netip.MustParsePrefix("224.0.0.0/4"), "multicast"},
+	{netip.MustParsePrefix("255.255.255.255/32"), "the broadcast address"},
+	{netip.MustParsePrefix("::/128"), "the unspecified address"},
+	{netip.MustParsePrefix("::1/128"), "loopback"},
+	{netip.MustParsePrefix("fe80::/10"), "link-local"},
+	{netip.MustParsePrefix("ff00::/8"), "multicast"},
 }
 
 // notSpecial refuses a range that holds any special address. CEL refuses the entries whose
@@ -73,8 +73,12 @@ var specialBlocks = []struct {
 // across one (100.0.0.0-200.0.0.0 holds 127.0.0.0/8) is caught only here.
 func notSpecial(r Range) (Range, error) {
 	for _, b := range specialBlocks {
-		if r.Overlaps(b.Range) {
-			return Range{}, fmt.Errorf("holds %s (%s), which is never a LoadBalancer address", b.name, b.what)
+		if r.Overlaps(prefixRange(b.Prefix)) {
+			name := b.String()
+			if b.IsSingleIP() {
+				name = b.Addr().String()
+			}
+			return Range{}, fmt.Errorf("holds %s (%s), which is never a LoadBalancer address", name, b.what)
 		}
 	}
 	return r, nil
