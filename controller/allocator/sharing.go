@@ -27,22 +27,26 @@ func (a *Allocator) usable(ip netip.Addr, req *Request) *Error {
 		if svc == req.Service {
 			continue
 		}
-		same := sameNamespace(svc, req.Service)
-		who := svc
-		if !same {
-			who = "a Service in another namespace"
-		}
 		if req.SharingKey == "" || h.key != req.SharingKey {
-			return fail(RequestedIPInUse, "%s is in use by %s%s", ip, who, keyHint(h.key, req.SharingKey, same))
+			same := sameNamespace(svc, req.Service)
+			return fail(RequestedIPInUse, "%s is in use by %s%s", ip, whoFor(svc, req), keyHint(h.key, req.SharingKey, same))
 		}
 		if clash := portClash(other.req.Ports, req.Ports); clash != nil {
-			return fail(SharingConflict, "%s is shared with %s, which already uses port %s", ip, who, clash)
+			return fail(SharingConflict, "%s is shared with %s, which already uses port %s", ip, whoFor(svc, req), clash)
 		}
 		if (other.req.Local || req.Local) && !(other.req.Local && req.Local && other.req.Selector == req.Selector) {
-			return fail(SharingConflict, "%s is shared with %s; with externalTrafficPolicy Local both Services must be Local and select the same pods", ip, who)
+			return fail(SharingConflict, "%s is shared with %s; with externalTrafficPolicy Local both Services must be Local and select the same pods", ip, whoFor(svc, req))
 		}
 	}
 	return nil
+}
+
+// whoFor names holder in a message to req: by name inside req's namespace only.
+func whoFor(holder string, req *Request) string {
+	if sameNamespace(holder, req.Service) {
+		return holder
+	}
+	return "a Service in another namespace"
 }
 
 // joinable returns nil when req may take ip anew: usable, and shared inside one namespace
