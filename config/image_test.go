@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
+
+	"fmt"
 )
 
 // The image is built by hack/image (`make image`), whose own tests check the archive: both
@@ -37,22 +39,13 @@ func imageBinaries(t *testing.T) string {
 		}
 		cmd := exec.Command("go", "-C", "../hack/image", "run", ".", "-src", src, "-binaries", imageDir)
 		if out, err := cmd.CombinedOutput(); err != nil {
-			imageErr = &buildError{err, out}
+			imageErr = fmt.Errorf("hack/image -binaries: %v\n%s", err, out)
 		}
 	})
 	if imageErr != nil {
 		t.Fatal(imageErr)
 	}
 	return imageDir
-}
-
-type buildError struct {
-	err error
-	out []byte
-}
-
-func (e *buildError) Error() string {
-	return "hack/image -binaries: " + e.err.Error() + "\n" + string(e.out)
 }
 
 // TestImageRunsWhatManifestsRun: the Deployment and the DaemonSet run commands the image holds.
