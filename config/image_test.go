@@ -1,6 +1,7 @@
 package config_test
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,8 +10,6 @@ import (
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
-
-	"fmt"
 )
 
 // The image is built by hack/image (`make image`), whose own tests check the archive: both
