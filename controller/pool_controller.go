@@ -19,7 +19,6 @@ import (
 
 	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
 	"github.com/portico-lb/portico/controller/allocator"
-
 	"github.com/portico-lb/portico/rules"
 )
 

@@ -20,7 +20,6 @@ import (
 
 	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
 	"github.com/portico-lb/portico/internal/controlplane"
-
 	"github.com/portico-lb/portico/rules"
 )
 

@@ -17,7 +17,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
-
 	"github.com/portico-lb/portico/rules"
 )
 

@@ -14,9 +14,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/portico-lb/portico/speaker/membership"
-
 	"github.com/portico-lb/portico/rules"
+	"github.com/portico-lb/portico/speaker/membership"
 )
 
 // refusalMemory is how long a refused member stays in the Speaker status after its last

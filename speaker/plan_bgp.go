@@ -10,9 +10,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/portico-lb/portico/api/v1alpha1"
-	"github.com/portico-lb/portico/speaker/bgp"
-
 	"github.com/portico-lb/portico/rules"
+	"github.com/portico-lb/portico/speaker/bgp"
 )
 
 // BGPClaim is one address this node advertises over BGP.

@@ -15,10 +15,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/portico-lb/portico/api/v1alpha1"
+	"github.com/portico-lb/portico/rules"
 	"github.com/portico-lb/portico/speaker/l2"
 	"github.com/portico-lb/portico/speaker/selfcheck"
-
-	"github.com/portico-lb/portico/rules"
 )
 
 // runSelfCheck probes, in rounds, the addresses other nodes answer for (see package

@@ -21,13 +21,12 @@ import (
 
 	"github.com/portico-lb/portico/api/v1alpha1"
 	"github.com/portico-lb/portico/internal/kube"
+	"github.com/portico-lb/portico/rules"
 	"github.com/portico-lb/portico/speaker"
 	"github.com/portico-lb/portico/speaker/bgp"
 	"github.com/portico-lb/portico/speaker/l2"
 	"github.com/portico-lb/portico/speaker/membership"
 	"github.com/portico-lb/portico/speaker/selfcheck"
-
-	"github.com/portico-lb/portico/rules"
 )
 
 type options struct {
