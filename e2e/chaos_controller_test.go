@@ -274,7 +274,7 @@ func TestChaosController(t *testing.T) {
 	// TestLeaderKilledWhileCreating, whose leader-change duplicates are fixed, still fail on
 	// any moment. The count is in the report.
 	duplicates.knownDefect = "seen under edits; cause open, see docs/reliability.md"
-	events, twice := duplicates.check(t, cp)
+	events, twice := duplicates.check(t)
 
 	history.mu.Lock()
 	defer history.mu.Unlock()

@@ -98,7 +98,7 @@ func TestChaosLeaderKills(t *testing.T) {
 	close(stop)
 	wg.Wait()
 	counts := waitInvariants(t, cp.Client, 2*time.Minute)
-	events, twice := duplicates.check(t, cp)
+	events, twice := duplicates.check(t)
 
 	history.mu.Lock()
 	defer history.mu.Unlock()

@@ -204,7 +204,7 @@ func TestLeaderKilledWhileCreating(t *testing.T) {
 	createServices(t, cp, n/2, n)
 	waitAllAllocated(t, cp, n)
 	t.Logf("after the leader was killed: %s", waitInvariants(t, cp.Client, time.Minute))
-	duplicates.check(t, cp)
+	duplicates.check(t)
 }
 
 func waitPoolAssigned(t testing.TB, cp *controlplane.ControlPlane, name string, n int64) *porticov1.IPAddressPool {

@@ -31,8 +31,8 @@ import (
 // A user's edit that makes two sharers incompatible (a new key on one) is reported too until
 // the controller moves one of them; the tests that use it never make such an edit.
 type duplicateWatch struct {
-	class string
-	done  chan struct{}
+	cs   kubernetes.Interface
+	done chan struct{}
 
 	mu       sync.Mutex
 	last     map[string]*corev1.Service     // namespace/name → its last state, when Portico's
@@ -50,30 +50,31 @@ type duplicateWatch struct {
 // watchDuplicates starts the watch; it runs until the test ends.
 func watchDuplicates(t testing.TB, cp *controlplane.ControlPlane) *duplicateWatch {
 	t.Helper()
-	w := &duplicateWatch{class: porticov1.DefaultLoadBalancerClass, done: make(chan struct{}), reported: map[string]bool{}}
-	cs := kubernetes.NewForConfigOrDie(cp.Config)
+	w := &duplicateWatch{cs: kubernetes.NewForConfigOrDie(cp.Config), done: make(chan struct{}), reported: map[string]bool{}}
 	ctx, cancel := context.WithCancel(context.Background())
-	rv, err := w.relist(ctx, cs)
+	rv, err := w.relist(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	w.relists = 0
-	go w.run(ctx, cs, rv)
+	go w.run(ctx, rv)
 	t.Cleanup(func() { cancel(); <-w.done })
 	return w
 }
 
-func (w *duplicateWatch) run(ctx context.Context, cs kubernetes.Interface, rv string) {
+func (w *duplicateWatch) run(ctx context.Context, rv string) {
 	defer close(w.done)
 	for ctx.Err() == nil {
 		if rv == "" {
 			var err error
-			if rv, err = w.relist(ctx, cs); err != nil {
+			if rv, err = w.relist(ctx); err != nil {
 				pause(ctx) // the apiserver is down (restarting): try again
 				continue
 			}
+			w.mu.Lock()
+			w.relists++
+			w.mu.Unlock()
 		}
-		rv = w.follow(ctx, cs, rv)
+		rv = w.follow(ctx, rv)
 	}
 }
 
@@ -86,8 +87,8 @@ func pause(ctx context.Context) {
 
 // follow watches from rv until the watch ends, and returns where to go on from, or "" when
 // that is too old and the Services must be read again.
-func (w *duplicateWatch) follow(ctx context.Context, cs kubernetes.Interface, rv string) string {
-	wi, err := cs.CoreV1().Services("").Watch(ctx, metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true})
+func (w *duplicateWatch) follow(ctx context.Context, rv string) string {
+	wi, err := w.cs.CoreV1().Services("").Watch(ctx, metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true})
 	if err != nil {
 		if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
 			return ""
@@ -127,14 +128,13 @@ func (w *duplicateWatch) follow(ctx context.Context, cs kubernetes.Interface, rv
 }
 
 // relist reads every Service afresh (a consistent moment) and checks it.
-func (w *duplicateWatch) relist(ctx context.Context, cs kubernetes.Interface) (string, error) {
-	list, err := cs.CoreV1().Services("").List(ctx, metav1.ListOptions{})
+func (w *duplicateWatch) relist(ctx context.Context) (string, error) {
+	list, err := w.cs.CoreV1().Services("").List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return "", err
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.relists++
 	w.last, w.holders = map[string]*corev1.Service{}, map[netip.Addr]map[string]bool{}
 	for i := range list.Items {
 		w.observe(&list.Items[i], list.ResourceVersion)
@@ -157,7 +157,7 @@ func (w *duplicateWatch) drop(key string) {
 func (w *duplicateWatch) observe(svc *corev1.Service, rv string) {
 	key := svc.Namespace + "/" + svc.Name
 	w.drop(key)
-	if !handled(svc, w.class) {
+	if !handled(svc, porticov1.DefaultLoadBalancerClass) {
 		return
 	}
 	w.last[key] = svc
@@ -183,12 +183,11 @@ func (w *duplicateWatch) observe(svc *corev1.Service, rv string) {
 // check waits until the watch has seen every Service as it is now, and fails the test for
 // every moment two Services held one address. It returns the number of events seen and of
 // such moments.
-func (w *duplicateWatch) check(t testing.TB, cp *controlplane.ControlPlane) (events, moments int) {
+func (w *duplicateWatch) check(t testing.TB) (events, moments int) {
 	t.Helper()
-	cs := kubernetes.NewForConfigOrDie(cp.Config)
 	var lag string
 	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		list, err := cs.CoreV1().Services("").List(ctx, metav1.ListOptions{})
+		list, err := w.cs.CoreV1().Services("").List(ctx, metav1.ListOptions{})
 		if err != nil {
 			lag = err.Error()
 			return false, nil
@@ -198,7 +197,7 @@ func (w *duplicateWatch) check(t testing.TB, cp *controlplane.ControlPlane) (eve
 		lag = ""
 		for i := range list.Items {
 			svc := &list.Items[i]
-			if seen := w.last[svc.Namespace+"/"+svc.Name]; handled(svc, w.class) && (seen == nil || seen.ResourceVersion != svc.ResourceVersion) {
+			if seen := w.last[svc.Namespace+"/"+svc.Name]; handled(svc, porticov1.DefaultLoadBalancerClass) && (seen == nil || seen.ResourceVersion != svc.ResourceVersion) {
 				lag = fmt.Sprintf("%s/%s at resourceVersion %s not seen yet", svc.Namespace, svc.Name, svc.ResourceVersion)
 				break
 			}
