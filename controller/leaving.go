@@ -30,8 +30,8 @@ func (s *state) dropLeaving(key string) []netip.Addr {
 
 // holdLeaving holds, under leavingKey, what the Service's stored status lists (listed) that it
 // no longer holds (holds), as far as nobody else holds it. was is what dropLeaving returned;
-// it returns those of them no longer held, now free. Call with mu held.
-func (s *state) holdLeaving(key string, was, listed, holds []netip.Addr) (letGo []netip.Addr) {
+// it returns the pools of those of them no longer held, now free. Call with mu held.
+func (s *state) holdLeaving(key string, was, listed, holds []netip.Addr) (freed []string) {
 	var kept []netip.Addr
 	for _, ip := range listed {
 		if slices.Contains(holds, ip) {
@@ -42,10 +42,11 @@ func (s *state) holdLeaving(key string, was, listed, holds []netip.Addr) (letGo 
 			kept = append(kept, ip)
 		}
 	}
+	var letGo []netip.Addr
 	for _, ip := range was {
 		if !slices.Contains(kept, ip) && !slices.Contains(holds, ip) {
 			letGo = append(letGo, ip)
 		}
 	}
-	return letGo
+	return s.poolsContaining(letGo)
 }

@@ -107,8 +107,6 @@ type outcome struct {
 	err   error    // why the request is not met (the Service may still keep asg)
 	freed []string // pools that gained a free address
 	pools []string // pools whose counts may have changed
-	// finalizers, when set, hold a Terminating Service in the API: it keeps asg, gets nothing new.
-	finalizers []string
 }
 
 func (r *ServiceReconciler) allocate(ctx context.Context, svc *corev1.Service, key string) outcome {
@@ -136,7 +134,7 @@ func (r *ServiceReconciler) allocate(ctx context.Context, svc *corev1.Service, k
 	} else {
 		delete(s.orphanOf, key)
 	}
-	left := s.poolsContaining(s.holdLeaving(key, was, porticov1.IngressAddrs(svc), o.asg.IPs))
+	left := s.holdLeaving(key, was, porticov1.IngressAddrs(svc), o.asg.IPs)
 	o.freed, o.pools = append(o.freed, left...), append(o.pools, left...)
 	changed := !slices.Equal(before.IPs, o.asg.IPs)
 	if changed && before.Pool != "" {
@@ -198,6 +196,9 @@ func appendPools(pools []string, names ...string) []string {
 // allocated-from-pool annotation, in one status update, when any of them changed.
 func (r *ServiceReconciler) write(ctx context.Context, svc *corev1.Service, o outcome) {
 	cond := allocatedCondition(o)
+	if svc.DeletionTimestamp != nil { // keep's outcome: it keeps asg, gets nothing new
+		cond = terminatingCondition(svc.Finalizers, o.asg)
+	}
 	cond.ObservedGeneration = svc.Generation
 	var health, told []metav1.Condition
 	apply := func(want *corev1.Service) {
@@ -274,8 +275,6 @@ func allocatedCondition(o outcome) metav1.Condition {
 	var annErr *annotationError
 	var allocErr *allocator.Error
 	switch {
-	case o.finalizers != nil:
-		return terminatingCondition(o)
 	case errors.As(o.err, &annErr):
 		c.Status, c.Reason, c.Message = metav1.ConditionFalse, porticov1.ReasonInvalidAnnotation, annErr.Error()
 		if len(o.asg.IPs) > 0 {

@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
+	"github.com/portico-lb/portico/controller/allocator"
 )
 
 // keep is the decision for a Terminating Service (deleted, held in the API by a finalizer):
@@ -15,25 +16,25 @@ import (
 // go on using them, until the object is gone; it gets nothing new. Call with mu held.
 func (r *ServiceReconciler) keep(svc *corev1.Service, key string) outcome {
 	s := r.state
-	o := outcome{finalizers: append([]string{}, svc.Finalizers...)}
+	var o outcome
 	o.asg, _ = s.alloc.Assignment(key)
 	// No longer waiting: the pools it waited on count one Service fewer.
 	o.pools = appendPools(s.waiting[key].pools, o.asg.Pool)
 	delete(s.waiting, key)
-	o.freed = s.poolsContaining(s.holdLeaving(key, s.dropLeaving(key), porticov1.IngressAddrs(svc), o.asg.IPs))
+	o.freed = s.holdLeaving(key, s.dropLeaving(key), porticov1.IngressAddrs(svc), o.asg.IPs)
 	o.pools = append(o.pools, o.freed...)
 	return o
 }
 
 // terminatingCondition says that a Terminating Service keeps its addresses, and what holds it.
-func terminatingCondition(o outcome) metav1.Condition {
+func terminatingCondition(finalizers []string, asg allocator.Assignment) metav1.Condition {
 	c := metav1.Condition{Type: porticov1.ConditionIPAllocated, Reason: porticov1.ReasonTerminating}
-	held := "finalizers: " + strings.Join(o.finalizers, ", ")
-	if len(o.asg.IPs) == 0 {
+	held := "finalizers: " + strings.Join(finalizers, ", ")
+	if len(asg.IPs) == 0 {
 		c.Status, c.Message = metav1.ConditionFalse, fmt.Sprintf("no address: the Service is being deleted (%s)", held)
 		return c
 	}
 	c.Status = metav1.ConditionTrue
-	c.Message = fmt.Sprintf("%s kept until the Service is deleted; nobody else gets it meanwhile (%s)", joinAddrs(o.asg.IPs), held)
+	c.Message = fmt.Sprintf("%s kept until the Service is deleted; nobody else gets it meanwhile (%s)", joinAddrs(asg.IPs), held)
 	return c
 }
