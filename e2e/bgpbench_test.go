@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"net/netip"
@@ -141,30 +140,15 @@ func routeCount(ns, prefix string) int {
 	return n
 }
 
-// routeMonitor follows `ip monitor route` in a namespace and timestamps each line as it is read.
+// routeMonitor follows `ip monitor route` in a namespace (see ipMonitor).
 type routeMonitor struct {
-	cmd   *exec.Cmd
-	lines chan routeEvent
-}
-
-type routeEvent struct {
-	at   time.Time
-	line string
+	lines <-chan ipEvent
+	stop  func()
 }
 
 func watchRoutes(b testing.TB, ns string) *routeMonitor {
-	m := &routeMonitor{cmd: exec.Command("ip", "-n", ns, "monitor", "route"), lines: make(chan routeEvent, 1024)}
-	out, err := m.cmd.StdoutPipe()
-	must(b, err)
-	must(b, m.cmd.Start())
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			m.lines <- routeEvent{at: time.Now(), line: sc.Text()}
-		}
-		close(m.lines)
-	}()
-	return m
+	lines, stop := ipMonitor(b, ns, "route")
+	return &routeMonitor{lines: lines, stop: stop}
 }
 
 // reset drops the events seen so far.
@@ -203,8 +187,6 @@ func (m *routeMonitor) await(b testing.TB, dst string, deleted bool) time.Time {
 		}
 	}
 }
-
-func (m *routeMonitor) stop() { _ = m.cmd.Process.Kill(); _ = m.cmd.Wait() }
 
 // reconcileTotals adds up the speakers' portico_speaker_reconcile_seconds sums and counts.
 func (e *l2Env) reconcileTotals() (sum, count float64) {

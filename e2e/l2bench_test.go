@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -123,32 +122,21 @@ func mib(kb int) string { return fmt.Sprintf("%.1f MiB", float64(kb)/1024) }
 
 // neighWatch follows the client's neighbour table and reports when ip gets mac.
 func (e *l2Env) neighWatch(ip netip.Addr, mac string) (got <-chan time.Time, stop func()) {
-	cmd := exec.Command("ip", "-n", e.Client.NS, "-ts", "monitor", "neigh")
-	out, err := cmd.StdoutPipe()
-	must(e.t, err)
-	must(e.t, cmd.Start())
+	lines, stop := ipMonitor(e.t, e.Client.NS, "neigh")
 	ch := make(chan time.Time, 1)
-	ready := make(chan struct{})
 	go func() {
-		sc := bufio.NewScanner(out)
-		close(ready)
-		for sc.Scan() {
-			line := sc.Text()
-			f := strings.Fields(line)
-			if len(f) < 5 || f[1] != ip.String() || !strings.Contains(line, "lladdr "+mac) {
+		for ev := range lines {
+			f := strings.Fields(ev.line)
+			if len(f) < 4 || f[0] != ip.String() || !strings.Contains(ev.line, "lladdr "+mac) {
 				continue
 			}
-			ts, err := time.ParseInLocation("[2006-01-02T15:04:05.000000]", f[0], time.Local)
-			if err == nil {
-				select {
-				case ch <- ts:
-				default:
-				}
+			select {
+			case ch <- ev.at:
+			default:
 			}
 		}
 	}()
-	<-ready
-	return ch, func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }
+	return ch, stop
 }
 
 // timedFailover hurts ip's owner, times the client's entry moving to the next owner, heals and
