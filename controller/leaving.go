@@ -11,8 +11,8 @@ import (
 // leavingKey names, in the allocator, the addresses a Service gave up while its stored status
 // still lists them. Status writes go out in parallel lanes, so the write giving such an
 // address to another Service could land before the one taking it away: for a moment two
-// Services would list it. Held under this key, nobody else can take it until the cache shows
-// the Service's status without it. The key reads well in the message of a Service that asks
+// Services would list it. Held under this key, nobody else can take it until neither the
+// cached status nor any write of ours still on its way (or not yet seen by the cache) lists it. The key reads well in the message of a Service that asks
 // for the address meanwhile ("in use by ns/a (until its status no longer lists it)").
 func leavingKey(key string) string { return key + leavingSuffix }
 
@@ -28,7 +28,7 @@ func (s *state) dropLeaving(key string) []netip.Addr {
 	return was.IPs
 }
 
-// holdLeaving holds, under leavingKey, what the Service's stored status lists (listed) that it
+// holdLeaving holds, under leavingKey, what the Service's stored status may list (listed) that it
 // no longer holds (holds), as far as nobody else holds it. was is what dropLeaving returned;
 // it returns the pools of those of them no longer held, now free. Call with mu held.
 func (s *state) holdLeaving(key string, was, listed, holds []netip.Addr) (freed []string) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"slices"
 	"strings"
 
@@ -134,7 +135,7 @@ func (r *ServiceReconciler) allocate(ctx context.Context, svc *corev1.Service, k
 	} else {
 		delete(s.orphanOf, key)
 	}
-	left := s.holdLeaving(key, was, porticov1.IngressAddrs(svc), o.asg.IPs)
+	left := s.holdLeaving(key, was, r.mayList(key, svc), o.asg.IPs)
 	o.freed, o.pools = append(o.freed, left...), append(o.pools, left...)
 	changed := !slices.Equal(before.IPs, o.asg.IPs)
 	if changed && before.Pool != "" {
@@ -150,6 +151,18 @@ func (r *ServiceReconciler) allocate(ctx context.Context, svc *corev1.Service, k
 		o.pools = append(append(o.pools, released...), s.poolsContaining(o.asg.IPs)...)
 	}
 	return o
+}
+
+// mayList is every address the Service's stored status may list: what the cached copy lists,
+// and what our writes that the cache does not show yet list.
+func (r *ServiceReconciler) mayList(key string, svc *corev1.Service) []netip.Addr {
+	ips := porticov1.IngressAddrs(svc)
+	for _, ip := range r.writer.mayList(key, svc) {
+		if !slices.Contains(ips, ip) {
+			ips = append(ips, ip)
+		}
+	}
+	return ips
 }
 
 // release frees what a gone (or no longer LoadBalancer) Service held; returns the pools that

@@ -21,7 +21,7 @@ func (r *ServiceReconciler) keep(svc *corev1.Service, key string) outcome {
 	// No longer waiting: the pools it waited on count one Service fewer.
 	o.pools = appendPools(s.waiting[key].pools, o.asg.Pool)
 	delete(s.waiting, key)
-	o.freed = s.holdLeaving(key, s.dropLeaving(key), porticov1.IngressAddrs(svc), o.asg.IPs)
+	o.freed = s.holdLeaving(key, s.dropLeaving(key), r.mayList(key, svc), o.asg.IPs)
 	o.pools = append(o.pools, o.freed...)
 	return o
 }

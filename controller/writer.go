@@ -2,16 +2,22 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/fnv"
+	"net/netip"
+	"slices"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/util/resourceversion"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
+	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
 )
 
 // statusWriter writes Service status off the reconcile path: decisions stay in their
@@ -31,9 +37,17 @@ type statusWriter struct {
 	lanes  []chan *writeJob
 
 	mu       sync.Mutex
-	inflight map[string]*writeJob // the last write handed to a lane, until it is done
-	replaced map[string]string    // resourceVersion our last write replaced: a cached copy still at it is stale
-	failures map[string]int       // consecutive failures, for backoff
+	inflight map[string][]*writeJob // writes handed to a lane and not done yet, oldest first
+	written  map[string][]written   // our writes the cache may not show yet
+	failures map[string]int         // consecutive failures, for backoff
+}
+
+// written is a write of ours that landed, or whose fate is unknown (a timeout, a cut
+// connection), until the cache holds a copy of the Service newer than the one it replaced.
+type written struct {
+	base   string       // the resourceVersion the write replaced
+	ips    []netip.Addr // the addresses it lists
+	landed bool         // false: it may or may not have been stored
 }
 
 // writePart is one reconciler's share of a Service's status.
@@ -46,6 +60,7 @@ type writePart struct {
 type writeJob struct {
 	key  string
 	obj  *corev1.Service // the whole wanted object, at the resourceVersion it was computed from
+	ips  []netip.Addr    // the addresses obj lists (obj itself belongs to the lane once handed over)
 	part writePart
 }
 
@@ -53,7 +68,7 @@ const writeLanes = 8
 
 func newStatusWriter(c client.Client, reader client.Reader) *statusWriter {
 	w := &statusWriter{client: c, reader: reader,
-		inflight: map[string]*writeJob{}, replaced: map[string]string{}, failures: map[string]int{}}
+		inflight: map[string][]*writeJob{}, written: map[string][]written{}, failures: map[string]int{}}
 	for range writeLanes {
 		w.lanes = append(w.lanes, make(chan *writeJob, 1024))
 	}
@@ -85,14 +100,13 @@ func (w *statusWriter) submit(key string, cached *corev1.Service, p writePart) {
 	want := cached.DeepCopy()
 	p.apply(want)
 	w.mu.Lock()
-	if rv, ok := w.replaced[key]; ok {
-		if rv == cached.ResourceVersion {
+	for _, wr := range w.unseen(key, cached) {
+		if wr.landed {
 			w.mu.Unlock()
 			return // our write has not reached the cache; its watch event brings us back
 		}
-		delete(w.replaced, key)
 	}
-	if j := w.inflight[key]; j != nil && sameWrite(j.obj, want) {
+	if js := w.inflight[key]; len(js) > 0 && sameWrite(js[len(js)-1].obj, want) {
 		w.mu.Unlock()
 		return
 	}
@@ -100,12 +114,59 @@ func (w *statusWriter) submit(key string, cached *corev1.Service, p writePart) {
 		w.mu.Unlock()
 		return
 	}
-	job := &writeJob{key: key, obj: want, part: p}
-	w.inflight[key] = job
+	job := &writeJob{key: key, obj: want, ips: porticov1.IngressAddrs(want), part: p}
+	w.inflight[key] = append(w.inflight[key], job)
 	w.mu.Unlock()
 	h := fnv.New32a()
 	h.Write([]byte(key))
 	w.lanes[h.Sum32()%writeLanes] <- job
+}
+
+// unseen returns our writes to the Service that cached does not show, and forgets those it
+// does. Call with mu held.
+func (w *statusWriter) unseen(key string, cached *corev1.Service) []written {
+	ws := slices.DeleteFunc(w.written[key], func(wr written) bool { return newer(cached.ResourceVersion, wr.base) })
+	if len(ws) == 0 {
+		delete(w.written, key)
+		return nil
+	}
+	w.written[key] = ws
+	return ws
+}
+
+// mayList returns the addresses our writes may have put in the Service's stored status that
+// cached does not show: those of writes not done yet, and of writes the cache has not seen.
+// What a Service gives up stays held while any of them lists it (see holdLeaving): another
+// Service's write could otherwise land first, and both would list the address.
+func (w *statusWriter) mayList(key string, cached *corev1.Service) []netip.Addr {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var ips []netip.Addr
+	for _, j := range w.inflight[key] {
+		ips = append(ips, j.ips...)
+	}
+	for _, wr := range w.unseen(key, cached) {
+		ips = append(ips, wr.ips...)
+	}
+	return ips
+}
+
+// newer reports whether resourceVersion a is later than b. Resource versions are comparable
+// since Kubernetes 1.35; if either is not, only an equal one counts as not newer.
+func newer(a, b string) bool {
+	c, err := resourceversion.CompareResourceVersion(a, b)
+	if err != nil {
+		return a != b
+	}
+	return c > 0
+}
+
+// mayHaveLanded reports whether a failed write may still have been stored: the apiserver
+// refused it if it answered with an error status, unless that is a timeout; a cut connection
+// leaves its fate unknown.
+func mayHaveLanded(err error) bool {
+	var status apierrors.APIStatus
+	return !errors.As(err, &status) || apierrors.IsTimeout(err) || apierrors.IsServerTimeout(err)
 }
 
 func sameWrite(a, b *corev1.Service) bool {
@@ -133,14 +194,16 @@ func (w *statusWriter) run(leading context.Context, lane chan *writeJob) {
 		}
 		// !wrote: another write already put these fields there, and told of it.
 		w.mu.Lock()
-		if w.inflight[job.key] == job {
+		if js := slices.DeleteFunc(w.inflight[job.key], func(j *writeJob) bool { return j == job }); len(js) > 0 {
+			w.inflight[job.key] = js
+		} else {
 			delete(w.inflight, job.key)
+		}
+		if base != "" && (err == nil && wrote || err != nil && mayHaveLanded(err)) {
+			w.written[job.key] = append(w.written[job.key], written{base: base, ips: job.ips, landed: err == nil})
 		}
 		var backoff time.Duration
 		if err == nil {
-			if wrote {
-				w.replaced[job.key] = base
-			}
 			delete(w.failures, job.key)
 		} else {
 			w.failures[job.key]++
@@ -190,7 +253,7 @@ func (w *statusWriter) rebase(leading context.Context, job *writeJob) (base stri
 // forget drops what is remembered about a deleted Service.
 func (w *statusWriter) forget(key string) {
 	w.mu.Lock()
-	delete(w.replaced, key)
+	delete(w.written, key)
 	delete(w.failures, key)
 	w.mu.Unlock()
 }

@@ -13,13 +13,18 @@ import (
 // RunManager runs a controller-runtime manager against the control plane, set up by setup
 // (e.g. controller.Setup), until the test ends; a manager that fails fails the test. Several
 // may run in one process, one after another (controller names are not checked for clashes).
-func (cp *ControlPlane) RunManager(tb testing.TB, setup func(ctrl.Manager) error) {
+// opts may change the manager's options (a test that holds some writes wraps its client).
+func (cp *ControlPlane) RunManager(tb testing.TB, setup func(ctrl.Manager) error, opts ...func(*ctrl.Options)) {
 	tb.Helper()
-	mgr, err := ctrl.NewManager(cp.Config, ctrl.Options{
+	o := ctrl.Options{
 		Scheme:     cp.Scheme,
 		Metrics:    metricsserver.Options{BindAddress: "0"},
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
-	})
+	}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	mgr, err := ctrl.NewManager(cp.Config, o)
 	if err != nil {
 		tb.Fatal(err)
 	}
