@@ -17,21 +17,9 @@ import (
 )
 
 // TestL2Transcripts runs testdata/l2/*.txt: who answers for which address over L2, as every
-// node computes it alone from the cluster's objects and its own view of the gossip group. The
-// scenario language is described in docs/testing.md; in short:
-//
-//	nodes a b c                 Nodes (no labels) with a running speaker each
-//	label a k=v ... / unlabel a k ...
-//	pool NAME RANGE ... [labels=(k=v)]
-//	l2adv NAME [pools=(p)] [pool-labels=(k=v)] [node-labels=(k=v)] [service-labels=(k=v)] [interfaces=(eth0)]
-//	service NAME ip=IP|ip=(IP,IP) [ns=N] [policy=Local] [endpoints=(b,c:notready)] [labels=(k=v)] [class=C]
-//	endpoints NAME [ns=N] [b c:notready ...]   the Service's ready (or not) endpoints, replaced
-//	delete KIND NAME            KIND: node, pool, l2adv, service (with its endpoints)
-//	kill b / start b            a speaker stops (its member is lost) / runs again
-//	partition a [b]             these nodes see only each other, the rest only the rest
-//	heal                        one group again
-//	plan all                    each node's answers and Speaker status, then what changed
-//	                            since the last plan and any address with no or several answerers
+// node computes it alone from the cluster's objects and its own view of the gossip group, and
+// the Speaker status each writes. The scenario language (nodes, pool, l2adv, service, kill,
+// partition, heal, plan all, ...) is described in docs/testing.md.
 func TestL2Transcripts(t *testing.T) {
 	datadriven.Walk(t, "testdata/l2", func(t *testing.T, path string) {
 		s := newL2Scenario()
@@ -91,10 +79,8 @@ func (s *l2Scenario) run(d *datadriven.TestData) error {
 		}
 	case "pool":
 		p := &v1alpha1.IPAddressPool{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labelsArg(args, "labels")}}
-		for _, a := range args {
-			if a.Vals == nil {
-				p.Spec.Addresses = append(p.Spec.Addresses, v1alpha1.AddressRange(a.Key))
-			}
+		for _, r := range bare(args) {
+			p.Spec.Addresses = append(p.Spec.Addresses, v1alpha1.AddressRange(r))
 		}
 		s.pools[name] = p
 	case "l2adv":
@@ -116,13 +102,7 @@ func (s *l2Scenario) run(d *datadriven.TestData) error {
 		if _, ok := s.services[key]; !ok {
 			return fmt.Errorf("no service %s", key)
 		}
-		var eps []string
-		for _, a := range args {
-			if a.Vals == nil {
-				eps = append(eps, a.Key)
-			}
-		}
-		s.slices[key] = endpointSlice(s.services[key], eps)
+		s.slices[key] = endpointSlice(s.services[key], bare(args))
 	case "delete":
 		return s.delete(name, args)
 	case "kill", "start", "partition":
@@ -186,19 +166,15 @@ func (s *l2Scenario) delete(kind string, args []datadriven.CmdArg) error {
 	var had bool
 	switch kind {
 	case "node":
-		_, had = s.nodes[name]
-		delete(s.nodes, name)
+		had = remove(s.nodes, name)
 	case "pool":
-		_, had = s.pools[name]
-		delete(s.pools, name)
+		had = remove(s.pools, name)
 	case "l2adv":
-		_, had = s.ads[name]
-		delete(s.ads, name)
+		had = remove(s.ads, name)
 	case "service":
-		key := nsArg(args[1:]) + "/" + name
-		_, had = s.services[key]
-		delete(s.services, key)
-		delete(s.slices, key)
+		name = nsArg(args[1:]) + "/" + name
+		had = remove(s.services, name)
+		delete(s.slices, name)
 	default:
 		return fmt.Errorf("delete: unknown kind %q", kind)
 	}
@@ -317,10 +293,27 @@ func endpointSlice(svc *corev1.Service, nodes []string) *discoveryv1.EndpointSli
 	return es
 }
 
+func remove[T any](m map[string]*T, name string) bool {
+	_, had := m[name]
+	delete(m, name)
+	return had
+}
+
 func values[T any](m map[string]*T) []T {
 	out := make([]T, 0, len(m))
 	for _, k := range slices.Sorted(maps.Keys(m)) {
 		out = append(out, *m[k])
+	}
+	return out
+}
+
+// bare lists the arguments without a value: a pool's entries, a Service's endpoint nodes.
+func bare(args []datadriven.CmdArg) []string {
+	var out []string
+	for _, a := range args {
+		if a.Vals == nil {
+			out = append(out, a.Key)
+		}
 	}
 	return out
 }
