@@ -166,14 +166,14 @@ func (s *l2Scenario) delete(kind string, args []datadriven.CmdArg) error {
 	var had bool
 	switch kind {
 	case "node":
-		had = remove(s.nodes, name)
+		had = deleteNamed(s.nodes, name)
 	case "pool":
-		had = remove(s.pools, name)
+		had = deleteNamed(s.pools, name)
 	case "l2adv":
-		had = remove(s.ads, name)
+		had = deleteNamed(s.ads, name)
 	case "service":
 		name = nsArg(args[1:]) + "/" + name
-		had = remove(s.services, name)
+		had = deleteNamed(s.services, name)
 		delete(s.slices, name)
 	default:
 		return fmt.Errorf("delete: unknown kind %q", kind)
@@ -186,8 +186,8 @@ func (s *l2Scenario) delete(kind string, args []datadriven.CmdArg) error {
 
 // world lists the objects as the speaker's cache would, sorted by name.
 func (s *l2Scenario) world() World {
-	return World{Nodes: values(s.nodes), Pools: values(s.pools), Advertisements: values(s.ads),
-		Services: values(s.services), EndpointSlices: values(s.slices)}
+	return World{Nodes: sortedByName(s.nodes), Pools: sortedByName(s.pools), Advertisements: sortedByName(s.ads),
+		Services: sortedByName(s.services), EndpointSlices: sortedByName(s.slices)}
 }
 
 // alive is node me's view of the gossip group: running speakers on its side of a partition.
@@ -230,7 +230,7 @@ func (s *l2Scenario) plan() string {
 		case len(who) == 0:
 			fmt.Fprintf(&b, "unanswered: %s (%s)\n", ip, addrs[ip])
 		case len(who) > 1:
-			fmt.Fprintf(&b, "answered twice: %s by %s\n", ip, strings.Join(who, ", "))
+			fmt.Fprintf(&b, "split: %s answered by %s\n", ip, strings.Join(who, ", "))
 		}
 	}
 	if s.planned {
@@ -258,13 +258,10 @@ func (s *l2Scenario) view(me string) string {
 	return " (sees " + strings.Join(sees, " ") + ")"
 }
 
-// addresses are the addresses of our LoadBalancer Services, with the Services holding each.
+// addresses are the Services' addresses (of any class), with the Services holding each.
 func (s *l2Scenario) addresses() map[netip.Addr]string {
 	out := map[netip.Addr]string{}
 	for _, key := range slices.Sorted(maps.Keys(s.services)) {
-		if c := s.services[key].Spec.LoadBalancerClass; c != nil && *c != v1alpha1.DefaultLoadBalancerClass {
-			continue
-		}
 		for _, ip := range v1alpha1.IngressAddrs(s.services[key]) {
 			out[ip] = strings.TrimPrefix(out[ip]+","+key, ",")
 		}
@@ -293,13 +290,13 @@ func endpointSlice(svc *corev1.Service, nodes []string) *discoveryv1.EndpointSli
 	return es
 }
 
-func remove[T any](m map[string]*T, name string) bool {
+func deleteNamed[T any](m map[string]*T, name string) bool {
 	_, had := m[name]
 	delete(m, name)
 	return had
 }
 
-func values[T any](m map[string]*T) []T {
+func sortedByName[T any](m map[string]*T) []T {
 	out := make([]T, 0, len(m))
 	for _, k := range slices.Sorted(maps.Keys(m)) {
 		out = append(out, *m[k])
