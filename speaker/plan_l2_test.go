@@ -42,9 +42,9 @@ type l2Scenario struct {
 	ads      map[string]*v1alpha1.L2Advertisement
 	services map[string]*corev1.Service // by namespace/name
 	slices   map[string]*discoveryv1.EndpointSlice
-	down     map[string]bool // speakers not running
-	side     map[string]bool // nodes cut off with the partitioned side
-	answered map[netip.Addr][]string
+	down     map[string]bool         // speakers not running
+	side     map[string]bool         // nodes cut off with the partitioned side
+	answered map[netip.Addr][]string // who answered each address at the last plan all
 	planned  bool
 }
 
