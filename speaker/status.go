@@ -27,10 +27,24 @@ type statusReport struct {
 
 // report queues the status for plan, replacing any report not yet written.
 func (s *Speaker) report(plan Plan, answered map[netip.Addr][]string, sessions map[string]bgp.State) {
-	st := v1alpha1.SpeakerStatus{ConfigErrors: plan.Problems, HardwareAddrs: hardwareAddrs()}
-	if r := s.checks.Load(); r != nil {
-		st.SelfChecks, st.OmittedSelfChecks = r.checks, r.omitted
+	r := planStatus(plan, answered)
+	r.status.HardwareAddrs = hardwareAddrs()
+	if c := s.checks.Load(); c != nil {
+		r.status.SelfChecks, r.status.OmittedSelfChecks = c.checks, c.omitted
 	}
+	r.status.Sessions, r.status.BGPPeersUp = sessionStatus(sessions)
+	select {
+	case <-s.reports:
+	default:
+	}
+	s.reports <- r
+}
+
+// planStatus is what the Speaker status says of a plan: its announcements (L2 on the
+// interfaces answered, then BGP), its problems, and Ready. It reads nothing else, so the L2
+// transcripts print exactly what a node writes.
+func planStatus(plan Plan, answered map[netip.Addr][]string) statusReport {
+	st := v1alpha1.SpeakerStatus{ConfigErrors: plan.Problems}
 	for _, ip := range slices.SortedFunc(maps.Keys(plan.Mine), netip.Addr.Compare) {
 		st.Announcements = append(st.Announcements, v1alpha1.Announcement{IP: ip.String(), Service: plan.Mine[ip].Service,
 			Protocol: v1alpha1.ProtocolL2, Interfaces: answered[ip]})
@@ -41,16 +55,11 @@ func (s *Speaker) report(plan Plan, answered map[netip.Addr][]string, sessions m
 		st.Announcements = append(st.Announcements, v1alpha1.Announcement{IP: ip.String(), Service: c.Service,
 			Protocol: v1alpha1.ProtocolBGP, Peers: c.Peers})
 	}
-	st.Sessions, st.BGPPeersUp = sessionStatus(sessions)
 	ready := metav1.Condition{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Running", Message: "answering for its addresses"}
 	if len(plan.Problems) > 0 {
 		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, "ConfigErrors", plan.Problems[0]
 	}
-	select {
-	case <-s.reports:
-	default:
-	}
-	s.reports <- statusReport{status: st, ready: ready}
+	return statusReport{status: st, ready: ready}
 }
 
 // writeStatuses writes reports until ctx ends, retrying a failed write every 500 ms unless a
