@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"slices"
 	"sort"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -38,7 +39,7 @@ func (w World) cluster() rules.Cluster {
 
 // Claim is one address this node answers for.
 type Claim struct {
-	Service string // namespace/name
+	Services []string // namespace/name, sorted: several when Services share the address
 	// Interfaces to answer on; nil means every suitable interface.
 	Interfaces []string
 }
@@ -60,6 +61,7 @@ func MakePlan(w World, me, lbClass string, alive func(node string) bool) Plan {
 	pools, problems := rules.ParsePools(w.Pools)
 	p.Problems = append(p.Problems, problems...)
 	ready := rules.LocalReadyNodes(w.Services, w.EndpointSlices)
+	sharers := map[netip.Addr][]sharer{}
 	forEachAddress(w, lbClass, pools, &p, func(svc *corev1.Service, key string, ip netip.Addr, pool *v1alpha1.IPAddressPool) {
 		ads := w.selectors.L2AdvertisementsFor(w.Advertisements, pool, svc)
 		if len(ads) == 0 {
@@ -69,14 +71,73 @@ func MakePlan(w World, me, lbClass string, alive func(node string) bool) Plan {
 		eligible, _ := election.Eligible(cands, election.Policy{
 			LocalOnly: svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal,
 		})
-		if owner, ok := election.Owner(ip, eligible); ok && owner == me {
-			p.Mine[ip] = Claim{Service: key, Interfaces: myIfaces}
-		}
+		sharers[ip] = append(sharers[ip], sharer{service: key, eligible: eligible, ifaces: myIfaces})
 	})
+	for ip, ss := range sharers {
+		nodes, problem := answerers(ip, ss)
+		if problem != "" {
+			p.Problems = append(p.Problems, problem)
+		}
+		if owner, ok := election.Owner(ip, nodes); ok && owner == me {
+			p.Mine[ip] = claimOf(ss)
+		}
+	}
 	planBGP(w, me, lbClass, pools, ready, &p)
 	sort.Strings(p.Problems)
 	p.Problems = slices.Compact(p.Problems)
 	return p
+}
+
+// sharer is one Service that lists an address, as the L2 rules see it.
+type sharer struct {
+	service  string
+	eligible []string // nodes that may answer for it
+	ifaces   []string // where this node would answer (nil: every suitable interface)
+}
+
+// answerers are the nodes the owner of ip is elected among. Services sharing an address have
+// one owner, or two nodes would answer for it: a node eligible for every one of them. When no
+// node is (their advertisements pick different nodes), any node eligible for one of them
+// answers, and the configuration is reported as a problem.
+func answerers(ip netip.Addr, ss []sharer) (nodes []string, problem string) {
+	nodes = ss[0].eligible
+	var all []string
+	for _, s := range ss {
+		nodes = slices.DeleteFunc(slices.Clone(nodes), func(n string) bool { return !slices.Contains(s.eligible, n) })
+		all = append(all, s.eligible...)
+	}
+	if len(nodes) > 0 || len(all) == 0 {
+		return nodes, ""
+	}
+	slices.Sort(all)
+	var names []string
+	for _, s := range ss {
+		names = append(names, s.service)
+	}
+	slices.Sort(names)
+	return slices.Compact(all), fmt.Sprintf("%s is shared by %s, but no node may answer for all of them (their L2Advertisements or endpoints pick different nodes); a node one of them allows answers",
+		ip, strings.Join(names, ", "))
+}
+
+// claimOf is this node's claim on an address the sharers list: every Service, and the
+// interfaces any of them answers on.
+func claimOf(ss []sharer) Claim {
+	var c Claim
+	all := false
+	for _, s := range ss {
+		c.Services = append(c.Services, s.service)
+		all = all || s.ifaces == nil
+		c.Interfaces = append(c.Interfaces, s.ifaces...)
+	}
+	slices.Sort(c.Services)
+	c.Services = slices.Compact(c.Services)
+	if all {
+		c.Interfaces = nil
+	} else {
+		slices.Sort(c.Interfaces)
+		c.Interfaces = slices.Compact(c.Interfaces)
+	}
+	return c
 }
 
 // forEachAddress calls fn for every address in the status of a LoadBalancer Service of our

@@ -16,7 +16,7 @@ import (
 
 // BGPClaim is one address this node advertises over BGP.
 type BGPClaim struct {
-	Service string   // namespace/name
+	Services []string // namespace/name, sorted: several when Services share the address
 	Peers   []string // BGPPeer names, sorted
 }
 
@@ -113,7 +113,10 @@ func advertise(p *Plan, ad *v1alpha1.BGPAdvertisement, service string, ip netip.
 		}
 	}
 	claim := p.Routed[ip]
-	claim.Service = service
+	if !slices.Contains(claim.Services, service) {
+		claim.Services = append(claim.Services, service)
+		slices.Sort(claim.Services)
+	}
 	for _, name := range slices.Sorted(maps.Keys(p.BGP.Peers)) {
 		peer := p.BGP.Peers[name]
 		if len(s.Peers) > 0 && !slices.Contains(s.Peers, v1alpha1.Name(name)) {

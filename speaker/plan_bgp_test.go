@@ -130,7 +130,7 @@ func renderBGPPlan(p Plan) string {
 	b.WriteString(p.BGP.String())
 	for _, ip := range slices.SortedFunc(maps.Keys(p.Routed), netip.Addr.Compare) {
 		c := p.Routed[ip]
-		fmt.Fprintf(&b, "announces %s (%s) to %s\n", ip, c.Service, strings.Join(c.Peers, ", "))
+		fmt.Fprintf(&b, "announces %s (%s) to %s\n", ip, strings.Join(c.Services, ", "), strings.Join(c.Peers, ", "))
 	}
 	for _, pr := range p.Problems {
 		fmt.Fprintf(&b, "problem: %s\n", pr)

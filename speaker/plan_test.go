@@ -106,7 +106,7 @@ func TestAdvertisementScoping(t *testing.T) {
 		Interfaces:             []v1alpha1.InterfaceName{"eth1", "eth0"},
 	}}}
 	p := MakePlan(w, "node-b", v1alpha1.DefaultLoadBalancerClass, allAlive)
-	if c, ok := p.Mine[ip]; !ok || !slices.Equal(c.Interfaces, []string{"eth0", "eth1"}) || c.Service != "ns/web" {
+	if c, ok := p.Mine[ip]; !ok || !slices.Equal(c.Interfaces, []string{"eth0", "eth1"}) || !slices.Equal(c.Services, []string{"ns/web"}) {
 		t.Fatalf("node-b plan %+v", p.Mine)
 	}
 	// serviceSelectors that do not match the Service: nobody answers.

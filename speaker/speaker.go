@@ -247,8 +247,12 @@ func (s *Speaker) reconcile(ctx context.Context) {
 	for ip, c := range plan.Mine {
 		if _, had := s.owned[ip]; !had {
 			s.Metrics.ownerChanges.WithLabelValues(cause, "gained").Inc()
-			s.Log.Info("answering", "ip", ip, "service", c.Service, "interfaces", answered[ip], "cause", cause)
-			s.event(ctx, c.Service, ip, answered[ip])
+			s.Log.Info("answering", "ip", ip, "services", c.Services, "interfaces", answered[ip], "cause", cause)
+			where := strings.Join(answered[ip], ",")
+			if where == "" {
+				where = "no interface"
+			}
+			s.event(ctx, c.Services, "announcing %s from node %s on %s", ip, s.Node, where)
 		}
 	}
 	for ip := range s.owned {
@@ -284,15 +288,14 @@ func gained(old, now map[netip.Addr]Claim) int {
 	return n
 }
 
-func (s *Speaker) event(ctx context.Context, service string, ip netip.Addr, ifaces []string) {
-	ns, name, _ := strings.Cut(service, "/")
-	var svc corev1.Service
-	if err := s.Cache.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &svc); err != nil {
-		return
+// event tells each of the Services, by a Normal "Announced" event, what this node does for them.
+func (s *Speaker) event(ctx context.Context, services []string, format string, args ...any) {
+	for _, key := range services {
+		ns, name, _ := strings.Cut(key, "/")
+		var svc corev1.Service
+		if err := s.Cache.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &svc); err != nil {
+			continue
+		}
+		s.Recorder.Eventf(&svc, corev1.EventTypeNormal, "Announced", format, args...)
 	}
-	where := strings.Join(ifaces, ",")
-	if where == "" {
-		where = "no interface"
-	}
-	s.Recorder.Eventf(&svc, corev1.EventTypeNormal, "Announced", "announcing %s from node %s on %s", ip, s.Node, where)
 }

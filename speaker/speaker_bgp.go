@@ -20,17 +20,12 @@ func (s *Speaker) logRouted(ctx context.Context, now map[netip.Addr]BGPClaim, ca
 		if old, had := s.routed[ip]; had && slices.Equal(old.Peers, c.Peers) {
 			continue
 		}
-		s.Log.Info("advertising over BGP", "ip", ip, "service", c.Service, "peers", c.Peers, "cause", cause)
-		ns, name, _ := strings.Cut(c.Service, "/")
-		var svc corev1.Service
-		if err := s.Cache.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &svc); err == nil {
-			s.Recorder.Eventf(&svc, corev1.EventTypeNormal, "Announced", "advertising %s from node %s to BGP peers %s",
-				ip, s.Node, strings.Join(c.Peers, ","))
-		}
+		s.Log.Info("advertising over BGP", "ip", ip, "services", c.Services, "peers", c.Peers, "cause", cause)
+		s.event(ctx, c.Services, "advertising %s from node %s to BGP peers %s", ip, s.Node, strings.Join(c.Peers, ","))
 	}
 	for ip, c := range s.routed {
 		if _, keep := now[ip]; !keep {
-			s.Log.Info("withdrawn from BGP", "ip", ip, "service", c.Service, "cause", cause)
+			s.Log.Info("withdrawn from BGP", "ip", ip, "services", c.Services, "cause", cause)
 		}
 	}
 	s.routed = now

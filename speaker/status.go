@@ -45,15 +45,20 @@ func (s *Speaker) report(plan Plan, answered map[netip.Addr][]string, sessions m
 // transcripts print exactly what a node writes.
 func planStatus(plan Plan, answered map[netip.Addr][]string) statusReport {
 	st := v1alpha1.SpeakerStatus{ConfigErrors: plan.Problems}
+	// One entry per Service: Services sharing an address each find themselves.
 	for _, ip := range slices.SortedFunc(maps.Keys(plan.Mine), netip.Addr.Compare) {
-		st.Announcements = append(st.Announcements, v1alpha1.Announcement{IP: ip.String(), Service: plan.Mine[ip].Service,
-			Protocol: v1alpha1.ProtocolL2, Interfaces: answered[ip]})
+		for _, svc := range plan.Mine[ip].Services {
+			st.Announcements = append(st.Announcements, v1alpha1.Announcement{IP: ip.String(), Service: svc,
+				Protocol: v1alpha1.ProtocolL2, Interfaces: answered[ip]})
+		}
 	}
-	st.L2Announcements = int32(len(st.Announcements))
+	st.L2Announcements = int32(len(plan.Mine))
 	for _, ip := range slices.SortedFunc(maps.Keys(plan.Routed), netip.Addr.Compare) {
 		c := plan.Routed[ip]
-		st.Announcements = append(st.Announcements, v1alpha1.Announcement{IP: ip.String(), Service: c.Service,
-			Protocol: v1alpha1.ProtocolBGP, Peers: c.Peers})
+		for _, svc := range c.Services {
+			st.Announcements = append(st.Announcements, v1alpha1.Announcement{IP: ip.String(), Service: svc,
+				Protocol: v1alpha1.ProtocolBGP, Peers: c.Peers})
+		}
 	}
 	ready := metav1.Condition{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Running", Message: "answering for its addresses"}
 	if len(plan.Problems) > 0 {

@@ -80,7 +80,7 @@ type SpeakerStatus struct {
 	// +listType=atomic
 	// +optional
 	Announcements []Announcement `json:"announcements,omitempty"`
-	// L2Announcements counts the L2 announcements, for `kubectl get speakers`.
+	// L2Announcements counts the addresses this node answers for over L2, for `kubectl get speakers`.
 	// +optional
 	L2Announcements int32 `json:"l2Announcements,omitempty"`
 	// Sessions lists this node's BGP sessions.
