@@ -41,10 +41,6 @@ type duplicateWatch struct {
 	relists  int             // the watch was lost and the Services read again: states in the gap are unseen
 	found    []string        // every moment of two holders, first seen
 	reported map[string]bool // address and pair already in found
-	// knownDefect, when set, turns each moment found into a log line naming it instead of a
-	// failure: a defect found by this watch and not fixed yet, so the rest of a test still
-	// guards what it guards. Say why in the test; the count is still reported.
-	knownDefect string
 }
 
 // watchDuplicates starts the watch; it runs until the test ends.
@@ -210,10 +206,6 @@ func (w *duplicateWatch) check(t testing.TB) (events, moments int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for _, f := range w.found {
-		if w.knownDefect != "" {
-			t.Logf("two holders at once (known defect, %s): %s", w.knownDefect, f)
-			continue
-		}
 		t.Errorf("two holders at once: %s", f)
 	}
 	t.Logf("duplicate watch: %d Service events, %d moments with an address held twice, %d relists (watch lost)", w.events, len(w.found), w.relists)
