@@ -30,6 +30,7 @@ import (
 type HealthReconciler struct {
 	Client   client.Client
 	Recorder events.EventRecorder
+	metrics  *Metrics
 	ours     func(*corev1.Service) bool
 	writer   *statusWriter
 	retries  chan event.GenericEvent
@@ -251,7 +252,7 @@ func (r *HealthReconciler) retry(key string) {
 
 // event tells a condition's change on the Service, and counts it.
 func (r *HealthReconciler) event(svc *corev1.Service, c metav1.Condition) {
-	conditionChanges.WithLabelValues(c.Type, c.Reason).Inc()
+	r.metrics.conditionChanges.WithLabelValues(c.Type, c.Reason).Inc()
 	if r.Recorder == nil {
 		return
 	}

@@ -33,6 +33,7 @@ const poolWriteInterval = time.Second
 type PoolReconciler struct {
 	Client    client.Client
 	state     *state
+	metrics   *Metrics
 	lastWrite map[string]time.Time
 }
 
@@ -62,14 +63,14 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 		return ctrl.Result{}, err
 	}
 	if !found {
-		forgetPoolMetrics(req.Name)
+		r.metrics.poolGone(req.Name)
 		delete(r.lastWrite, req.Name)
 		return ctrl.Result{}, nil
 	}
 
 	want := pool.DeepCopy()
 	r.fill(ctx, want, facts)
-	facts.export(pool.Name)
+	r.metrics.pool(pool.Name, facts)
 	if equality.Semantic.DeepEqual(want.Status, pool.Status) {
 		return ctrl.Result{}, nil
 	}
@@ -103,26 +104,6 @@ func (r *PoolReconciler) facts(pool *porticov1.IPAddressPool) poolFacts {
 	}
 	slices.Sort(f.orphans)
 	return f
-}
-
-func (f poolFacts) export(pool string) {
-	for i, fam := range []string{"IPv4", "IPv6"} {
-		if f.stats.Size[i] == nil {
-			continue
-		}
-		avail, _ := new(big.Float).SetInt(f.stats.Available[i]).Float64()
-		poolAddresses.WithLabelValues(pool, fam).Set(avail + float64(f.stats.Assigned[i]))
-		poolAddressesInUse.WithLabelValues(pool, fam).Set(float64(f.stats.Assigned[i]))
-	}
-	poolServicesWaiting.WithLabelValues(pool).Set(float64(f.waiting))
-}
-
-func forgetPoolMetrics(pool string) {
-	for _, fam := range []string{"IPv4", "IPv6"} {
-		poolAddresses.DeleteLabelValues(pool, fam)
-		poolAddressesInUse.DeleteLabelValues(pool, fam)
-	}
-	poolServicesWaiting.DeleteLabelValues(pool)
 }
 
 // fill computes the pool's whole status.

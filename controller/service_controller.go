@@ -29,6 +29,7 @@ type ServiceReconciler struct {
 	Client   client.Client
 	Recorder events.EventRecorder
 	state    *state
+	metrics  *Metrics
 	writer   *statusWriter
 	// health, when set, computes a new Service's health conditions so its first status
 	// write carries them with the address: one write per new Service, not two.
@@ -263,11 +264,11 @@ func (r *ServiceReconciler) event(svc *corev1.Service, cond metav1.Condition) {
 	}
 	if cond.Status == metav1.ConditionTrue {
 		r.Recorder.Eventf(svc, nil, corev1.EventTypeNormal, "IPAllocated", "Allocate", "%s", cond.Message)
-		allocations.Inc()
+		r.metrics.allocations.Inc()
 		return
 	}
 	r.Recorder.Eventf(svc, nil, corev1.EventTypeWarning, "AllocationFailed", "Allocate", "%s: %s", cond.Reason, cond.Message)
-	allocationFailures.WithLabelValues(cond.Reason).Inc()
+	r.metrics.allocationFailures.WithLabelValues(cond.Reason).Inc()
 }
 
 func allocatedCondition(o outcome) metav1.Condition {
