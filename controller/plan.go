@@ -52,7 +52,8 @@ func PlanPools(ctx context.Context, reader client.Reader, lbClass string, pools 
 		lbClass = porticov1.DefaultLoadBalancerClass
 	}
 	s := newState(reader, lbClass)
-	if err := s.ensureLoaded(ctx); err != nil {
+	b := newBook() // this call's own: nothing shares it
+	if err := s.load(ctx, &b); err != nil {
 		return Plan{}, err
 	}
 	var current porticov1.IPAddressPoolList
@@ -71,13 +72,13 @@ func PlanPools(ctx context.Context, reader client.Reader, lbClass string, pools 
 	before := map[string]allocator.Assignment{}
 	for i := range svcs.Items {
 		key := svcs.Items[i].Namespace + "/" + svcs.Items[i].Name
-		before[key], _ = s.alloc.Assignment(key)
+		before[key], _ = b.alloc.Assignment(key)
 	}
 	apools := make([]allocator.Pool, len(next))
 	for i := range next {
 		apools[i] = allocatorPool(&next[i])
 	}
-	s.alloc.SetPools(apools)
+	b.alloc.SetPools(apools)
 
 	var plan Plan
 	for i := range svcs.Items {
@@ -88,7 +89,7 @@ func PlanPools(ctx context.Context, reader client.Reader, lbClass string, pools 
 		key := svc.Namespace + "/" + svc.Name
 		sp := ServicePlan{Service: key, Before: before[key]}
 		if len(sp.Before.IPs) > 0 {
-			sp.After, _ = s.alloc.Assignment(key)
+			sp.After, _ = b.alloc.Assignment(key)
 			switch {
 			case sp.After.Orphaned() && !sp.Before.Orphaned():
 				sp.Effect = "orphaned"
@@ -102,7 +103,7 @@ func PlanPools(ctx context.Context, reader client.Reader, lbClass string, pools 
 		}
 		req, err := s.requestFrom(ctx, svc, next)
 		if err == nil {
-			sp.After, err = s.alloc.Allocate(req)
+			sp.After, err = b.alloc.Allocate(req)
 		}
 		var aerr *allocator.Error
 		switch {
@@ -117,7 +118,7 @@ func PlanPools(ctx context.Context, reader client.Reader, lbClass string, pools 
 	}
 	for i := range poolPlans {
 		p := &poolPlans[i]
-		if st, ok := s.alloc.Stats(p.Name); ok {
+		if st, ok := b.alloc.Stats(p.Name); ok {
 			p.Assigned = st.Assigned[0] + st.Assigned[1]
 			p.Available = new(big.Int).Add(st.Available[0], st.Available[1]).String()
 		}

@@ -55,9 +55,9 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	}
 
 	var facts poolFacts
-	if err := r.state.withLock(ctx, func() {
+	if err := r.state.withLock(ctx, func(b *book) {
 		if found {
-			facts = r.facts(&pool)
+			facts = b.facts(pool.Name)
 		}
 	}); err != nil {
 		return ctrl.Result{}, err
@@ -81,24 +81,23 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	return ctrl.Result{}, r.Client.Status().Update(ctx, want)
 }
 
-// poolFacts is what the allocator knows of one pool, read under the state's lock.
+// poolFacts is what the book knows of one pool, read under its lock.
 type poolFacts struct {
 	stats   allocator.Stats
 	waiting int32
 	orphans []string
 }
 
-func (r *PoolReconciler) facts(pool *porticov1.IPAddressPool) poolFacts {
-	s := r.state
+func (b *book) facts(pool string) poolFacts {
 	f := poolFacts{}
-	f.stats, _ = s.alloc.Stats(pool.Name)
-	for _, w := range s.waiting {
-		if slices.Contains(w.pools, pool.Name) {
+	f.stats, _ = b.alloc.Stats(pool)
+	for _, w := range b.waiting {
+		if slices.Contains(w.pools, pool) {
 			f.waiting++
 		}
 	}
-	for svc, p := range s.orphanOf {
-		if p == pool.Name {
+	for svc, p := range b.orphanOf {
+		if p == pool {
 			f.orphans = append(f.orphans, svc)
 		}
 	}

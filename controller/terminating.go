@@ -13,15 +13,14 @@ import (
 
 // keep is the decision for a Terminating Service (deleted, held in the API by a finalizer):
 // its addresses stay taken, since its status still lists them and kube-proxy and the speakers
-// go on using them, until the object is gone; it gets nothing new. Call with mu held.
-func (r *ServiceReconciler) keep(svc *corev1.Service, key string) outcome {
-	s := r.state
+// go on using them, until the object is gone; it gets nothing new.
+func keep(b *book, svc *corev1.Service, key string) outcome {
 	var o outcome
-	o.asg, _ = s.alloc.Assignment(key)
+	o.asg, _ = b.alloc.Assignment(key)
 	// No longer waiting: the pools it waited on count one Service fewer.
-	o.pools = appendPools(s.waiting[key].pools, o.asg.Pool)
-	delete(s.waiting, key)
-	o.freed = s.holdLeaving(key, s.dropLeaving(key), porticov1.IngressAddrs(svc), o.asg.IPs)
+	o.pools = appendPools(b.waiting[key].pools, o.asg.Pool)
+	delete(b.waiting, key)
+	o.freed = b.holdLeaving(key, b.dropLeaving(key), porticov1.IngressAddrs(svc), o.asg.IPs)
 	o.pools = append(o.pools, o.freed...)
 	return o
 }

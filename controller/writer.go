@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 )
 
@@ -29,6 +30,9 @@ type statusWriter struct {
 	client client.Client
 	reader client.Reader // uncached: the current object after a conflict
 	lanes  []chan *writeJob
+	// stopped is closed once Start's context ends: submit then drops writes instead of
+	// queueing them for lanes that no longer read.
+	stopped chan struct{}
 
 	mu       sync.Mutex
 	inflight map[string]*writeJob // the last write handed to a lane, until it is done
@@ -38,9 +42,9 @@ type statusWriter struct {
 
 // writePart is one reconciler's share of a Service's status.
 type writePart struct {
-	apply func(*corev1.Service) // sets this part's fields on a copy of the Service
-	done  func(*corev1.Service) // after a successful write (events, metrics); may be nil
-	retry func(key string)      // ask for the Service to be reconciled again after a failure
+	apply func(*corev1.Service)     // sets this part's fields on a copy of the Service
+	done  func(*corev1.Service)     // after a successful write (events, metrics); may be nil
+	retry chan<- event.GenericEvent // the reconciler's queue: the Service decides again after a failure
 }
 
 type writeJob struct {
@@ -49,13 +53,17 @@ type writeJob struct {
 	part writePart
 }
 
-const writeLanes = 8
+// writeLanes lanes of laneDepth writes each.
+const (
+	writeLanes = 8
+	laneDepth  = 1024
+)
 
 func newStatusWriter(c client.Client, reader client.Reader) *statusWriter {
-	w := &statusWriter{client: c, reader: reader,
+	w := &statusWriter{client: c, reader: reader, stopped: make(chan struct{}),
 		inflight: map[string]*writeJob{}, replaced: map[string]string{}, failures: map[string]int{}}
 	for range writeLanes {
-		w.lanes = append(w.lanes, make(chan *writeJob, 1024))
+		w.lanes = append(w.lanes, make(chan *writeJob, laneDepth))
 	}
 	return w
 }
@@ -69,12 +77,15 @@ func (w *statusWriter) NeedLeaderElection() bool { return true }
 // request, so an old leader never sends a write once it knows it lost the lease, even if it
 // lingers; what is still queued is dropped, and the next leader decides again from what is
 // stored. A write already sent is let finish: on a clean stop the lease is released only after
-// it, so it cannot land behind the next leader's back.
+// it, so it cannot land behind the next leader's back. Start returns once every goroutine it
+// started (the lanes, and retries waiting out a backoff) has ended. A writer starts once.
 func (w *statusWriter) Start(ctx context.Context) error {
 	var wg sync.WaitGroup
 	for _, lane := range w.lanes {
-		wg.Go(func() { w.run(ctx, lane) })
+		wg.Go(func() { w.run(ctx, lane, &wg) })
 	}
+	<-ctx.Done()
+	close(w.stopped)
 	wg.Wait()
 	return nil
 }
@@ -105,14 +116,18 @@ func (w *statusWriter) submit(key string, cached *corev1.Service, p writePart) {
 	w.mu.Unlock()
 	h := fnv.New32a()
 	h.Write([]byte(key))
-	w.lanes[h.Sum32()%writeLanes] <- job
+	select {
+	case w.lanes[h.Sum32()%writeLanes] <- job:
+	case <-w.stopped: // nobody sends it; the next leader decides again from what is stored
+	}
 }
 
 func sameWrite(a, b *corev1.Service) bool {
 	return equality.Semantic.DeepEqual(a.Status, b.Status) && equality.Semantic.DeepEqual(a.Annotations, b.Annotations)
 }
 
-func (w *statusWriter) run(leading context.Context, lane chan *writeJob) {
+// run is one lane; retries go to wg, so that Start waits for them too.
+func (w *statusWriter) run(leading context.Context, lane chan *writeJob, wg *sync.WaitGroup) {
 	ctx := context.WithoutCancel(leading) // see Start: a request once sent is let finish
 	for {
 		var job *writeJob
@@ -149,16 +164,31 @@ func (w *statusWriter) run(leading context.Context, lane chan *writeJob) {
 		w.mu.Unlock()
 		if err != nil {
 			logf.Log.WithName("status-writer").V(1).Info("status write failed; retrying", "service", job.key, "error", err.Error(), "after", backoff)
-			time.AfterFunc(backoff, func() {
-				if leading.Err() == nil {
-					job.part.retry(job.key)
-				}
-			})
+			wg.Go(func() { retryAfter(leading, backoff, job) })
 			continue
 		}
 		if wrote && job.part.done != nil {
 			job.part.done(job.obj)
 		}
+	}
+}
+
+// retryAfter asks, after the backoff, for the job's Service to be decided again, unless the
+// writer stops first: a stopped reconciler no longer reads its queue, and a full one must not
+// keep this goroutine forever.
+func retryAfter(leading context.Context, backoff time.Duration, job *writeJob) {
+	wait := time.NewTimer(backoff)
+	defer wait.Stop()
+	select {
+	case <-leading.Done():
+		return
+	case <-wait.C:
+	}
+	svc := &corev1.Service{}
+	svc.Namespace, svc.Name = job.obj.Namespace, job.obj.Name
+	select {
+	case job.part.retry <- event.GenericEvent{Object: svc}:
+	case <-leading.Done():
 	}
 }
 
