@@ -31,7 +31,7 @@ func (b *book) dropLeaving(key string) []netip.Addr {
 // holdLeaving holds, under leavingKey, what the Service's stored status lists (listed) that it
 // no longer holds (holds), as far as nobody else holds it. was is what dropLeaving returned;
 // it returns the pools of those of them no longer held, now free.
-func (b *book) holdLeaving(key string, was, listed, holds []netip.Addr) (freed []string) {
+func (b *book) holdLeaving(key string, was, listed, holds []netip.Addr) (freedIn []string) {
 	var kept []netip.Addr
 	for _, ip := range listed {
 		if slices.Contains(holds, ip) {

@@ -81,12 +81,12 @@ func (r *ServiceReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		case ours:
 			o = r.allocate(ctx, b, &svc, key)
 		default:
-			o.freed = release(b, key)
+			o.freedIn = release(b, key)
 		}
 	}); err != nil {
 		return ctrl.Result{}, err
 	}
-	r.afterRelease(o.freed)
+	r.afterRelease(o.freedIn)
 	switch {
 	case ours:
 		s.poolsDirty(o.pools)
@@ -101,10 +101,10 @@ func (r *ServiceReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 
 // outcome is what one allocation decided.
 type outcome struct {
-	asg   allocator.Assignment
-	err   error    // why the request is not met (the Service may still keep asg)
-	freed []string // pools that gained a free address
-	pools []string // pools whose counts may have changed
+	asg     allocator.Assignment
+	err     error    // why the request is not met (the Service may still keep asg)
+	freedIn []string // pools in which an address became free (names, not addresses)
+	pools   []string // pools whose counts may have changed
 }
 
 func (r *ServiceReconciler) allocate(ctx context.Context, b *book, svc *corev1.Service, key string) outcome {
@@ -132,10 +132,10 @@ func (r *ServiceReconciler) allocate(ctx context.Context, b *book, svc *corev1.S
 		delete(b.orphanOf, key)
 	}
 	left := b.holdLeaving(key, was, porticov1.IngressAddrs(svc), o.asg.IPs)
-	o.freed, o.pools = append(o.freed, left...), append(o.pools, left...)
+	o.freedIn, o.pools = append(o.freedIn, left...), append(o.pools, left...)
 	changed := !slices.Equal(before.IPs, o.asg.IPs)
 	if changed && before.Pool != "" {
-		o.freed = append(o.freed, before.Pool)
+		o.freedIn = append(o.freedIn, before.Pool)
 	}
 	o.pools = appendPools(o.pools, before.Pool, o.asg.Pool)
 	o.pools = append(o.pools, b.waiting[key].pools...)
@@ -143,7 +143,7 @@ func (r *ServiceReconciler) allocate(ctx context.Context, b *book, svc *corev1.S
 		// Overlapping pools count an address in each pool that contains it, not only in the
 		// one it was taken from.
 		released := b.poolsContaining(before.IPs)
-		o.freed = append(o.freed, released...)
+		o.freedIn = append(o.freedIn, released...)
 		o.pools = append(append(o.pools, released...), b.poolsContaining(o.asg.IPs)...)
 	}
 	return o
@@ -265,7 +265,7 @@ func allocatedCondition(o outcome) metav1.Condition {
 	case errors.As(o.err, &annErr):
 		c.Status, c.Reason, c.Message = metav1.ConditionFalse, porticov1.ReasonInvalidAnnotation, annErr.Error()
 		if len(o.asg.IPs) > 0 {
-			c.Message += fmt.Sprintf("; keeping %s", joinAddrs(o.asg.IPs))
+			c.Message += fmt.Sprintf("; keeping %s", andAddrs(o.asg.IPs))
 		}
 	case errors.As(o.err, &allocErr):
 		c.Status, c.Reason, c.Message = metav1.ConditionFalse, string(allocErr.Reason), allocErr.Message
@@ -273,10 +273,10 @@ func allocatedCondition(o outcome) metav1.Condition {
 		c.Status, c.Reason, c.Message = metav1.ConditionFalse, "Error", o.err.Error()
 	case o.asg.Orphaned():
 		c.Status, c.Reason = metav1.ConditionTrue, porticov1.ReasonOrphanedIP
-		c.Message = fmt.Sprintf("%s is in no IPAddressPool any more; it stays assigned until the Service is deleted or asks for another address", joinAddrs(o.asg.IPs))
+		c.Message = fmt.Sprintf("%s is in no IPAddressPool any more; it stays assigned until the Service is deleted or asks for another address", andAddrs(o.asg.IPs))
 	default:
 		c.Status, c.Reason = metav1.ConditionTrue, porticov1.ReasonAllocated
-		c.Message = fmt.Sprintf("%s from pool %s", joinAddrs(o.asg.IPs), o.asg.Pool)
+		c.Message = fmt.Sprintf("%s from pool %s", andAddrs(o.asg.IPs), o.asg.Pool)
 	}
 	return c
 }

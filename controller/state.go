@@ -128,7 +128,7 @@ func (s *state) load(ctx context.Context, b *book) error {
 			continue
 		}
 		req, _ := s.request(ctx, svc) // a bad annotation does not stop the Service keeping its address
-		if b.alloc.Fits(req, ips) {
+		if b.alloc.Satisfies(req, ips) {
 			fit = append(fit, held{req, ips})
 		} else {
 			stale = append(stale, held{req, ips})

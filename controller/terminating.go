@@ -20,8 +20,8 @@ func keep(b *book, svc *corev1.Service, key string) outcome {
 	// No longer waiting: the pools it waited on count one Service fewer.
 	o.pools = appendPools(b.waiting[key].pools, o.asg.Pool)
 	delete(b.waiting, key)
-	o.freed = b.holdLeaving(key, b.dropLeaving(key), porticov1.IngressAddrs(svc), o.asg.IPs)
-	o.pools = append(o.pools, o.freed...)
+	o.freedIn = b.holdLeaving(key, b.dropLeaving(key), porticov1.IngressAddrs(svc), o.asg.IPs)
+	o.pools = append(o.pools, o.freedIn...)
 	return o
 }
 
@@ -34,6 +34,6 @@ func terminatingCondition(finalizers []string, asg allocator.Assignment) metav1.
 		return c
 	}
 	c.Status = metav1.ConditionTrue
-	c.Message = fmt.Sprintf("%s kept until the Service is deleted; nobody else gets it meanwhile (%s)", joinAddrs(asg.IPs), held)
+	c.Message = fmt.Sprintf("%s kept until the Service is deleted; nobody else gets it meanwhile (%s)", andAddrs(asg.IPs), held)
 	return c
 }

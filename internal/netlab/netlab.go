@@ -1,5 +1,5 @@
 // Package netlab builds throwaway layer-2 labs for root-only tests: network namespaces hanging
-// off one Linux bridge by veth pairs (the recipe measured in research/netlab.md). Nothing is
+// off one Linux bridge by veth pairs. Nothing is
 // ever configured in the root namespace, and everything is removed in t.Cleanup.
 package netlab
 
