@@ -30,6 +30,7 @@ import (
 type HealthReconciler struct {
 	Client   client.Client
 	Recorder events.EventRecorder
+	metrics  *Metrics
 	ours     func(*corev1.Service) bool
 	writer   *statusWriter
 	retries  chan event.GenericEvent
@@ -115,7 +116,7 @@ func (r *HealthReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 		return ctrl.Result{}, err
 	}
 	if !r.ours(&svc) {
-		r.writer.submit(key, &svc, writePart{retry: r.retry, apply: func(want *corev1.Service) {
+		r.writer.submit(key, &svc, writePart{retry: r.retries, apply: func(want *corev1.Service) {
 			for _, t := range healthConditions {
 				meta.RemoveStatusCondition(&want.Status.Conditions, t)
 			}
@@ -132,7 +133,7 @@ func (r *HealthReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 		return ctrl.Result{}, err
 	}
 	r.writer.submit(key, &svc, writePart{
-		retry: r.retry,
+		retry: r.retries,
 		apply: func(want *corev1.Service) {
 			for _, c := range conds {
 				meta.SetStatusCondition(&want.Status.Conditions, c)
@@ -242,16 +243,9 @@ func (r *HealthReconciler) announced(ctx context.Context, svc *corev1.Service, s
 	}), nil
 }
 
-func (r *HealthReconciler) retry(key string) {
-	ns, name, _ := strings.Cut(key, "/")
-	svc := &corev1.Service{}
-	svc.Namespace, svc.Name = ns, name
-	r.retries <- event.GenericEvent{Object: svc}
-}
-
 // event tells a condition's change on the Service, and counts it.
 func (r *HealthReconciler) event(svc *corev1.Service, c metav1.Condition) {
-	conditionChanges.WithLabelValues(c.Type, c.Reason).Inc()
+	r.metrics.conditionChanges.WithLabelValues(c.Type, c.Reason).Inc()
 	if r.Recorder == nil {
 		return
 	}

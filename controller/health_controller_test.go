@@ -63,7 +63,7 @@ func TestEndpointsReady(t *testing.T) {
 	createPool(t, "endpoints", addresses("198.51.100.0/28"))
 	ns := namespace(t, nil)
 
-	// The seed notes' typo: the slice exists and is empty, and nothing else says so.
+	// A selector's typo: the slice exists and is empty, and nothing else says so.
 	empty := createService(t, ns, "lonely")
 	syncSlice(t, empty)
 	waitEndpoints(t, ns, "lonely", metav1.ConditionFalse, porticov1.ReasonNoEndpoints,

@@ -21,24 +21,24 @@ const leavingSuffix = " (until its status no longer lists it)"
 // isLeavingKey reports whether an allocator key is a leavingKey, not a Service.
 func isLeavingKey(key string) bool { return strings.HasSuffix(key, leavingSuffix) }
 
-// dropLeaving lets go of what leavingKey(key) holds, and returns it. Call with mu held.
-func (s *state) dropLeaving(key string) []netip.Addr {
-	was, _ := s.alloc.Assignment(leavingKey(key))
-	s.alloc.Release(leavingKey(key))
+// dropLeaving lets go of what leavingKey(key) holds, and returns it.
+func (b *book) dropLeaving(key string) []netip.Addr {
+	was, _ := b.alloc.Assignment(leavingKey(key))
+	b.alloc.Release(leavingKey(key))
 	return was.IPs
 }
 
 // holdLeaving holds, under leavingKey, what the Service's stored status may list (listed) that it
 // no longer holds (holds), as far as nobody else holds it. was is what dropLeaving returned;
-// it returns the pools of those of them no longer held, now free. Call with mu held.
-func (s *state) holdLeaving(key string, was, listed, holds []netip.Addr) (freed []string) {
+// it returns the pools of those of them no longer held, now free.
+func (b *book) holdLeaving(key string, was, listed, holds []netip.Addr) (freedIn []string) {
 	var kept []netip.Addr
 	for _, ip := range listed {
 		if slices.Contains(holds, ip) {
 			continue
 		}
 		// Exclusive: fails when another Service holds ip, which then is not free anyway.
-		if _, err := s.alloc.Restore(allocator.Request{Service: leavingKey(key)}, append(slices.Clone(kept), ip)); err == nil {
+		if _, err := b.alloc.Restore(allocator.Request{Service: leavingKey(key)}, append(slices.Clone(kept), ip)); err == nil {
 			kept = append(kept, ip)
 		}
 	}
@@ -48,5 +48,5 @@ func (s *state) holdLeaving(key string, was, listed, holds []netip.Addr) (freed 
 			letGo = append(letGo, ip)
 		}
 	}
-	return s.poolsContaining(letGo)
+	return b.poolsContaining(letGo)
 }

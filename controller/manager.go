@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"github.com/prometheus/client_golang/prometheus"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
@@ -11,6 +12,8 @@ type Options struct {
 	// LoadBalancerClass is the spec.loadBalancerClass handled besides no class; default
 	// portico.dev/lb.
 	LoadBalancerClass string
+	// Metrics receive the controller's series; nil: series no registry serves.
+	Metrics *Metrics
 }
 
 // Setup registers every Portico reconciler with the manager. They share one allocator, fed
@@ -20,21 +23,24 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if opts.LoadBalancerClass == "" {
 		opts.LoadBalancerClass = porticov1.DefaultLoadBalancerClass
 	}
+	if opts.Metrics == nil {
+		opts.Metrics = NewMetrics(prometheus.NewRegistry())
+	}
 	s := newState(mgr.GetClient(), opts.LoadBalancerClass)
 	s.live = mgr.GetAPIReader()
 	w := newStatusWriter(mgr.GetClient(), mgr.GetAPIReader())
 	if err := mgr.Add(w); err != nil {
 		return err
 	}
-	if err := (&PoolReconciler{Client: mgr.GetClient(), state: s}).setup(mgr); err != nil {
+	if err := (&PoolReconciler{Client: mgr.GetClient(), state: s, metrics: opts.Metrics}).setup(mgr); err != nil {
 		return err
 	}
 	if err := (&BGPPeerReconciler{Client: mgr.GetClient()}).setup(mgr); err != nil {
 		return err
 	}
 	recorder := mgr.GetEventRecorder("portico-controller")
-	health := &HealthReconciler{Client: mgr.GetClient(), Recorder: recorder, ours: s.ours, writer: w}
-	if err := (&ServiceReconciler{Client: mgr.GetClient(), Recorder: recorder, state: s, writer: w, health: health}).setup(mgr); err != nil {
+	health := &HealthReconciler{Client: mgr.GetClient(), Recorder: recorder, metrics: opts.Metrics, ours: s.ours, writer: w}
+	if err := (&ServiceReconciler{Client: mgr.GetClient(), Recorder: recorder, state: s, metrics: opts.Metrics, writer: w, health: health}).setup(mgr); err != nil {
 		return err
 	}
 	return health.setup(mgr)

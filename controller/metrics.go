@@ -1,42 +1,75 @@
 package controller
 
 import (
+	"math/big"
+
 	"github.com/prometheus/client_golang/prometheus"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 )
 
-// Metrics served on the controller's metrics endpoint, all prefixed portico_.
-var (
-	poolAddresses = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "portico_pool_addresses",
-		Help: "Addresses in a pool, by family (usable ones: avoidBuggyIPs excluded).",
-	}, []string{"pool", "family"})
-	poolAddressesInUse = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "portico_pool_addresses_in_use",
-		Help: "Addresses of a pool held by Services, by family.",
-	}, []string{"pool", "family"})
-	poolServicesWaiting = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "portico_pool_services_waiting",
-		Help: "Services that want an address from a pool and have none.",
-	}, []string{"pool"})
-	allocationFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "portico_allocation_failures_total",
-		Help: "Allocations that failed, by the IPAllocated condition's reason.",
-	}, []string{"reason"})
-	allocations = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "portico_allocations_total",
-		Help: "Addresses given to Services.",
-	})
-)
-
-func init() {
-	metrics.Registry.MustRegister(poolAddresses, poolAddressesInUse, poolServicesWaiting, allocationFailures, allocations)
+// Metrics are the controller's Prometheus series, all prefixed portico_. They are registered
+// where the caller says (portico-controller: controller-runtime's registry, which its metrics
+// endpoint serves), so tests and several managers in one process each have their own.
+type Metrics struct {
+	poolAddresses       *prometheus.GaugeVec
+	poolAddressesInUse  *prometheus.GaugeVec
+	poolServicesWaiting *prometheus.GaugeVec
+	allocationFailures  *prometheus.CounterVec
+	allocations         prometheus.Counter
+	conditionChanges    *prometheus.CounterVec // the health conditions' changes on Services
 }
 
-// conditionChanges counts the health conditions' changes on Services.
-var conditionChanges = prometheus.NewCounterVec(prometheus.CounterOpts{
-	Name: "portico_service_condition_changes_total",
-	Help: "Changes of a Service's EndpointsReady, Announced or Reachable condition, by type and new reason.",
-}, []string{"condition", "reason"})
+// NewMetrics creates the series and registers them with reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		poolAddresses: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "portico_pool_addresses",
+			Help: "Addresses in a pool, by family (usable ones: avoidBuggyIPs excluded).",
+		}, []string{"pool", "family"}),
+		poolAddressesInUse: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "portico_pool_addresses_in_use",
+			Help: "Addresses of a pool held by Services, by family.",
+		}, []string{"pool", "family"}),
+		poolServicesWaiting: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "portico_pool_services_waiting",
+			Help: "Services that want an address from a pool and have none.",
+		}, []string{"pool"}),
+		allocationFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "portico_allocation_failures_total",
+			Help: "Allocations that failed, by the IPAllocated condition's reason.",
+		}, []string{"reason"}),
+		allocations: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "portico_allocations_total",
+			Help: "Addresses given to Services.",
+		}),
+		conditionChanges: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "portico_service_condition_changes_total",
+			Help: "Changes of a Service's EndpointsReady, Announced or Reachable condition, by type and new reason.",
+		}, []string{"condition", "reason"}),
+	}
+	reg.MustRegister(m.poolAddresses, m.poolAddressesInUse, m.poolServicesWaiting, m.allocationFailures, m.allocations, m.conditionChanges)
+	return m
+}
 
-func init() { metrics.Registry.MustRegister(conditionChanges) }
+var families = []string{"IPv4", "IPv6"}
+
+// pool exports what the allocator knows of one pool.
+func (m *Metrics) pool(name string, f poolFacts) {
+	for i, fam := range families {
+		if f.stats.Size[i] == nil {
+			continue
+		}
+		avail, _ := new(big.Float).SetInt(f.stats.Available[i]).Float64()
+		m.poolAddresses.WithLabelValues(name, fam).Set(avail + float64(f.stats.Assigned[i]))
+		m.poolAddressesInUse.WithLabelValues(name, fam).Set(float64(f.stats.Assigned[i]))
+	}
+	m.poolServicesWaiting.WithLabelValues(name).Set(float64(f.waiting))
+}
+
+// poolGone drops a deleted pool's series.
+func (m *Metrics) poolGone(name string) {
+	for _, fam := range families {
+		m.poolAddresses.DeleteLabelValues(name, fam)
+		m.poolAddressesInUse.DeleteLabelValues(name, fam)
+	}
+	m.poolServicesWaiting.DeleteLabelValues(name)
+}

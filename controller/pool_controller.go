@@ -33,6 +33,7 @@ const poolWriteInterval = time.Second
 type PoolReconciler struct {
 	Client    client.Client
 	state     *state
+	metrics   *Metrics
 	lastWrite map[string]time.Time
 }
 
@@ -54,22 +55,22 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	}
 
 	var facts poolFacts
-	if err := r.state.withLock(ctx, func() {
+	if err := r.state.withLock(ctx, func(b *book) {
 		if found {
-			facts = r.facts(&pool)
+			facts = b.facts(pool.Name)
 		}
 	}); err != nil {
 		return ctrl.Result{}, err
 	}
 	if !found {
-		forgetPoolMetrics(req.Name)
+		r.metrics.poolGone(req.Name)
 		delete(r.lastWrite, req.Name)
 		return ctrl.Result{}, nil
 	}
 
 	want := pool.DeepCopy()
 	r.fill(ctx, want, facts)
-	facts.export(pool.Name)
+	r.metrics.pool(pool.Name, facts)
 	if equality.Semantic.DeepEqual(want.Status, pool.Status) {
 		return ctrl.Result{}, nil
 	}
@@ -80,49 +81,28 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	return ctrl.Result{}, r.Client.Status().Update(ctx, want)
 }
 
-// poolFacts is what the allocator knows of one pool, read under the state's lock.
+// poolFacts is what the book knows of one pool, read under its lock.
 type poolFacts struct {
 	stats   allocator.Stats
 	waiting int32
 	orphans []string
 }
 
-func (r *PoolReconciler) facts(pool *porticov1.IPAddressPool) poolFacts {
-	s := r.state
+func (b *book) facts(pool string) poolFacts {
 	f := poolFacts{}
-	f.stats, _ = s.alloc.Stats(pool.Name)
-	for _, w := range s.waiting {
-		if slices.Contains(w.pools, pool.Name) {
+	f.stats, _ = b.alloc.Stats(pool)
+	for _, w := range b.waiting {
+		if slices.Contains(w.pools, pool) {
 			f.waiting++
 		}
 	}
-	for svc, p := range s.orphanOf {
-		if p == pool.Name {
+	for svc, p := range b.orphanOf {
+		if p == pool {
 			f.orphans = append(f.orphans, svc)
 		}
 	}
 	slices.Sort(f.orphans)
 	return f
-}
-
-func (f poolFacts) export(pool string) {
-	for i, fam := range []string{"IPv4", "IPv6"} {
-		if f.stats.Size[i] == nil {
-			continue
-		}
-		avail, _ := new(big.Float).SetInt(f.stats.Available[i]).Float64()
-		poolAddresses.WithLabelValues(pool, fam).Set(avail + float64(f.stats.Assigned[i]))
-		poolAddressesInUse.WithLabelValues(pool, fam).Set(float64(f.stats.Assigned[i]))
-	}
-	poolServicesWaiting.WithLabelValues(pool).Set(float64(f.waiting))
-}
-
-func forgetPoolMetrics(pool string) {
-	for _, fam := range []string{"IPv4", "IPv6"} {
-		poolAddresses.DeleteLabelValues(pool, fam)
-		poolAddressesInUse.DeleteLabelValues(pool, fam)
-	}
-	poolServicesWaiting.DeleteLabelValues(pool)
 }
 
 // fill computes the pool's whole status.

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -26,10 +27,15 @@ func TestMain(m *testing.M) {
 	}})
 }
 
-// startManager runs the controller's reconcilers against the test apiserver until the test ends.
-func startManager(t *testing.T) {
+// startManager runs the controller's reconcilers against the test apiserver until the test
+// ends; their metrics go to the registry it returns.
+func startManager(t *testing.T) *prometheus.Registry {
 	t.Helper()
-	cp.RunManager(t, func(mgr ctrl.Manager) error { return controller.Setup(mgr, controller.Options{}) })
+	reg := prometheus.NewRegistry()
+	cp.RunManager(t, func(mgr ctrl.Manager) error {
+		return controller.Setup(mgr, controller.Options{Metrics: controller.NewMetrics(reg)})
+	})
+	return reg
 }
 
 // waitForReady polls the pool until its Ready condition has the wanted status and reason.

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
 )
@@ -41,27 +41,11 @@ func speakerWith(t *testing.T, node, mac string, ann ...porticov1.Announcement) 
 }
 
 // reachableChanges reads portico_service_condition_changes_total for Reachable and a reason.
-func reachableChanges(t *testing.T, reason string) float64 {
+func reachableChanges(t *testing.T, reg prometheus.Gatherer, reason string) float64 {
 	t.Helper()
-	families, err := metrics.Registry.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range families {
-		if f.GetName() != "portico_service_condition_changes_total" {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			labels := map[string]string{}
-			for _, l := range m.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
-			}
-			if labels["condition"] == porticov1.ConditionReachable && labels["reason"] == reason {
-				return m.GetCounter().GetValue()
-			}
-		}
-	}
-	return 0
+	v, _ := sample(t, reg, "portico_service_condition_changes_total",
+		map[string]string{"condition": porticov1.ConditionReachable, "reason": reason})
+	return v
 }
 
 // TestReachable walks one Service through every reason of Reachable, from what the speakers
@@ -69,7 +53,7 @@ func reachableChanges(t *testing.T, reason string) float64 {
 // answers, two speakers answer, a foreign MAC answers, a speaker that does not announce it
 // answers.
 func TestReachable(t *testing.T) {
-	startManager(t)
+	reg := startManager(t)
 	createPool(t, "reach", addresses("203.0.113.30-203.0.113.40"))
 	ns := namespace(t, nil)
 	createService(t, ns, "web")
@@ -92,12 +76,12 @@ func TestReachable(t *testing.T) {
 	waitReachable(t, ns, "web", metav1.ConditionFalse, porticov1.ReasonMultipleAnswers,
 		"203.0.113.30: reach-a (02:00:00:00:00:0a) and reach-c (02:00:00:00:00:0c) all answer: split brain (probed by reach-b)")
 
-	before := reachableChanges(t, porticov1.ReasonForeignAnswer)
+	before := reachableChanges(t, reg, porticov1.ReasonForeignAnswer)
 	probed(t, b, ip, "02:00:00:00:00:0a", "52:54:00:12:34:56")
 	waitReachable(t, ns, "web", metav1.ConditionFalse, porticov1.ReasonForeignAnswer,
 		"203.0.113.30: 52:54:00:12:34:56 answered, which no speaker owns: another host uses the address (probed by reach-b)")
 	waitEvent(t, ns, "web", porticov1.ReasonForeignAnswer, "52:54:00:12:34:56 answered, which no speaker owns")
-	if after := reachableChanges(t, porticov1.ReasonForeignAnswer); after != before+1 {
+	if after := reachableChanges(t, reg, porticov1.ReasonForeignAnswer); after != before+1 {
 		t.Errorf("portico_service_condition_changes_total{Reachable,ForeignAnswer} went %v → %v, want +1", before, after)
 	}
 

@@ -30,6 +30,7 @@ type ServiceReconciler struct {
 	Client   client.Client
 	Recorder events.EventRecorder
 	state    *state
+	metrics  *Metrics
 	writer   *statusWriter
 	// health, when set, computes a new Service's health conditions so its first status
 	// write carries them with the address: one write per new Service, not two.
@@ -52,11 +53,8 @@ func (r *ServiceReconciler) setup(mgr ctrl.Manager) error {
 // waitingIn lists the waiting Services of a namespace whose labels may have changed; Services
 // that hold addresses keep them either way.
 func (r *ServiceReconciler) waitingIn(_ context.Context, ns client.Object) []reconcile.Request {
-	s := r.state
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	var reqs []reconcile.Request
-	for _, key := range s.waitingServices() {
+	for _, key := range r.state.waiting() {
 		if namespace, name, _ := strings.Cut(key, "/"); namespace == ns.GetName() {
 			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: namespace, Name: name}})
 		}
@@ -77,19 +75,19 @@ func (r *ServiceReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	s := r.state
 	ours := found && s.ours(&svc)
 	var o outcome
-	if err := s.withLock(ctx, func() {
+	if err := s.withLock(ctx, func(b *book) {
 		switch {
 		case ours && svc.DeletionTimestamp != nil:
-			o = r.keep(&svc, key)
+			o = keep(b, &svc, key, r.mayList(key, &svc))
 		case ours:
-			o = r.allocate(ctx, &svc, key)
+			o = r.allocate(ctx, b, &svc, key)
 		default:
-			o.freed = r.release(key)
+			o.freedIn = release(b, key)
 		}
 	}); err != nil {
 		return ctrl.Result{}, err
 	}
-	r.afterRelease(o.freed)
+	r.afterRelease(o.freedIn)
 	switch {
 	case ours:
 		s.poolsDirty(o.pools)
@@ -104,51 +102,50 @@ func (r *ServiceReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 
 // outcome is what one allocation decided.
 type outcome struct {
-	asg   allocator.Assignment
-	err   error    // why the request is not met (the Service may still keep asg)
-	freed []string // pools that gained a free address
-	pools []string // pools whose counts may have changed
+	asg     allocator.Assignment
+	err     error    // why the request is not met (the Service may still keep asg)
+	freedIn []string // pools in which an address became free (names, not addresses)
+	pools   []string // pools whose counts may have changed
 }
 
-func (r *ServiceReconciler) allocate(ctx context.Context, svc *corev1.Service, key string) outcome {
-	s := r.state
-	before, _ := s.alloc.Assignment(key)
-	was := s.dropLeaving(key) // what it is leaving never stands in its own way; held again below
-	req, reqErr := s.request(ctx, svc)
+func (r *ServiceReconciler) allocate(ctx context.Context, b *book, svc *corev1.Service, key string) outcome {
+	before, _ := b.alloc.Assignment(key)
+	was := b.dropLeaving(key) // what it is leaving never stands in its own way; held again below
+	req, reqErr := r.state.request(ctx, svc)
 	var o outcome
 	if reqErr != nil {
-		o.asg, _ = s.alloc.Assignment(key) // keep what it has
+		o.asg, _ = b.alloc.Assignment(key) // keep what it has
 		o.err = reqErr
 	} else {
-		o.asg, o.err = s.alloc.Allocate(req)
+		o.asg, o.err = b.alloc.Allocate(req)
 		if o.err != nil {
-			o.asg, _ = s.alloc.Assignment(key)
+			o.asg, _ = b.alloc.Assignment(key)
 		}
 	}
 	if o.err != nil {
-		s.waiting[key] = waiter{since: svc.CreationTimestamp.Time, pools: s.alloc.PoolsFor(req)}
+		b.waiting[key] = waiter{since: svc.CreationTimestamp.Time, pools: b.alloc.PoolsFor(req)}
 	} else {
-		delete(s.waiting, key)
+		delete(b.waiting, key)
 	}
 	if o.asg.Orphaned() {
-		s.orphanOf[key] = svc.Annotations[porticov1.AnnotationAllocatedFromPool]
+		b.orphanOf[key] = svc.Annotations[porticov1.AnnotationAllocatedFromPool]
 	} else {
-		delete(s.orphanOf, key)
+		delete(b.orphanOf, key)
 	}
-	left := s.holdLeaving(key, was, r.mayList(key, svc), o.asg.IPs)
-	o.freed, o.pools = append(o.freed, left...), append(o.pools, left...)
+	left := b.holdLeaving(key, was, r.mayList(key, svc), o.asg.IPs)
+	o.freedIn, o.pools = append(o.freedIn, left...), append(o.pools, left...)
 	changed := !slices.Equal(before.IPs, o.asg.IPs)
 	if changed && before.Pool != "" {
-		o.freed = append(o.freed, before.Pool)
+		o.freedIn = append(o.freedIn, before.Pool)
 	}
 	o.pools = appendPools(o.pools, before.Pool, o.asg.Pool)
-	o.pools = append(o.pools, s.waiting[key].pools...)
+	o.pools = append(o.pools, b.waiting[key].pools...)
 	if changed {
 		// Overlapping pools count an address in each pool that contains it, not only in the
 		// one it was taken from.
-		released := s.poolsContaining(before.IPs)
-		o.freed = append(o.freed, released...)
-		o.pools = append(append(o.pools, released...), s.poolsContaining(o.asg.IPs)...)
+		released := b.poolsContaining(before.IPs)
+		o.freedIn = append(o.freedIn, released...)
+		o.pools = append(append(o.pools, released...), b.poolsContaining(o.asg.IPs)...)
 	}
 	return o
 }
@@ -167,18 +164,17 @@ func (r *ServiceReconciler) mayList(key string, svc *corev1.Service) []netip.Add
 
 // release frees what a gone (or no longer LoadBalancer) Service held; returns the pools that
 // gained addresses.
-func (r *ServiceReconciler) release(key string) []string {
-	s := r.state
-	held, ok := s.alloc.Assignment(key)
-	delete(s.waiting, key)
-	left := s.poolsContaining(s.dropLeaving(key)) // a gone Service's status lists nothing
+func release(b *book, key string) []string {
+	held, ok := b.alloc.Assignment(key)
+	delete(b.waiting, key)
+	left := b.poolsContaining(b.dropLeaving(key)) // a gone Service's status lists nothing
 	if !ok {
 		return left
 	}
-	s.alloc.Release(key)
-	orphanPool := s.orphanOf[key]
-	delete(s.orphanOf, key)
-	return append(appendPools(left, held.Pool, orphanPool), s.poolsContaining(held.IPs)...)
+	b.alloc.Release(key)
+	orphanPool := b.orphanOf[key]
+	delete(b.orphanOf, key)
+	return append(appendPools(left, held.Pool, orphanPool), b.poolsContaining(held.IPs)...)
 }
 
 // afterRelease lets waiting Services try again when addresses were freed.
@@ -186,14 +182,8 @@ func (r *ServiceReconciler) afterRelease(pools []string) {
 	if len(pools) == 0 {
 		return
 	}
-	s := r.state
-	retry := func() []string {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		return s.waitingServices()
-	}()
-	s.retryServices(retry)
-	s.poolsDirty(pools)
+	r.state.retryServices(r.state.waiting())
+	r.state.poolsDirty(pools)
 }
 
 func appendPools(pools []string, names ...string) []string {
@@ -253,11 +243,8 @@ func (r *ServiceReconciler) write(ctx context.Context, svc *corev1.Service, o ou
 			}
 		}
 	}
-	r.writer.submit(svc.Namespace+"/"+svc.Name, svc, writePart{apply: apply, done: done, retry: r.retry})
+	r.writer.submit(svc.Namespace+"/"+svc.Name, svc, writePart{apply: apply, done: done, retry: r.state.retry})
 }
-
-// retry asks for the Service to be reconciled again.
-func (r *ServiceReconciler) retry(key string) { r.state.retryServices([]string{key}) }
 
 // conditionChanged reports whether setting cond on the Service changes it (beyond the time).
 func conditionChanged(svc *corev1.Service, cond metav1.Condition) bool {
@@ -276,11 +263,11 @@ func (r *ServiceReconciler) event(svc *corev1.Service, cond metav1.Condition) {
 	}
 	if cond.Status == metav1.ConditionTrue {
 		r.Recorder.Eventf(svc, nil, corev1.EventTypeNormal, "IPAllocated", "Allocate", "%s", cond.Message)
-		allocations.Inc()
+		r.metrics.allocations.Inc()
 		return
 	}
 	r.Recorder.Eventf(svc, nil, corev1.EventTypeWarning, "AllocationFailed", "Allocate", "%s: %s", cond.Reason, cond.Message)
-	allocationFailures.WithLabelValues(cond.Reason).Inc()
+	r.metrics.allocationFailures.WithLabelValues(cond.Reason).Inc()
 }
 
 func allocatedCondition(o outcome) metav1.Condition {
@@ -291,7 +278,7 @@ func allocatedCondition(o outcome) metav1.Condition {
 	case errors.As(o.err, &annErr):
 		c.Status, c.Reason, c.Message = metav1.ConditionFalse, porticov1.ReasonInvalidAnnotation, annErr.Error()
 		if len(o.asg.IPs) > 0 {
-			c.Message += fmt.Sprintf("; keeping %s", joinAddrs(o.asg.IPs))
+			c.Message += fmt.Sprintf("; keeping %s", andAddrs(o.asg.IPs))
 		}
 	case errors.As(o.err, &allocErr):
 		c.Status, c.Reason, c.Message = metav1.ConditionFalse, string(allocErr.Reason), allocErr.Message
@@ -299,17 +286,17 @@ func allocatedCondition(o outcome) metav1.Condition {
 		c.Status, c.Reason, c.Message = metav1.ConditionFalse, "Error", o.err.Error()
 	case o.asg.Orphaned():
 		c.Status, c.Reason = metav1.ConditionTrue, porticov1.ReasonOrphanedIP
-		c.Message = fmt.Sprintf("%s is in no IPAddressPool any more; it stays assigned until the Service is deleted or asks for another address", joinAddrs(o.asg.IPs))
+		c.Message = fmt.Sprintf("%s is in no IPAddressPool any more; it stays assigned until the Service is deleted or asks for another address", andAddrs(o.asg.IPs))
 	default:
 		c.Status, c.Reason = metav1.ConditionTrue, porticov1.ReasonAllocated
-		c.Message = fmt.Sprintf("%s from pool %s", joinAddrs(o.asg.IPs), o.asg.Pool)
+		c.Message = fmt.Sprintf("%s from pool %s", andAddrs(o.asg.IPs), o.asg.Pool)
 	}
 	return c
 }
 
 // forget removes what Portico wrote on a Service it no longer handles.
 func (r *ServiceReconciler) forget(svc *corev1.Service) {
-	r.writer.submit(svc.Namespace+"/"+svc.Name, svc, writePart{retry: r.retry, apply: func(want *corev1.Service) {
+	r.writer.submit(svc.Namespace+"/"+svc.Name, svc, writePart{retry: r.state.retry, apply: func(want *corev1.Service) {
 		meta.RemoveStatusCondition(&want.Status.Conditions, porticov1.ConditionIPAllocated)
 		delete(want.Annotations, porticov1.AnnotationAllocatedFromPool)
 	}})

@@ -127,7 +127,7 @@ func addresses(entries ...string) porticov1.IPAddressPoolSpec {
 	return spec
 }
 
-// TestHomeLab: the seed notes' picture. Gitea, ArgoCD, Harbor and Grafana, created in that
+// TestHomeLab: the README's picture. Gitea, ArgoCD, Harbor and Grafana, created in that
 // order, get .200 to .203, with the pool annotation, the condition and an event each.
 func TestHomeLab(t *testing.T) {
 	startManager(t)

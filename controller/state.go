@@ -7,7 +7,6 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -18,37 +17,44 @@ import (
 
 	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
 	"github.com/portico-lb/portico/controller/allocator"
+	"github.com/portico-lb/portico/internal/guarded"
 	"github.com/portico-lb/portico/rules"
 )
 
-// state is what the Service and pool reconcilers share: the allocator and what it was fed.
-// Every access holds mu.
+// state is what the Service and pool reconcilers share: the book, behind its lock, and the
+// channels that bring Services and pools back to them.
 type state struct {
 	reader client.Reader
-	// live, when set, reads from the apiserver, not the cache: see ensureLoaded.
+	// live, when set, reads from the apiserver, not the cache: see load.
 	live  client.Reader
 	class string
 
-	mu       sync.Mutex
-	alloc    *allocator.Allocator
-	loaded   bool
-	poolGen  map[string]int64  // pool → generation the allocator was given
-	waiting  map[string]waiter // Services without the address they want
-	orphanOf map[string]string // Service → pool it got an address from that no longer holds it
+	book *guarded.Value[book] // reached through withLock or book.Do only
 
 	retry chan event.GenericEvent // Services to reconcile again
 	dirty chan event.GenericEvent // pools whose status may have changed
 }
 
+// book is the allocator, what it was fed and what the reconcilers decided with it.
+type book struct {
+	alloc    *allocator.Allocator
+	loaded   bool
+	poolGen  map[string]int64  // pool → generation the allocator was given
+	waiting  map[string]waiter // Services without the address they want
+	orphanOf map[string]string // Service → pool it got an address from that no longer holds it
+}
+
+func newBook() book {
+	return book{alloc: allocator.New(), waiting: map[string]waiter{}, orphanOf: map[string]string{}}
+}
+
 func newState(reader client.Reader, class string) *state {
 	return &state{
-		reader:   reader,
-		class:    class,
-		alloc:    allocator.New(),
-		waiting:  map[string]waiter{},
-		orphanOf: map[string]string{},
-		retry:    make(chan event.GenericEvent, 4096),
-		dirty:    make(chan event.GenericEvent, 1024),
+		reader: reader,
+		class:  class,
+		book:   guarded.New(newBook()),
+		retry:  make(chan event.GenericEvent, 4096),
+		dirty:  make(chan event.GenericEvent, 1024),
 	}
 }
 
@@ -59,11 +65,18 @@ type waiter struct {
 }
 
 // waitingServices lists the waiting Services, oldest first.
-func (s *state) waitingServices() []string {
-	names := slices.Collect(maps.Keys(s.waiting))
-	slices.SortFunc(names, func(a, b string) int {
-		return cmp.Or(s.waiting[a].since.Compare(s.waiting[b].since), cmp.Compare(a, b))
+func (b *book) waitingServices() []string {
+	names := slices.Collect(maps.Keys(b.waiting))
+	slices.SortFunc(names, func(x, y string) int {
+		return cmp.Or(b.waiting[x].since.Compare(b.waiting[y].since), cmp.Compare(x, y))
 	})
+	return names
+}
+
+// waiting lists the waiting Services, oldest first.
+func (s *state) waiting() []string {
+	var names []string
+	s.book.Do(func(b *book) { names = b.waitingServices() })
 	return names
 }
 
@@ -75,13 +88,13 @@ func (s *state) ours(svc *corev1.Service) bool {
 		(svc.Spec.LoadBalancerClass == nil || *svc.Spec.LoadBalancerClass == s.class)
 }
 
-// ensureLoaded rebuilds the allocator from the pools and from every Service's status, once,
+// load rebuilds the book's allocator from the pools and from every Service's status, once,
 // before anything new is allocated: addresses never move across restarts.
-func (s *state) ensureLoaded(ctx context.Context) error {
-	if s.loaded {
+func (s *state) load(ctx context.Context, b *book) error {
+	if b.loaded {
 		return nil
 	}
-	if _, _, err := s.syncPools(ctx); err != nil {
+	if _, _, err := s.syncPools(ctx, b); err != nil {
 		return err
 	}
 	// A new leader rebuilds from the apiserver, not from its cache: the cache may not yet have
@@ -115,7 +128,7 @@ func (s *state) ensureLoaded(ctx context.Context) error {
 			continue
 		}
 		req, _ := s.request(ctx, svc) // a bad annotation does not stop the Service keeping its address
-		if s.alloc.Fits(req, ips) {
+		if b.alloc.Satisfies(req, ips) {
 			fit = append(fit, held{req, ips})
 		} else {
 			stale = append(stale, held{req, ips})
@@ -124,38 +137,38 @@ func (s *state) ensureLoaded(ctx context.Context) error {
 	log := logf.FromContext(ctx)
 	restored := 0
 	for _, h := range append(fit, stale...) {
-		if _, err := s.alloc.Restore(h.req, h.ips); err != nil {
+		if _, err := b.alloc.Restore(h.req, h.ips); err != nil {
 			log.Info("not restoring an address from status", "service", h.req.Service, "reason", err.Error())
 			continue
 		}
 		restored++
 	}
 	log.Info("state rebuilt from Service status", "services", restored)
-	s.loaded = true
+	b.loaded = true
 	return nil
 }
 
-// withLock runs fn holding mu, with the allocator loaded and fed the pools in the cache. mu is
-// released however fn ends: a panic (which controller-runtime recovers) must not leave every
-// later reconcile waiting on the lock. When the pools changed, it then retries the waiting
-// Services and those whose pool changed, and refreshes every pool's status.
-func (s *state) withLock(ctx context.Context, fn func()) error {
-	retry, pools, err := func() (retry, pools []string, err error) {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		if err := s.ensureLoaded(ctx); err != nil {
-			return nil, nil, err
+// withLock runs fn holding the book's lock, with the allocator loaded and fed the pools in the
+// cache. The lock is released however fn ends (guarded.Value.Do). When the pools changed, it
+// then retries the waiting Services and those whose pool changed, and refreshes every pool's
+// status.
+func (s *state) withLock(ctx context.Context, fn func(*book)) error {
+	var retry, pools []string
+	var err error
+	s.book.Do(func(b *book) {
+		if err = s.load(ctx, b); err != nil {
+			return
 		}
-		changed, moved, err := s.syncPools(ctx)
-		if err != nil {
-			return nil, nil, err
+		var changed bool
+		var moved []string
+		if changed, moved, err = s.syncPools(ctx, b); err != nil {
+			return
 		}
-		fn()
-		if !changed {
-			return nil, nil, nil
+		fn(b)
+		if changed {
+			retry, pools = append(moved, b.waitingServices()...), slices.Collect(maps.Keys(b.poolGen))
 		}
-		return append(moved, s.waitingServices()...), slices.Collect(maps.Keys(s.poolGen)), nil
-	}()
+	})
 	if err != nil {
 		return err
 	}
@@ -164,9 +177,9 @@ func (s *state) withLock(ctx context.Context, fn func()) error {
 	return nil
 }
 
-// syncPools gives the allocator the pools in the cache if they changed, and returns the
+// syncPools gives the book's allocator the pools in the cache if they changed, and returns the
 // Services whose pool changed as a result.
-func (s *state) syncPools(ctx context.Context) (changed bool, moved []string, err error) {
+func (s *state) syncPools(ctx context.Context, b *book) (changed bool, moved []string, err error) {
 	var list porticov1.IPAddressPoolList
 	if err := s.reader.List(ctx, &list); err != nil {
 		return false, nil, err
@@ -178,11 +191,11 @@ func (s *state) syncPools(ctx context.Context) (changed bool, moved []string, er
 		gen[p.Name] = p.Generation
 		pools = append(pools, allocatorPool(p))
 	}
-	if s.poolGen != nil && maps.Equal(gen, s.poolGen) {
+	if b.poolGen != nil && maps.Equal(gen, b.poolGen) {
 		return false, nil, nil
 	}
-	s.poolGen = gen
-	return true, slices.DeleteFunc(s.alloc.SetPools(pools), isLeavingKey), nil
+	b.poolGen = gen
+	return true, slices.DeleteFunc(b.alloc.SetPools(pools), isLeavingKey), nil
 }
 
 // allocatorPool is the allocator's view of a pool: its valid entries (the invalid ones are
@@ -236,11 +249,11 @@ func (s *state) requestFrom(ctx context.Context, svc *corev1.Service, pools []po
 }
 
 // poolsContaining names every pool that contains one of ips: each counts them, so each
-// one's status changes when they are taken or freed. Call with mu held.
-func (s *state) poolsContaining(ips []netip.Addr) []string {
+// one's status changes when they are taken or freed.
+func (b *book) poolsContaining(ips []netip.Addr) []string {
 	var names []string
 	for _, ip := range ips {
-		for _, n := range s.alloc.PoolsContaining(ip) {
+		for _, n := range b.alloc.PoolsContaining(ip) {
 			if !slices.Contains(names, n) {
 				names = append(names, n)
 			}
@@ -249,7 +262,8 @@ func (s *state) poolsContaining(ips []netip.Addr) []string {
 	return names
 }
 
-// retryServices asks for the named Services to be reconciled again. Call without mu held.
+// retryServices asks for the named Services to be reconciled again. Never call it inside
+// withLock: a full channel would wait for a reconcile that waits for the lock.
 func (s *state) retryServices(names []string) {
 	for _, n := range names {
 		ns, name, _ := strings.Cut(n, "/")
@@ -259,7 +273,7 @@ func (s *state) retryServices(names []string) {
 	}
 }
 
-// poolsDirty asks for the named pools' status to be written again. Call without mu held.
+// poolsDirty asks for the named pools' status to be written again. Not inside withLock either.
 func (s *state) poolsDirty(names []string) {
 	for _, n := range names {
 		p := &porticov1.IPAddressPool{}

@@ -27,10 +27,10 @@ func TestPanicReleasesTheLock(t *testing.T) {
 				t.Fatal("the panic did not reach the caller")
 			}
 		}()
-		_ = s.withLock(context.Background(), func() { panic("a bug in a reconciler") })
+		_ = s.withLock(context.Background(), func(*book) { panic("a bug in a reconciler") })
 	}()
 	done := make(chan error, 1)
-	go func() { done <- s.withLock(context.Background(), func() {}) }()
+	go func() { done <- s.withLock(context.Background(), func(*book) {}) }()
 	select {
 	case err := <-done:
 		if err != nil {

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"fmt"
+	"net/netip"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -13,16 +14,16 @@ import (
 
 // keep is the decision for a Terminating Service (deleted, held in the API by a finalizer):
 // its addresses stay taken, since its status still lists them and kube-proxy and the speakers
-// go on using them, until the object is gone; it gets nothing new. Call with mu held.
-func (r *ServiceReconciler) keep(svc *corev1.Service, key string) outcome {
-	s := r.state
+// go on using them, until the object is gone; it gets nothing new. listed is every address
+// its stored status may list (ServiceReconciler.mayList).
+func keep(b *book, svc *corev1.Service, key string, listed []netip.Addr) outcome {
 	var o outcome
-	o.asg, _ = s.alloc.Assignment(key)
+	o.asg, _ = b.alloc.Assignment(key)
 	// No longer waiting: the pools it waited on count one Service fewer.
-	o.pools = appendPools(s.waiting[key].pools, o.asg.Pool)
-	delete(s.waiting, key)
-	o.freed = s.holdLeaving(key, s.dropLeaving(key), r.mayList(key, svc), o.asg.IPs)
-	o.pools = append(o.pools, o.freed...)
+	o.pools = appendPools(b.waiting[key].pools, o.asg.Pool)
+	delete(b.waiting, key)
+	o.freedIn = b.holdLeaving(key, b.dropLeaving(key), listed, o.asg.IPs)
+	o.pools = append(o.pools, o.freedIn...)
 	return o
 }
 
@@ -35,6 +36,6 @@ func terminatingCondition(finalizers []string, asg allocator.Assignment) metav1.
 		return c
 	}
 	c.Status = metav1.ConditionTrue
-	c.Message = fmt.Sprintf("%s kept until the Service is deleted; nobody else gets it meanwhile (%s)", joinAddrs(asg.IPs), held)
+	c.Message = fmt.Sprintf("%s kept until the Service is deleted; nobody else gets it meanwhile (%s)", andAddrs(asg.IPs), held)
 	return c
 }

@@ -15,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/resourceversion"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
@@ -35,6 +36,9 @@ type statusWriter struct {
 	client client.Client
 	reader client.Reader // uncached: the current object after a conflict
 	lanes  []chan *writeJob
+	// stopped is closed once Start's context ends: submit then drops writes instead of
+	// queueing them for lanes that no longer read.
+	stopped chan struct{}
 
 	mu       sync.Mutex
 	inflight map[string][]*writeJob // writes handed to a lane and not done yet, oldest first
@@ -52,9 +56,9 @@ type written struct {
 
 // writePart is one reconciler's share of a Service's status.
 type writePart struct {
-	apply func(*corev1.Service) // sets this part's fields on a copy of the Service
-	done  func(*corev1.Service) // after a successful write (events, metrics); may be nil
-	retry func(key string)      // ask for the Service to be reconciled again after a failure
+	apply func(*corev1.Service)     // sets this part's fields on a copy of the Service
+	done  func(*corev1.Service)     // after a successful write (events, metrics); may be nil
+	retry chan<- event.GenericEvent // the reconciler's queue: the Service decides again after a failure
 }
 
 type writeJob struct {
@@ -64,13 +68,17 @@ type writeJob struct {
 	part writePart
 }
 
-const writeLanes = 8
+// writeLanes lanes of laneDepth writes each.
+const (
+	writeLanes = 8
+	laneDepth  = 1024
+)
 
 func newStatusWriter(c client.Client, reader client.Reader) *statusWriter {
-	w := &statusWriter{client: c, reader: reader,
+	w := &statusWriter{client: c, reader: reader, stopped: make(chan struct{}),
 		inflight: map[string][]*writeJob{}, written: map[string][]written{}, failures: map[string]int{}}
 	for range writeLanes {
-		w.lanes = append(w.lanes, make(chan *writeJob, 1024))
+		w.lanes = append(w.lanes, make(chan *writeJob, laneDepth))
 	}
 	return w
 }
@@ -84,12 +92,15 @@ func (w *statusWriter) NeedLeaderElection() bool { return true }
 // request, so an old leader never sends a write once it knows it lost the lease, even if it
 // lingers; what is still queued is dropped, and the next leader decides again from what is
 // stored. A write already sent is let finish: on a clean stop the lease is released only after
-// it, so it cannot land behind the next leader's back.
+// it, so it cannot land behind the next leader's back. Start returns once every goroutine it
+// started (the lanes, and retries waiting out a backoff) has ended. A writer starts once.
 func (w *statusWriter) Start(ctx context.Context) error {
 	var wg sync.WaitGroup
 	for _, lane := range w.lanes {
-		wg.Go(func() { w.run(ctx, lane) })
+		wg.Go(func() { w.run(ctx, lane, &wg) })
 	}
+	<-ctx.Done()
+	close(w.stopped)
 	wg.Wait()
 	return nil
 }
@@ -119,7 +130,22 @@ func (w *statusWriter) submit(key string, cached *corev1.Service, p writePart) {
 	w.mu.Unlock()
 	h := fnv.New32a()
 	h.Write([]byte(key))
-	w.lanes[h.Sum32()%writeLanes] <- job
+	select {
+	case w.lanes[h.Sum32()%writeLanes] <- job:
+	case <-w.stopped: // nobody sends it; the next leader decides again from what is stored
+		w.mu.Lock()
+		w.done(job)
+		w.mu.Unlock()
+	}
+}
+
+// done forgets a write handed over: it is no longer on its way. Call with mu held.
+func (w *statusWriter) done(job *writeJob) {
+	if js := slices.DeleteFunc(w.inflight[job.key], func(j *writeJob) bool { return j == job }); len(js) > 0 {
+		w.inflight[job.key] = js
+	} else {
+		delete(w.inflight, job.key)
+	}
 }
 
 // unseen returns our writes to the Service that cached does not show, and forgets those it
@@ -173,7 +199,8 @@ func sameWrite(a, b *corev1.Service) bool {
 	return equality.Semantic.DeepEqual(a.Status, b.Status) && equality.Semantic.DeepEqual(a.Annotations, b.Annotations)
 }
 
-func (w *statusWriter) run(leading context.Context, lane chan *writeJob) {
+// run is one lane; retries go to wg, so that Start waits for them too.
+func (w *statusWriter) run(leading context.Context, lane chan *writeJob, wg *sync.WaitGroup) {
 	ctx := context.WithoutCancel(leading) // see Start: a request once sent is let finish
 	for {
 		var job *writeJob
@@ -194,11 +221,7 @@ func (w *statusWriter) run(leading context.Context, lane chan *writeJob) {
 		}
 		// !wrote: another write already put these fields there, and told of it.
 		w.mu.Lock()
-		if js := slices.DeleteFunc(w.inflight[job.key], func(j *writeJob) bool { return j == job }); len(js) > 0 {
-			w.inflight[job.key] = js
-		} else {
-			delete(w.inflight, job.key)
-		}
+		w.done(job)
 		if base != "" && (err == nil && wrote || err != nil && mayHaveLanded(err)) {
 			w.written[job.key] = append(w.written[job.key], written{base: base, ips: job.ips, landed: err == nil})
 		}
@@ -212,16 +235,31 @@ func (w *statusWriter) run(leading context.Context, lane chan *writeJob) {
 		w.mu.Unlock()
 		if err != nil {
 			logf.Log.WithName("status-writer").V(1).Info("status write failed; retrying", "service", job.key, "error", err.Error(), "after", backoff)
-			time.AfterFunc(backoff, func() {
-				if leading.Err() == nil {
-					job.part.retry(job.key)
-				}
-			})
+			wg.Go(func() { retryAfter(leading, backoff, job) })
 			continue
 		}
 		if wrote && job.part.done != nil {
 			job.part.done(job.obj)
 		}
+	}
+}
+
+// retryAfter asks, after the backoff, for the job's Service to be decided again, unless the
+// writer stops first: a stopped reconciler no longer reads its queue, and a full one must not
+// keep this goroutine forever.
+func retryAfter(leading context.Context, backoff time.Duration, job *writeJob) {
+	wait := time.NewTimer(backoff)
+	defer wait.Stop()
+	select {
+	case <-leading.Done():
+		return
+	case <-wait.C:
+	}
+	svc := &corev1.Service{}
+	svc.Namespace, svc.Name = job.obj.Namespace, job.obj.Name
+	select {
+	case job.part.retry <- event.GenericEvent{Object: svc}:
+	case <-leading.Done():
 	}
 }
 

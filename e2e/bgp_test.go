@@ -190,7 +190,7 @@ func TestBGP(t *testing.T) {
 				return err == nil && !strings.Contains(out, "Established")
 			})
 			// Without graceful restart bird flushes node-c's routes as the session goes down
-			// (2 ms after a SIGKILL, research/netlab.md); with it they stay, marked stale.
+			// (2 ms after a SIGKILL: the kernel closes the TCP connection); with it they stay, marked stale.
 			if gw := gateways(t, bird, steady); !slices.Equal(gw, e.nodeIPs(false, all...)) {
 				t.Fatalf("after node-c died the router routes %v via %v; graceful restart should keep node-c's path", steady, gw)
 			}

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/portico-lb/portico/demo"
 	"github.com/portico-lb/portico/internal/controlplane"
-	"github.com/portico-lb/portico/internal/demo"
 )
 
 // buildDemo builds cmd/portico-demo, the program behind `make demo`.

@@ -24,8 +24,8 @@ func packages(t *testing.T, pattern, field string) map[string][]string {
 	return pkgs
 }
 
-// TestLayering: controller/ and speaker/ are siblings that never link each other's code, and
-// the rules they share do no I/O (DESIGN.md, Layout).
+// TestLayering: controller/ and speaker/ are siblings that never link each other's code, the
+// rules they share do no I/O, and internal/ helpers do not import testing outside tests.
 func TestLayering(t *testing.T) {
 	forbid := func(pattern, field string, bad func(string) bool) {
 		for pkg, uses := range packages(t, pattern, field) {
@@ -38,6 +38,9 @@ func TestLayering(t *testing.T) {
 	}
 	forbid("controller/...", "Deps", func(p string) bool { return strings.HasPrefix(p, module+"speaker") })
 	forbid("speaker/...", "Deps", func(p string) bool { return strings.HasPrefix(p, module+"controller") })
+	// Test helpers take small interfaces (netlab.T, ci.T, controlplane.TB), so a program such as
+	// the demo that uses them does not link the testing package and its flags.
+	forbid("internal/...", "Imports", func(p string) bool { return p == "testing" })
 	ioFree := map[string]bool{"os": true, "os/exec": true, "net": true, "net/http": true, "io/fs": true, "syscall": true}
 	forbid("rules/...", "Imports", func(p string) bool {
 		return ioFree[p] || strings.HasPrefix(p, "k8s.io/client-go") || strings.HasPrefix(p, "sigs.k8s.io/controller-runtime") ||

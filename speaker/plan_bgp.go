@@ -102,14 +102,8 @@ func advertise(p *Plan, ad *v1alpha1.BGPAdvertisement, service string, ip netip.
 	}
 	var attrs bgp.Attrs
 	for _, c := range s.Communities {
-		std, lc, large, err := bgp.ParseCommunity(string(c))
-		switch {
-		case err != nil:
+		if err := attrs.AddCommunity(c); err != nil {
 			p.Problems = append(p.Problems, fmt.Sprintf("BGPAdvertisement %s: %v", ad.Name, err))
-		case large:
-			attrs.Large = append(attrs.Large, lc)
-		default:
-			attrs.Communities = append(attrs.Communities, std)
 		}
 	}
 	claim := p.Routed[ip]

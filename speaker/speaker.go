@@ -273,7 +273,7 @@ func (s *Speaker) reconcile(ctx context.Context) {
 	for _, err := range s.BGP.Apply(ctx, plan.BGP) {
 		plan.Problems = append(plan.Problems, err.Error())
 	}
-	s.logRouted(ctx, plan.Routed, cause)
+	s.routesChanged(ctx, plan.Routed, cause)
 	slices.Sort(plan.Problems)
 	s.report(plan, answered, s.BGP.States())
 }

@@ -13,9 +13,9 @@ import (
 	"github.com/portico-lb/portico/speaker/bgp"
 )
 
-// logRouted logs (and tells the Service, by an event) each address this node starts or stops
-// advertising over BGP.
-func (s *Speaker) logRouted(ctx context.Context, now map[netip.Addr]BGPClaim, cause string) {
+// routesChanged runs after the BGP routes were applied: it logs each address this node starts
+// or stops advertising, tells its Service by an event when it starts, and remembers the routes.
+func (s *Speaker) routesChanged(ctx context.Context, now map[netip.Addr]BGPClaim, cause string) {
 	for ip, c := range now {
 		if old, had := s.routed[ip]; had && slices.Equal(old.Peers, c.Peers) {
 			continue

@@ -45,7 +45,7 @@ func TestPlugin(t *testing.T) {
 	t.Run("bad input", testBadInput)
 }
 
-// testGolden runs every subcommand on the seed notes' home lab, with one mistake in each
+// testGolden runs every subcommand on the README's home lab, with one mistake in each
 // layer a user meets: gitea's selector says app=gittea, harbor's pods never become Ready,
 // jellyfin asks for a pool that does not exist yet. The outputs are compared with
 // testdata/*.golden (go test -update rewrites them).
@@ -203,7 +203,7 @@ func homeLab(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// Created one after another, as in the seed notes: .200, .201, .202, .203.
+	// Created one after another, as in the README: .200, .201, .202, .203.
 	services := []struct{ name, app, pool string }{
 		{"gitea", "gittea", ""}, // the typo
 		{"argocd", "argocd", ""},

@@ -11,6 +11,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
@@ -56,7 +57,9 @@ func run(opts ctrl.Options, lbClass string) error {
 	if err != nil {
 		return err
 	}
-	if err := controller.Setup(mgr, controller.Options{LoadBalancerClass: lbClass}); err != nil {
+	// The controller's series join controller-runtime's on the endpoint the manager serves.
+	setup := controller.Options{LoadBalancerClass: lbClass, Metrics: controller.NewMetrics(metrics.Registry)}
+	if err := controller.Setup(mgr, setup); err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {

@@ -15,7 +15,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
-	"github.com/portico-lb/portico/internal/demo"
+	"github.com/portico-lb/portico/demo"
 )
 
 func main() {

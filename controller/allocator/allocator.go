@@ -59,7 +59,7 @@ func (a *Allocator) current(service string) Assignment {
 // request cannot be met, it keeps what it has and the error says so.
 func (a *Allocator) Allocate(req Request) (Assignment, error) {
 	if cur, ok := a.services[req.Service]; ok {
-		if a.fits(cur, &req) {
+		if a.canKeep(cur, &req) {
 			a.rekey(cur, req)
 			return a.current(req.Service), nil
 		}
@@ -67,7 +67,7 @@ func (a *Allocator) Allocate(req Request) (Assignment, error) {
 	ips, pool, err := a.choose(&req)
 	if err != nil {
 		if cur, ok := a.services[req.Service]; ok {
-			err.Message += fmt.Sprintf("; keeping %s until the request can be met", joinAddrs(cur.ips))
+			err.Message += fmt.Sprintf("; keeping %s until the request can be met", commaAddrs(cur.ips))
 		}
 		return Assignment{}, err
 	}
@@ -90,11 +90,11 @@ func (a *Allocator) Restore(req Request, ips []netip.Addr) (Assignment, error) {
 	return a.current(req.Service), nil
 }
 
-// Fits reports whether addresses read back from a Service's status meet its request as it
-// is now. One that does not was edited after its status was written (a new pool, a new
+// Satisfies reports whether addresses read back from a Service's status meet its request as
+// it is now. One that does not was edited after its status was written (a new pool, a new
 // address), so on a restart it yields a contested address to a Service that does.
-func (a *Allocator) Fits(req Request, ips []netip.Addr) bool {
-	return fitsRequest(&assignment{req: req, ips: ips, pool: a.poolHolding(ips, req.Pool)}, &req)
+func (a *Allocator) Satisfies(req Request, ips []netip.Addr) bool {
+	return matchesRequest(&assignment{req: req, ips: ips, pool: a.poolHolding(ips, req.Pool)}, &req)
 }
 
 // Release frees what service holds and returns the addresses no Service uses any more.
@@ -173,9 +173,9 @@ func (a *Allocator) unindexKey(key string, ip netip.Addr) {
 	}
 }
 
-// fits reports whether what a Service holds still meets its request.
-func (a *Allocator) fits(cur *assignment, req *Request) bool {
-	if !fitsRequest(cur, req) {
+// canKeep reports whether what a Service holds still meets its request, sharing included.
+func (a *Allocator) canKeep(cur *assignment, req *Request) bool {
+	if !matchesRequest(cur, req) {
 		return false
 	}
 	for _, ip := range cur.ips {
@@ -186,9 +186,9 @@ func (a *Allocator) fits(cur *assignment, req *Request) bool {
 	return true
 }
 
-// fitsRequest: the addresses are the requested ones, from the requested pool, of the
+// matchesRequest: the addresses are the requested ones, from the requested pool, of the
 // requested families (sharing aside).
-func fitsRequest(cur *assignment, req *Request) bool {
+func matchesRequest(cur *assignment, req *Request) bool {
 	if len(req.IPs) > 0 && !sameAddrs(cur.ips, req.IPs) {
 		return false
 	}
@@ -241,7 +241,8 @@ func sameAddrs(a, b []netip.Addr) bool {
 	return slices.Equal(x, y)
 }
 
-func joinAddrs(ips []netip.Addr) string {
+// commaAddrs lists addresses for a message: "10.0.0.200,2001:db8::1".
+func commaAddrs(ips []netip.Addr) string {
 	s := make([]string, len(ips))
 	for i, ip := range ips {
 		s[i] = ip.String()

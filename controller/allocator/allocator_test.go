@@ -57,7 +57,7 @@ func runCommand(t *testing.T, a *Allocator, d *datadriven.TestData) string {
 		if len(freed) == 0 {
 			return "freed nothing\n"
 		}
-		return "freed " + joinAddrs(freed) + "\n"
+		return "freed " + commaAddrs(freed) + "\n"
 	case "stats":
 		return stats(a)
 	case "show":
@@ -71,7 +71,7 @@ func describe(svc string, asg Assignment, err error) string {
 	if err != nil {
 		return fmt.Sprintf("%s: %v\n", svc, err)
 	}
-	return fmt.Sprintf("%s: %s%s\n", svc, joinAddrs(asg.IPs), poolNote(asg))
+	return fmt.Sprintf("%s: %s%s\n", svc, commaAddrs(asg.IPs), poolNote(asg))
 }
 
 func poolNote(asg Assignment) string {

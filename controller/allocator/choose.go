@@ -49,7 +49,7 @@ func (a *Allocator) chooseRequested(req *Request) ([]netip.Addr, string, *Error)
 		if i == 0 {
 			common = serving
 		} else if common = intersect(common, serving); len(common) == 0 {
-			return nil, "", fail(RequestedIPNotInAnyPool, "the requested addresses %s are not all in one pool; both families must come from the same pool", joinAddrs(req.IPs))
+			return nil, "", fail(RequestedIPNotInAnyPool, "the requested addresses %s are not all in one pool; both families must come from the same pool", commaAddrs(req.IPs))
 		}
 		if err := a.joinable(ip, req); err != nil {
 			return nil, "", err

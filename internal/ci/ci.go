@@ -6,11 +6,18 @@ package ci
 import (
 	"os"
 	"os/exec"
-	"testing"
 )
 
+// T is what Require needs of a test (a *testing.T or *testing.B); the package does not import
+// testing, so it links into no program.
+type T interface {
+	Helper()
+	Fatalf(format string, args ...any)
+	Skip(args ...any)
+}
+
 // Require stops t when why is not empty or one of tools is not on PATH.
-func Require(t testing.TB, why string, tools ...string) {
+func Require(t T, why string, tools ...string) {
 	t.Helper()
 	for _, tool := range tools {
 		if _, err := exec.LookPath(tool); why == "" && err != nil {

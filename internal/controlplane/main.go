@@ -5,18 +5,20 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"testing"
 
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 )
 
+// Tests is what Main runs: a TestMain's *testing.M.
+type Tests interface{ Run() int }
+
 // Main is a TestMain for packages whose tests share one control plane: it starts it, stores
 // it in *cp, runs the tests and stops it. A missing binary fails the package, never skips it.
-func Main(m *testing.M, cp **ControlPlane) { MainWith(m, cp, Options{}) }
+func Main(m Tests, cp **ControlPlane) { MainWith(m, cp, Options{}) }
 
 // MainWith is Main with options, e.g. a dual-stack service CIDR.
-func MainWith(m *testing.M, cp **ControlPlane, opts Options) {
+func MainWith(m Tests, cp **ControlPlane, opts Options) {
 	QuietLogs()
 	if fuzzing() {
 		os.Exit(m.Run()) // fuzz targets are pure: no control plane per fuzz worker

@@ -2,7 +2,6 @@ package controlplane
 
 import (
 	"context"
-	"testing"
 
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -10,11 +9,19 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 )
 
+// TB is what RunManager needs of a test (a *testing.T or *testing.B).
+type TB interface {
+	Helper()
+	Cleanup(func())
+	Fatal(args ...any)
+	Errorf(format string, args ...any)
+}
+
 // RunManager runs a controller-runtime manager against the control plane, set up by setup
 // (e.g. controller.Setup), until the test ends; a manager that fails fails the test. Several
 // may run in one process, one after another (controller names are not checked for clashes).
 // opts may change the manager's options (a test that holds some writes wraps its client).
-func (cp *ControlPlane) RunManager(tb testing.TB, setup func(ctrl.Manager) error, opts ...func(*ctrl.Options)) {
+func (cp *ControlPlane) RunManager(tb TB, setup func(ctrl.Manager) error, opts ...func(*ctrl.Options)) {
 	tb.Helper()
 	o := ctrl.Options{
 		Scheme:     cp.Scheme,

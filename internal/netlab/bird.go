@@ -9,13 +9,12 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"testing"
 	"time"
 )
 
 // Router is a BGP daemon (bird2 or FRR) running in a lab namespace as a child of the test.
 type Router struct {
-	t    testing.TB
+	t    TB
 	NS   string
 	kind string // "bird" or "frr"
 	dir  string
@@ -28,11 +27,11 @@ type Router struct {
 // StartBird runs bird2 in namespace ns with config (written to a file in the test's temp
 // directory), with its own control socket, and waits until it answers birdc. It is stopped
 // (SIGTERM, so it removes its kernel routes) when the test ends.
-func StartBird(t testing.TB, ns, config string) *Router {
+func StartBird(t TB, ns, config string) *Router {
 	t.Helper()
 	r := &Router{t: t, NS: ns, kind: "bird", dir: t.TempDir(), conf: config}
 	if err := os.WriteFile(filepath.Join(r.dir, "bird.conf"), []byte(config), 0o644); err != nil {
-		t.Fatal(err)
+		t.Fatalf("%v", err)
 	}
 	if out, err := exec.Command("bird", "-p", "-c", filepath.Join(r.dir, "bird.conf")).CombinedOutput(); err != nil {
 		t.Fatalf("bird config does not parse: %v\n%s\n%s", err, out, config)
@@ -49,7 +48,7 @@ func (r *Router) Start() {
 	case "bird":
 		log, err := os.OpenFile(filepath.Join(r.dir, "bird.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 		if err != nil {
-			r.t.Fatal(err)
+			r.t.Fatalf("%v", err)
 		}
 		r.spawn(log, "ip", "netns", "exec", r.NS, "bird", "-f", "-c", filepath.Join(r.dir, "bird.conf"),
 			"-s", r.socket(), "-P", filepath.Join(r.dir, "bird.pid"))
@@ -66,7 +65,7 @@ func (r *Router) spawn(log *os.File, name string, args ...string) {
 	cmd := exec.Command(name, args...)
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
-		r.t.Fatal(err)
+		r.t.Fatalf("%v", err)
 	}
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); log.Close(); close(done) }()

@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"syscall"
-	"testing"
 	"time"
 )
 
@@ -22,17 +21,17 @@ const frrRun = "/var/run/frr"
 // StartFRR runs FRR's zebra and bgpd in namespace ns with config (an frr.conf), as their own
 // instance (-N pathspace), in the foreground as children of the test, and waits until vtysh
 // answers. zebra installs bgpd's routes in the namespace's kernel table.
-func StartFRR(t testing.TB, ns, config string) *Router {
+func StartFRR(t TB, ns, config string) *Router {
 	t.Helper()
 	r := &Router{t: t, NS: ns, kind: "frr", conf: config, name: fmt.Sprintf("pt%d-%d", os.Getpid()%100000, seq.Add(1))}
 	r.dir = filepath.Join(frrRun, r.name)
 	if err := os.MkdirAll(r.dir, 0o755); err != nil {
-		t.Fatal(err)
+		t.Fatalf("%v", err)
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(r.dir) })
 	for name, data := range map[string]string{"frr.conf": config, "vtysh.conf": ""} {
 		if err := os.WriteFile(filepath.Join(r.dir, name), []byte(data), 0o644); err != nil {
-			t.Fatal(err)
+			t.Fatalf("%v", err)
 		}
 	}
 	if u, err := user.Lookup("frr"); err == nil {
@@ -52,7 +51,7 @@ func (r *Router) startFRR() {
 	for _, d := range []string{"zebra", "bgpd"} {
 		log, err := os.OpenFile(filepath.Join(r.dir, d+".log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 		if err != nil {
-			r.t.Fatal(err)
+			r.t.Fatalf("%v", err)
 		}
 		r.spawn(log, "ip", "netns", "exec", r.NS, "/usr/lib/frr/"+d, "-N", r.name, "-f", conf,
 			"-i", filepath.Join(r.dir, d+".pid"), "--log", "stdout")

@@ -1,5 +1,5 @@
 // Package netlab builds throwaway layer-2 labs for root-only tests: network namespaces hanging
-// off one Linux bridge by veth pairs (the recipe measured in research/netlab.md). Nothing is
+// off one Linux bridge by veth pairs. Nothing is
 // ever configured in the root namespace, and everything is removed in t.Cleanup.
 package netlab
 
@@ -13,7 +13,6 @@ import (
 	"runtime"
 	"strings"
 	"sync/atomic"
-	"testing"
 	"time"
 
 	"github.com/mdlayher/ethernet"
@@ -39,7 +38,7 @@ func Usable() string {
 
 // Require stops a test that cannot build a lab here: it skips on a developer's machine without
 // root or the tools and fails in CI (internal/ci).
-func Require(t testing.TB, tools ...string) {
+func Require(t ci.T, tools ...string) {
 	t.Helper()
 	ci.Require(t, Usable(), tools...)
 }
@@ -52,6 +51,12 @@ type T interface {
 	Helper()
 	Cleanup(func())
 	Fatalf(format string, args ...any)
+}
+
+// TB is T with a temporary directory, removed when it ends: what a router needs.
+type TB interface {
+	T
+	TempDir() string
 }
 
 // Lab is one bridge namespace and the hosts attached to it.
@@ -172,7 +177,7 @@ func In(ns string, fn func() error) error {
 
 // WaitFor polls cond every 10 ms until it holds, failing the test after within. It returns how
 // long it waited.
-func WaitFor(t testing.TB, what string, within time.Duration, cond func() bool) time.Duration {
+func WaitFor(t T, what string, within time.Duration, cond func() bool) time.Duration {
 	t.Helper()
 	start := time.Now()
 	deadline := start.Add(within)

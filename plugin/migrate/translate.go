@@ -219,7 +219,7 @@ func (t *translator) community(o *unstructured.Unstructured) {
 
 // isCommunity says whether s is a community value Portico accepts (rather than an alias).
 func isCommunity(s string) bool {
-	_, _, _, err := porticov1.Community(s).Parse()
+	_, err := porticov1.Community(s).Parse()
 	return err == nil
 }
 

@@ -86,7 +86,7 @@ func readPools(file string, stdin io.Reader) ([]porticov1.IPAddressPool, error) 
 
 // Run prints the plan.
 func Run(ctx context.Context, e *plugin.Env, pools []porticov1.IPAddressPool, class string, prune bool) error {
-	p, err := controller.PlanPools(ctx, e.Client, class, pools, prune)
+	p, err := controller.PreviewPools(ctx, e.Client, class, pools, prune)
 	if err != nil {
 		return err
 	}

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/osrg/gobgp/v4/pkg/packet/bgp"
+
+	"github.com/portico-lb/portico/api/v1alpha1"
 )
 
 func TestParseCommunity(t *testing.T) {
@@ -25,21 +27,26 @@ func TestParseCommunity(t *testing.T) {
 		{in: "large:4294967295:0:4294967295", large: LargeCommunity{4294967295, 0, 4294967295}, isLg: true},
 		{in: "65536:1", err: "each up to 65535"},
 		{in: "65000", err: "want AS:VALUE"},
-		{in: "large:1:2", isLg: true, err: "want large:GLOBAL:LOCAL1:LOCAL2"},
-		{in: "large:1:2:4294967296", isLg: true, err: "is not a number up to 4294967295"},
+		{in: "large:1:2", err: "want large:GLOBAL:LOCAL1:LOCAL2"},
+		{in: "large:1:2:4294967296", err: "is not a number up to 4294967295"},
 	} {
-		std, lc, isLg, err := ParseCommunity(tc.in)
+		var got Attrs
+		err := got.AddCommunity(v1alpha1.Community(tc.in))
 		if tc.err != "" {
-			if err == nil || !strings.Contains(err.Error(), tc.err) {
-				t.Errorf("%q: error %v, want one containing %q", tc.in, err, tc.err)
+			if err == nil || !strings.Contains(err.Error(), tc.err) || !got.Equal(Attrs{}) {
+				t.Errorf("%q: error %v and %+v, want an error containing %q and nothing added", tc.in, err, got, tc.err)
 			}
 			continue
 		}
-		if err != nil || std != tc.std || lc != tc.large || isLg != tc.isLg {
-			t.Errorf("%q: got %d %v %v %v", tc.in, std, lc, isLg, err)
+		want := Attrs{Communities: []uint32{tc.std}}
+		if tc.isLg {
+			want = Attrs{Large: []LargeCommunity{tc.large}}
 		}
-		if !isLg && communityString(std) != tc.in {
-			t.Errorf("%q prints as %q", tc.in, communityString(std))
+		if err != nil || !got.Equal(want) {
+			t.Errorf("%q: got %+v, %v; want %+v", tc.in, got, err, want)
+		}
+		if !tc.isLg && communityString(tc.std) != tc.in {
+			t.Errorf("%q prints as %q", tc.in, communityString(tc.std))
 		}
 	}
 }

@@ -6,11 +6,19 @@ import (
 	"github.com/portico-lb/portico/api/v1alpha1"
 )
 
-// ParseCommunity reads a community as the API defines it (v1alpha1.Community.Parse). Exactly
-// one of the results is meaningful: large is true for a large community.
-func ParseCommunity(s string) (std uint32, lc LargeCommunity, large bool, err error) {
-	std, l, large, err := v1alpha1.Community(s).Parse()
-	return std, LargeCommunity{l[0], l[1], l[2]}, large, err
+// AddCommunity appends a community, as the API defines it (v1alpha1.Community.Parse), to the
+// standard or the large ones.
+func (a *Attrs) AddCommunity(c v1alpha1.Community) error {
+	v, err := c.Parse()
+	switch {
+	case err != nil:
+		return err
+	case v.IsLarge:
+		a.Large = append(a.Large, LargeCommunity(v.Large))
+	default:
+		a.Communities = append(a.Communities, v.Standard)
+	}
+	return nil
 }
 
 func communityString(c uint32) string {

@@ -1,8 +1,9 @@
 package bgp
 
 import (
-	"fmt"
 	"testing"
+
+	"github.com/portico-lb/portico/api/v1alpha1"
 )
 
 // FuzzParseCommunity: any string is refused with an error or read into a value that prints
@@ -14,19 +15,19 @@ func FuzzParseCommunity(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		std, lc, large, err := ParseCommunity(s)
-		if err != nil {
+		var read Attrs
+		if err := read.AddCommunity(v1alpha1.Community(s)); err != nil {
 			return
 		}
 		var again string
-		if large {
-			again = fmt.Sprintf("large:%d:%d:%d", lc.Global, lc.Local1, lc.Local2)
+		if len(read.Large) == 1 {
+			again = read.Large[0].String()
 		} else {
-			again = communityString(std)
+			again = communityString(read.Communities[0])
 		}
-		std2, lc2, large2, err := ParseCommunity(again)
-		if err != nil || std2 != std || lc2 != lc || large2 != large {
-			t.Fatalf("%q read as %q, which reads back as (%d, %v, %v, %v)", s, again, std2, lc2, large2, err)
+		var reread Attrs
+		if err := reread.AddCommunity(v1alpha1.Community(again)); err != nil || !reread.Equal(read) {
+			t.Fatalf("%q read as %q, which reads back as %+v (%v)", s, again, reread, err)
 		}
 	})
 }

@@ -89,7 +89,7 @@ func TestARPReply(t *testing.T) {
 	}
 }
 
-// TestGratuitousARPForms pins the two forms Linux honours at once (netlab.md 2.4).
+// TestGratuitousARPForms pins the two forms Linux honours at once (a stock client, arp_accept=0).
 func TestGratuitousARPForms(t *testing.T) {
 	frames := gratuitousARP(ourMAC, vip4)
 	if len(frames) != 2 {

@@ -174,7 +174,7 @@ func startController(cp *controlplane.ControlPlane, log logr.Logger) (stop func(
 	return func() { cancel(); <-done }, nil
 }
 
-// homeLabServices are the seed notes' four Services, created in this order.
+// homeLabServices are the README's four Services, created in this order.
 const homeLabServices = `
 apiVersion: v1
 kind: Service

@@ -15,8 +15,8 @@ import (
 	"github.com/portico-lb/portico/controller/allocator"
 )
 
-// PoolPlan is what a pool change does to one pool.
-type PoolPlan struct {
+// PoolPreview is what a pool change does to one pool.
+type PoolPreview struct {
 	Name string
 	// Change is "added", "removed", "changed" or "unchanged".
 	Change string
@@ -25,8 +25,8 @@ type PoolPlan struct {
 	Available string
 }
 
-// ServicePlan is what a pool change does to one LoadBalancer Service.
-type ServicePlan struct {
+// ServicePreview is what a pool change does to one LoadBalancer Service.
+type ServicePreview struct {
 	Service string // namespace/name
 	Before  allocator.Assignment
 	After   allocator.Assignment
@@ -36,34 +36,36 @@ type ServicePlan struct {
 	Why string
 }
 
-// Plan is the outcome of PlanPools.
-type Plan struct {
-	Pools    []PoolPlan
-	Services []ServicePlan
+// PoolsPreview is what PreviewPools finds a pool change would do. (The speaker's Plan, what
+// one node announces, is unrelated.)
+type PoolsPreview struct {
+	Pools    []PoolPreview
+	Services []ServicePreview
 }
 
-// PlanPools computes what replacing the cluster's pools by pools would do, with the
+// PreviewPools computes what replacing the cluster's pools by pools would do, with the
 // controller's own allocator and request rules, changing nothing: the allocator is rebuilt
 // from the Services' status exactly as on a controller restart, given the new pools, and the
 // waiting Services (oldest first, as the controller retries them) are allocated in it.
 // Pools not named in pools are kept unless removeOthers.
-func PlanPools(ctx context.Context, reader client.Reader, lbClass string, pools []porticov1.IPAddressPool, removeOthers bool) (Plan, error) {
+func PreviewPools(ctx context.Context, reader client.Reader, lbClass string, pools []porticov1.IPAddressPool, removeOthers bool) (PoolsPreview, error) {
 	if lbClass == "" {
 		lbClass = porticov1.DefaultLoadBalancerClass
 	}
 	s := newState(reader, lbClass)
-	if err := s.ensureLoaded(ctx); err != nil {
-		return Plan{}, err
+	b := newBook() // this call's own: nothing shares it
+	if err := s.load(ctx, &b); err != nil {
+		return PoolsPreview{}, err
 	}
 	var current porticov1.IPAddressPoolList
 	if err := reader.List(ctx, &current); err != nil {
-		return Plan{}, err
+		return PoolsPreview{}, err
 	}
-	next, poolPlans := mergePools(current.Items, pools, removeOthers)
+	next, poolPreviews := mergePools(current.Items, pools, removeOthers)
 
 	var svcs corev1.ServiceList
 	if err := reader.List(ctx, &svcs); err != nil {
-		return Plan{}, err
+		return PoolsPreview{}, err
 	}
 	slices.SortFunc(svcs.Items, func(a, b corev1.Service) int {
 		return cmp.Or(a.CreationTimestamp.Compare(b.CreationTimestamp.Time), cmp.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name))
@@ -71,24 +73,24 @@ func PlanPools(ctx context.Context, reader client.Reader, lbClass string, pools 
 	before := map[string]allocator.Assignment{}
 	for i := range svcs.Items {
 		key := svcs.Items[i].Namespace + "/" + svcs.Items[i].Name
-		before[key], _ = s.alloc.Assignment(key)
+		before[key], _ = b.alloc.Assignment(key)
 	}
 	apools := make([]allocator.Pool, len(next))
 	for i := range next {
 		apools[i] = allocatorPool(&next[i])
 	}
-	s.alloc.SetPools(apools)
+	b.alloc.SetPools(apools)
 
-	var plan Plan
+	var preview PoolsPreview
 	for i := range svcs.Items {
 		svc := &svcs.Items[i]
 		if !s.ours(svc) {
 			continue
 		}
 		key := svc.Namespace + "/" + svc.Name
-		sp := ServicePlan{Service: key, Before: before[key]}
+		sp := ServicePreview{Service: key, Before: before[key]}
 		if len(sp.Before.IPs) > 0 {
-			sp.After, _ = s.alloc.Assignment(key)
+			sp.After, _ = b.alloc.Assignment(key)
 			switch {
 			case sp.After.Orphaned() && !sp.Before.Orphaned():
 				sp.Effect = "orphaned"
@@ -97,12 +99,12 @@ func PlanPools(ctx context.Context, reader client.Reader, lbClass string, pools 
 			default:
 				sp.Effect = "keeps"
 			}
-			plan.Services = append(plan.Services, sp)
+			preview.Services = append(preview.Services, sp)
 			continue
 		}
 		req, err := s.requestFrom(ctx, svc, next)
 		if err == nil {
-			sp.After, err = s.alloc.Allocate(req)
+			sp.After, err = b.alloc.Allocate(req)
 		}
 		var aerr *allocator.Error
 		switch {
@@ -113,28 +115,28 @@ func PlanPools(ctx context.Context, reader client.Reader, lbClass string, pools 
 		default:
 			sp.Effect, sp.Why = "waits", err.Error()
 		}
-		plan.Services = append(plan.Services, sp)
+		preview.Services = append(preview.Services, sp)
 	}
-	for i := range poolPlans {
-		p := &poolPlans[i]
-		if st, ok := s.alloc.Stats(p.Name); ok {
+	for i := range poolPreviews {
+		p := &poolPreviews[i]
+		if st, ok := b.alloc.Stats(p.Name); ok {
 			p.Assigned = st.Assigned[0] + st.Assigned[1]
 			p.Available = new(big.Int).Add(st.Available[0], st.Available[1]).String()
 		}
 	}
-	plan.Pools = poolPlans
-	slices.SortFunc(plan.Services, func(a, b ServicePlan) int { return cmp.Compare(a.Service, b.Service) })
-	return plan, nil
+	preview.Pools = poolPreviews
+	slices.SortFunc(preview.Services, func(a, b ServicePreview) int { return cmp.Compare(a.Service, b.Service) })
+	return preview, nil
 }
 
 // mergePools applies the given pools over the current ones, by name.
-func mergePools(current, given []porticov1.IPAddressPool, removeOthers bool) ([]porticov1.IPAddressPool, []PoolPlan) {
+func mergePools(current, given []porticov1.IPAddressPool, removeOthers bool) ([]porticov1.IPAddressPool, []PoolPreview) {
 	byName := map[string]*porticov1.IPAddressPool{}
 	for i := range given {
 		byName[given[i].Name] = &given[i]
 	}
 	var next []porticov1.IPAddressPool
-	var plans []PoolPlan
+	var previews []PoolPreview
 	for i := range current {
 		cur := &current[i]
 		g, ok := byName[cur.Name]
@@ -145,21 +147,21 @@ func mergePools(current, given []porticov1.IPAddressPool, removeOthers bool) ([]
 				change = "changed"
 			}
 			next = append(next, *g)
-			plans = append(plans, PoolPlan{Name: cur.Name, Change: change})
+			previews = append(previews, PoolPreview{Name: cur.Name, Change: change})
 			delete(byName, cur.Name)
 		case removeOthers:
-			plans = append(plans, PoolPlan{Name: cur.Name, Change: "removed"})
+			previews = append(previews, PoolPreview{Name: cur.Name, Change: "removed"})
 		default:
 			next = append(next, *cur)
-			plans = append(plans, PoolPlan{Name: cur.Name, Change: "unchanged"})
+			previews = append(previews, PoolPreview{Name: cur.Name, Change: "unchanged"})
 		}
 	}
 	for i := range given {
 		if _, ok := byName[given[i].Name]; ok {
 			next = append(next, given[i])
-			plans = append(plans, PoolPlan{Name: given[i].Name, Change: "added"})
+			previews = append(previews, PoolPreview{Name: given[i].Name, Change: "added"})
 		}
 	}
-	slices.SortFunc(plans, func(a, b PoolPlan) int { return cmp.Compare(a.Name, b.Name) })
-	return next, plans
+	slices.SortFunc(previews, func(a, b PoolPreview) int { return cmp.Compare(a.Name, b.Name) })
+	return next, previews
 }

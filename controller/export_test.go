@@ -1,0 +1,23 @@
+package controller
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+)
+
+// QueuedWritesMax is how many writes the lanes of a status writer hold together.
+const QueuedWritesMax = writeLanes * laneDepth
+
+// NewStatusWriter gives the package's apiserver tests a status writer of their own.
+func NewStatusWriter(c client.Client) *statusWriter { return newStatusWriter(c, c) }
+
+// SetCondition hands the writer a write that sets cond on svc; a failed write is retried
+// through queue, as a reconciler's.
+func (w *statusWriter) SetCondition(svc *corev1.Service, cond metav1.Condition, queue chan<- event.GenericEvent) {
+	w.submit(svc.Namespace+"/"+svc.Name, svc, writePart{retry: queue, apply: func(want *corev1.Service) {
+		meta.SetStatusCondition(&want.Status.Conditions, cond)
+	}})
+}

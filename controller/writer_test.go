@@ -1,0 +1,107 @@
+package controller_test
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+
+	"github.com/portico-lb/portico/controller"
+)
+
+// writerGoroutines lists the stacks of the goroutines the status writer started that are still
+// running: its lanes and its retries.
+func writerGoroutines() []string {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	var found []string
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "portico/controller.(*statusWriter)") || strings.Contains(g, "portico/controller.retryAfter") {
+			found = append(found, g)
+		}
+	}
+	return found
+}
+
+// TestStatusWriterStops: the writer's lifecycle. While it runs, a write lands and a failed one
+// comes back to its reconciler's queue; when its context ends, Start returns and none of its
+// goroutines is left, not even a retry whose queue nobody reads any more; a write handed over
+// afterwards is dropped at once, however many there are (they used to wait forever for a lane).
+func TestStatusWriterStops(t *testing.T) {
+	ns := namespace(t, nil)
+	svc := createService(t, ns, "written")
+	w := controller.NewStatusWriter(cp.Client)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stopped := make(chan error, 1)
+	go func() { stopped <- w.Start(ctx) }()
+
+	queue := make(chan event.GenericEvent)
+	cond := func(reason string) metav1.Condition {
+		return metav1.Condition{Type: "portico.dev/WriterTest", Status: metav1.ConditionTrue, Reason: reason, Message: "test"}
+	}
+	w.SetCondition(svc, cond("Written"), queue)
+	waitService(t, ns, "written", "the condition written", func(s *corev1.Service) bool {
+		c := meta.FindStatusCondition(s.Status.Conditions, "portico.dev/WriterTest")
+		return c != nil && c.Reason == "Written"
+	})
+
+	gone := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "gone", ResourceVersion: "1"}}
+	w.SetCondition(gone, cond("Lost"), queue)
+	select {
+	case ev := <-queue:
+		if ev.Object.GetName() != "gone" {
+			t.Fatalf("retry for %s/%s, want %s/gone", ev.Object.GetNamespace(), ev.Object.GetName(), ns)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("a failed write was never retried")
+	}
+	w.SetCondition(gone, cond("Lost"), queue) // fails again; nobody reads queue from now on
+
+	cancel()
+	select {
+	case err := <-stopped:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Start did not return after its context ended")
+	}
+	var left []string
+	if err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		left = writerGoroutines()
+		return len(left) == 0, nil
+	}); err != nil {
+		t.Fatalf("%d of the writer's goroutines outlive it:\n%s", len(left), strings.Join(left, "\n\n"))
+	}
+
+	// More than every lane holds: a lane that no longer reads must not block the caller.
+	handed := make(chan struct{})
+	go func() {
+		defer close(handed)
+		for i := range controller.QueuedWritesMax + 1 {
+			late := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprint("late-", i)}}
+			w.SetCondition(late, cond("Late"), queue)
+		}
+	}()
+	select {
+	case <-handed:
+	case <-time.After(30 * time.Second):
+		t.Fatal("handing a write to a stopped writer blocks")
+	}
+}
