@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/netip"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -34,6 +35,7 @@ type HealthReconciler struct {
 	ours     func(*corev1.Service) bool
 	writer   *statusWriter
 	retries  chan event.GenericEvent
+	news     *newsDesk
 }
 
 // healthConditions are the condition types this reconciler owns.
@@ -113,9 +115,13 @@ func (r *HealthReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	var svc corev1.Service
 	found, err := get(ctx, r.Client, req.NamespacedName, &svc)
 	if err != nil || !found {
+		if !found && err == nil {
+			r.news.forget(key)
+		}
 		return ctrl.Result{}, err
 	}
 	if !r.ours(&svc) {
+		r.news.forget(key)
 		r.writer.submit(key, &svc, writePart{retry: r.retries, apply: func(want *corev1.Service) {
 			for _, t := range healthConditions {
 				meta.RemoveStatusCondition(&want.Status.Conditions, t)
@@ -128,9 +134,15 @@ func (r *HealthReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 		// new Service, and the address is not delayed by a health write.
 		return ctrl.Result{}, nil
 	}
-	conds, told, changed, err := r.changes(ctx, &svc, &svc)
+	// Events follow what is stored, not what is about to be written: a problem becomes news
+	// once it has lasted (newsDesk), and its write brings this reconcile back.
+	tell, again := r.news.review(key, svc.Status.Conditions, healthConditions, time.Now())
+	for _, c := range tell {
+		r.event(&svc, c)
+	}
+	conds, changed, err := r.changes(ctx, &svc, &svc)
 	if err != nil || !changed {
-		return ctrl.Result{}, err
+		return ctrl.Result{RequeueAfter: again}, err
 	}
 	r.writer.submit(key, &svc, writePart{
 		retry: r.retries,
@@ -139,38 +151,22 @@ func (r *HealthReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 				meta.SetStatusCondition(&want.Status.Conditions, c)
 			}
 		},
-		done: func(written *corev1.Service) {
-			for _, c := range told {
-				r.event(written, c)
-			}
-		},
 	})
-	return ctrl.Result{}, nil
+	return ctrl.Result{RequeueAfter: again}, nil
 }
 
 // changes computes the health conditions for view (the Service as it is about to be, with
-// its address) and compares them with cached (as it is): whether any changed, and which
-// changes deserve an event. A condition set for the first time as Unknown or True (nothing
-// probed yet; ready at once) is a beginning, not news, so a burst of new healthy Services
-// stays quiet; a first False is a problem worth telling at once (the selector typo).
-// Announced becoming True is told by the announcing speaker's own event.
-func (r *HealthReconciler) changes(ctx context.Context, cached, view *corev1.Service) (conds, told []metav1.Condition, changed bool, err error) {
+// its address) and compares them with cached (as it is): whether any changed. Which of them
+// become events is the news desk's call, once they are stored.
+func (r *HealthReconciler) changes(ctx context.Context, cached, view *corev1.Service) (conds []metav1.Condition, changed bool, err error) {
 	conds, err = r.conditions(ctx, view)
 	if err != nil {
-		return nil, nil, false, err
+		return nil, false, err
 	}
 	for _, c := range conds {
-		if !conditionChanged(cached, c) {
-			continue
-		}
-		changed = true
-		first := meta.FindStatusCondition(cached.Status.Conditions, c.Type) == nil
-		if (first && c.Status != metav1.ConditionFalse) || (c.Type == porticov1.ConditionAnnounced && c.Status == metav1.ConditionTrue) {
-			continue
-		}
-		told = append(told, c)
+		changed = changed || conditionChanged(cached, c)
 	}
-	return conds, told, changed, nil
+	return conds, changed, nil
 }
 
 func (r *HealthReconciler) conditions(ctx context.Context, svc *corev1.Service) ([]metav1.Condition, error) {

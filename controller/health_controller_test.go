@@ -4,13 +4,17 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
+	"github.com/portico-lb/portico/controller"
 	"github.com/portico-lb/portico/internal/workload"
 )
 
@@ -98,7 +102,9 @@ func TestEndpointsReady(t *testing.T) {
 	}
 	syncSlice(t, gitea)
 	waitEndpoints(t, ns, "gitea", metav1.ConditionTrue, porticov1.ReasonEndpointsReady, "3 ready endpoints")
-	waitEvent(t, ns, "gitea", porticov1.ReasonEndpointsReady, "3 ready endpoints")
+	// The end of the told problem is told, as "2 of 3" or "3" ready, whichever the health
+	// reconciler saw stored first.
+	waitEvent(t, ns, "gitea", porticov1.ReasonEndpointsReady, "ready")
 	waitIPs(t, ns, "gitea", "198.51.100.1")
 
 	// Pods that match but are in no slice yet (the endpointslice controller has not caught up,
@@ -123,4 +129,35 @@ func TestEndpointsReady(t *testing.T) {
 	// A Service Portico stops handling loses the conditions.
 	update(t, gitea, func() { gitea.Spec.Type = corev1.ServiceTypeClusterIP })
 	waitService(t, ns, "gitea", "no Portico conditions", func(s *corev1.Service) bool { return len(s.Status.Conditions) == 0 })
+}
+
+// TestBriefProblemsAreNotNews: a Service is usually created a moment before its pods. Its
+// EndpointsReady condition says NoEndpoints at once, but a problem that ends before it has
+// lasted NewsAfter is no event (it once was a warning for every new Service), and neither is
+// its end.
+func TestBriefProblemsAreNotNews(t *testing.T) {
+	cp.RunManager(t, func(mgr ctrl.Manager) error {
+		return controller.Setup(mgr, controller.Options{NewsAfter: time.Hour})
+	})
+	createPool(t, "brief", addresses("198.51.100.184/30"))
+	ns := namespace(t, nil)
+	svc := createService(t, ns, "web")
+	syncSlice(t, svc)
+	waitEndpoints(t, ns, "web", metav1.ConditionFalse, porticov1.ReasonNoEndpoints,
+		"selector app=web matches no pods; namespace "+ns+" has no pods")
+	runPods(t, ns, map[string]string{"app": "web"}, 2, true)
+	syncSlice(t, svc)
+	waitEndpoints(t, ns, "web", metav1.ConditionTrue, porticov1.ReasonEndpointsReady, "2 ready endpoints")
+	// The allocation's event is written with the address, before any health condition: once
+	// it is there, any event told on the first write would be too.
+	waitEvent(t, ns, "web", "IPAllocated", "198.51.100.18")
+	var evs eventsv1.EventList
+	if err := cp.Client.List(context.Background(), &evs, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range evs.Items {
+		if e.Reason != "IPAllocated" {
+			t.Errorf("event %s %s: %s (a brief state is not news)", e.Type, e.Reason, e.Note)
+		}
+	}
 }

@@ -1,6 +1,8 @@
 package controller
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 	ctrl "sigs.k8s.io/controller-runtime"
 
@@ -14,6 +16,9 @@ type Options struct {
 	LoadBalancerClass string
 	// Metrics receive the controller's series; nil: series no registry serves.
 	Metrics *Metrics
+	// NewsAfter is how long a health problem (a False EndpointsReady, Announced or Reachable)
+	// lasts before an event tells it; 0: 30 s. The condition says it at once.
+	NewsAfter time.Duration
 }
 
 // Setup registers every Portico reconciler with the manager. They share one allocator, fed
@@ -39,7 +44,8 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		return err
 	}
 	recorder := mgr.GetEventRecorder("portico-controller")
-	health := &HealthReconciler{Client: mgr.GetClient(), Recorder: recorder, metrics: opts.Metrics, ours: s.ours, writer: w}
+	health := &HealthReconciler{Client: mgr.GetClient(), Recorder: recorder, metrics: opts.Metrics, ours: s.ours, writer: w,
+		news: newNewsDesk(opts.NewsAfter, time.Time{})}
 	if err := (&ServiceReconciler{Client: mgr.GetClient(), Recorder: recorder, state: s, metrics: opts.Metrics, writer: w, health: health}).setup(mgr); err != nil {
 		return err
 	}

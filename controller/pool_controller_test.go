@@ -33,7 +33,7 @@ func startManager(t *testing.T) *prometheus.Registry {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	cp.RunManager(t, func(mgr ctrl.Manager) error {
-		return controller.Setup(mgr, controller.Options{Metrics: controller.NewMetrics(reg)})
+		return controller.Setup(mgr, controller.Options{Metrics: controller.NewMetrics(reg), NewsAfter: 100 * time.Millisecond})
 	})
 	return reg
 }

@@ -203,7 +203,7 @@ func (r *ServiceReconciler) write(ctx context.Context, svc *corev1.Service, o ou
 		cond = terminatingCondition(svc.Finalizers, o.asg)
 	}
 	cond.ObservedGeneration = svc.Generation
-	var health, told []metav1.Condition
+	var health []metav1.Condition
 	apply := func(want *corev1.Service) {
 		for _, c := range health {
 			meta.SetStatusCondition(&want.Status.Conditions, c)
@@ -228,20 +228,13 @@ func (r *ServiceReconciler) write(ctx context.Context, svc *corev1.Service, o ou
 		apply(view)
 		meta.SetStatusCondition(&view.Status.Conditions, cond)
 		var err error
-		if health, told, _, err = r.health.changes(ctx, svc, view); err != nil {
-			health, told = nil, nil // the health reconciler writes them on its own
+		if health, _, err = r.health.changes(ctx, svc, view); err != nil {
+			health = nil // the health reconciler writes them on its own
 		}
 	}
 	var done func(*corev1.Service)
-	if conditionChanged(svc, cond) || len(told) > 0 {
-		done = func(written *corev1.Service) {
-			if conditionChanged(svc, cond) {
-				r.event(written, cond)
-			}
-			for _, c := range told {
-				r.health.event(written, c)
-			}
-		}
+	if conditionChanged(svc, cond) {
+		done = func(written *corev1.Service) { r.event(written, cond) }
 	}
 	r.writer.submit(svc.Namespace+"/"+svc.Name, svc, writePart{apply: apply, done: done, retry: r.state.retry})
 }

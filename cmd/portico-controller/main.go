@@ -28,6 +28,7 @@ func main() {
 	renewDeadline := flag.Duration("leader-elect-renew-deadline", 10*time.Second, "how long the leader keeps trying to renew before it steps down")
 	retryPeriod := flag.Duration("leader-elect-retry-period", 2*time.Second, "how often candidates try to take the lease")
 	lbClass := flag.String("load-balancer-class", porticov1.DefaultLoadBalancerClass, "spec.loadBalancerClass handled besides Services with no class")
+	newsAfter := flag.Duration("news-after", 30*time.Second, "how long a Service's health problem lasts before an event tells it (its condition says it at once)")
 	logOpts := zap.Options{}
 	logOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -46,19 +47,19 @@ func main() {
 		// waiting for the lease to expire.
 		LeaderElectionReleaseOnCancel: true,
 	}
-	if err := run(opts, *lbClass); err != nil {
+	if err := run(opts, controller.Options{LoadBalancerClass: *lbClass, NewsAfter: *newsAfter}); err != nil {
 		fmt.Fprintln(os.Stderr, "portico-controller:", err)
 		os.Exit(1)
 	}
 }
 
-func run(opts ctrl.Options, lbClass string) error {
+func run(opts ctrl.Options, setup controller.Options) error {
 	mgr, err := kube.NewManager(opts)
 	if err != nil {
 		return err
 	}
 	// The controller's series join controller-runtime's on the endpoint the manager serves.
-	setup := controller.Options{LoadBalancerClass: lbClass, Metrics: controller.NewMetrics(metrics.Registry)}
+	setup.Metrics = controller.NewMetrics(metrics.Registry)
 	if err := controller.Setup(mgr, setup); err != nil {
 		return err
 	}
