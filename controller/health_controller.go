@@ -27,7 +27,9 @@ import (
 
 // HealthReconciler writes the conditions that tell whether a LoadBalancer Service works
 // beyond its address: EndpointsReady (from its EndpointSlices, never the deprecated Endpoints
-// API). It shares the allocation's status writer, so their writes never overwrite each other.
+// API), Announced (from the speakers' reports and the advertisements) and Reachable (from the
+// speakers' probes of each other's addresses). It shares the allocation's status writer, so
+// their writes never overwrite each other.
 type HealthReconciler struct {
 	Client   client.Client
 	Recorder events.EventRecorder

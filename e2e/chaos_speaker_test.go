@@ -22,8 +22,8 @@ import (
 // TestChaosSpeakers: speakers SIGKILLed and SIGTERMed and started again, round after round,
 // then one node cut off (its bridge port down) and healed. An outage monitor asks for every
 // address all along; at the end each address is answered by exactly its owner. Then a flood
-// of ARP requests from the client: the owner keeps answering, with bounded memory. (BGP
-// router restarts are not part of this test yet: the BGP speaker is being built separately.)
+// of ARP requests from the client: the owner keeps answering, with bounded memory. (BGP is not
+// part of it: TestBGP restarts the routers and kills speakers.)
 func TestChaosSpeakers(t *testing.T) {
 	inLab(t, func(t *testing.T, e *l2Env) {
 		rounds := max(2, chaosServices(t)/300)

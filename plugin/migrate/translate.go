@@ -257,6 +257,11 @@ func (t *translator) bgpAdvertisement(o *unstructured.Unstructured) {
 	t.add(a, "BGPAdvertisement")
 }
 
+// everyFamily is why MetalLB's address-family switches have no Portico field: the speaker
+// enables IPv4 and IPv6 unicast on every session, and a route of the other family than the
+// session's carries the node's address of that family as next hop.
+const everyFamily = "not configurable: Portico carries IPv4 and IPv6 routes on every session (both families enabled)"
+
 func (t *translator) peer(o *unstructured.Unstructured) {
 	f := newFields(o, &t.out)
 	p := &porticov1.BGPPeer{}
@@ -314,8 +319,8 @@ func (t *translator) peer(o *unstructured.Unstructured) {
 	t.password(o, f, p)
 	f.drop("bfdProfile", "Portico has no BFD; a BGP session detects a dead peer through its holdTime", "")
 	f.drop("vrf", "Portico opens sessions in the node's default VRF only", "")
-	f.drop("disableMP", "not configurable: Portico carries IPv4 routes on IPv4 sessions and IPv6 routes on IPv6 sessions", false)
-	f.drop("dualStackAddressFamily", "not configurable: Portico carries IPv4 routes on IPv4 sessions and IPv6 routes on IPv6 sessions", false)
+	f.drop("disableMP", everyFamily, false)
+	f.drop("dualStackAddressFamily", everyFamily, false)
 	f.rest()
 	t.add(p, "BGPPeer")
 }
