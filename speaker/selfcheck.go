@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"maps"
-	"net"
 	"net/netip"
 	"slices"
 	"strings"
@@ -129,17 +128,10 @@ func selfCheckResults(results map[netip.Addr][]string, prev []v1alpha1.SelfCheck
 // being taken for the cause of an owner change.
 const causeStatus = "status"
 
-// hardwareAddrs are the MACs this node answers with: its suitable interfaces'.
+// hardwareAddrs are the MACs this node may answer with: its usable interfaces'.
 func hardwareAddrs() []string {
-	names, _ := l2.Suitable()
-	var macs []string
-	for _, n := range names {
-		if ifi, err := net.InterfaceByName(n); err == nil {
-			macs = append(macs, ifi.HardwareAddr.String())
-		}
-	}
-	slices.Sort(macs)
-	return slices.Compact(macs)
+	links, _ := l2.ReadLinks()
+	return l2.MACs(links)
 }
 
 func newProbeCounter(reg prometheus.Registerer) *prometheus.CounterVec {
