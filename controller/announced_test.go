@@ -110,7 +110,8 @@ func TestAnnounced(t *testing.T) {
 	update(t, svc, func() { svc.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyCluster })
 	update(t, nodeA, func() { nodeA.Labels[porticov1.LabelExcludeFromExternalLoadBalancers] = "" })
 	waitAnnounced(t, ns, "web", metav1.ConditionFalse, porticov1.ReasonNoEligibleNode,
-		"203.0.113.10: no eligible node (speaker not alive: node-b; labelled exclude-from-external-load-balancers: node-a)")
+		"203.0.113.10: no eligible node (speaker not alive: node-b; labelled node.kubernetes.io/exclude-from-external-load-balancers: node-a); "+
+			"speakers run with --ignore-exclude-lb-label announce from labelled nodes")
 
 	// BGP instead of L2: pending until a speaker reports advertising it.
 	if err := cp.Client.Delete(context.Background(), ad); err != nil {

@@ -27,13 +27,16 @@ type World struct {
 	// Secrets holds the Secrets BGPPeers reference for their passwords (as far as the speaker
 	// could read them).
 	Secrets []corev1.Secret
+	// IgnoreExcludeLabel: nodes labelled exclude-from-external-load-balancers announce too.
+	IgnoreExcludeLabel bool
 
 	selectors rules.Selectors // filled while one plan is made
 }
 
 // cluster is what the shared L2 rules read of the world.
 func (w World) cluster() rules.Cluster {
-	return rules.Cluster{Nodes: w.Nodes, EndpointSlices: w.EndpointSlices, L2Advertisements: w.Advertisements, Pools: w.Pools}
+	return rules.Cluster{Nodes: w.Nodes, EndpointSlices: w.EndpointSlices, L2Advertisements: w.Advertisements, Pools: w.Pools,
+		IgnoreExcludeLabel: w.IgnoreExcludeLabel}
 }
 
 // Claim is one address this node answers for.
@@ -65,7 +68,7 @@ func MakePlan(w World, me, lbClass string, alive func(node string) bool) Plan {
 		if len(ads) == 0 {
 			return // not announced over L2; the controller reports NoAdvertisement
 		}
-		cands, myIfaces := w.selectors.Candidates(w.Nodes, ads, ready[key], me, alive)
+		cands, myIfaces := w.selectors.Candidates(w.Nodes, ads, ready[key], me, alive, w.IgnoreExcludeLabel)
 		eligible, _ := election.Eligible(cands, election.Policy{
 			LocalOnly: svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal,
 		})

@@ -138,3 +138,37 @@ func TestLocalPolicyAndLiveness(t *testing.T) {
 		t.Fatalf("claimed %v after the only endpoint node died", got)
 	}
 }
+
+// TestIgnoreExcludeLabel: on a cluster whose every node carries the exclude label (a
+// single-node or control-plane-only cluster), nothing is announced over L2 or BGP unless the
+// speakers run with --ignore-exclude-lb-label; then the label changes nothing.
+func TestIgnoreExcludeLabel(t *testing.T) {
+	w := world(lbService("web", "198.51.100.30"))
+	w.BGPPeers = []v1alpha1.BGPPeer{{ObjectMeta: metav1.ObjectMeta{Name: "tor"}, Spec: v1alpha1.BGPPeerSpec{MyASN: 64512, PeerASN: 64513, PeerAddress: "198.51.100.1"}}}
+	w.BGPAds = []v1alpha1.BGPAdvertisement{{ObjectMeta: metav1.ObjectMeta{Name: "all"}}}
+	for i := range w.Nodes {
+		w.Nodes[i].Labels[v1alpha1.LabelExcludeFromExternalLoadBalancers] = ""
+		w.Nodes[i].Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "198.51.100." + string(rune('1'+i)) + "1"}}
+	}
+	routed := func(w World) (n int) {
+		for _, node := range nodeNames {
+			n += len(MakePlan(w, node, v1alpha1.DefaultLoadBalancerClass, allAlive).Routed)
+		}
+		return n
+	}
+	if got := owners(w, allAlive); len(got) != 0 {
+		t.Fatalf("excluded nodes claim %v", got)
+	}
+	if n := routed(w); n != 0 {
+		t.Fatalf("excluded nodes advertise %d routes over BGP", n)
+	}
+	w.IgnoreExcludeLabel = true
+	ip := netip.MustParseAddr("198.51.100.30")
+	want, _ := election.Owner(ip, nodeNames)
+	if got := owners(w, allAlive); !slices.Equal(got[ip], []string{want}) {
+		t.Fatalf("with the label ignored, %v claimed by %v, want %s", ip, got[ip], want)
+	}
+	if n := routed(w); n != len(nodeNames) {
+		t.Fatalf("with the label ignored, %d nodes advertise %v over BGP, want %d", n, ip, len(nodeNames))
+	}
+}

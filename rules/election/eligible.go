@@ -61,7 +61,12 @@ func Eligible(cands []Candidate, p Policy) (names []string, whyNone string) {
 	}
 	add("speaker not alive", dead)
 	add("not matched by nodeSelectors", unselected)
-	add("labelled exclude-from-external-load-balancers", excluded)
+	add("labelled node.kubernetes.io/exclude-from-external-load-balancers", excluded)
 	add("no ready local endpoint (externalTrafficPolicy Local)", noEndpoint)
-	return nil, "no eligible node (" + strings.Join(parts, "; ") + ")"
+	why := "no eligible node (" + strings.Join(parts, "; ") + ")"
+	if len(excluded) > 0 {
+		// Single-node and control-plane-only clusters carry the label on every node.
+		why += "; speakers run with --ignore-exclude-lb-label announce from labelled nodes"
+	}
+	return nil, why
 }
