@@ -11,6 +11,9 @@ type Options struct {
 	// LoadBalancerClass is the spec.loadBalancerClass handled besides no class; default
 	// portico.dev/lb.
 	LoadBalancerClass string
+	// IgnoreClassless leaves Services without a loadBalancerClass to another load balancer;
+	// the speakers must run with the same setting.
+	IgnoreClassless bool
 }
 
 // Setup registers every Portico reconciler with the manager. They share one allocator, fed
@@ -22,6 +25,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	}
 	s := newState(mgr.GetClient(), opts.LoadBalancerClass)
 	s.live = mgr.GetAPIReader()
+	s.ignoreClassless = opts.IgnoreClassless
 	w := newStatusWriter(mgr.GetClient(), mgr.GetAPIReader())
 	if err := mgr.Add(w); err != nil {
 		return err

@@ -28,6 +28,8 @@ type state struct {
 	// live, when set, reads from the apiserver, not the cache: see ensureLoaded.
 	live  client.Reader
 	class string
+	// ignoreClassless leaves Services without a loadBalancerClass alone (rules.Handles).
+	ignoreClassless bool
 
 	mu       sync.Mutex
 	alloc    *allocator.Allocator
@@ -71,8 +73,7 @@ func (s *state) waitingServices() []string {
 // finalizer) still is: kube-proxy and the speakers go on using its addresses until the object
 // is gone, so nobody else may have them meanwhile.
 func (s *state) ours(svc *corev1.Service) bool {
-	return svc.Spec.Type == corev1.ServiceTypeLoadBalancer &&
-		(svc.Spec.LoadBalancerClass == nil || *svc.Spec.LoadBalancerClass == s.class)
+	return rules.Handles(svc, s.class, !s.ignoreClassless)
 }
 
 // ensureLoaded rebuilds the allocator from the pools and from every Service's status, once,

@@ -29,6 +29,8 @@ type World struct {
 	Secrets []corev1.Secret
 	// IgnoreExcludeLabel: nodes labelled exclude-from-external-load-balancers announce too.
 	IgnoreExcludeLabel bool
+	// IgnoreClassless: Services without a loadBalancerClass are another load balancer's.
+	IgnoreClassless bool
 
 	selectors rules.Selectors // filled while one plan is made
 }
@@ -82,15 +84,12 @@ func MakePlan(w World, me, lbClass string, alive func(node string) bool) Plan {
 	return p
 }
 
-// forEachAddress calls fn for every address in the status of a LoadBalancer Service of our
-// class, with the pool it came from; an address in no pool is a problem.
+// forEachAddress calls fn for every address in the status of a Service Portico handles
+// (rules.Handles), with the pool it came from; an address in no pool is a problem.
 func forEachAddress(w World, lbClass string, pools []rules.Pool, p *Plan, fn func(svc *corev1.Service, key string, ip netip.Addr, pool *v1alpha1.IPAddressPool)) {
 	for i := range w.Services {
 		svc := &w.Services[i]
-		if svc.Spec.Type != corev1.ServiceTypeLoadBalancer {
-			continue
-		}
-		if c := svc.Spec.LoadBalancerClass; c != nil && *c != lbClass {
+		if !rules.Handles(svc, lbClass, !w.IgnoreClassless) {
 			continue
 		}
 		key := svc.Namespace + "/" + svc.Name

@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/portico-lb/portico/api/v1alpha1"
 	"github.com/portico-lb/portico/rules/election"
@@ -170,5 +171,18 @@ func TestIgnoreExcludeLabel(t *testing.T) {
 	}
 	if n := routed(w); n != len(nodeNames) {
 		t.Fatalf("with the label ignored, %d nodes advertise %v over BGP, want %d", n, ip, len(nodeNames))
+	}
+}
+
+// TestIgnoreClassless: with --ignore-classless the speakers leave a Service without a class to
+// another load balancer, over L2, and still answer for one of their class.
+func TestIgnoreClassless(t *testing.T) {
+	classed := lbService("classed", "198.51.100.41")
+	classed.Spec.LoadBalancerClass = ptr.To(v1alpha1.DefaultLoadBalancerClass)
+	w := world(lbService("classless", "198.51.100.40"), classed)
+	w.IgnoreClassless = true
+	got := owners(w, allAlive)
+	if _, claimed := got[netip.MustParseAddr("198.51.100.40")]; claimed || len(got) != 1 {
+		t.Fatalf("claimed %v, want only 198.51.100.41 (the classless Service is another load balancer's)", got)
 	}
 }

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/portico-lb/portico/api/v1alpha1"
@@ -44,7 +43,7 @@ func (s *Speaker) selfCheckTargets(ctx context.Context) []selfcheck.Target {
 	cluster := w.cluster()
 	for i := range w.Services {
 		svc := &w.Services[i]
-		if svc.Spec.Type != corev1.ServiceTypeLoadBalancer || svc.Spec.LoadBalancerClass != nil && *svc.Spec.LoadBalancerClass != s.LBClass {
+		if !rules.Handles(svc, s.LBClass, !s.IgnoreClassless) {
 			continue
 		}
 		for _, ip := range v1alpha1.IngressAddrs(svc) {

@@ -26,7 +26,10 @@ func main() {
 	leaseDuration := flag.Duration("leader-elect-lease-duration", 15*time.Second, "how long followers wait before taking over from a leader that stopped renewing")
 	renewDeadline := flag.Duration("leader-elect-renew-deadline", 10*time.Second, "how long the leader keeps trying to renew before it steps down")
 	retryPeriod := flag.Duration("leader-elect-retry-period", 2*time.Second, "how often candidates try to take the lease")
-	lbClass := flag.String("load-balancer-class", porticov1.DefaultLoadBalancerClass, "spec.loadBalancerClass handled besides Services with no class")
+	var copts controller.Options
+	flag.StringVar(&copts.LoadBalancerClass, "load-balancer-class", porticov1.DefaultLoadBalancerClass, "spec.loadBalancerClass handled besides Services with no class")
+	flag.BoolVar(&copts.IgnoreClassless, "ignore-classless", false,
+		"leave Services with no spec.loadBalancerClass to another load balancer, handling only --load-balancer-class (the speakers need the same flag)")
 	logOpts := zap.Options{}
 	logOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -45,18 +48,18 @@ func main() {
 		// waiting for the lease to expire.
 		LeaderElectionReleaseOnCancel: true,
 	}
-	if err := run(opts, *lbClass); err != nil {
+	if err := run(opts, copts); err != nil {
 		fmt.Fprintln(os.Stderr, "portico-controller:", err)
 		os.Exit(1)
 	}
 }
 
-func run(opts ctrl.Options, lbClass string) error {
+func run(opts ctrl.Options, copts controller.Options) error {
 	mgr, err := kube.NewManager(opts)
 	if err != nil {
 		return err
 	}
-	if err := controller.Setup(mgr, controller.Options{LoadBalancerClass: lbClass}); err != nil {
+	if err := controller.Setup(mgr, copts); err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
