@@ -82,6 +82,7 @@ func (c Selectors) Candidates(nodes []corev1.Node, ads []*v1alpha1.L2Advertiseme
 		n := &nodes[i]
 		cand := election.Candidate{Name: n.Name, Alive: alive(n.Name), LocalEndpoint: local[n.Name]}
 		cand.Excluded = ExcludedFromLB(n, ignoreExclude)
+		cand.NotReady, cand.NetworkUnavailable = NodeHealth(n)
 		for _, ad := range ads {
 			if len(ad.Spec.NodeSelectors) > 0 && !c.MatchesAny(ad.Spec.NodeSelectors, n.Labels) {
 				continue
@@ -112,6 +113,21 @@ func (c Selectors) Candidates(nodes []corev1.Node, ads []*v1alpha1.L2Advertiseme
 func ExcludedFromLB(n *corev1.Node, ignore bool) bool {
 	_, labelled := n.Labels[v1alpha1.LabelExcludeFromExternalLoadBalancers]
 	return labelled && !ignore
+}
+
+// NodeHealth reads a node's Ready and NetworkUnavailable conditions: notReady when Ready is
+// False or Unknown, networkUnavailable when NetworkUnavailable is True. A node that reports
+// neither condition (no kubelet has posted yet, or none runs, as in a lab) counts as healthy.
+func NodeHealth(n *corev1.Node) (notReady, networkUnavailable bool) {
+	for _, c := range n.Status.Conditions {
+		switch c.Type {
+		case corev1.NodeReady:
+			notReady = c.Status != corev1.ConditionTrue
+		case corev1.NodeNetworkUnavailable:
+			networkUnavailable = c.Status == corev1.ConditionTrue
+		}
+	}
+	return notReady, networkUnavailable
 }
 
 // LocalReadyNodes maps each Service with externalTrafficPolicy Local (namespace/name) to the
