@@ -110,7 +110,17 @@ func TestAnnounced(t *testing.T) {
 	update(t, svc, func() { svc.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyCluster })
 	update(t, nodeA, func() { nodeA.Labels[porticov1.LabelExcludeFromExternalLoadBalancers] = "" })
 	waitAnnounced(t, ns, "web", metav1.ConditionFalse, porticov1.ReasonNoEligibleNode,
-		"203.0.113.10: no eligible node (speaker not alive: node-b; labelled exclude-from-external-load-balancers: node-a)")
+		"203.0.113.10: no eligible node (speaker not alive: node-b; labelled node.kubernetes.io/exclude-from-external-load-balancers: node-a); "+
+			"speakers run with --ignore-exclude-lb-label announce from labelled nodes")
+
+	// The label goes, and node-a's network is unavailable, then it is NotReady.
+	update(t, nodeA, func() { delete(nodeA.Labels, porticov1.LabelExcludeFromExternalLoadBalancers) })
+	setNodeConditions(t, nodeA, corev1.NodeCondition{Type: corev1.NodeNetworkUnavailable, Status: corev1.ConditionTrue, Reason: "NoRouteCreated"})
+	waitAnnounced(t, ns, "web", metav1.ConditionFalse, porticov1.ReasonNoEligibleNode,
+		"203.0.113.10: no eligible node (speaker not alive: node-b; condition NetworkUnavailable True: node-a)")
+	setNodeConditions(t, nodeA, corev1.NodeCondition{Type: corev1.NodeReady, Status: corev1.ConditionUnknown, Reason: "NodeStatusUnknown"})
+	waitAnnounced(t, ns, "web", metav1.ConditionFalse, porticov1.ReasonNoEligibleNode,
+		"203.0.113.10: no eligible node (speaker not alive: node-b; not Ready: node-a)")
 
 	// BGP instead of L2: pending until a speaker reports advertising it.
 	if err := cp.Client.Delete(context.Background(), ad); err != nil {
@@ -123,4 +133,16 @@ func TestAnnounced(t *testing.T) {
 	report(t, speakerA, porticov1.Announcement{IP: "203.0.113.10", Service: ns + "/web", Protocol: porticov1.ProtocolBGP, Peers: []string{"tor-a", "tor-b"}})
 	waitAnnounced(t, ns, "web", metav1.ConditionTrue, porticov1.ReasonAnnouncedBGP,
 		"203.0.113.10 over BGP from node node-a to peers tor-a,tor-b")
+}
+
+// setNodeConditions replaces the node's conditions, as a kubelet and the node controller would.
+func setNodeConditions(t *testing.T, node *corev1.Node, conds ...corev1.NodeCondition) {
+	t.Helper()
+	if err := cp.Client.Get(context.Background(), client.ObjectKeyFromObject(node), node); err != nil {
+		t.Fatal(err)
+	}
+	node.Status.Conditions = conds
+	if err := cp.Client.Status().Update(context.Background(), node); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -57,8 +57,8 @@ func (r *HealthReconciler) setup(mgr ctrl.Manager) error {
 		// Only what changes the answer: a pool's status (rewritten with every allocation) and
 		// a node's heartbeats would otherwise re-run every Service.
 		Watches(&porticov1.Speaker{}, handler.EnqueueRequestsFromMapFunc(r.addressed)).
-		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.addressed), builder.OnlyMetadata,
-			builder.WithPredicates(predicate.LabelChangedPredicate{})).
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.addressed),
+			builder.WithPredicates(predicate.Or[client.Object](predicate.LabelChangedPredicate{}, nodeHealthChanged))).
 		Watches(&porticov1.L2Advertisement{}, handler.EnqueueRequestsFromMapFunc(r.addressed),
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&porticov1.BGPAdvertisement{}, handler.EnqueueRequestsFromMapFunc(r.addressed),
@@ -67,6 +67,19 @@ func (r *HealthReconciler) setup(mgr ctrl.Manager) error {
 			builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}))).
 		Complete(r)
 }
+
+// nodeHealthChanged passes a Node update that changes what rules.NodeHealth reads, not its
+// heartbeats (which would re-run every Service).
+var nodeHealthChanged = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+	before, ok1 := e.ObjectOld.(*corev1.Node)
+	after, ok2 := e.ObjectNew.(*corev1.Node)
+	if !ok1 || !ok2 {
+		return false
+	}
+	nr1, nu1 := rules.NodeHealth(before)
+	nr2, nu2 := rules.NodeHealth(after)
+	return nr1 != nr2 || nu1 != nu2
+}}
 
 // sliceService maps an EndpointSlice to its Service, by the label the endpointslice
 // controller puts on it.
@@ -209,17 +222,13 @@ func (r *HealthReconciler) announced(ctx context.Context, svc *corev1.Service, s
 	var ads porticov1.L2AdvertisementList
 	var bgpAds porticov1.BGPAdvertisementList
 	var pools porticov1.IPAddressPoolList
-	nodes := &metav1.PartialObjectMetadataList{}
-	nodes.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("NodeList"))
-	for _, l := range []client.ObjectList{&ads, &bgpAds, &pools, nodes} {
+	var nodes corev1.NodeList
+	for _, l := range []client.ObjectList{&ads, &bgpAds, &pools, &nodes} {
 		if err := r.Client.List(ctx, l); err != nil {
 			return metav1.Condition{}, err
 		}
 	}
-	cluster := rules.Cluster{EndpointSlices: slices, L2Advertisements: ads.Items, Pools: pools.Items}
-	for _, n := range nodes.Items {
-		cluster.Nodes = append(cluster.Nodes, corev1.Node{ObjectMeta: n.ObjectMeta})
-	}
+	cluster := rules.Cluster{Nodes: nodes.Items, EndpointSlices: slices, L2Advertisements: ads.Items, Pools: pools.Items}
 	// A node runs a speaker when it has a Speaker object (each speaker writes its own).
 	running := map[string]bool{}
 	for _, s := range speakers {

@@ -19,6 +19,9 @@ type Options struct {
 	// NewsAfter is how long a health problem (a False EndpointsReady, Announced or Reachable)
 	// lasts before an event tells it; 0: 30 s. The condition says it at once.
 	NewsAfter time.Duration
+	// IgnoreClassless leaves Services without a loadBalancerClass to another load balancer;
+	// the speakers must run with the same setting.
+	IgnoreClassless bool
 }
 
 // Setup registers every Portico reconciler with the manager. They share one allocator, fed
@@ -33,6 +36,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	}
 	s := newState(mgr.GetClient(), opts.LoadBalancerClass)
 	s.live = mgr.GetAPIReader()
+	s.ignoreClassless = opts.IgnoreClassless
 	w := newStatusWriter(mgr.GetClient(), mgr.GetAPIReader())
 	if err := mgr.Add(w); err != nil {
 		return err

@@ -28,6 +28,8 @@ type state struct {
 	// live, when set, reads from the apiserver, not the cache: see load.
 	live  client.Reader
 	class string
+	// ignoreClassless leaves Services without a loadBalancerClass alone (rules.Handles).
+	ignoreClassless bool
 
 	book *guarded.Value[book] // reached through withLock or book.Do only
 
@@ -84,8 +86,7 @@ func (s *state) waiting() []string {
 // finalizer) still is: kube-proxy and the speakers go on using its addresses until the object
 // is gone, so nobody else may have them meanwhile.
 func (s *state) ours(svc *corev1.Service) bool {
-	return svc.Spec.Type == corev1.ServiceTypeLoadBalancer &&
-		(svc.Spec.LoadBalancerClass == nil || *svc.Spec.LoadBalancerClass == s.class)
+	return rules.Handles(svc, s.class, !s.ignoreClassless)
 }
 
 // load rebuilds the book's allocator from the pools and from every Service's status, once,

@@ -123,6 +123,21 @@ func (e *l2Env) settle(ip netip.Addr, owner string) {
 	})
 }
 
+// handsOver creates scenario name for ip and checks that once change is done to ip's owner
+// (which undoes it at cleanup) the address moves to the next owner: the client's existing
+// entry first, then everything expectOwner checks.
+func (e *l2Env) handsOver(t *testing.T, name string, ip netip.Addr, change func(owner string)) {
+	t.Helper()
+	e.create(scenario{name: name, ip: ip})
+	owner, next := ownerAndNext(ip)
+	e.expectOwner(ip, owner)
+	change(owner)
+	waitFor(t, "client's entry moves to "+next, 20*time.Second, func() bool {
+		return netlab.Neighbour(e.Client.NS, ip) == e.macOf(next)
+	})
+	e.expectOwner(ip, next)
+}
+
 // hashOwner is the owner election picks among the given nodes.
 func hashOwner(ip netip.Addr, nodes ...string) string {
 	o, _ := election.Owner(ip, nodes)
@@ -255,16 +270,18 @@ func TestL2(t *testing.T) {
 
 		t.Run("exclude label moves ownership", func(t *testing.T) {
 			e.t = t
-			ip := netip.MustParseAddr("198.51.100.207")
-			e.create(scenario{name: "exclude", ip: ip})
-			owner, next := ownerAndNext(ip)
-			e.expectOwner(ip, owner)
-			setLabel(t, e, owner, v1alpha1.LabelExcludeFromExternalLoadBalancers, "")
-			t.Cleanup(func() { setLabel(t, e, owner, v1alpha1.LabelExcludeFromExternalLoadBalancers, "-") })
-			waitFor(t, "client's entry moves to "+next, 20*time.Second, func() bool {
-				return netlab.Neighbour(e.Client.NS, ip) == e.macOf(next)
+			e.handsOver(t, "exclude", netip.MustParseAddr("198.51.100.207"), func(owner string) {
+				setLabel(t, e, owner, v1alpha1.LabelExcludeFromExternalLoadBalancers, "")
+				t.Cleanup(func() { setLabel(t, e, owner, v1alpha1.LabelExcludeFromExternalLoadBalancers, "-") })
 			})
-			e.expectOwner(ip, next)
+		})
+
+		t.Run("a node whose network is unavailable hands over", func(t *testing.T) {
+			e.t = t
+			e.handsOver(t, "health", netip.MustParseAddr("198.51.100.212"), func(owner string) {
+				setNodeConditions(t, e, owner, corev1.NodeCondition{Type: corev1.NodeNetworkUnavailable, Status: corev1.ConditionTrue})
+				t.Cleanup(func() { setNodeConditions(t, e, owner) })
+			})
 		})
 
 		t.Run("externalTrafficPolicy Local follows the endpoint", func(t *testing.T) {

@@ -34,6 +34,15 @@ func setLabel(t *testing.T, e *l2Env, node, key, value string) {
 	must(t, e.c.Update(context.Background(), &n))
 }
 
+// setNodeConditions replaces a Node's conditions, as its kubelet and the node controller would.
+func setNodeConditions(t *testing.T, e *l2Env, node string, conds ...corev1.NodeCondition) {
+	t.Helper()
+	var n corev1.Node
+	must(t, e.c.Get(context.Background(), clientKey(node), &n))
+	n.Status.Conditions = conds
+	must(t, e.c.Status().Update(context.Background(), &n))
+}
+
 // setEndpoint gives svc one ready endpoint on node, as the EndpointSlice controller would.
 func setEndpoint(t *testing.T, e *l2Env, svc *corev1.Service, node string) {
 	t.Helper()

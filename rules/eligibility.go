@@ -18,6 +18,8 @@ type Cluster struct {
 	EndpointSlices   []discoveryv1.EndpointSlice
 	L2Advertisements []v1alpha1.L2Advertisement
 	Pools            []v1alpha1.IPAddressPool
+	// IgnoreExcludeLabel is the speakers' --ignore-exclude-lb-label (ExcludedFromLB).
+	IgnoreExcludeLabel bool
 }
 
 // L2Eligibility is what the configuration says about who may answer for one address of a
@@ -56,7 +58,7 @@ func L2EligibilityOf(c Cluster, svc *corev1.Service, ip netip.Addr, alive func(n
 		return e
 	}
 	e.Advertised = true
-	cands, _ := sel.Candidates(c.Nodes, ads, LocalReadyNodes([]corev1.Service{*svc}, c.EndpointSlices)[svc.Namespace+"/"+svc.Name], "", alive)
+	cands, _ := sel.Candidates(c.Nodes, ads, LocalReadyNodes([]corev1.Service{*svc}, c.EndpointSlices)[svc.Namespace+"/"+svc.Name], "", alive, c.IgnoreExcludeLabel)
 	e.Nodes = len(cands)
 	local := svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal
 	e.Eligible, e.WhyNone = election.Eligible(cands, election.Policy{LocalOnly: local})
@@ -70,15 +72,17 @@ func L2EligibilityOf(c Cluster, svc *corev1.Service, ip netip.Addr, alive func(n
 
 // Candidates describes every node for election under the L2Advertisements ads, and the
 // interfaces node me would answer on (nil: all suitable; the union over the advertisements
-// selecting me). local holds the nodes with a ready endpoint of the Service.
-func (c Selectors) Candidates(nodes []corev1.Node, ads []*v1alpha1.L2Advertisement, local map[string]bool, me string, alive func(string) bool) ([]election.Candidate, []string) {
+// selecting me). local holds the nodes with a ready endpoint of the Service; ignoreExclude is
+// ExcludedFromLB's.
+func (c Selectors) Candidates(nodes []corev1.Node, ads []*v1alpha1.L2Advertisement, local map[string]bool, me string, alive func(string) bool, ignoreExclude bool) ([]election.Candidate, []string) {
 	var myIfaces []string
 	allIfaces := false
 	cands := make([]election.Candidate, 0, len(nodes))
 	for i := range nodes {
 		n := &nodes[i]
 		cand := election.Candidate{Name: n.Name, Alive: alive(n.Name), LocalEndpoint: local[n.Name]}
-		_, cand.Excluded = n.Labels[v1alpha1.LabelExcludeFromExternalLoadBalancers]
+		cand.Excluded = ExcludedFromLB(n, ignoreExclude)
+		cand.NotReady, cand.NetworkUnavailable = NodeHealth(n)
 		for _, ad := range ads {
 			if len(ad.Spec.NodeSelectors) > 0 && !c.MatchesAny(ad.Spec.NodeSelectors, n.Labels) {
 				continue
@@ -100,6 +104,30 @@ func (c Selectors) Candidates(nodes []corev1.Node, ads []*v1alpha1.L2Advertiseme
 	}
 	sort.Strings(myIfaces)
 	return cands, slices.Compact(myIfaces)
+}
+
+// ExcludedFromLB reports whether node n may not announce because it carries
+// node.kubernetes.io/exclude-from-external-load-balancers (over L2 and BGP alike). ignore is
+// the speakers' --ignore-exclude-lb-label, for single-node and control-plane-only clusters
+// whose only nodes carry the label (kubeadm and kind put it on control-plane nodes).
+func ExcludedFromLB(n *corev1.Node, ignore bool) bool {
+	_, labelled := n.Labels[v1alpha1.LabelExcludeFromExternalLoadBalancers]
+	return labelled && !ignore
+}
+
+// NodeHealth reads a node's Ready and NetworkUnavailable conditions: notReady when Ready is
+// False or Unknown, networkUnavailable when NetworkUnavailable is True. A node that reports
+// neither condition (no kubelet has posted yet, or none runs, as in a lab) counts as healthy.
+func NodeHealth(n *corev1.Node) (notReady, networkUnavailable bool) {
+	for _, c := range n.Status.Conditions {
+		switch c.Type {
+		case corev1.NodeReady:
+			notReady = c.Status != corev1.ConditionTrue
+		case corev1.NodeNetworkUnavailable:
+			networkUnavailable = c.Status == corev1.ConditionTrue
+		}
+	}
+	return notReady, networkUnavailable
 }
 
 // LocalReadyNodes maps each Service with externalTrafficPolicy Local (namespace/name) to the

@@ -28,13 +28,18 @@ type World struct {
 	// Secrets holds the Secrets BGPPeers reference for their passwords (as far as the speaker
 	// could read them).
 	Secrets []corev1.Secret
+	// IgnoreExcludeLabel: nodes labelled exclude-from-external-load-balancers announce too.
+	IgnoreExcludeLabel bool
+	// IgnoreClassless: Services without a loadBalancerClass are another load balancer's.
+	IgnoreClassless bool
 
 	selectors rules.Selectors // filled while one plan is made
 }
 
 // cluster is what the shared L2 rules read of the world.
 func (w World) cluster() rules.Cluster {
-	return rules.Cluster{Nodes: w.Nodes, EndpointSlices: w.EndpointSlices, L2Advertisements: w.Advertisements, Pools: w.Pools}
+	return rules.Cluster{Nodes: w.Nodes, EndpointSlices: w.EndpointSlices, L2Advertisements: w.Advertisements, Pools: w.Pools,
+		IgnoreExcludeLabel: w.IgnoreExcludeLabel}
 }
 
 // Claim is one address this node answers for.
@@ -67,7 +72,7 @@ func MakePlan(w World, me, lbClass string, alive func(node string) bool) Plan {
 		if len(ads) == 0 {
 			return // not announced over L2; the controller reports NoAdvertisement
 		}
-		cands, myIfaces := w.selectors.Candidates(w.Nodes, ads, ready[key], me, alive)
+		cands, myIfaces := w.selectors.Candidates(w.Nodes, ads, ready[key], me, alive, w.IgnoreExcludeLabel)
 		eligible, _ := election.Eligible(cands, election.Policy{
 			LocalOnly: svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal,
 		})
@@ -140,15 +145,12 @@ func claimOf(ss []sharer) Claim {
 	return c
 }
 
-// forEachAddress calls fn for every address in the status of a LoadBalancer Service of our
-// class, with the pool it came from; an address in no pool is a problem.
+// forEachAddress calls fn for every address in the status of a Service Portico handles
+// (rules.Handles), with the pool it came from; an address in no pool is a problem.
 func forEachAddress(w World, lbClass string, pools []rules.Pool, p *Plan, fn func(svc *corev1.Service, key string, ip netip.Addr, pool *v1alpha1.IPAddressPool)) {
 	for i := range w.Services {
 		svc := &w.Services[i]
-		if svc.Spec.Type != corev1.ServiceTypeLoadBalancer {
-			continue
-		}
-		if c := svc.Spec.LoadBalancerClass; c != nil && *c != lbClass {
+		if !rules.Handles(svc, lbClass, !w.IgnoreClassless) {
 			continue
 		}
 		key := svc.Namespace + "/" + svc.Name

@@ -62,7 +62,7 @@ func planBGP(w World, me, lbClass string, pools []rules.Pool, ready map[string]m
 	if len(p.BGP.Peers) == 0 {
 		return
 	}
-	_, excluded := node.Labels[v1alpha1.LabelExcludeFromExternalLoadBalancers]
+	excluded := rules.ExcludedFromLB(node, w.IgnoreExcludeLabel)
 	forEachAddress(w, lbClass, pools, p, func(svc *corev1.Service, key string, ip netip.Addr, pool *v1alpha1.IPAddressPool) {
 		if excluded {
 			return

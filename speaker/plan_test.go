@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/portico-lb/portico/api/v1alpha1"
 	"github.com/portico-lb/portico/rules/election"
@@ -136,5 +137,52 @@ func TestLocalPolicyAndLiveness(t *testing.T) {
 	// node-c's speaker dies: nobody else may take a Local address.
 	if got := owners(w, func(n string) bool { return n != "node-c" }); len(got) != 0 {
 		t.Fatalf("claimed %v after the only endpoint node died", got)
+	}
+}
+
+// TestIgnoreExcludeLabel: on a cluster whose every node carries the exclude label (a
+// single-node or control-plane-only cluster), nothing is announced over L2 or BGP unless the
+// speakers run with --ignore-exclude-lb-label; then the label changes nothing.
+func TestIgnoreExcludeLabel(t *testing.T) {
+	w := world(lbService("web", "198.51.100.30"))
+	w.BGPPeers = []v1alpha1.BGPPeer{{ObjectMeta: metav1.ObjectMeta{Name: "tor"}, Spec: v1alpha1.BGPPeerSpec{MyASN: 64512, PeerASN: 64513, PeerAddress: "198.51.100.1"}}}
+	w.BGPAds = []v1alpha1.BGPAdvertisement{{ObjectMeta: metav1.ObjectMeta{Name: "all"}}}
+	for i := range w.Nodes {
+		w.Nodes[i].Labels[v1alpha1.LabelExcludeFromExternalLoadBalancers] = ""
+		w.Nodes[i].Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "198.51.100." + string(rune('1'+i)) + "1"}}
+	}
+	routed := func(w World) (n int) {
+		for _, node := range nodeNames {
+			n += len(MakePlan(w, node, v1alpha1.DefaultLoadBalancerClass, allAlive).Routed)
+		}
+		return n
+	}
+	if got := owners(w, allAlive); len(got) != 0 {
+		t.Fatalf("excluded nodes claim %v", got)
+	}
+	if n := routed(w); n != 0 {
+		t.Fatalf("excluded nodes advertise %d routes over BGP", n)
+	}
+	w.IgnoreExcludeLabel = true
+	ip := netip.MustParseAddr("198.51.100.30")
+	want, _ := election.Owner(ip, nodeNames)
+	if got := owners(w, allAlive); !slices.Equal(got[ip], []string{want}) {
+		t.Fatalf("with the label ignored, %v claimed by %v, want %s", ip, got[ip], want)
+	}
+	if n := routed(w); n != len(nodeNames) {
+		t.Fatalf("with the label ignored, %d nodes advertise %v over BGP, want %d", n, ip, len(nodeNames))
+	}
+}
+
+// TestIgnoreClassless: with --ignore-classless the speakers leave a Service without a class to
+// another load balancer, over L2, and still answer for one of their class.
+func TestIgnoreClassless(t *testing.T) {
+	classed := lbService("classed", "198.51.100.41")
+	classed.Spec.LoadBalancerClass = ptr.To(v1alpha1.DefaultLoadBalancerClass)
+	w := world(lbService("classless", "198.51.100.40"), classed)
+	w.IgnoreClassless = true
+	got := owners(w, allAlive)
+	if _, claimed := got[netip.MustParseAddr("198.51.100.40")]; claimed || len(got) != 1 {
+		t.Fatalf("claimed %v, want only 198.51.100.41 (the classless Service is another load balancer's)", got)
 	}
 }

@@ -4,14 +4,12 @@ import (
 	"cmp"
 	"context"
 	"maps"
-	"net"
 	"net/netip"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/portico-lb/portico/api/v1alpha1"
@@ -45,7 +43,7 @@ func (s *Speaker) selfCheckTargets(ctx context.Context) []selfcheck.Target {
 	cluster := w.cluster()
 	for i := range w.Services {
 		svc := &w.Services[i]
-		if svc.Spec.Type != corev1.ServiceTypeLoadBalancer || svc.Spec.LoadBalancerClass != nil && *svc.Spec.LoadBalancerClass != s.LBClass {
+		if !rules.Handles(svc, s.LBClass, !s.IgnoreClassless) {
 			continue
 		}
 		for _, ip := range v1alpha1.IngressAddrs(svc) {
@@ -129,17 +127,10 @@ func selfCheckResults(results map[netip.Addr][]string, prev []v1alpha1.SelfCheck
 // being taken for the cause of an owner change.
 const causeStatus = "status"
 
-// hardwareAddrs are the MACs this node answers with: its suitable interfaces'.
+// hardwareAddrs are the MACs this node may answer with: its usable interfaces'.
 func hardwareAddrs() []string {
-	names, _ := l2.Suitable()
-	var macs []string
-	for _, n := range names {
-		if ifi, err := net.InterfaceByName(n); err == nil {
-			macs = append(macs, ifi.HardwareAddr.String())
-		}
-	}
-	slices.Sort(macs)
-	return slices.Compact(macs)
+	links, _ := l2.ReadLinks()
+	return l2.MACs(links)
 }
 
 func newProbeCounter(reg prometheus.Registerer) *prometheus.CounterVec {

@@ -44,6 +44,10 @@ type Speaker struct {
 	Recorder   record.EventRecorder
 	Metrics    *Metrics
 	Log        logr.Logger
+	// IgnoreExcludeLabel lets nodes labelled exclude-from-external-load-balancers announce.
+	IgnoreExcludeLabel bool
+	// IgnoreClassless leaves Services without a loadBalancerClass to another load balancer.
+	IgnoreClassless bool
 	// SelfCheck paces the probes of addresses other nodes own; a zero Interval switches it off.
 	SelfCheck selfcheck.Options
 
@@ -221,7 +225,7 @@ func (s *Speaker) world(ctx context.Context) (World, error) {
 		}
 	}
 	return World{Services: svcs.Items, EndpointSlices: eps.Items, Nodes: nodes.Items, Advertisements: ads.Items, Pools: pools.Items,
-		BGPPeers: peers.Items, BGPAds: bgpAds.Items, Secrets: s.secretsFor(ctx, peers.Items)}, nil
+		BGPPeers: peers.Items, BGPAds: bgpAds.Items, Secrets: s.secretsFor(ctx, peers.Items), IgnoreExcludeLabel: s.IgnoreExcludeLabel, IgnoreClassless: s.IgnoreClassless}, nil
 }
 
 func (s *Speaker) reconcile(ctx context.Context) {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/portico-lb/portico/api/v1alpha1"
 	"github.com/portico-lb/portico/speaker/bgp"
+	"github.com/portico-lb/portico/speaker/l2"
 )
 
 // statusWriteInterval is the least time between two writes of the Speaker status.
@@ -33,6 +34,7 @@ func (s *Speaker) report(plan Plan, answered map[netip.Addr][]string, sessions m
 		r.status.SelfChecks, r.status.OmittedSelfChecks = c.checks, c.omitted
 	}
 	r.status.Sessions, r.status.BGPPeersUp = sessionStatus(sessions)
+	r.status.Interfaces, r.status.OmittedInterfaces = interfaceStatus(s.Announce.Interfaces())
 	select {
 	case <-s.reports:
 	default:
@@ -130,6 +132,23 @@ func (s *Speaker) writeStatus(ctx context.Context, r statusReport) error {
 
 func sameStatus(a, b statusReport) bool {
 	return a.ready.Status == b.ready.Status && a.ready.Message == b.ready.Message && apiequality.Semantic.DeepEqual(a.status, b.status)
+}
+
+// interfaceStatus lists the interfaces that answer first, then those left out with the reason,
+// within the API's cap (the rest counted).
+func interfaceStatus(verdicts []l2.Verdict) ([]v1alpha1.SpeakerInterface, int32) {
+	out := make([]v1alpha1.SpeakerInterface, 0, len(verdicts))
+	for _, answers := range []bool{true, false} {
+		for _, v := range verdicts {
+			if v.Answers == answers {
+				out = append(out, v1alpha1.SpeakerInterface{Name: v.Name, Answers: v.Answers, Reason: v.Reason})
+			}
+		}
+	}
+	if len(out) > v1alpha1.MaxSpeakerInterfaces {
+		return out[:v1alpha1.MaxSpeakerInterfaces], int32(len(out) - v1alpha1.MaxSpeakerInterfaces)
+	}
+	return out, 0
 }
 
 // sessionStatus lists the sessions by peer name and counts the Established ones.

@@ -25,7 +25,9 @@ type L2AdvertisementSpec struct {
 	// +optional
 	NodeSelectors []metav1.LabelSelector `json:"nodeSelectors,omitempty"`
 
-	// Interfaces to answer on; empty means every suitable interface of the node.
+	// Interfaces to answer on, by name ("eth0") or pattern ("eth*", "enp?s0": "*" stands for any
+	// characters, "?" for one); empty means the node's suitable interfaces, chosen by the
+	// speaker (its Speaker status lists them and why others are left out).
 	// +kubebuilder:validation:MaxItems=32
 	// +listType=set
 	// +optional

@@ -74,6 +74,24 @@ type SelfCheck struct {
 	Time metav1.Time `json:"time"`
 }
 
+// MaxSpeakerInterfaces caps the interfaces a Speaker status lists: a node with many pods has a
+// veth for each.
+const MaxSpeakerInterfaces = 64
+
+// SpeakerInterface is one of the node's network interfaces and whether it answers ARP/NDP for
+// addresses whose L2Advertisements name no interface.
+type SpeakerInterface struct {
+	// +kubebuilder:validation:MaxLength=15
+	Name string `json:"name"`
+	// Answers: the interface is suitable; an address is answered on those suitable interfaces
+	// whose subnet holds it when there are any, else on all of them.
+	Answers bool `json:"answers"`
+	// Reason the interface is left out ("port of br0, which answers for it", "named veth*: ...").
+	// +kubebuilder:validation:MaxLength=128
+	// +optional
+	Reason string `json:"reason,omitempty"`
+}
+
 // SpeakerStatus is what one node's speaker announces and sees. Only that speaker writes it.
 type SpeakerStatus struct {
 	// Announcements lists every address this node announces.
@@ -107,6 +125,16 @@ type SpeakerStatus struct {
 	// +listType=atomic
 	// +optional
 	HardwareAddrs []string `json:"hardwareAddrs,omitempty"`
+	// Interfaces are the node's network interfaces: those that answer first, then those left
+	// out with the reason, at most 64, the others counted in omittedInterfaces.
+	// +kubebuilder:validation:MaxItems=64
+	// +listType=atomic
+	// +optional
+	Interfaces []SpeakerInterface `json:"interfaces,omitempty"`
+	// OmittedInterfaces counts the interfaces left out of interfaces.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	OmittedInterfaces int32 `json:"omittedInterfaces,omitempty"`
 	// ConfigErrors are configuration problems this speaker sees (an interface that does not
 	// exist here, a Secret it cannot read, ...).
 	// +listType=atomic

@@ -27,8 +27,11 @@ func main() {
 	leaseDuration := flag.Duration("leader-elect-lease-duration", 15*time.Second, "how long followers wait before taking over from a leader that stopped renewing")
 	renewDeadline := flag.Duration("leader-elect-renew-deadline", 10*time.Second, "how long the leader keeps trying to renew before it steps down")
 	retryPeriod := flag.Duration("leader-elect-retry-period", 2*time.Second, "how often candidates try to take the lease")
-	lbClass := flag.String("load-balancer-class", porticov1.DefaultLoadBalancerClass, "spec.loadBalancerClass handled besides Services with no class")
-	newsAfter := flag.Duration("news-after", 30*time.Second, "how long a Service's health problem lasts before an event tells it (its condition says it at once)")
+	var copts controller.Options
+	flag.StringVar(&copts.LoadBalancerClass, "load-balancer-class", porticov1.DefaultLoadBalancerClass, "spec.loadBalancerClass handled besides Services with no class")
+	flag.DurationVar(&copts.NewsAfter, "news-after", 30*time.Second, "how long a Service's health problem lasts before an event tells it (its condition says it at once)")
+	flag.BoolVar(&copts.IgnoreClassless, "ignore-classless", false,
+		"leave Services with no spec.loadBalancerClass to another load balancer, handling only --load-balancer-class (the speakers need the same flag)")
 	logOpts := zap.Options{}
 	logOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -47,20 +50,20 @@ func main() {
 		// waiting for the lease to expire.
 		LeaderElectionReleaseOnCancel: true,
 	}
-	if err := run(opts, controller.Options{LoadBalancerClass: *lbClass, NewsAfter: *newsAfter}); err != nil {
+	if err := run(opts, copts); err != nil {
 		fmt.Fprintln(os.Stderr, "portico-controller:", err)
 		os.Exit(1)
 	}
 }
 
-func run(opts ctrl.Options, setup controller.Options) error {
+func run(opts ctrl.Options, copts controller.Options) error {
 	mgr, err := kube.NewManager(opts)
 	if err != nil {
 		return err
 	}
 	// The controller's series join controller-runtime's on the endpoint the manager serves.
-	setup.Metrics = controller.NewMetrics(metrics.Registry)
-	if err := controller.Setup(mgr, setup); err != nil {
+	copts.Metrics = controller.NewMetrics(metrics.Registry)
+	if err := controller.Setup(mgr, copts); err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {

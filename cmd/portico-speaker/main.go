@@ -38,6 +38,8 @@ type options struct {
 	keyRefresh                 time.Duration
 	detection                  membership.Detection
 	selfCheck                  selfcheck.Options
+	ignoreExcludeLabel         bool
+	ignoreClassless            bool
 }
 
 func main() {
@@ -54,6 +56,10 @@ func main() {
 	flag.DurationVar(&o.detection.ProbeInterval, "memberlist-probe-interval", membership.DefaultDetection.ProbeInterval, "how often each member probes another")
 	flag.DurationVar(&o.detection.ProbeTimeout, "memberlist-probe-timeout", membership.DefaultDetection.ProbeTimeout, "how long a probe waits for its answer")
 	flag.IntVar(&o.detection.SuspicionMult, "memberlist-suspicion-mult", membership.DefaultDetection.SuspicionMult, "a suspected member is declared dead after this many probe intervals (scaled by log10 of the group size)")
+	flag.BoolVar(&o.ignoreExcludeLabel, "ignore-exclude-lb-label", false,
+		"announce from nodes labelled node.kubernetes.io/exclude-from-external-load-balancers too (single-node and control-plane-only clusters, whose nodes carry it)")
+	flag.BoolVar(&o.ignoreClassless, "ignore-classless", false,
+		"leave Services with no spec.loadBalancerClass to another load balancer, handling only --load-balancer-class (the controller needs the same flag)")
 	o.selfCheck = selfcheck.DefaultOptions
 	flag.DurationVar(&o.selfCheck.Interval, "self-check-interval", o.selfCheck.Interval, "how often the addresses other nodes answer for are probed (ARP) to report who answers; 0 switches the self-check off")
 	flag.Float64Var(&o.selfCheck.Rate, "self-check-rate", o.selfCheck.Rate, "self-check probes per second at most")
@@ -88,6 +94,7 @@ func run(o options) error {
 		Node: o.node, LBClass: o.lbClass, Cache: mgr.GetCache(), Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), MLPort: o.port,
 		Announce: l2.NewAnnouncer(log.WithName("l2"), metrics), BGP: sessions, Recorder: mgr.GetEventRecorderFor("portico-speaker"),
 		Metrics: metrics, Log: log, SelfCheck: o.selfCheck, KeyRefresh: o.keyRefresh,
+		IgnoreExcludeLabel: o.ignoreExcludeLabel, IgnoreClassless: o.ignoreClassless,
 	}
 	var keys membership.Keys
 	if o.secret != "" {

@@ -51,6 +51,10 @@ func TestTranscripts(t *testing.T) {
 							c.Selected = false
 						case "excluded":
 							c.Excluded = true
+						case "notready":
+							c.NotReady = true
+						case "nonetwork":
+							c.NetworkUnavailable = true
 						case "endpoint":
 							c.LocalEndpoint = true
 						default:

@@ -16,6 +16,10 @@ type Candidate struct {
 	Selected bool
 	// Excluded: the node carries node.kubernetes.io/exclude-from-external-load-balancers.
 	Excluded bool
+	// NotReady: the node's Ready condition is False or Unknown (its kubelet is gone or
+	// failing); NetworkUnavailable: its NetworkUnavailable condition is True (the CNI has not
+	// set up its network). Traffic sent there would be lost.
+	NotReady, NetworkUnavailable bool
 	// LocalEndpoint: the node holds a ready endpoint of the Service.
 	LocalEndpoint bool
 }
@@ -30,7 +34,7 @@ type Policy struct {
 // Eligible returns the sorted names of the candidates that may answer, and, when none may, a
 // reason that names what excluded them (for the Service's Announced condition).
 func Eligible(cands []Candidate, p Policy) (names []string, whyNone string) {
-	var dead, unselected, excluded, noEndpoint []string
+	var dead, unselected, excluded, notReady, noNetwork, noEndpoint []string
 	for _, c := range cands {
 		switch {
 		case !c.Alive:
@@ -39,6 +43,10 @@ func Eligible(cands []Candidate, p Policy) (names []string, whyNone string) {
 			unselected = append(unselected, c.Name)
 		case c.Excluded:
 			excluded = append(excluded, c.Name)
+		case c.NetworkUnavailable:
+			noNetwork = append(noNetwork, c.Name)
+		case c.NotReady:
+			notReady = append(notReady, c.Name)
 		case p.LocalOnly && !c.LocalEndpoint:
 			noEndpoint = append(noEndpoint, c.Name)
 		default:
@@ -61,7 +69,14 @@ func Eligible(cands []Candidate, p Policy) (names []string, whyNone string) {
 	}
 	add("speaker not alive", dead)
 	add("not matched by nodeSelectors", unselected)
-	add("labelled exclude-from-external-load-balancers", excluded)
+	add("labelled node.kubernetes.io/exclude-from-external-load-balancers", excluded)
+	add("condition NetworkUnavailable True", noNetwork)
+	add("not Ready", notReady)
 	add("no ready local endpoint (externalTrafficPolicy Local)", noEndpoint)
-	return nil, "no eligible node (" + strings.Join(parts, "; ") + ")"
+	why := "no eligible node (" + strings.Join(parts, "; ") + ")"
+	if len(excluded) > 0 {
+		// Single-node and control-plane-only clusters carry the label on every node.
+		why += "; speakers run with --ignore-exclude-lb-label announce from labelled nodes"
+	}
+	return nil, why
 }

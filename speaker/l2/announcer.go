@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"slices"
 	"sort"
+	"strings"
 
 	"github.com/go-logr/logr"
 )
@@ -18,6 +19,7 @@ type Announcer struct {
 	responders map[string]*Responder
 	// warnings per interface (IPv6 unavailable), reported again on every Set.
 	warnings map[string]error
+	verdicts []Verdict // the links seen by the latest Set, and whether each answers by default
 }
 
 // NewAnnouncer returns an Announcer that answers nowhere until Set is called.
@@ -25,33 +27,38 @@ func NewAnnouncer(log logr.Logger, counters Counters) *Announcer {
 	return &Announcer{log: log, counters: counters, responders: map[string]*Responder{}, warnings: map[string]error{}}
 }
 
-// Want maps each owned address to the interfaces it is answered on; nil interfaces means every
-// suitable interface of the node.
+// Want maps each owned address to the interfaces it is answered on, by name or pattern; nil
+// means the node's suitable interfaces (Decide), those whose subnet holds the address first
+// (ForAddress).
 type Want map[netip.Addr][]string
 
 // Set makes the node answer exactly for want. It returns, per address, the interfaces it is
 // really answered on, and the problems found (an interface that does not exist, a socket that
 // could not be opened); a problem with one interface never stops the others.
 func (a *Announcer) Set(want Want) (answered map[netip.Addr][]string, problems []error) {
-	var all []string
-	needAll := false
-	for _, ifs := range want {
-		needAll = needAll || len(ifs) == 0
+	links, err := ReadLinks()
+	if err != nil {
+		problems = append(problems, err)
 	}
-	if needAll {
-		ifs, err := Suitable()
-		if err != nil {
-			problems = append(problems, err)
-		}
-		all = ifs
-	}
+	a.verdicts = Decide(links)
+	expanded := map[string][]string{} // an advertisement's interfaces, names and patterns, resolved
 	perIface := map[string][]netip.Addr{}
 	answered = map[netip.Addr][]string{}
-	for ip, ifs := range want {
-		if len(ifs) == 0 {
-			ifs = all
+	for ip, entries := range want {
+		var names []string
+		if len(entries) == 0 {
+			names = ForAddress(ip, links, a.verdicts)
+		} else {
+			key := strings.Join(entries, ",")
+			var ok bool
+			if names, ok = expanded[key]; !ok {
+				var errs []error
+				names, errs = Expand(entries, links)
+				problems = append(problems, errs...)
+				expanded[key] = names
+			}
 		}
-		for _, name := range ifs {
+		for _, name := range names {
 			perIface[name] = append(perIface[name], ip)
 		}
 	}
@@ -116,19 +123,6 @@ func (a *Announcer) Close() error {
 	return errors.Join(errs...)
 }
 
-// Suitable lists the interfaces that can carry announcements when an advertisement names none:
-// up, broadcast-capable, with an Ethernet address, not loopback.
-func Suitable() ([]string, error) {
-	ifs, err := net.Interfaces()
-	if err != nil {
-		return nil, fmt.Errorf("listing interfaces: %w", err)
-	}
-	var names []string
-	for _, ifi := range ifs {
-		if ifi.Flags&net.FlagUp == 0 || ifi.Flags&net.FlagBroadcast == 0 || ifi.Flags&net.FlagLoopback != 0 || len(ifi.HardwareAddr) != 6 {
-			continue
-		}
-		names = append(names, ifi.Name)
-	}
-	return names, nil
-}
+// Interfaces are the node's links as the latest Set saw them, and whether each answers when an
+// advertisement names no interface (and why not).
+func (a *Announcer) Interfaces() []Verdict { return a.verdicts }
