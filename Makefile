@@ -43,7 +43,8 @@ IMAGE_PLATFORMS ?= linux/amd64,linux/arm64
 image:
 	go -C hack/image run . -src $(CURDIR) -out $(CURDIR)/bin/image -ref $(IMAGE) -platforms $(IMAGE_PLATFORMS)
 
-## controlplane: build kube-apiserver, etcd, kubectl, kube-proxy and kube-controller-manager from source into bin/k8s/<version> (cached).
+## controlplane: build kube-apiserver, etcd, kubectl, kube-proxy, kube-controller-manager,
+## kube-scheduler and kubelet from source into bin/k8s/<version> (cached).
 controlplane:
 	@bash hack/controlplane/build.sh $(CONTROLPLANE_DIR)
 
