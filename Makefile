@@ -8,7 +8,7 @@ export KUBEBUILDER_ASSETS := $(CONTROLPLANE_DIR)
 export CGO_ENABLED := 0
 CONTROLLER_GEN := go tool controller-gen
 
-.PHONY: all generate manifests image controlplane test lab-packages vulncheck bench bench-l2 bench-dataplane bench-bgp chaos fuzz demo build clean
+.PHONY: all generate manifests image controlplane cluster test lab-packages vulncheck bench bench-l2 bench-dataplane bench-bgp chaos fuzz demo build clean
 
 all: build
 
@@ -48,13 +48,23 @@ image:
 controlplane:
 	@bash hack/controlplane/build.sh $(CONTROLPLANE_DIR)
 
+## cluster (CLUSTER_IMAGE): a real cluster on this machine, as root (docs/cluster.md): the
+## control plane, kube-scheduler, kube-controller-manager and three nodes (network namespaces
+## running containerd, kubelet and kube-proxy). Portico's image (for this machine's platform),
+## a pause and an echo image are built into bin/cluster and imported into every node, and the
+## manifests are rendered for that image (bin/cluster/portico.yaml). Prints a kubeconfig;
+## Ctrl-C removes everything it made.
+CLUSTER_IMAGE ?= portico.local/portico:dev
+cluster: controlplane
+	go run ./hack/cluster -out bin/cluster -image $(CLUSTER_IMAGE)
+
 ## build: build Portico's binaries into bin/.
 build:
 	go build -o bin/ ./cmd/...
 
 # What the root-only suites (L2, BGP, data plane, the router examples) need besides root; .ci/run
 # installs them (`make -s lab-packages` prints the list).
-LAB_PACKAGES := iproute2 arping iputils-ping ndisc6 tcpdump nftables bird2 frr containerd runc
+LAB_PACKAGES := iproute2 arping iputils-ping ndisc6 tcpdump nftables bird2 frr containerd runc containernetworking-plugins
 
 ## test: unit and integration tests against a real kube-apiserver and etcd. The output is plain
 ## `go test`'s, then the list of skipped tests and why (hack/testsummary reads `go test -json`).

@@ -1,6 +1,7 @@
 // Command cluster is `make cluster`: a real Kubernetes cluster on this machine (as root), with
-// Portico's image, the lab's pause image and the echo image imported into every node
-// (docs/cluster.md). It prints a kubeconfig and runs until Ctrl-C, then removes everything.
+// Portico's image, a pause and an echo image built here and imported into every node, and
+// Portico's manifests rendered for that image (docs/cluster.md). It prints a kubeconfig and
+// runs until Ctrl-C, then removes everything it made.
 package main
 
 import (
@@ -18,15 +19,17 @@ import (
 )
 
 func main() {
-	images := flag.String("images", "bin/cluster/images", "directory of OCI archives (*.tar, any depth) to import into every node")
+	out := flag.String("out", "bin/cluster", "directory for the images and the rendered manifests")
+	image := flag.String("image", "portico.local/portico:dev", "the reference Portico's image is built and imported under")
 	flag.Parse()
-	if err := run(*images); err != nil {
+	controlplane.QuietLogs()
+	if err := run(*out, *image); err != nil {
 		fmt.Fprintln(os.Stderr, "cluster:", err)
 		os.Exit(1)
 	}
 }
 
-func run(imageDir string) error {
+func run(out, image string) error {
 	root, err := controlplane.ModuleRoot()
 	if err != nil {
 		return err
@@ -38,42 +41,32 @@ func run(imageDir string) error {
 	if why := cluster.Usable(assets); why != "" {
 		return fmt.Errorf("cannot run here: %s", why)
 	}
-	images, err := archives(imageDir)
+	if out, err = filepath.Abs(out); err != nil {
+		return err
+	}
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	start := time.Now()
+	built, err := cluster.BuildImages(ctx, root, filepath.Join(assets, "kubectl"), out, image)
 	if err != nil {
 		return err
 	}
+	fmt.Printf("cluster: images and manifests built in %s\n", time.Since(start).Round(time.Second))
 	dir, err := os.MkdirTemp("", "portico-cluster-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer cancel()
-	start := time.Now()
-	c, err := cluster.Start(ctx, cluster.Options{Dir: dir, Images: images, Progress: os.Stdout})
+	c, err := cluster.Start(ctx, cluster.Options{Dir: dir, Images: built.Archives, Progress: os.Stdout})
 	if err != nil {
 		return err
 	}
 	defer c.Stop()
 	fmt.Printf("\ncluster: ready in %s; logs in %s\n  export KUBECONFIG=%s\n  kubectl get nodes -o wide\n"+
+		"  kubectl apply --server-side -f %s   # Portico, running %s\n"+
 		"A machine on the LAN: ip netns exec %s curl http://<EXTERNAL-IP>/\nPress Ctrl-C to stop and clean up.\n",
-		time.Since(start).Round(time.Second), c.Logs, c.Kubeconfig, c.Client.NS)
+		time.Since(start).Round(time.Second), c.Logs, c.Kubeconfig, built.Manifests, image, c.Client.NS)
 	<-ctx.Done()
 	fmt.Println("cluster: stopping")
 	return nil
-}
-
-// archives lists the OCI archives under dir.
-func archives(dir string) ([]string, error) {
-	var found []string
-	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
-		if err == nil && !d.IsDir() && filepath.Ext(p) == ".tar" {
-			found = append(found, p)
-		}
-		return err
-	})
-	if err == nil && len(found) == 0 {
-		err = fmt.Errorf("no images (*.tar) in %s: run `make cluster`, which builds them", dir)
-	}
-	return found, err
 }

@@ -84,15 +84,22 @@ type Cluster struct {
 	// Logs holds <process>.log for every process the cluster started.
 	Logs string
 
-	owner    *netlab.Owner
-	progress io.Writer
-	began    time.Time
+	owner      *netlab.Owner
+	progress   io.Writer
+	began      time.Time
+	dir        string
+	namespaces []string
+	processes  []*process
 }
 
 // Start builds the lab, starts the control plane and the nodes, imports the images and waits
 // until every node is Ready. On failure everything it made is removed again.
 func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
-	c = &Cluster{owner: &netlab.Owner{}, progress: opts.Progress, Logs: filepath.Join(opts.Dir, "logs"), began: time.Now()}
+	if opts.Dir, err = filepath.Abs(opts.Dir); err != nil {
+		return nil, err
+	}
+	c = &Cluster{owner: &netlab.Owner{}, progress: opts.Progress, Logs: filepath.Join(opts.Dir, "logs"), began: time.Now(),
+		dir: opts.Dir}
 	if c.progress == nil {
 		c.progress = io.Discard
 	}
@@ -103,6 +110,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	}()
 	c.must(os.MkdirAll(c.Logs, 0o755))
 	c.removeCreatedHostPaths()
+	c.owner.Cleanup(restoreSysctls())
 	lab := netlab.New(c.owner)
 	cpHost := lab.AddHost("cp", "02:00:00:00:00:02", controlPlaneIP.String(), "2001:db8:1::2/64")
 	c.Client = lab.AddHost("client", "02:00:00:00:00:01", clientIP.String(), "2001:db8:1::1/64")
@@ -111,6 +119,10 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 			fmt.Sprintf("2001:db8:1::%d/64", 11+i))
 		c.Nodes = append(c.Nodes, &Node{Name: name, Host: h,
 			PodCIDR: netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 244, byte(i + 1), 0}), 24)})
+	}
+	c.namespaces = append(c.namespaces, lab.Switch, cpHost.NS, c.Client.NS)
+	for _, n := range c.Nodes {
+		c.namespaces = append(c.namespaces, n.NS)
 	}
 	c.routePods(lab, cpHost)
 	c.startControlPlane(cpHost)
@@ -124,6 +136,33 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 
 // Stop stops every process and removes every namespace, mount and cgroup the cluster made.
 func (c *Cluster) Stop() { c.owner.Stop() }
+
+// Leftovers lists what a stopped cluster left behind: processes still running, network
+// namespaces, mounts under its directory, cgroups. Empty after Stop.
+func (c *Cluster) Leftovers() []string {
+	var left []string
+	for _, p := range c.processes {
+		if !p.exited() {
+			left = append(left, fmt.Sprintf("process %d (%s)", p.cmd.Process.Pid, p.cmd.Path))
+		}
+	}
+	for _, ns := range c.namespaces {
+		if _, err := os.Stat("/var/run/netns/" + ns); err == nil {
+			left = append(left, "network namespace "+ns)
+		}
+	}
+	for _, m := range mountsUnder(c.dir) {
+		left = append(left, "mount "+m)
+	}
+	for _, n := range c.Nodes {
+		for _, h := range cgroupHierarchies() {
+			if _, err := os.Stat(filepath.Join(h, n.cgroupRoot)); err == nil {
+				left = append(left, "cgroup "+filepath.Join(h, n.cgroupRoot))
+			}
+		}
+	}
+	return left
+}
 
 func (c *Cluster) must(err error) {
 	if err != nil {

@@ -82,18 +82,7 @@ func killAll(procs string) {
 // bind mount, containers' root file systems and shm, pod network namespaces), deepest first.
 func unmountUnder(dir string) {
 	for range 5 { // mounts stacked on one point come off one per pass
-		var points []string
-		b, _ := os.ReadFile("/proc/self/mountinfo")
-		for _, line := range strings.Split(string(b), "\n") {
-			f := strings.Fields(line)
-			if len(f) < 5 {
-				continue
-			}
-			p := unescapeMount(f[4])
-			if p == dir || strings.HasPrefix(p, dir+"/") {
-				points = append(points, p)
-			}
-		}
+		points := mountsUnder(dir)
 		if len(points) == 0 {
 			return
 		}
@@ -102,6 +91,23 @@ func unmountUnder(dir string) {
 			_ = unix.Unmount(p, unix.MNT_DETACH)
 		}
 	}
+}
+
+// mountsUnder lists the mount points at or below dir.
+func mountsUnder(dir string) []string {
+	var points []string
+	b, _ := os.ReadFile("/proc/self/mountinfo")
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 5 {
+			continue
+		}
+		p := unescapeMount(f[4])
+		if p == dir || strings.HasPrefix(p, dir+"/") {
+			points = append(points, p)
+		}
+	}
+	return points
 }
 
 // unescapeMount undoes mountinfo's octal escapes (\040 for a space).
@@ -121,4 +127,24 @@ func unescapeMount(s string) string {
 		out.WriteByte(s[i])
 	}
 	return out.String()
+}
+
+// kubeletSysctls are the host-wide kernel settings a kubelet sets when it starts
+// (KubeletConfiguration protectKernelDefaults: false); they are the host's, not a node's.
+var kubeletSysctls = []string{"vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic", "kernel/panic_on_oops",
+	"kernel/keys/root_maxkeys", "kernel/keys/root_maxbytes"}
+
+// restoreSysctls reads the settings kubelets will change and returns what writes them back.
+func restoreSysctls() func() {
+	saved := map[string][]byte{}
+	for _, k := range kubeletSysctls {
+		if b, err := os.ReadFile("/proc/sys/" + k); err == nil {
+			saved[k] = b
+		}
+	}
+	return func() {
+		for k, b := range saved {
+			_ = os.WriteFile("/proc/sys/"+k, b, 0o644)
+		}
+	}
 }

@@ -6,8 +6,6 @@ import (
 	"path/filepath"
 	"syscall"
 	"time"
-
-	"github.com/portico-lb/portico/internal/netlab"
 )
 
 // process is one of the cluster's long-running programs, its output in logs/<name>.log.
@@ -37,6 +35,7 @@ func (c *Cluster) start(name, ns, bin string, args ...string) *process {
 	p := &process{cmd: cmd, done: make(chan struct{})}
 	go func() { _ = cmd.Wait(); logf.Close(); close(p.done) }()
 	c.owner.Cleanup(p.stop)
+	c.processes = append(c.processes, p)
 	return p
 }
 
@@ -59,5 +58,3 @@ func (p *process) exited() bool {
 		return false
 	}
 }
-
-var _ netlab.T = (*netlab.Owner)(nil)
