@@ -8,7 +8,7 @@ export KUBEBUILDER_ASSETS := $(CONTROLPLANE_DIR)
 export CGO_ENABLED := 0
 CONTROLLER_GEN := go tool controller-gen
 
-.PHONY: all generate manifests image controlplane cluster test lab-packages vulncheck bench bench-l2 bench-dataplane bench-bgp chaos fuzz demo build clean
+.PHONY: all generate manifests image controlplane cluster bench-cluster test lab-packages vulncheck bench bench-l2 bench-dataplane bench-bgp chaos fuzz demo build clean
 
 all: build
 
@@ -161,6 +161,13 @@ bench-dataplane: controlplane
 	@mkdir -p bin
 	PORTICO_BENCH_DATAPLANE_RUNS=$(BENCH_DATAPLANE_RUNS) PORTICO_BENCH_DATAPLANE_OUT=$(CURDIR)/bin/bench-dataplane.md go test -count=1 -run '^$$' -bench '^BenchmarkDataplane$$' -benchtime 1x -timeout 30m ./e2e/
 	@cat bin/bench-dataplane.md
+
+## bench-cluster (BENCH_CLUSTER_RUNS, default 3): on `make cluster`'s cluster with Portico
+## installed from its manifests (root), the client's view of `kubectl delete pod` of the speaker
+## that owns gitea's address: failed requests and the longest gap, a GET every 10 ms (BENCHMARKS.md).
+BENCH_CLUSTER_RUNS ?= 3
+bench-cluster: controlplane
+	PORTICO_BENCH_CLUSTER_RUNS=$(BENCH_CLUSTER_RUNS) go test -count=1 -run '^$$' -bench '^BenchmarkSpeakerPodDeleted$$' -benchtime 1x -v -timeout 30m ./internal/cluster/
 
 ## demo: a local control plane with Portico's CRDs and the home-lab pool; as root also speakers,
 ## kube-proxy and pods in network namespaces, ending with a curl of each EXTERNAL-IP.
