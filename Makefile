@@ -64,7 +64,7 @@ build:
 
 # What the root-only suites (L2, BGP, data plane, the router examples) need besides root; .ci/run
 # installs them (`make -s lab-packages` prints the list).
-LAB_PACKAGES := iproute2 arping iputils-ping ndisc6 tcpdump nftables bird2 frr containerd runc containernetworking-plugins
+LAB_PACKAGES := iproute2 arping iputils-ping ndisc6 tcpdump nftables bird2 frr containerd runc containernetworking-plugins openssl
 
 ## test: unit and integration tests against a real kube-apiserver and etcd. The output is plain
 ## `go test`'s, then the list of skipped tests and why (hack/testsummary reads `go test -json`).
