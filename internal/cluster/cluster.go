@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -223,7 +224,9 @@ func (c *Cluster) startControlPlane(cpHost netlab.Host) {
 	c.CP, c.Kubeconfig = cp, cp.Kubeconfig
 	u, err := url.Parse(cp.Config.Host)
 	c.must(err)
-	c.must(netlab.Forward(c.owner, cpHost.NS, netip.AddrPortFrom(ip, mustPort(u)).String(), u.Host))
+	port, err := strconv.ParseUint(u.Port(), 10, 16)
+	c.must(err)
+	c.must(netlab.Forward(c.owner, cpHost.NS, netip.AddrPortFrom(ip, uint16(port)).String(), u.Host))
 	c.stepf("control plane up at %s (on the LAN: %s)", u.Host, ip)
 	c.start("kube-controller-manager", "", cp.Binary("kube-controller-manager"), "--kubeconfig", cp.Kubeconfig,
 		"--root-ca-file", cp.CAFile, "--leader-elect=false", "--secure-port=0",
@@ -231,12 +234,6 @@ func (c *Cluster) startControlPlane(cpHost netlab.Host) {
 		"--flex-volume-plugin-dir", filepath.Join(filepath.Dir(c.Logs), "flex-volumes"))
 	c.start("kube-scheduler", "", cp.Binary("kube-scheduler"), "--kubeconfig", cp.Kubeconfig,
 		"--leader-elect=false", "--secure-port=0")
-}
-
-func mustPort(u *url.URL) uint16 {
-	var p uint16
-	_, _ = fmt.Sscan(u.Port(), &p)
-	return p
 }
 
 // waitNodesReady waits until every node reports Ready.
