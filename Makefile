@@ -8,7 +8,7 @@ export KUBEBUILDER_ASSETS := $(CONTROLPLANE_DIR)
 export CGO_ENABLED := 0
 CONTROLLER_GEN := go tool controller-gen
 
-.PHONY: all generate manifests image controlplane test lab-packages vulncheck bench bench-l2 bench-dataplane bench-bgp chaos fuzz demo build clean
+.PHONY: all generate manifests image controlplane cluster bench-cluster test lab-packages vulncheck bench bench-l2 bench-dataplane bench-bgp chaos fuzz demo build clean
 
 all: build
 
@@ -43,9 +43,20 @@ IMAGE_PLATFORMS ?= linux/amd64,linux/arm64
 image:
 	go -C hack/image run . -src $(CURDIR) -out $(CURDIR)/bin/image -ref $(IMAGE) -platforms $(IMAGE_PLATFORMS)
 
-## controlplane: build kube-apiserver, etcd, kubectl, kube-proxy and kube-controller-manager from source into bin/k8s/<version> (cached).
+## controlplane: build kube-apiserver, etcd, kubectl, kube-proxy, kube-controller-manager,
+## kube-scheduler and kubelet from source into bin/k8s/<version> (cached).
 controlplane:
 	@bash hack/controlplane/build.sh $(CONTROLPLANE_DIR)
+
+## cluster (CLUSTER_IMAGE): a real cluster on this machine, as root (docs/cluster.md): the
+## control plane, kube-scheduler, kube-controller-manager and three nodes (network namespaces
+## running containerd, kubelet and kube-proxy). Portico's image (for this machine's platform),
+## a pause and an echo image are built into bin/cluster and imported into every node, and the
+## manifests are rendered for that image (bin/cluster/portico.yaml). Prints a kubeconfig;
+## Ctrl-C removes everything it made.
+CLUSTER_IMAGE ?= portico.local/portico:dev
+cluster: controlplane
+	go run ./hack/cluster -out bin/cluster -image $(CLUSTER_IMAGE)
 
 ## build: build Portico's binaries into bin/.
 build:
@@ -53,7 +64,7 @@ build:
 
 # What the root-only suites (L2, BGP, data plane, the router examples) need besides root; .ci/run
 # installs them (`make -s lab-packages` prints the list).
-LAB_PACKAGES := iproute2 arping iputils-ping ndisc6 tcpdump nftables bird2 frr containerd runc
+LAB_PACKAGES := iproute2 arping iputils-ping ndisc6 tcpdump nftables bird2 frr containerd runc containernetworking-plugins openssl
 
 ## test: unit and integration tests against a real kube-apiserver and etcd. The output is plain
 ## `go test`'s, then the list of skipped tests and why (hack/testsummary reads `go test -json`).
@@ -150,6 +161,13 @@ bench-dataplane: controlplane
 	@mkdir -p bin
 	PORTICO_BENCH_DATAPLANE_RUNS=$(BENCH_DATAPLANE_RUNS) PORTICO_BENCH_DATAPLANE_OUT=$(CURDIR)/bin/bench-dataplane.md go test -count=1 -run '^$$' -bench '^BenchmarkDataplane$$' -benchtime 1x -timeout 30m ./e2e/
 	@cat bin/bench-dataplane.md
+
+## bench-cluster (BENCH_CLUSTER_RUNS, default 3): on `make cluster`'s cluster with Portico
+## installed from its manifests (root), the client's view of `kubectl delete pod` of the speaker
+## that owns gitea's address: failed requests and the longest gap, a GET every 10 ms (BENCHMARKS.md).
+BENCH_CLUSTER_RUNS ?= 3
+bench-cluster: controlplane
+	PORTICO_BENCH_CLUSTER_RUNS=$(BENCH_CLUSTER_RUNS) go test -count=1 -run '^$$' -bench '^BenchmarkSpeakerPodDeleted$$' -benchtime 1x -v -timeout 30m ./internal/cluster/
 
 ## demo: a local control plane with Portico's CRDs and the home-lab pool; as root also speakers,
 ## kube-proxy and pods in network namespaces, ending with a curl of each EXTERNAL-IP.

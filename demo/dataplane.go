@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/netip"
 	"net/url"
@@ -59,34 +58,13 @@ func DataPlaneUsable(assets string) string {
 	return ""
 }
 
-// labOwner lets netlab build the demo's lab outside a test: failures panic with labFailure and
-// are turned back into an error by startDataPlane; cleanups run in reverse on stop.
-type labOwner struct{ cleanups []func() }
-
-type labFailure struct{ err error }
-
-func (o *labOwner) Helper()                   {}
-func (o *labOwner) Cleanup(f func())          { o.cleanups = append(o.cleanups, f) }
-func (o *labOwner) Fatalf(f string, a ...any) { panic(labFailure{fmt.Errorf(f, a...)}) }
-func (o *labOwner) stop() {
-	for i := len(o.cleanups) - 1; i >= 0; i-- {
-		o.cleanups[i]()
-	}
-	o.cleanups = nil
-}
-
 // startDataPlane builds the lab and starts its processes; stop tears everything down. It
 // returns the client's namespace.
 func startDataPlane(ctx context.Context, cp *controlplane.ControlPlane, root, assets, logDir string) (clientNS string, stop func(), err error) {
-	o := &labOwner{}
+	o := &netlab.Owner{}
 	defer func() {
-		if r := recover(); r != nil {
-			f, ok := r.(labFailure)
-			if !ok {
-				panic(r)
-			}
-			o.stop()
-			clientNS, stop, err = "", nil, f.err
+		if e := o.Recovered(recover()); e != nil {
+			clientNS, stop, err = "", nil, e
 		}
 	}()
 	fail := func(err error) {
@@ -121,7 +99,7 @@ func startDataPlane(ctx context.Context, cp *controlplane.ControlPlane, root, as
 	apiserver, err := url.Parse(cp.Config.Host)
 	fail(err)
 	for _, n := range nodes {
-		fail(forward(o, n.NS, "127.0.0.1:6443", apiserver.Host))
+		fail(netlab.Forward(o, n.NS, "127.0.0.1:6443", apiserver.Host))
 	}
 
 	start := func(name, ns, bin string, args ...string) {
@@ -163,36 +141,7 @@ func startDataPlane(ctx context.Context, cp *controlplane.ControlPlane, root, as
 				Ports: []corev1.ContainerPort{{ContainerPort: int32(p.port)}}}}}}
 		fail(workload.CreateReady(ctx, cp.Client, pod, p.ip.String()))
 	}
-	return client.NS, o.stop, nil
-}
-
-// forward accepts connections on addr inside namespace ns and relays each to target, dialled
-// from the caller's (the host's) namespace.
-func forward(o *labOwner, ns, addr, target string) error {
-	var l net.Listener
-	if err := netlab.In(ns, func() (err error) { l, err = net.Listen("tcp", addr); return err }); err != nil {
-		return err
-	}
-	o.Cleanup(func() { _ = l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				up, err := net.Dial("tcp", target)
-				if err != nil {
-					return
-				}
-				defer up.Close()
-				go func() { _, _ = io.Copy(up, c); _ = up.(*net.TCPConn).CloseWrite() }()
-				_, _ = io.Copy(c, up)
-			}()
-		}
-	}()
-	return nil
+	return client.NS, o.Stop, nil
 }
 
 // curlEach fetches every Service's EXTERNAL-IP from the client namespace, as `curl` on another

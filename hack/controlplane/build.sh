@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds kube-apiserver, etcd, kubectl, kube-proxy and kube-controller-manager from source (through the Go module proxy) into
+# Builds kube-apiserver, etcd, kubectl, kube-proxy, kube-controller-manager, kube-scheduler and
+# kubelet from source (through the Go module proxy) into
 # OUT (default bin/k8s/$K8S_VERSION). Each binary is skipped when it is already there, so a
 # second run takes seconds. Called by `make controlplane`.
 set -euo pipefail
@@ -36,3 +37,6 @@ build kubectl kube ./cmd/kubectl "v$K8S_VERSION" "$kv"
 build kube-proxy kube ./cmd/kube-proxy "v$K8S_VERSION" "$kv"
 # ... and the endpointslice controller, which turns Ready Pods into EndpointSlices.
 build kube-controller-manager kube ./cmd/kube-controller-manager "v$K8S_VERSION" "$kv"
+# The nodes of `make cluster` (docs/cluster.md): the scheduler and a kubelet per node.
+build kube-scheduler kube ./cmd/kube-scheduler "v$K8S_VERSION" "$kv"
+build kubelet kube ./cmd/kubelet "v$K8S_VERSION" "$kv"

@@ -41,7 +41,7 @@ func builtArchive(t *testing.T) string {
 		}
 		platforms, _ := ParsePlatforms("linux/amd64,linux/arm64")
 		start := time.Now()
-		archivePath, archiveErr = Make("../..", archiveDir, DefaultRef, platforms)
+		archivePath, archiveErr = Make("../..", archiveDir, Portico(DefaultRef), platforms)
 		t.Logf("image for linux/amd64 and linux/arm64 built in %s", time.Since(start).Round(100*time.Millisecond))
 	})
 	if archiveErr != nil {

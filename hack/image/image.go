@@ -7,6 +7,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -51,11 +52,11 @@ type tarFile struct {
 }
 
 // Make builds the image for every platform and writes out/oci (an OCI image layout whose
-// index.json names one image index) and out/portico.tar (the same as an OCI archive).
-func Make(src, out, ref string, platforms []Platform) (string, error) {
-	tag, err := name.NewTag(ref, name.WeakValidation)
+// index.json names one image index) and out/<spec.Archive> (the same as an OCI archive).
+func Make(src, out string, spec Spec, platforms []Platform) (string, error) {
+	tag, err := name.NewTag(spec.Ref, name.WeakValidation)
 	if err != nil {
-		return "", fmt.Errorf("image reference %q: %w", ref, err)
+		return "", fmt.Errorf("image reference %q: %w", spec.Ref, err)
 	}
 	base, err := layer(baseFiles)
 	if err != nil {
@@ -63,7 +64,7 @@ func Make(src, out, ref string, platforms []Platform) (string, error) {
 	}
 	var adds []mutate.IndexAddendum
 	for _, p := range platforms {
-		img, err := platformImage(src, out, p, base)
+		img, err := platformImage(src, out, spec, p, base)
 		if err != nil {
 			return "", err
 		}
@@ -86,21 +87,22 @@ func Make(src, out, ref string, platforms []Platform) (string, error) {
 	})); err != nil {
 		return "", err
 	}
-	archive := filepath.Join(out, "portico.tar")
+	archive := filepath.Join(out, spec.Archive)
 	return archive, tarDir(dir, archive)
 }
 
 // platformImage builds the binaries for p and stacks them on base, with the image's config.
-func platformImage(src, out string, p Platform, base v1.Layer) (v1.Image, error) {
+func platformImage(src, out string, spec Spec, p Platform, base v1.Layer) (v1.Image, error) {
 	bin := filepath.Join(out, p.OS+"-"+p.Arch)
 	if err := os.RemoveAll(bin); err != nil {
 		return nil, err
 	}
-	if err := Build(src, p, bin); err != nil {
+	if err := Build(src, p, bin, spec.Packages); err != nil {
 		return nil, err
 	}
 	var files []tarFile
-	for _, c := range Commands {
+	for _, pkg := range spec.Packages {
+		c := path.Base(pkg)
 		b, err := os.ReadFile(filepath.Join(bin, c))
 		if err != nil {
 			return nil, err
@@ -123,7 +125,7 @@ func platformImage(src, out string, p Platform, base v1.Layer) (v1.Image, error)
 	cfg.OS, cfg.Architecture, cfg.Created = p.OS, p.Arch, v1.Time{Time: epoch}
 	cfg.Config = v1.Config{
 		User:       fmt.Sprintf("%d:%d", NonRoot, NonRoot),
-		Entrypoint: []string{"/portico-controller"},
+		Entrypoint: []string{spec.Entrypoint},
 		Env:        []string{"PATH=/"},
 		WorkingDir: "/",
 		Labels:     map[string]string{"org.opencontainers.image.source": "https://github.com/portico-lb/portico"},

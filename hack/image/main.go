@@ -23,6 +23,31 @@ import (
 // /portico-controller, the DaemonSet /portico-speaker; the plugin is there for `kubectl exec`.
 var Commands = []string{"portico-controller", "portico-speaker", "kubectl-portico"}
 
+// Spec is one image: the packages compiled into it (each binary at /<last path element>),
+// the entrypoint, and the OCI archive's file name.
+type Spec struct {
+	Ref        string
+	Packages   []string
+	Entrypoint string
+	Archive    string
+}
+
+// Portico is Portico's own image under ref.
+func Portico(ref string) Spec {
+	s := Spec{Ref: ref, Entrypoint: "/portico-controller", Archive: "portico.tar"}
+	for _, c := range Commands {
+		s.Packages = append(s.Packages, "./cmd/"+c)
+	}
+	return s
+}
+
+// LabImages are the images `make cluster` imports into its nodes besides Portico's (no
+// registry exists there): the pod sandbox and the HTTP server the home-lab apps run.
+var LabImages = []Spec{
+	{Ref: "portico.local/pause:lab", Packages: []string{"./hack/cluster/pause"}, Entrypoint: "/pause", Archive: "pause.tar"},
+	{Ref: "portico.local/echo:lab", Packages: []string{"./hack/cluster/echo"}, Entrypoint: "/echo", Archive: "echo.tar"},
+}
+
 // DefaultRef is the reference the manifests name (config/default).
 const DefaultRef = "ghcr.io/portico-lb/portico:v0.1.0"
 
@@ -32,27 +57,40 @@ func main() {
 	ref := flag.String("ref", DefaultRef, "the image reference recorded in the archive, the name containerd imports it under")
 	platforms := flag.String("platforms", "linux/amd64,linux/arm64", "comma-separated os/arch list")
 	binaries := flag.String("binaries", "", "only build this machine's binaries, as the image holds them, into this directory")
+	lab := flag.Bool("lab", false, "build the lab images (pause, echo) for this machine into out/<name>/ instead")
 	flag.Parse()
-	if err := run(*src, *out, *ref, *platforms, *binaries); err != nil {
+	if *lab {
+		*platforms = runtime.GOOS + "/" + runtime.GOARCH
+	}
+	if err := run(*src, *out, *ref, *platforms, *binaries, *lab); err != nil {
 		fmt.Fprintln(os.Stderr, "image:", err)
 		os.Exit(1)
 	}
 }
 
-func run(src, out, ref, platformList, binariesOnly string) error {
+func run(src, out, ref, platformList, binariesOnly string, lab bool) error {
 	if binariesOnly != "" {
-		return Build(src, Platform{OS: runtime.GOOS, Arch: runtime.GOARCH}, binariesOnly)
+		return Build(src, Platform{OS: runtime.GOOS, Arch: runtime.GOARCH}, binariesOnly, Portico(ref).Packages)
 	}
 	platforms, err := ParsePlatforms(platformList)
 	if err != nil {
 		return err
 	}
-	start := time.Now()
-	archive, err := Make(src, out, ref, platforms)
-	if err != nil {
-		return err
+	specs, dirs := []Spec{Portico(ref)}, []string{out}
+	if lab {
+		specs, dirs = LabImages, nil
+		for _, s := range LabImages {
+			dirs = append(dirs, filepath.Join(out, strings.TrimSuffix(s.Archive, ".tar")))
+		}
 	}
-	fmt.Printf("image: %s (%s) in %s, %s\n", archive, ref, time.Since(start).Round(100*time.Millisecond), platformList)
+	for i, s := range specs {
+		start := time.Now()
+		archive, err := Make(src, dirs[i], s, platforms)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("image: %s (%s) in %s, %s\n", archive, s.Ref, time.Since(start).Round(100*time.Millisecond), platformList)
+	}
 	return nil
 }
 
@@ -74,18 +112,16 @@ func ParsePlatforms(list string) ([]Platform, error) {
 	return ps, nil
 }
 
-// Build compiles the image's commands for p into dir. No -trimpath, and cgo is off as in every
+// Build compiles packages for p into dir. No -trimpath, and cgo is off as in every
 // other build of the project (the Makefile exports CGO_ENABLED=0), so this shares the compile
 // cache of the tests; -s drops the symbol table the image does not need.
-func Build(src string, p Platform, dir string) error {
+func Build(src string, p Platform, dir string, packages []string) error {
 	dir, err := filepath.Abs(dir)
 	if err != nil {
 		return err
 	}
 	args := []string{"build", "-ldflags=-s", "-o", dir + "/"}
-	for _, c := range Commands {
-		args = append(args, "./cmd/"+c)
-	}
+	args = append(args, packages...)
 	cmd := exec.Command("go", args...)
 	cmd.Dir = src
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS="+p.OS, "GOARCH="+p.Arch)

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -46,6 +47,9 @@ type ControlPlane struct {
 	Kubeconfig string
 	// Kubectl is the path of the kubectl binary built with the control plane.
 	Kubectl string
+	// CAFile is the PEM file of the CA that signed the apiserver's serving certificate, when
+	// Options.ServingAddresses made one (kube-controller-manager's --root-ca-file).
+	CAFile string
 
 	env *envtest.Environment
 	dir string
@@ -57,6 +61,10 @@ type Options struct {
 	APIServerArgs map[string]string
 	// Out receives the control plane's own logs; nil discards them.
 	Out *os.File
+	// ServingAddresses, when set, are named in the apiserver's serving certificate besides
+	// localhost and the `kubernetes` Service (for pods and processes in other network
+	// namespaces), and CAFile is written.
+	ServingAddresses []netip.Addr
 }
 
 // Start starts etcd and kube-apiserver and installs the CRDs from config/crd/bases.
@@ -97,6 +105,14 @@ func Start(opts Options) (*ControlPlane, error) {
 			return nil, errors.Join(err, os.RemoveAll(dir))
 		}
 	}
+	caFile := ""
+	if len(opts.ServingAddresses) > 0 {
+		ca, err := writeServingCerts(api.CertDir, opts.ServingAddresses)
+		if err != nil {
+			return nil, errors.Join(err, os.RemoveAll(dir))
+		}
+		api.SecureServing.CA, caFile = ca, filepath.Join(api.CertDir, "ca.crt")
+	}
 	api.Configure().Set("service-cluster-ip-range", ServiceCIDR)
 	for k, v := range opts.APIServerArgs {
 		api.Configure().Set(k, v)
@@ -104,6 +120,7 @@ func Start(opts Options) (*ControlPlane, error) {
 	if opts.Out != nil {
 		env.AttachControlPlaneOutput = true
 		api.Out, api.Err = opts.Out, opts.Out
+		env.ControlPlane.Etcd.Out, env.ControlPlane.Etcd.Err = opts.Out, opts.Out
 	}
 
 	cfg, err := env.Start()
@@ -113,7 +130,7 @@ func Start(opts Options) (*ControlPlane, error) {
 		_ = os.RemoveAll(dir)
 		return nil, fmt.Errorf("starting kube-apiserver and etcd from %s: %w", assets, err)
 	}
-	cp := &ControlPlane{Config: cfg, Scheme: scheme, Kubectl: filepath.Join(assets, "kubectl"), env: env, dir: dir}
+	cp := &ControlPlane{Config: cfg, Scheme: scheme, Kubectl: filepath.Join(assets, "kubectl"), CAFile: caFile, env: env, dir: dir}
 	if err := cp.finish(); err != nil {
 		_ = cp.Stop()
 		return nil, err
@@ -202,6 +219,11 @@ func (cp *ControlPlane) Stop() error {
 		err = errors.Join(err, os.RemoveAll(cp.dir))
 	}
 	return err
+}
+
+// Binary is the path of a binary `make controlplane` built, beside kube-apiserver.
+func (cp *ControlPlane) Binary(name string) string {
+	return filepath.Join(cp.env.BinaryAssetsDirectory, name)
 }
 
 // ModuleRoot finds the Portico module's root directory from the working directory up.

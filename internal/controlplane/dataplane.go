@@ -6,14 +6,13 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"path/filepath"
 )
 
 // StartEndpointSlices runs the upstream kube-controller-manager (built by `make controlplane`)
 // with only its endpointslice controller, so EndpointSlices come from Ready Pods exactly as in a
 // cluster: no test writes them by hand. Its output goes to out; stop ends it.
 func (cp *ControlPlane) StartEndpointSlices(out io.Writer) (stop func(), err error) {
-	bin := filepath.Join(cp.env.BinaryAssetsDirectory, "kube-controller-manager")
+	bin := cp.Binary("kube-controller-manager")
 	if _, err := os.Stat(bin); err != nil {
 		return nil, fmt.Errorf("%w: run `make controlplane` (it builds kube-controller-manager %s from source)", err, Version)
 	}

@@ -1,0 +1,249 @@
+package cluster_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/portico-lb/portico/internal/ci"
+	"github.com/portico-lb/portico/internal/cluster"
+	"github.com/portico-lb/portico/internal/controlplane"
+	"github.com/portico-lb/portico/internal/netlab"
+)
+
+func TestMain(m *testing.M) {
+	controlplane.QuietLogs()
+	code := m.Run()
+	if buildDir != "" {
+		_ = os.RemoveAll(buildDir)
+	}
+	os.Exit(code)
+}
+
+// TestHomeLabOnRealNodes installs Portico on `make cluster`'s cluster exactly as the README
+// says (the rendered manifests applied server-side, the memberlist Secret and the home-lab pool
+// with kubectl), then runs the home lab (homeLab).
+func TestHomeLabOnRealNodes(t *testing.T) { homeLab(t, installWithKubectl, nil) }
+
+// installWithKubectl is the README's install.
+func installWithKubectl(e *labEnv) {
+	e.kubectl("apply", "--server-side", "-f", e.built.Manifests)
+	key, err := exec.Command("openssl", "rand", "-base64", "24").Output()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.kubectl("-n", "portico-system", "create", "secret", "generic", "portico-memberlist",
+		"--from-literal=secretkey="+strings.TrimSpace(string(key)))
+	e.kubectl("apply", "-f", filepath.Join(e.root, "config/samples/ipaddresspool-home-lab.yaml"),
+		"-f", filepath.Join(e.root, "config/samples/l2advertisement-home-lab.yaml"))
+}
+
+// TestHomeLabWithHelm installs Portico with the real Helm (built from hack/chart's module) from
+// charts/portico, the image and the home-lab pool as values, then runs the home lab (homeLab).
+func TestHomeLabWithHelm(t *testing.T) {
+	homeLab(t, func(e *labEnv) {
+		dir := t.TempDir()
+		helm := filepath.Join(dir, "helm")
+		build := exec.Command("go", "-C", filepath.Join(e.root, "hack", "chart"), "build", "-o", helm, "helm.sh/helm/v3/cmd/helm")
+		if out, err := build.CombinedOutput(); err != nil {
+			t.Fatalf("building helm: %v\n%s", err, out)
+		}
+		values := filepath.Join(dir, "values.yaml")
+		repo, tag, _ := strings.Cut(testImage, ":")
+		if err := os.WriteFile(values, []byte(fmt.Sprintf("image: {repository: %s, tag: %s}\n"+
+			"pools:\n  - name: home-lab\n    addresses: [10.0.0.200-10.0.0.215]\n    l2Advertisement: {}\n", repo, tag)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(helm, "install", "portico", filepath.Join(e.root, "charts", "portico"), "--namespace", "portico-system",
+			"--create-namespace", "--kubeconfig", e.c.Kubeconfig, "-f", values)
+		// Helm's cache, configuration and data stay in the test's directory.
+		cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+dir, "HELM_CONFIG_HOME="+dir, "HELM_DATA_HOME="+dir)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("helm install: %v\n%s", err, out)
+		}
+	}, nil)
+}
+
+// testImage is the reference Portico's image is built and imported under.
+const testImage = "portico.local/portico:e2e"
+
+// The images and manifests, built once for the package's tests.
+var (
+	buildOnce sync.Once
+	built     cluster.Built
+	buildErr  error
+	buildDir  string
+)
+
+// labEnv is a running cluster for one test.
+type labEnv struct {
+	t     testing.TB
+	c     *cluster.Cluster
+	root  string
+	built cluster.Built
+}
+
+func (e *labEnv) kubectl(args ...string) string {
+	e.t.Helper()
+	out, err := e.c.CP.KubectlCommand(context.Background(), args...).CombinedOutput()
+	if err != nil {
+		e.t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// homeLab starts `make cluster`'s cluster, installs Portico with install, waits for the
+// controller Deployment and the speaker DaemonSet to be Ready through their own probes,
+// creates gitea, argocd, harbor and grafana as Deployments of the echo image with LoadBalancer
+// Services (kubectl create and expose), and GETs each EXTERNAL-IP (.200 to .203) from a machine
+// on the LAN; then runs then, when given. Stopping the cluster must leave nothing behind.
+func homeLab(t testing.TB, install func(e *labEnv), then func(e *labEnv)) {
+	root, err := controlplane.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	assets, err := controlplane.AssetsDir(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ci.Require(t, cluster.Usable(assets), "openssl")
+	ctx := context.Background()
+	start := time.Now()
+	buildOnce.Do(func() {
+		buildDir, buildErr = os.MkdirTemp("", "portico-cluster-images-")
+		if buildErr == nil {
+			built, buildErr = cluster.BuildImages(ctx, root, filepath.Join(assets, "kubectl"), buildDir, testImage)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	t.Logf("images and manifests built in %s", time.Since(start).Round(time.Second))
+	start = time.Now()
+	c, err := cluster.Start(ctx, cluster.Options{Dir: t.TempDir(), Images: built.Archives, Progress: testWriter{t}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			c.Stop()
+		}
+	})
+	defer func() {
+		if t.Failed() {
+			dumpLogs(t, c.Logs)
+		}
+	}()
+	t.Logf("cluster with %d Ready nodes in %s", len(c.Nodes), time.Since(start).Round(time.Second))
+
+	e := &labEnv{t: t, c: c, root: root, built: built}
+	install(e)
+	waitFor(t, "the controller Deployment and the speaker DaemonSet Ready", 4*time.Minute, func() (bool, string) {
+		var d appsv1.Deployment
+		var ds appsv1.DaemonSet
+		if err := c.CP.Client.Get(ctx, client.ObjectKey{Namespace: "portico-system", Name: "portico-controller"}, &d); err != nil {
+			return false, err.Error()
+		}
+		if err := c.CP.Client.Get(ctx, client.ObjectKey{Namespace: "portico-system", Name: "portico-speaker"}, &ds); err != nil {
+			return false, err.Error()
+		}
+		state := fmt.Sprintf("controller %d/%d ready, speakers %d/%d ready", d.Status.ReadyReplicas, *d.Spec.Replicas,
+			ds.Status.NumberReady, len(c.Nodes))
+		return d.Status.ReadyReplicas == *d.Spec.Replicas && ds.Status.NumberReady == int32(len(c.Nodes)), state
+	})
+	t.Logf("Portico Ready %s after the cluster", time.Since(start).Round(time.Second))
+
+	// One app at a time, each waiting for its address: the pool hands them out in order.
+	get := netlab.HTTPClient(c.Client.NS, 2*time.Second)
+	for i, app := range []string{"gitea", "argocd", "harbor", "grafana"} {
+		e.kubectl("create", "deployment", app, "--image=portico.local/echo:lab", "--port=8080")
+		e.kubectl("expose", "deployment", app, "--type=LoadBalancer", "--port=80", "--target-port=8080")
+		want := fmt.Sprintf("10.0.0.%d", 200+i)
+		waitFor(t, app+"'s EXTERNAL-IP", time.Minute, func() (bool, string) {
+			var svc corev1.Service
+			if err := c.CP.Client.Get(ctx, client.ObjectKey{Namespace: "default", Name: app}, &svc); err != nil {
+				return false, err.Error()
+			}
+			ing := svc.Status.LoadBalancer.Ingress
+			return len(ing) == 1 && ing[0].IP == want, fmt.Sprintf("ingress %v, want %s", ing, want)
+		})
+		waitFor(t, "an answer from "+app+" at http://"+want+"/ on the LAN", 2*time.Minute, func() (bool, string) {
+			body, err := httpGet(get, "http://"+want+"/")
+			return err == nil && strings.HasPrefix(body, app+"-"), fmt.Sprintf("%q, %v", body, err)
+		})
+		t.Logf("%s answers at %s", app, want)
+	}
+	t.Logf("home lab answering %s after the cluster", time.Since(start).Round(time.Second))
+	if then != nil {
+		then(e)
+	}
+
+	c.Stop()
+	stopped = true
+	if left := c.Leftovers(); len(left) > 0 {
+		t.Errorf("the stopped cluster left behind:\n%s", strings.Join(left, "\n"))
+	}
+}
+
+func httpGet(c *http.Client, url string) (string, error) {
+	resp, err := c.Get(url)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return string(b), err
+}
+
+// waitFor polls cond every half second until it holds, failing the test after within with the
+// last state cond described.
+func waitFor(t testing.TB, what string, within time.Duration, cond func() (bool, string)) {
+	t.Helper()
+	var last string
+	err := wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, within, true,
+		func(context.Context) (bool, error) {
+			ok, state := cond()
+			last = state
+			return ok, nil
+		})
+	if err != nil {
+		t.Fatalf("waiting for %s: %v (last: %s)", what, err, last)
+	}
+}
+
+// dumpLogs prints the tail of every process's log, and of every container's.
+func dumpLogs(t testing.TB, dir string) {
+	logs, _ := filepath.Glob(filepath.Join(dir, "*.log"))
+	pods, _ := filepath.Glob(filepath.Join(filepath.Dir(dir), "*", "pod-logs", "*", "*", "*.log"))
+	logs = append(logs, pods...)
+	for _, l := range logs {
+		b, _ := os.ReadFile(l)
+		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+		if len(lines) > 40 {
+			lines = lines[len(lines)-40:]
+		}
+		t.Logf("--- %s (last lines):\n%s", filepath.Base(l), strings.Join(lines, "\n"))
+	}
+}
+
+// testWriter sends the cluster's progress lines to the test log.
+type testWriter struct{ t testing.TB }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}

@@ -1,0 +1,95 @@
+package controlplane
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// KubernetesServiceIP is the ClusterIP of the `kubernetes` Service in ServiceCIDR, the address
+// pods reach the apiserver at.
+var KubernetesServiceIP = netip.MustParseAddr("10.96.0.1")
+
+// writeServingCerts writes what envtest would generate into certDir (apiserver.crt/.key and
+// the service-account signer sa-signer.crt/.key; envtest keeps files it finds), but with a
+// serving certificate that pods can verify: it names the `kubernetes` Service's ClusterIP and
+// DNS names and the given addresses besides localhost. It returns the CA's PEM.
+func writeServingCerts(certDir string, addrs []netip.Addr) ([]byte, error) {
+	caKey, caCert, caPEM, err := newCA("portico-controlplane-ca")
+	if err != nil {
+		return nil, err
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	ips := []net.IP{net.IPv4(127, 0, 0, 1), KubernetesServiceIP.AsSlice()}
+	for _, a := range addrs {
+		ips = append(ips, a.AsSlice())
+	}
+	tmpl := certTemplate("kube-apiserver")
+	tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
+	tmpl.KeyUsage = x509.KeyUsageDigitalSignature
+	tmpl.IPAddresses = ips
+	tmpl.DNSNames = []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
+		"kubernetes.default.svc.cluster.local"}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
+	if err != nil {
+		return nil, err
+	}
+	// The service-account signer: a key pair of its own, its certificate self-signed.
+	saKey, _, saPEM, err := newCA("portico-service-accounts")
+	if err != nil {
+		return nil, err
+	}
+	files := map[string][]byte{
+		"apiserver.crt": pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		"apiserver.key": keyPEM(key),
+		"sa-signer.crt": saPEM,
+		"sa-signer.key": keyPEM(saKey),
+		"ca.crt":        caPEM,
+	}
+	for name, b := range files {
+		if err := os.WriteFile(filepath.Join(certDir, name), b, 0o600); err != nil {
+			return nil, err
+		}
+	}
+	return caPEM, nil
+}
+
+func certTemplate(cn string) *x509.Certificate {
+	serial, _ := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
+	now := time.Now()
+	return &x509.Certificate{SerialNumber: serial, Subject: pkix.Name{CommonName: cn},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(7 * 24 * time.Hour)}
+}
+
+func newCA(cn string) (*ecdsa.PrivateKey, *x509.Certificate, []byte, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	tmpl := certTemplate(cn)
+	tmpl.IsCA, tmpl.BasicConstraintsValid = true, true
+	tmpl.KeyUsage = x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	cert, err := x509.ParseCertificate(der)
+	return key, cert, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), err
+}
+
+func keyPEM(key *ecdsa.PrivateKey) []byte {
+	der, _ := x509.MarshalECPrivateKey(key)
+	return pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der})
+}
