@@ -68,8 +68,8 @@ func (r *HealthReconciler) setup(mgr ctrl.Manager) error {
 		Complete(r)
 }
 
-// nodeHealthChanged passes a Node update that changes what rules.NodeHealth reads, not its
-// heartbeats (which would re-run every Service).
+// nodeHealthChanged passes a Node update that changes what rules.NodeHealth reads, or its
+// cordon, not its heartbeats (which would re-run every Service).
 var nodeHealthChanged = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
 	before, ok1 := e.ObjectOld.(*corev1.Node)
 	after, ok2 := e.ObjectNew.(*corev1.Node)
@@ -78,7 +78,7 @@ var nodeHealthChanged = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bo
 	}
 	nr1, nu1 := rules.NodeHealth(before)
 	nr2, nu2 := rules.NodeHealth(after)
-	return nr1 != nr2 || nu1 != nu2
+	return nr1 != nr2 || nu1 != nu2 || before.Spec.Unschedulable != after.Spec.Unschedulable
 }}
 
 // sliceService maps an EndpointSlice to its Service, by the label the endpointslice

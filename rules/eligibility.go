@@ -83,6 +83,7 @@ func (c Selectors) Candidates(nodes []corev1.Node, ads []*v1alpha1.L2Advertiseme
 		cand := election.Candidate{Name: n.Name, Alive: alive(n.Name), LocalEndpoint: local[n.Name]}
 		cand.Excluded = ExcludedFromLB(n, ignoreExclude)
 		cand.NotReady, cand.NetworkUnavailable = NodeHealth(n)
+		cand.Cordoned = n.Spec.Unschedulable
 		for _, ad := range ads {
 			if len(ad.Spec.NodeSelectors) > 0 && !c.MatchesAny(ad.Spec.NodeSelectors, n.Labels) {
 				continue

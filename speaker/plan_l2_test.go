@@ -65,6 +65,12 @@ func (s *l2Scenario) run(d *datadriven.TestData) error {
 		for _, a := range d.CmdArgs {
 			s.nodes[a.Key] = &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: a.Key, Labels: map[string]string{}}}
 		}
+	case "cordon", "uncordon":
+		n, ok := s.nodes[name]
+		if !ok {
+			return fmt.Errorf("no node %q", name)
+		}
+		n.Spec.Unschedulable = d.Cmd == "cordon"
 	case "label", "unlabel":
 		n, ok := s.nodes[name]
 		if !ok {

@@ -55,6 +55,8 @@ func TestTranscripts(t *testing.T) {
 							c.NotReady = true
 						case "nonetwork":
 							c.NetworkUnavailable = true
+						case "cordoned":
+							c.Cordoned = true
 						case "endpoint":
 							c.LocalEndpoint = true
 						default:

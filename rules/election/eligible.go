@@ -20,6 +20,10 @@ type Candidate struct {
 	// failing); NetworkUnavailable: its NetworkUnavailable condition is True (the CNI has not
 	// set up its network). Traffic sent there would be lost.
 	NotReady, NetworkUnavailable bool
+	// Cordoned: the node is unschedulable, as `kubectl drain` makes it before it evicts the
+	// pods. It answers only when no other node may, so a drain moves its addresses while its
+	// speaker still runs, and a single-node cluster keeps them.
+	Cordoned bool
 	// LocalEndpoint: the node holds a ready endpoint of the Service.
 	LocalEndpoint bool
 }
@@ -34,7 +38,7 @@ type Policy struct {
 // Eligible returns the sorted names of the candidates that may answer, and, when none may, a
 // reason that names what excluded them (for the Service's Announced condition).
 func Eligible(cands []Candidate, p Policy) (names []string, whyNone string) {
-	var dead, unselected, excluded, notReady, noNetwork, noEndpoint []string
+	var dead, unselected, excluded, notReady, noNetwork, noEndpoint, cordoned []string
 	for _, c := range cands {
 		switch {
 		case !c.Alive:
@@ -49,9 +53,14 @@ func Eligible(cands []Candidate, p Policy) (names []string, whyNone string) {
 			notReady = append(notReady, c.Name)
 		case p.LocalOnly && !c.LocalEndpoint:
 			noEndpoint = append(noEndpoint, c.Name)
+		case c.Cordoned:
+			cordoned = append(cordoned, c.Name)
 		default:
 			names = append(names, c.Name)
 		}
+	}
+	if len(names) == 0 {
+		names = cordoned // the last resort: better a node being drained than none
 	}
 	sort.Strings(names)
 	if len(names) > 0 {
