@@ -17,7 +17,7 @@ import (
 // BGPClaim is one address this node advertises over BGP.
 type BGPClaim struct {
 	Services []string // namespace/name, sorted: several when Services share the address
-	Peers   []string // BGPPeer names, sorted
+	Peers    []string // BGPPeer names, sorted
 }
 
 // BGP session defaults (BGPPeer's documented defaults).
