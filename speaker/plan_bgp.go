@@ -17,7 +17,7 @@ import (
 // BGPClaim is one address this node advertises over BGP.
 type BGPClaim struct {
 	Services []string // namespace/name, sorted: several when Services share the address
-	Peers   []string // BGPPeer names, sorted
+	Peers    []string // BGPPeer names, sorted
 }
 
 // BGP session defaults (BGPPeer's documented defaults).
@@ -55,6 +55,9 @@ func planBGP(w World, me, lbClass string, pools []rules.Pool, ready map[string]m
 		if err != nil {
 			p.Problems = append(p.Problems, fmt.Sprintf("BGPPeer %s: %v", bp.Name, err))
 			continue
+		}
+		if peer.BFD, err = peerBFD(bp, w.BFDProfiles); err != nil {
+			p.Problems = append(p.Problems, fmt.Sprintf("BGPPeer %s: %v; the session runs without BFD", bp.Name, err))
 		}
 		p.BGP.Peers[bp.Name] = peer
 		p.BGP.Routes[bp.Name] = map[netip.Prefix]bgp.Route{}
