@@ -3,6 +3,8 @@ package e2e
 import (
 	"context"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -55,7 +57,8 @@ func hasLine(out string, parts ...string) bool {
 // 9 s). The BFD sessions come Up on both sides; then one speaker is frozen with SIGSTOP (a
 // node that dies silently: no FIN, no NOTIFICATION). bird's BFD declares it down and its route
 // leaves bird's kernel table while the BGP hold timer is still running: bird's protocol gives
-// "BFD session down" as the reason, not the hold timer.
+// "BFD session down" as the reason, not the hold timer. Then bird is frozen, and the speakers'
+// BFD resets their BGP sessions without waiting for the hold timer.
 func TestBFD(t *testing.T) {
 	inBGPLab(t, 1, func(t *testing.T, e *l2Env) {
 		all := []string{"node-a", "node-b", "node-c"}
@@ -103,5 +106,18 @@ func TestBFD(t *testing.T) {
 		waitFor(t, "bird's BFD session with node-a Up again", 15*time.Second, func() bool {
 			return bfdUp(t, b, e.node("node-a").IPv4.Addr())
 		})
+
+		// The other way round: bird frozen. node-b's BFD detects it and resets the BGP session
+		// at once instead of waiting out GoBGP's 9 s hold timer.
+		b.Signal(syscall.SIGSTOP)
+		t.Cleanup(func() { b.Signal(syscall.SIGCONT) })
+		waitFor(t, "node-b's BGP session reset by BFD", 15*time.Second, func() bool {
+			log, _ := os.ReadFile(filepath.Join(e.logs, "node-b.log"))
+			return strings.Contains(string(log), `"msg":"BFD session down: resetting the BGP session"`) &&
+				e.sessions("node-b")["tor"].State != "Established"
+		})
+		b.Signal(syscall.SIGCONT)
+		e.waitEstablished("tor", 30*time.Second, all...)
+		e.expectRoute(router.NS, route, e.nodeIPs(false, all...), 30*time.Second)
 	})
 }
