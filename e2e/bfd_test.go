@@ -121,3 +121,67 @@ func TestBFD(t *testing.T) {
 		e.expectRoute(router.NS, route, e.nodeIPs(false, all...), 30*time.Second)
 	})
 }
+
+// frrBFDConfig is frrConfig with BFD on every neighbour, 100 ms × 5 as in TestBFD.
+func frrBFDConfig(addr netip.Addr, nodes []labNode) string {
+	cfg := frrConfig(addr, nodes)
+	for _, n := range nodes {
+		a := n.IPv4.Addr().String()
+		cfg = strings.Replace(cfg, " neighbor "+a+" timers connect 1\n", " neighbor "+a+" timers connect 1\n neighbor "+a+" bfd profile fast\n", 1)
+	}
+	return cfg + "bfd\n profile fast\n  detect-multiplier 5\n  receive-interval 100\n  transmit-interval 100\n exit\n!\nexit\n"
+}
+
+// TestBFDFRR is TestBFD's first half against FRR 8.4's bfdd: the sessions come Up in
+// "show bfd peers", and a SIGSTOPped speaker's route leaves FRR's kernel table because bgpd
+// reset the session for BFD (Cease/BFD Down), not because its 9 s hold timer expired.
+func TestBFDFRR(t *testing.T) {
+	inBGPLab(t, 1, func(t *testing.T, e *l2Env) {
+		all := []string{"node-a", "node-b", "node-c"}
+		router := e.Routers[0]
+		frr := netlab.StartFRR(t, router.NS, frrBFDConfig(router.IPv4.Addr(), e.Nodes))
+		fast, mult := uint32(100), uint32(5)
+		e.createObject(&v1alpha1.BFDProfile{ObjectMeta: metav1.ObjectMeta{Name: "fast"},
+			Spec: v1alpha1.BFDProfileSpec{ReceiveInterval: &fast, TransmitInterval: &fast, DetectMultiplier: &mult}})
+		peer := bgpPeer("frr", router.IPv4.Addr(), clusterASN, 64520)
+		peer.Spec.BFDProfile = "fast"
+		e.createObject(peer)
+		e.waitEstablished("frr", 30*time.Second, all...)
+		var peers string
+		defer func() {
+			if t.Failed() {
+				t.Logf("FRR's BFD peers:\n%s", peers)
+			}
+		}()
+		waitFor(t, "FRR's BFD sessions with the three nodes up", 15*time.Second, func() bool {
+			peers, _ = frr.Vtysh("show bfd peers brief")
+			for _, a := range e.nodeIPs(false, all...) {
+				if !hasLine(peers, a.String(), "up") {
+					return false
+				}
+			}
+			return true
+		})
+		e.createObject(&v1alpha1.BGPAdvertisement{ObjectMeta: metav1.ObjectMeta{Name: "bfd"},
+			Spec: v1alpha1.BGPAdvertisementSpec{IPAddressPools: []v1alpha1.Name{"bfd"}}})
+		vip := netip.MustParseAddr("203.0.113.10")
+		e.createService("bfd", []netip.Prefix{netip.MustParsePrefix("203.0.113.0/28")}, false, vip)
+		route := netip.PrefixFrom(vip, 32)
+		e.expectRoute(router.NS, route, e.nodeIPs(false, all...), 15*time.Second)
+
+		frozen := e.speakers["node-a"].cmd.Process
+		must(t, frozen.Signal(syscall.SIGSTOP))
+		t0 := time.Now()
+		t.Cleanup(func() { _ = frozen.Signal(syscall.SIGCONT) })
+		e.expectRoute(router.NS, route, e.nodeIPs(false, "node-b", "node-c"), 15*time.Second)
+		took := time.Since(t0)
+		out, err := frr.Vtysh("show bgp neighbors " + e.node("node-a").IPv4.Addr().String())
+		must(t, err)
+		if !strings.Contains(out, "Cease/BFD Down") { // FRR 8.4: "Last reset ..., Notification sent (Cease/BFD Down)"
+			t.Fatalf("node-a's route left FRR, but not because of BFD:\n%s", out)
+		}
+		t.Logf("SIGSTOP of node-a's speaker to its route leaving FRR's kernel table: %v (BGP hold time 9s)", took)
+		must(t, frozen.Signal(syscall.SIGCONT))
+		e.expectRoute(router.NS, route, e.nodeIPs(false, all...), 30*time.Second)
+	})
+}
