@@ -10,11 +10,11 @@ import (
 	"github.com/cockroachdb/datadriven"
 )
 
-// TestSessionTranscripts drives one Session through testdata/session*: each command is an
+// TestSessionTranscripts drives one Session through testdata/session/*: each command is an
 // input at an explicit time, and the answer is what the session sent, how its state changed
 // and when it wants to be woken next, in milliseconds since the session started.
 func TestSessionTranscripts(t *testing.T) {
-	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
+	datadriven.Walk(t, "testdata/session", func(t *testing.T, path string) {
 		var (
 			s      *Session
 			epoch  = time.Unix(1_700_000_000, 0)
