@@ -25,6 +25,7 @@ type World struct {
 	Pools          []v1alpha1.IPAddressPool
 	BGPPeers       []v1alpha1.BGPPeer
 	BGPAds         []v1alpha1.BGPAdvertisement
+	BFDProfiles    []v1alpha1.BFDProfile
 	// Secrets holds the Secrets BGPPeers reference for their passwords (as far as the speaker
 	// could read them).
 	Secrets []corev1.Secret

@@ -56,6 +56,9 @@ func planBGP(w World, me, lbClass string, pools []rules.Pool, ready map[string]m
 			p.Problems = append(p.Problems, fmt.Sprintf("BGPPeer %s: %v", bp.Name, err))
 			continue
 		}
+		if peer.BFD, err = peerBFD(bp, w.BFDProfiles); err != nil {
+			p.Problems = append(p.Problems, fmt.Sprintf("BGPPeer %s: %v; the session runs without BFD", bp.Name, err))
+		}
 		p.BGP.Peers[bp.Name] = peer
 		p.BGP.Routes[bp.Name] = map[netip.Prefix]bgp.Route{}
 	}

@@ -20,7 +20,7 @@ import (
 // cluster objects. Commands:
 //
 //	apply        YAML documents (separated by ---) of Node, Service, EndpointSlice,
-//	             IPAddressPool, BGPPeer, BGPAdvertisement or Secret; an object replaces the one
+//	             IPAddressPool, BGPPeer, BGPAdvertisement, BFDProfile or Secret; an object replaces the one
 //	             of the same kind, namespace and name
 //	delete       one "Kind namespace/name" (or "Kind name") per line
 //	plan node=N  the sessions and routes node N wants, the addresses it reports, its problems
@@ -89,6 +89,8 @@ func decodeObject(doc string) (string, any, error) {
 		obj = &v1alpha1.BGPPeer{}
 	case "BGPAdvertisement":
 		obj = &v1alpha1.BGPAdvertisement{}
+	case "BFDProfile":
+		obj = &v1alpha1.BFDProfile{}
 	default:
 		return "", nil, fmt.Errorf("unknown kind %q", meta.Kind)
 	}
@@ -120,6 +122,8 @@ func worldOf(objs map[string]any, order []string) World {
 			w.BGPPeers = append(w.BGPPeers, *o)
 		case *v1alpha1.BGPAdvertisement:
 			w.BGPAds = append(w.BGPAds, *o)
+		case *v1alpha1.BFDProfile:
+			w.BFDProfiles = append(w.BFDProfiles, *o)
 		}
 	}
 	return w

@@ -80,7 +80,7 @@ func (s *Speaker) Start(ctx context.Context) error {
 	// never delay reacting to a member's loss.
 	go s.writeStatuses(ctx)
 	for _, obj := range []client.Object{&corev1.Service{}, &discoveryv1.EndpointSlice{}, &corev1.Node{},
-		&v1alpha1.L2Advertisement{}, &v1alpha1.IPAddressPool{}, &v1alpha1.BGPPeer{}, &v1alpha1.BGPAdvertisement{}} {
+		&v1alpha1.L2Advertisement{}, &v1alpha1.IPAddressPool{}, &v1alpha1.BGPPeer{}, &v1alpha1.BGPAdvertisement{}, &v1alpha1.BFDProfile{}} {
 		inf, err := s.Cache.GetInformer(ctx, obj)
 		if err != nil {
 			return err
@@ -218,14 +218,15 @@ func (s *Speaker) world(ctx context.Context) (World, error) {
 	var pools v1alpha1.IPAddressPoolList
 	var peers v1alpha1.BGPPeerList
 	var bgpAds v1alpha1.BGPAdvertisementList
-	for _, l := range []client.ObjectList{&svcs, &eps, &nodes, &ads, &pools, &peers, &bgpAds} {
+	var bfdProfiles v1alpha1.BFDProfileList
+	for _, l := range []client.ObjectList{&svcs, &eps, &nodes, &ads, &pools, &peers, &bgpAds, &bfdProfiles} {
 		// The plan only reads the objects: no deep copy of every Service on every change.
 		if err := s.Cache.List(ctx, l, client.UnsafeDisableDeepCopy); err != nil {
 			return w, err
 		}
 	}
 	return World{Services: svcs.Items, EndpointSlices: eps.Items, Nodes: nodes.Items, Advertisements: ads.Items, Pools: pools.Items,
-		BGPPeers: peers.Items, BGPAds: bgpAds.Items, Secrets: s.secretsFor(ctx, peers.Items), IgnoreExcludeLabel: s.IgnoreExcludeLabel, IgnoreClassless: s.IgnoreClassless}, nil
+		BGPPeers: peers.Items, BGPAds: bgpAds.Items, BFDProfiles: bfdProfiles.Items, Secrets: s.secretsFor(ctx, peers.Items), IgnoreExcludeLabel: s.IgnoreExcludeLabel, IgnoreClassless: s.IgnoreClassless}, nil
 }
 
 func (s *Speaker) reconcile(ctx context.Context) {

@@ -96,6 +96,12 @@ type BGPPeerSpec struct {
 	// EnableGracefulRestart keeps the router's routes while a speaker restarts.
 	// +optional
 	EnableGracefulRestart bool `json:"enableGracefulRestart,omitempty"`
+
+	// BFDProfile names a BFDProfile: each node then runs a BFD session with the router, and the
+	// BGP session is reset (its routes withdrawn) as soon as BFD declares the path down. Single
+	// hop only: ignored, with a problem reported, on ebgpMultiHop peers.
+	// +optional
+	BFDProfile Name `json:"bfdProfile,omitempty"`
 }
 
 // BGPSessionState is the state of one node's session with one router.

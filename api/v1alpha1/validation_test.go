@@ -130,6 +130,14 @@ var invalidCases = []invalidCase{
 	{"peer: password in plain text", strict, "BGPPeer", "myASN: 64512\npeerASN: 64501\npeerAddress: 198.51.100.1\npassword: hunter2",
 		[]string{`unknown field "spec.password"`}},
 
+	// BFDProfile
+	{"bfd: receiveInterval below 10 ms", schema, "BFDProfile", "receiveInterval: 5",
+		[]string{"spec.receiveInterval", "should be greater than or equal to 10"}},
+	{"bfd: detectMultiplier 1", schema, "BFDProfile", "detectMultiplier: 1",
+		[]string{"spec.detectMultiplier", "should be greater than or equal to 2"}},
+	{"bfd: echo mode", strict, "BFDProfile", "echoMode: true",
+		[]string{`unknown field "spec.echoMode"`}},
+
 	// BGPAdvertisement
 	{"bgpadv: community with one number", cel, "BGPAdvertisement", `communities: ["65000"]`,
 		[]string{"spec.communities[0]", "must be a standard community such as 65000:100"}},
@@ -202,6 +210,8 @@ func TestEdgeValuesAreAccepted(t *testing.T) {
 		{"BGPAdvertisement", "aggregationLength: 0\naggregationLengthV6: 0\nlocalPref: 4294967295\ncommunities: [\"0:0\", \"65535:65535\", \"large:4294967295:0:4294967295\", no-export]"},
 		{"BGPAdvertisement", "serviceSelectors: [{matchLabels: {app: gitea}}]\naggregationLength: 32"},
 		{"L2Advertisement", "interfaces: [eth0, enp0s31f6, br-lan.10]"},
+		{"BFDProfile", "receiveInterval: 10\ntransmitInterval: 60000\ndetectMultiplier: 255\npassiveMode: true\nminimumTtl: 254"},
+		{"BGPPeer", "myASN: 64512\npeerASN: 64501\npeerAddress: 198.51.100.1\nbfdProfile: fast"},
 	}
 	c := client.WithFieldValidation(cp.Client, "Strict")
 	for i, tc := range cases {

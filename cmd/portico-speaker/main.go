@@ -23,6 +23,7 @@ import (
 	"github.com/portico-lb/portico/internal/kube"
 	"github.com/portico-lb/portico/rules"
 	"github.com/portico-lb/portico/speaker"
+	"github.com/portico-lb/portico/speaker/bfd"
 	"github.com/portico-lb/portico/speaker/bgp"
 	"github.com/portico-lb/portico/speaker/l2"
 	"github.com/portico-lb/portico/speaker/membership"
@@ -88,8 +89,8 @@ func run(o options) error {
 		return err
 	}
 	metrics := speaker.NewMetrics(crmetrics.Registry)
-	sessions := &bgp.Sessions{Log: log.WithName("bgp")}
-	crmetrics.Registry.MustRegister(sessions)
+	sessions := &bgp.Sessions{Log: log.WithName("bgp"), BFD: bfd.NewManager(log.WithName("bfd"))}
+	crmetrics.Registry.MustRegister(sessions, sessions.BFD)
 	s := &speaker.Speaker{
 		Node: o.node, LBClass: o.lbClass, Cache: mgr.GetCache(), Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), MLPort: o.port,
 		Announce: l2.NewAnnouncer(log.WithName("l2"), metrics), BGP: sessions, Recorder: mgr.GetEventRecorderFor("portico-speaker"),

@@ -87,6 +87,14 @@ func (r *Router) Stop() {
 	r.cmds, r.done = nil, nil
 }
 
+// Signal sends sig to the daemon's processes: SIGSTOP freezes the router without closing a
+// session, as a hung router would; SIGCONT thaws it.
+func (r *Router) Signal(sig os.Signal) {
+	for _, cmd := range r.cmds {
+		_ = cmd.Process.Signal(sig)
+	}
+}
+
 func (r *Router) socket() string { return filepath.Join(r.dir, "bird.ctl") }
 
 // Birdc runs a birdc command against this bird and returns its output.

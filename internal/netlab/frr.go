@@ -7,6 +7,7 @@ import (
 	"os/user"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -20,7 +21,8 @@ const frrRun = "/var/run/frr"
 
 // StartFRR runs FRR's zebra and bgpd in namespace ns with config (an frr.conf), as their own
 // instance (-N pathspace), in the foreground as children of the test, and waits until vtysh
-// answers. zebra installs bgpd's routes in the namespace's kernel table.
+// answers. zebra installs bgpd's routes in the namespace's kernel table. bfdd runs too when
+// config has a top-level bfd block.
 func StartFRR(t TB, ns, config string) *Router {
 	t.Helper()
 	r := &Router{t: t, NS: ns, kind: "frr", conf: config, name: fmt.Sprintf("pt%d-%d", os.Getpid()%100000, seq.Add(1))}
@@ -48,7 +50,11 @@ func StartFRR(t TB, ns, config string) *Router {
 
 func (r *Router) startFRR() {
 	conf := filepath.Join(r.dir, "frr.conf")
-	for _, d := range []string{"zebra", "bgpd"} {
+	daemons := []string{"zebra", "bgpd"}
+	if strings.Contains(r.conf, "\nbfd\n") {
+		daemons = []string{"zebra", "bfdd", "bgpd"} // bgpd asks bfdd (through zebra) for its BFD sessions
+	}
+	for _, d := range daemons {
 		log, err := os.OpenFile(filepath.Join(r.dir, d+".log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 		if err != nil {
 			r.t.Fatalf("%v", err)

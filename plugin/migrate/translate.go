@@ -79,7 +79,7 @@ func isMetalLB(o *unstructured.Unstructured) bool {
 }
 
 // kindOrder is the order objects are written in: what others refer to comes first.
-var kindOrder = []string{"Community", "IPAddressPool", "BGPPeer", "L2Advertisement", "BGPAdvertisement"}
+var kindOrder = []string{"Community", "IPAddressPool", "BFDProfile", "BGPPeer", "L2Advertisement", "BGPAdvertisement"}
 
 func sorted(objs []*unstructured.Unstructured) []*unstructured.Unstructured {
 	out := slices.Clone(objs)
@@ -123,7 +123,7 @@ func (t *translator) object(o *unstructured.Unstructured) {
 	case "BGPPeer":
 		t.peer(o)
 	case "BFDProfile":
-		t.whole(o, "Portico has no BFD; a BGP session detects a dead peer through its holdTime (set it low, e.g. 9s, for faster failover)")
+		t.bfdProfile(o)
 	case "ServiceL2Status", "ServiceBGPStatus", "ConfigurationState":
 		t.whole(o, "status written by MetalLB, nothing to migrate: Portico reports the same in Speaker objects and Service conditions")
 	default:
@@ -317,12 +317,37 @@ func (t *translator) peer(o *unstructured.Unstructured) {
 	f.take("ebgpMultiHop", &p.Spec.EBGPMultiHop)
 	f.take("enableGracefulRestart", &p.Spec.EnableGracefulRestart)
 	t.password(o, f, p)
-	f.drop("bfdProfile", "Portico has no BFD; a BGP session detects a dead peer through its holdTime", "")
+	if p.Spec.EBGPMultiHop {
+		f.drop("bfdProfile", "Portico's BFD is single hop (RFC 5881) and this peer is ebgpMultiHop: the session detects a dead peer through its holdTime", "")
+	} else {
+		f.take("bfdProfile", &p.Spec.BFDProfile)
+	}
 	f.drop("vrf", "Portico opens sessions in the node's default VRF only", "")
 	f.drop("disableMP", everyFamily, false)
 	f.drop("dualStackAddressFamily", everyFamily, false)
 	f.rest()
 	t.add(p, "BGPPeer")
+}
+
+func (t *translator) bfdProfile(o *unstructured.Unstructured) {
+	f := newFields(o, &t.out)
+	p := &porticov1.BFDProfile{}
+	var ok bool
+	if p.ObjectMeta, ok = t.meta(o, "BFDProfile"); !ok {
+		return
+	}
+	f.take("receiveInterval", &p.Spec.ReceiveInterval)
+	f.take("transmitInterval", &p.Spec.TransmitInterval)
+	f.take("detectMultiplier", &p.Spec.DetectMultiplier)
+	f.take("passiveMode", &p.Spec.PassiveMode)
+	f.take("minimumTtl", &p.Spec.MinimumTTL)
+	var echo bool
+	if f.take("echoMode", &echo) && echo {
+		f.skip("echoMode", "Portico's BFD has no echo mode: control packets alone detect a dead path")
+	}
+	f.drop("echoInterval", "Portico's BFD has no echo mode, so no echo interval")
+	f.rest()
+	t.add(p, "BFDProfile")
 }
 
 // password carries a passwordSecret over, pointing into Portico's namespace (the only one

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/portico-lb/portico/speaker/bfd"
 )
 
 // Password is a TCP MD5 password. It prints as "<redacted>" in every format, so a log line or an
@@ -31,7 +33,12 @@ type Peer struct {
 	EBGPMultiHop    bool
 	GracefulRestart bool
 	Password        Password
+	// BFD: the BFD session that guards this one; zero (DetectMult 0) for none.
+	BFD bfd.Config
 }
+
+// WantsBFD reports whether a BFD session guards the BGP session.
+func (p Peer) WantsBFD() bool { return p.BFD.DetectMult != 0 }
 
 // IBGP reports whether the session stays inside one AS.
 func (p Peer) IBGP() bool { return p.MyASN == p.PeerASN }
@@ -89,6 +96,12 @@ func (d Desired) String() string {
 		}
 		if p.Password != "" {
 			b.WriteString(", md5")
+		}
+		if p.WantsBFD() {
+			fmt.Fprintf(&b, ", bfd tx %v rx %v x%d", p.BFD.DesiredMinTx, p.BFD.RequiredMinRx, p.BFD.DetectMult)
+			if p.BFD.Passive {
+				b.WriteString(" passive")
+			}
 		}
 		b.WriteString("\n")
 		routes := d.Routes[name]

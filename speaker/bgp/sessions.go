@@ -15,6 +15,8 @@ import (
 	"github.com/osrg/gobgp/v4/pkg/apiutil"
 	"github.com/osrg/gobgp/v4/pkg/packet/bgp"
 	"github.com/osrg/gobgp/v4/pkg/server"
+
+	"github.com/portico-lb/portico/speaker/bfd"
 )
 
 // State is one session's state as the speaker reports it.
@@ -35,6 +37,8 @@ type Sessions struct {
 	// OnChange is called (from a GoBGP goroutine, without locks held) when a session changes
 	// state, with the state before and after.
 	OnChange func(before, after State)
+	// BFD runs the BFD sessions of the peers that ask for one; made on first use when nil.
+	BFD *bfd.Manager
 
 	mu      sync.Mutex
 	running map[string]*session
@@ -46,6 +50,7 @@ type session struct {
 	cancel context.CancelFunc // ends the state watch
 	routes map[netip.Prefix]Route
 	state  State
+	bfd    *bfd.Peer // nil: no BFD session guards this one
 }
 
 // Apply makes the running sessions and routes match d. A peer whose settings changed gets a
@@ -59,7 +64,7 @@ func (s *Sessions) Apply(ctx context.Context, d Desired) []error {
 	}
 	var errs []error
 	for name, ss := range s.running {
-		if p, ok := d.Peers[name]; !ok || p != ss.peer {
+		if p, ok := d.Peers[name]; !ok || withoutBFD(p) != withoutBFD(ss.peer) {
 			why := "removed"
 			if ok {
 				why = "changed"
@@ -78,6 +83,9 @@ func (s *Sessions) Apply(ctx context.Context, d Desired) []error {
 				continue
 			}
 			s.running[name] = ss
+		}
+		if err := s.guard(ss, d.Peers[name].BFD); err != nil {
+			errs = append(errs, fmt.Errorf("BGPPeer %s: %w", name, err))
 		}
 		errs = append(errs, ss.sync(d.Routes[name])...)
 	}
@@ -183,6 +191,9 @@ func (s *Sessions) redial(ss *session) {
 
 // stop closes the session (a NOTIFICATION Cease) and ends its server's goroutines.
 func (s *Sessions) stop(ss *session) {
+	if ss.bfd != nil {
+		ss.bfd.Stop()
+	}
 	ss.cancel()
 	ss.srv.Stop() // logs its own failure through the session's logger
 }

@@ -1,0 +1,77 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// BFD profile defaults (MetalLB's): a dead path is detected after 3 × 300 ms.
+const (
+	DefaultBFDInterval   = 300 // milliseconds
+	DefaultBFDMultiplier = 3
+)
+
+// BFDProfileSpec sets the timers of the BFD sessions (RFC 5880 asynchronous mode, RFC 5881 single
+// hop) of every BGPPeer that names the profile. Echo mode is not supported.
+type BFDProfileSpec struct {
+	// ReceiveInterval is the shortest interval, in milliseconds, at which this node can take
+	// BFD packets from the router. Default 300.
+	// +kubebuilder:validation:Minimum=10
+	// +kubebuilder:validation:Maximum=60000
+	// +optional
+	ReceiveInterval *uint32 `json:"receiveInterval,omitempty"`
+
+	// TransmitInterval is the interval, in milliseconds, at which this node would like to send;
+	// the slower of it and the router's receive interval is used. Default 300.
+	// +kubebuilder:validation:Minimum=10
+	// +kubebuilder:validation:Maximum=60000
+	// +optional
+	TransmitInterval *uint32 `json:"transmitInterval,omitempty"`
+
+	// DetectMultiplier is how many packets in a row may be lost before the router declares the
+	// path down (the router's detection time is this times the agreed interval). Default 3.
+	// +kubebuilder:validation:Minimum=2
+	// +kubebuilder:validation:Maximum=255
+	// +optional
+	DetectMultiplier *uint32 `json:"detectMultiplier,omitempty"`
+
+	// PassiveMode makes the node wait for the router's first BFD packet instead of sending
+	// first.
+	// +optional
+	PassiveMode bool `json:"passiveMode,omitempty"`
+
+	// MinimumTTL is the least TTL accepted on multihop sessions (RFC 5883), which are not
+	// supported yet: a single-hop session always sends and requires TTL 255. Accepted for
+	// MetalLB compatibility.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=254
+	// +optional
+	MinimumTTL *uint32 `json:"minimumTtl,omitempty"`
+}
+
+// BFDProfile is a reusable set of BFD timers, named by BGPPeers' bfdProfile.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:scope=Cluster,categories=portico
+// +kubebuilder:printcolumn:name="Receive",type=integer,JSONPath=`.spec.receiveInterval`
+// +kubebuilder:printcolumn:name="Transmit",type=integer,JSONPath=`.spec.transmitInterval`
+// +kubebuilder:printcolumn:name="Multiplier",type=integer,JSONPath=`.spec.detectMultiplier`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type BFDProfile struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec BFDProfileSpec `json:"spec,omitempty"`
+}
+
+// BFDProfileList is a list of BFDProfiles.
+//
+// +kubebuilder:object:root=true
+type BFDProfileList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []BFDProfile `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&BFDProfile{}, &BFDProfileList{})
+}

@@ -1,0 +1,187 @@
+package e2e
+
+import (
+	"context"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/portico-lb/portico/api/v1alpha1"
+	"github.com/portico-lb/portico/internal/netlab"
+)
+
+// birdBFDConfig is birdConfig with BFD on every node session: 100 ms × 5 on the router's side
+// (a multiplier of 5 rather than 3 so a test machine that starves a process for 300 ms does
+// not flap the sessions).
+func birdBFDConfig(local netip.Addr, nodes []labNode) string {
+	cfg := birdConfig(local, nodes, clusterASN, "")
+	cfg = strings.Replace(cfg, "  direct;\n", "  direct;\n  bfd on;\n", 1)
+	return cfg + `protocol bfd { interface "eth0" { min rx interval 100 ms; min tx interval 100 ms; multiplier 5; }; }` + "\n"
+}
+
+// bfdUp reports whether bird lists an Up BFD session with every address in want.
+func bfdUp(t testing.TB, b *netlab.Router, want ...netip.Addr) bool {
+	out, err := b.Birdc("show", "bfd", "sessions")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range want {
+		if !hasLine(out, a.String(), " Up ") {
+			return false
+		}
+	}
+	return true
+}
+
+// hasLine reports whether some line of out contains every one of parts.
+func hasLine(out string, parts ...string) bool {
+	for line := range strings.Lines(out) {
+		all := true
+		for _, p := range parts {
+			all = all && strings.Contains(line, p)
+		}
+		if all {
+			return true
+		}
+	}
+	return false
+}
+
+// TestBFD peers three speakers with bird2 over BGP guarded by BFD (100 ms × 5, BGP hold time
+// 9 s). The BFD sessions come Up on both sides; then one speaker is frozen with SIGSTOP (a
+// node that dies silently: no FIN, no NOTIFICATION). bird's BFD declares it down and its route
+// leaves bird's kernel table while the BGP hold timer is still running: bird's protocol gives
+// "BFD session down" as the reason, not the hold timer. Then bird is frozen, and the speakers'
+// BFD resets their BGP sessions without waiting for the hold timer.
+func TestBFD(t *testing.T) {
+	inBGPLab(t, 1, func(t *testing.T, e *l2Env) {
+		all := []string{"node-a", "node-b", "node-c"}
+		router := e.Routers[0]
+		b := startBird(t, router.NS, birdBFDConfig(router.IPv4.Addr(), e.Nodes))
+		fast, mult := uint32(100), uint32(5)
+		e.createObject(&v1alpha1.BFDProfile{ObjectMeta: metav1.ObjectMeta{Name: "fast"},
+			Spec: v1alpha1.BFDProfileSpec{ReceiveInterval: &fast, TransmitInterval: &fast, DetectMultiplier: &mult}})
+		peer := bgpPeer("tor", router.IPv4.Addr(), clusterASN, routerASN)
+		peer.Spec.BFDProfile = "fast"
+		e.createObject(peer)
+		e.waitEstablished("tor", 30*time.Second, all...)
+		waitFor(t, "bird's BFD sessions with the three nodes Up", 15*time.Second, func() bool {
+			return bfdUp(t, b, e.nodeIPs(false, all...)...)
+		})
+		waitFor(t, "node-b's BFD session Up in its metrics", 10*time.Second, func() bool {
+			m, err := scrapeMetrics(context.Background(), e.node("node-b").IPv4.Addr().String()+":7474")
+			return err == nil && sum(m, "portico_bfd_session_up", map[string]string{"peer": "tor"}) == 1
+		})
+
+		e.createObject(&v1alpha1.BGPAdvertisement{ObjectMeta: metav1.ObjectMeta{Name: "bfd"},
+			Spec: v1alpha1.BGPAdvertisementSpec{IPAddressPools: []v1alpha1.Name{"bfd"}}})
+		vip := netip.MustParseAddr("203.0.113.10")
+		e.createService("bfd", []netip.Prefix{netip.MustParsePrefix("203.0.113.0/28")}, false, vip)
+		route := netip.PrefixFrom(vip, 32)
+		e.expectRoute(router.NS, route, e.nodeIPs(false, all...), 15*time.Second)
+
+		frozen := e.speakers["node-a"].cmd.Process
+		must(t, frozen.Signal(syscall.SIGSTOP))
+		t0 := time.Now()
+		t.Cleanup(func() { _ = frozen.Signal(syscall.SIGCONT) })
+		e.expectRoute(router.NS, route, e.nodeIPs(false, "node-b", "node-c"), 15*time.Second)
+		took := time.Since(t0)
+		// The ordering that matters: when the route left, bird's BGP session with node-a had
+		// been closed by BFD, not by its hold timer.
+		out, err := b.Birdc("show", "protocols", "all", "node_a")
+		must(t, err)
+		if !strings.Contains(out, "BFD session down") {
+			t.Fatalf("node-a's route left bird, but not because of BFD:\n%s", out)
+		}
+		t.Logf("SIGSTOP of node-a's speaker to its route leaving bird's kernel table: %v (BGP hold time 9s)", took)
+
+		must(t, frozen.Signal(syscall.SIGCONT))
+		e.expectRoute(router.NS, route, e.nodeIPs(false, all...), 30*time.Second)
+		waitFor(t, "bird's BFD session with node-a Up again", 15*time.Second, func() bool {
+			return bfdUp(t, b, e.node("node-a").IPv4.Addr())
+		})
+
+		// The other way round: bird frozen. node-b's BFD detects it and resets the BGP session
+		// at once instead of waiting out GoBGP's 9 s hold timer.
+		b.Signal(syscall.SIGSTOP)
+		t.Cleanup(func() { b.Signal(syscall.SIGCONT) })
+		waitFor(t, "node-b's BGP session reset by BFD", 15*time.Second, func() bool {
+			log, _ := os.ReadFile(filepath.Join(e.logs, "node-b.log"))
+			return strings.Contains(string(log), `"msg":"BFD session down: resetting the BGP session"`) &&
+				e.sessions("node-b")["tor"].State != "Established"
+		})
+		b.Signal(syscall.SIGCONT)
+		e.waitEstablished("tor", 30*time.Second, all...)
+		e.expectRoute(router.NS, route, e.nodeIPs(false, all...), 30*time.Second)
+	})
+}
+
+// frrBFDConfig is frrConfig with BFD on every neighbour, 100 ms × 5 as in TestBFD.
+func frrBFDConfig(addr netip.Addr, nodes []labNode) string {
+	cfg := frrConfig(addr, nodes)
+	for _, n := range nodes {
+		a := n.IPv4.Addr().String()
+		cfg = strings.Replace(cfg, " neighbor "+a+" timers connect 1\n", " neighbor "+a+" timers connect 1\n neighbor "+a+" bfd profile fast\n", 1)
+	}
+	return cfg + "bfd\n profile fast\n  detect-multiplier 5\n  receive-interval 100\n  transmit-interval 100\n exit\n!\nexit\n"
+}
+
+// TestBFDFRR is TestBFD's first half against FRR 8.4's bfdd: the sessions come Up in
+// "show bfd peers", and a SIGSTOPped speaker's route leaves FRR's kernel table because bgpd
+// reset the session for BFD (Cease/BFD Down), not because its 9 s hold timer expired.
+func TestBFDFRR(t *testing.T) {
+	inBGPLab(t, 1, func(t *testing.T, e *l2Env) {
+		all := []string{"node-a", "node-b", "node-c"}
+		router := e.Routers[0]
+		frr := netlab.StartFRR(t, router.NS, frrBFDConfig(router.IPv4.Addr(), e.Nodes))
+		fast, mult := uint32(100), uint32(5)
+		e.createObject(&v1alpha1.BFDProfile{ObjectMeta: metav1.ObjectMeta{Name: "fast"},
+			Spec: v1alpha1.BFDProfileSpec{ReceiveInterval: &fast, TransmitInterval: &fast, DetectMultiplier: &mult}})
+		peer := bgpPeer("frr", router.IPv4.Addr(), clusterASN, 64520)
+		peer.Spec.BFDProfile = "fast"
+		e.createObject(peer)
+		e.waitEstablished("frr", 30*time.Second, all...)
+		var peers string
+		defer func() {
+			if t.Failed() {
+				t.Logf("FRR's BFD peers:\n%s", peers)
+			}
+		}()
+		waitFor(t, "FRR's BFD sessions with the three nodes up", 15*time.Second, func() bool {
+			peers, _ = frr.Vtysh("show bfd peers brief")
+			for _, a := range e.nodeIPs(false, all...) {
+				if !hasLine(peers, a.String(), "up") {
+					return false
+				}
+			}
+			return true
+		})
+		e.createObject(&v1alpha1.BGPAdvertisement{ObjectMeta: metav1.ObjectMeta{Name: "bfd"},
+			Spec: v1alpha1.BGPAdvertisementSpec{IPAddressPools: []v1alpha1.Name{"bfd"}}})
+		vip := netip.MustParseAddr("203.0.113.10")
+		e.createService("bfd", []netip.Prefix{netip.MustParsePrefix("203.0.113.0/28")}, false, vip)
+		route := netip.PrefixFrom(vip, 32)
+		e.expectRoute(router.NS, route, e.nodeIPs(false, all...), 15*time.Second)
+
+		frozen := e.speakers["node-a"].cmd.Process
+		must(t, frozen.Signal(syscall.SIGSTOP))
+		t0 := time.Now()
+		t.Cleanup(func() { _ = frozen.Signal(syscall.SIGCONT) })
+		e.expectRoute(router.NS, route, e.nodeIPs(false, "node-b", "node-c"), 15*time.Second)
+		took := time.Since(t0)
+		out, err := frr.Vtysh("show bgp neighbors " + e.node("node-a").IPv4.Addr().String())
+		must(t, err)
+		if !strings.Contains(out, "Cease/BFD Down") { // FRR 8.4: "Last reset ..., Notification sent (Cease/BFD Down)"
+			t.Fatalf("node-a's route left FRR, but not because of BFD:\n%s", out)
+		}
+		t.Logf("SIGSTOP of node-a's speaker to its route leaving FRR's kernel table: %v (BGP hold time 9s)", took)
+		must(t, frozen.Signal(syscall.SIGCONT))
+		e.expectRoute(router.NS, route, e.nodeIPs(false, all...), 30*time.Second)
+	})
+}

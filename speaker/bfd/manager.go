@@ -1,0 +1,206 @@
+package bfd
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+)
+
+// Manager runs this node's BFD sessions: at most one per peer address, sharing one receiving
+// socket per address family. Its zero value is not usable; make one with NewManager.
+type Manager struct {
+	log     logr.Logger
+	metrics *metrics
+
+	mu        sync.Mutex
+	listeners map[bool]*listener // by "is IPv4"
+	peers     map[netip.Addr]*Peer
+	lastDisc  uint32
+}
+
+// NewManager makes a Manager; it opens no socket until the first session starts.
+func NewManager(log logr.Logger) *Manager {
+	return &Manager{log: log, metrics: newMetrics(), listeners: map[bool]*listener{}, peers: map[netip.Addr]*Peer{}}
+}
+
+// Peer is one running session with one neighbour.
+type Peer struct {
+	name     string
+	addr     netip.Addr
+	m        *Manager
+	conn     *net.UDPConn
+	rx       chan Packet
+	reconfig chan Config
+	stop     chan struct{}
+	done     chan struct{}
+}
+
+// Start opens a session with the neighbour at addr (sending from src, or a kernel-chosen
+// address when src is zero) and reports each state change to onChange, from the session's
+// goroutine. name labels its logs and metrics.
+func (m *Manager) Start(name string, addr, src netip.Addr, cfg Config, onChange func(Transition)) (*Peer, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, dup := m.peers[addr]; dup {
+		return nil, fmt.Errorf("a BFD session with %s is already running", addr)
+	}
+	if m.listeners[addr.Is4()] == nil {
+		l, err := listen(addr.Is4())
+		if err != nil {
+			return nil, err
+		}
+		m.listeners[addr.Is4()] = l
+		go l.serve(m.deliver)
+	}
+	conn, err := dialPeer(addr, src)
+	if err != nil {
+		return nil, err
+	}
+	m.lastDisc++
+	disc := m.lastDisc
+	p := &Peer{name: name, addr: addr, m: m, conn: conn, rx: make(chan Packet, 16), reconfig: make(chan Config),
+		stop: make(chan struct{}), done: make(chan struct{})}
+	m.peers[addr] = p
+	jitter := func() float64 {
+		if cfg.DetectMult == 1 {
+			return 0.75 + 0.15*rand.Float64() // RFC 5880 §6.8.7: at most 90% with a multiplier of 1
+		}
+		return 0.75 + 0.25*rand.Float64()
+	}
+	s := NewSession(time.Now(), cfg, disc, jitter)
+	m.metrics.up.WithLabelValues(name).Set(0)
+	m.log.Info("starting BFD session", "peer", name, "address", addr, "discriminator", disc,
+		"desiredMinTx", cfg.DesiredMinTx, "requiredMinRx", cfg.RequiredMinRx, "multiplier", cfg.DetectMult, "passive", cfg.Passive)
+	go p.run(s, onChange)
+	return p, nil
+}
+
+// deliver hands a received datagram to the session of its source address.
+func (m *Manager) deliver(r received) {
+	if r.ttl != gtsmTTL {
+		m.metrics.dropped.WithLabelValues("ttl").Inc()
+		m.log.V(1).Info("dropping a BFD packet whose TTL is not 255", "from", r.from, "ttl", r.ttl)
+		return
+	}
+	pkt, err := Unmarshal(r.data)
+	if err != nil {
+		m.metrics.dropped.WithLabelValues("malformed").Inc()
+		m.log.V(1).Info("dropping a BFD packet", "from", r.from, "error", err.Error())
+		return
+	}
+	m.mu.Lock()
+	p := m.peers[r.from]
+	m.mu.Unlock()
+	if p == nil {
+		m.metrics.dropped.WithLabelValues("unknown-peer").Inc()
+		m.log.V(1).Info("dropping a BFD packet from an address with no session", "from", r.from)
+		return
+	}
+	select {
+	case p.rx <- pkt:
+	case <-p.done:
+	default:
+		m.metrics.dropped.WithLabelValues("overrun").Inc() // the session is far behind; BFD tolerates a lost packet
+	}
+}
+
+// Reconfigure changes the session's intervals; an Up session announces them with a poll.
+func (p *Peer) Reconfigure(cfg Config) {
+	select {
+	case p.reconfig <- cfg:
+	case <-p.done:
+	}
+}
+
+// Stop tells the peer the session is administratively down and ends it.
+func (p *Peer) Stop() {
+	p.m.mu.Lock()
+	if p.m.peers[p.addr] == p {
+		delete(p.m.peers, p.addr)
+	}
+	p.m.mu.Unlock()
+	close(p.stop)
+	<-p.done
+	p.conn.Close()
+	p.m.metrics.up.DeleteLabelValues(p.name)
+	p.m.log.Info("stopped BFD session", "peer", p.name, "address", p.addr)
+}
+
+func (p *Peer) run(s *Session, onChange func(Transition)) {
+	defer close(p.done)
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		var out Output
+		select {
+		case <-p.stop:
+			p.act(s.Shutdown(), nil)
+			return
+		case cfg := <-p.reconfig:
+			out = s.Reconfigure(time.Now(), cfg)
+		case pkt := <-p.rx:
+			p.m.metrics.received.WithLabelValues(p.name).Inc()
+			var mine bool
+			if out, mine = s.Receive(time.Now(), pkt); !mine {
+				p.m.metrics.dropped.WithLabelValues("discriminator").Inc()
+			}
+		case <-timer.C:
+			out = s.Advance(time.Now())
+		}
+		p.act(out, onChange)
+		timer.Stop()
+		if d := s.Deadline(); !d.IsZero() {
+			timer.Reset(time.Until(d))
+		}
+	}
+}
+
+// act sends what the session asked to send, and logs, counts and reports its state change.
+func (p *Peer) act(out Output, onChange func(Transition)) {
+	for _, pkt := range out.Send {
+		if _, err := p.conn.Write(pkt.Marshal()); err != nil {
+			p.m.metrics.sendErrors.WithLabelValues(p.name).Inc()
+			p.m.log.V(1).Info("sending a BFD packet", "peer", p.name, "error", err.Error())
+			continue
+		}
+		p.m.metrics.sent.WithLabelValues(p.name).Inc()
+	}
+	tr := out.Transition
+	if tr == nil {
+		return
+	}
+	p.m.log.Info("BFD session state", "peer", p.name, "address", p.addr, "from", tr.From, "to", tr.To, "diagnostic", tr.Diag)
+	p.m.metrics.changes.WithLabelValues(p.name, tr.To.String()).Inc()
+	up := 0.0
+	if tr.To == Up {
+		up = 1
+	}
+	p.m.metrics.up.WithLabelValues(p.name).Set(up)
+	if onChange != nil {
+		onChange(*tr)
+	}
+}
+
+// Close ends every session and closes the receiving sockets.
+func (m *Manager) Close() {
+	m.mu.Lock()
+	peers := make([]*Peer, 0, len(m.peers))
+	for _, p := range m.peers {
+		peers = append(peers, p)
+	}
+	m.mu.Unlock()
+	for _, p := range peers {
+		p.Stop()
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for v4, l := range m.listeners {
+		l.conn.Close()
+		delete(m.listeners, v4)
+	}
+}

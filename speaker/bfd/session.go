@@ -1,0 +1,259 @@
+package bfd
+
+import (
+	"time"
+)
+
+// Config is what the local system asks of one session.
+type Config struct {
+	DesiredMinTx  time.Duration // how often this side would like to send once Up
+	RequiredMinRx time.Duration // how often it can take packets from the peer
+	DetectMult    uint8
+	// Passive: send nothing until the peer has spoken (RFC 5880 §6.1).
+	Passive bool
+}
+
+// slowTx is the least transmit interval advertised while the session is not Up (RFC 5880 §6.8.3).
+const slowTx = time.Second
+
+// Transition is a state change and the diagnostic that explains it.
+type Transition struct {
+	From, To State
+	Diag     Diag
+}
+
+// Output is what one input made the session do.
+type Output struct {
+	Send       []Packet    // to transmit now, in order
+	Transition *Transition // nil: the state did not change
+}
+
+// Session is one RFC 5880 asynchronous-mode session. It does no I/O and reads no clock: every
+// input carries the time, and jitter comes from the Jitter function.
+type Session struct {
+	cfg    Config
+	myDisc uint32
+	// Jitter returns the fraction of the transmit interval to wait before the next periodic
+	// packet: in [0.75, 1] (at most 0.9 when the detect multiplier is 1, RFC 5880 §6.8.7).
+	jitter func() float64
+
+	state        State
+	diag         Diag
+	remoteDisc   uint32
+	remoteState  State
+	remoteMinRx  time.Duration // bfd.RemoteMinRxInterval
+	remoteTx     time.Duration // the peer's DesiredMinTx, for the detection time
+	remoteMult   uint8
+	txInUse      time.Duration // the desired TX in force (the old one until a poll ends)
+	rxInUse      time.Duration // the required RX in force
+	polling      bool
+	pollTx       time.Duration // the values the poll sequence announces
+	pollRx       time.Duration
+	nextTx       time.Time // zero: nothing scheduled
+	detectAt     time.Time // zero: not armed
+	finalPending bool
+}
+
+// NewSession starts a session in Down with local discriminator myDisc (non-zero, unique on this
+// system). The first packet is due at now unless the session is passive.
+func NewSession(now time.Time, cfg Config, myDisc uint32, jitter func() float64) *Session {
+	s := &Session{cfg: cfg, myDisc: myDisc, jitter: jitter, state: Down, remoteState: Down,
+		remoteMinRx: time.Microsecond, txInUse: max(cfg.DesiredMinTx, slowTx), rxInUse: cfg.RequiredMinRx}
+	if !cfg.Passive {
+		s.nextTx = now
+	}
+	return s
+}
+
+// State is the session's state.
+func (s *Session) State() State { return s.state }
+
+// Discriminator is the local discriminator.
+func (s *Session) Discriminator() uint32 { return s.myDisc }
+
+// Deadline is when Advance must next be called; zero when no timer is armed.
+func (s *Session) Deadline() time.Time {
+	switch {
+	case s.nextTx.IsZero():
+		return s.detectAt
+	case s.detectAt.IsZero() || s.nextTx.Before(s.detectAt):
+		return s.nextTx
+	}
+	return s.detectAt
+}
+
+// advertisedTx is the DesiredMinTx to announce: never under a second while not Up.
+func (s *Session) advertisedTx(tx time.Duration) time.Duration {
+	if s.state != Up {
+		return max(tx, slowTx)
+	}
+	return tx
+}
+
+// txInterval is the period between periodic packets (RFC 5880 §6.8.7): the slower of what this
+// side wants to send and what the peer can receive. A poll in progress may only make it faster.
+func (s *Session) txInterval() time.Duration {
+	tx := s.txInUse
+	if s.polling {
+		tx = min(tx, s.pollTx)
+	}
+	return max(tx, s.remoteMinRx)
+}
+
+// detectTime is the peer's multiplier times the slower of what this side can receive and what
+// the peer sends (RFC 5880 §6.8.4). A poll in progress may only make it longer.
+func (s *Session) detectTime() time.Duration {
+	rx := s.rxInUse
+	if s.polling {
+		rx = max(rx, s.pollRx)
+	}
+	return time.Duration(s.remoteMult) * max(rx, s.remoteTx)
+}
+
+func (s *Session) sending() bool {
+	// RFC 5880 §6.8.7: nothing while the peer can take nothing, and a passive side waits for the peer.
+	return s.remoteMinRx > 0 && !(s.cfg.Passive && s.remoteDisc == 0)
+}
+
+// Receive processes a control packet from the peer (already checked by Unmarshal). It reports
+// false when the packet is not for this session and was discarded.
+func (s *Session) Receive(now time.Time, p Packet) (Output, bool) {
+	if p.YourDiscriminator != 0 && p.YourDiscriminator != s.myDisc {
+		return Output{}, false
+	}
+	s.remoteDisc, s.remoteState = p.MyDiscriminator, p.State
+	s.remoteMinRx, s.remoteTx, s.remoteMult = p.RequiredMinRx, p.DesiredMinTx, p.DetectMult
+	if p.Final && s.polling {
+		s.polling = false
+		s.txInUse, s.rxInUse = s.pollTx, s.pollRx
+	}
+	var out Output
+	if s.state == AdminDown {
+		return out, true
+	}
+	was := s.state
+	switch {
+	case p.State == AdminDown:
+		if s.state != Down {
+			s.setState(Down, DiagNeighborDown)
+		}
+	case s.state == Down && p.State == Down:
+		s.setState(Init, DiagNone)
+	case s.state == Down && p.State == Init, s.state == Init && p.State != Down:
+		s.setState(Up, DiagNone)
+	case s.state == Up && p.State == Down:
+		s.setState(Down, DiagNeighborDown)
+	}
+	s.detectAt = now.Add(s.detectTime())
+	if s.state != was {
+		out.Transition = &Transition{From: was, To: s.state, Diag: s.diag}
+		s.nextTx = now // tell the peer at once
+	}
+	if p.Poll {
+		s.finalPending = true
+		s.nextTx = now
+	}
+	if s.nextTx.IsZero() && s.sending() {
+		s.nextTx = now
+	}
+	out.Send = s.transmitDue(now)
+	return out, true
+}
+
+func (s *Session) setState(to State, diag Diag) {
+	s.state, s.diag = to, diag
+	switch to {
+	case Up:
+		// Leave the one-second rate for the configured one with a poll sequence (RFC 5880 §6.8.3).
+		if s.cfg.DesiredMinTx != s.txInUse || s.cfg.RequiredMinRx != s.rxInUse {
+			s.startPoll(s.cfg)
+		}
+	case Down:
+		s.polling = false
+		s.txInUse = max(s.cfg.DesiredMinTx, slowTx)
+		s.rxInUse = s.cfg.RequiredMinRx
+	}
+}
+
+func (s *Session) startPoll(cfg Config) {
+	s.polling, s.pollTx, s.pollRx = true, s.advertisedTx(cfg.DesiredMinTx), cfg.RequiredMinRx
+}
+
+// Advance fires the timers due at now: the detection time (the session goes Down) and the
+// periodic transmission.
+func (s *Session) Advance(now time.Time) Output {
+	var out Output
+	if !s.detectAt.IsZero() && !now.Before(s.detectAt) {
+		s.detectAt = time.Time{}
+		s.remoteDisc = 0
+		s.remoteMinRx, s.remoteTx = time.Microsecond, 0
+		if s.state == Init || s.state == Up {
+			was := s.state
+			s.setState(Down, DiagDetectionExpired)
+			out.Transition = &Transition{From: was, To: Down, Diag: DiagDetectionExpired}
+		}
+		if s.cfg.Passive {
+			s.nextTx = time.Time{}
+		}
+	}
+	out.Send = s.transmitDue(now)
+	return out
+}
+
+// Reconfigure changes the intervals, multiplier or passive role. Changed intervals on an Up
+// session are announced with a poll sequence and take effect when the peer answers it.
+func (s *Session) Reconfigure(now time.Time, cfg Config) Output {
+	old := s.cfg
+	s.cfg = cfg
+	if s.state == Up && (cfg.DesiredMinTx != old.DesiredMinTx || cfg.RequiredMinRx != old.RequiredMinRx) {
+		s.startPoll(cfg)
+		s.nextTx = now
+	} else if s.state != Up {
+		s.txInUse, s.rxInUse = max(cfg.DesiredMinTx, slowTx), cfg.RequiredMinRx
+	}
+	if s.nextTx.IsZero() && s.sending() {
+		s.nextTx = now
+	}
+	return Output{Send: s.transmitDue(now)}
+}
+
+// Shutdown puts the session in AdminDown and returns the packet telling the peer, so it takes
+// the session down without blaming the path (RFC 5880 §6.8.16).
+func (s *Session) Shutdown() Output {
+	if s.state == AdminDown {
+		return Output{}
+	}
+	was := s.state
+	s.state, s.diag, s.polling, s.detectAt, s.nextTx = AdminDown, DiagAdminDown, false, time.Time{}, time.Time{}
+	return Output{Send: []Packet{s.packet()}, Transition: &Transition{From: was, To: AdminDown, Diag: DiagAdminDown}}
+}
+
+// transmitDue sends the packet due at now, if any, and schedules the next one.
+func (s *Session) transmitDue(now time.Time) []Packet {
+	if s.nextTx.IsZero() || now.Before(s.nextTx) {
+		return nil
+	}
+	if !s.sending() && !s.finalPending {
+		s.nextTx = time.Time{}
+		return nil
+	}
+	p := s.packet()
+	s.finalPending = false
+	s.nextTx = now.Add(time.Duration(float64(s.txInterval()) * s.jitter()))
+	if !s.sending() {
+		s.nextTx = time.Time{}
+	}
+	return []Packet{p}
+}
+
+func (s *Session) packet() Packet {
+	p := Packet{Diag: s.diag, State: s.state, DetectMult: s.cfg.DetectMult,
+		MyDiscriminator: s.myDisc, YourDiscriminator: s.remoteDisc,
+		DesiredMinTx: s.advertisedTx(s.cfg.DesiredMinTx), RequiredMinRx: s.cfg.RequiredMinRx}
+	if s.finalPending {
+		p.Final = true
+	} else if s.polling {
+		p.Poll = true
+	}
+	return p
+}

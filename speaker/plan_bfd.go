@@ -1,0 +1,46 @@
+package speaker
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/portico-lb/portico/api/v1alpha1"
+	"github.com/portico-lb/portico/speaker/bfd"
+)
+
+// peerBFD is the BFD session a BGPPeer asks for through its bfdProfile, defaults applied; the
+// zero Config when it asks for none. A profile that cannot be used is an error, and the BGP
+// session then runs without BFD rather than not at all.
+func peerBFD(bp *v1alpha1.BGPPeer, profiles []v1alpha1.BFDProfile) (bfd.Config, error) {
+	name := bp.Spec.BFDProfile
+	if name == "" {
+		return bfd.Config{}, nil
+	}
+	if bp.Spec.EBGPMultiHop {
+		return bfd.Config{}, fmt.Errorf("bfdProfile %s: BFD is single-hop only (RFC 5881) and this peer is ebgpMultiHop", name)
+	}
+	for i := range profiles {
+		if profiles[i].Name != string(name) {
+			continue
+		}
+		s := &profiles[i].Spec
+		return bfd.Config{
+			DesiredMinTx:  milliseconds(s.TransmitInterval, v1alpha1.DefaultBFDInterval),
+			RequiredMinRx: milliseconds(s.ReceiveInterval, v1alpha1.DefaultBFDInterval),
+			DetectMult:    uint8(orDefault(s.DetectMultiplier, v1alpha1.DefaultBFDMultiplier)),
+			Passive:       s.PassiveMode,
+		}, nil
+	}
+	return bfd.Config{}, fmt.Errorf("bfdProfile %s not found", name)
+}
+
+func orDefault(v *uint32, def uint32) uint32 {
+	if v == nil {
+		return def
+	}
+	return *v
+}
+
+func milliseconds(v *uint32, def uint32) time.Duration {
+	return time.Duration(orDefault(v, def)) * time.Millisecond
+}
