@@ -82,7 +82,7 @@ func TestStart(t *testing.T) {
 		}
 	}
 	slices.Sort(kinds)
-	if got := strings.Join(kinds, ","); got != "BGPAdvertisement,BGPPeer,IPAddressPool,L2Advertisement,Speaker" {
+	if got := strings.Join(kinds, ","); got != "BFDProfile,BGPAdvertisement,BGPPeer,IPAddressPool,L2Advertisement,Speaker" {
 		t.Errorf("portico.dev/v1alpha1 serves %s", got)
 	}
 
