@@ -138,7 +138,10 @@ func waitServiceEvent(t *testing.T, e *l2Env, name, reason string) {
 }
 
 // startInProcessController runs the controller's reconcilers against the lab's apiserver
-// until the test ends.
+// until the test ends. A problem that lasts 300 ms is an event here, not after 30 s as in a
+// cluster: the tests wait for the events.
 func startInProcessController(t *testing.T, e *l2Env) {
-	e.cp.RunManager(t, func(mgr ctrl.Manager) error { return controller.Setup(mgr, controller.Options{}) })
+	e.cp.RunManager(t, func(mgr ctrl.Manager) error {
+		return controller.Setup(mgr, controller.Options{NewsAfter: 300 * time.Millisecond})
+	})
 }
