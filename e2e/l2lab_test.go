@@ -270,20 +270,9 @@ func (e *l2Env) nodeByMAC(mac string) string {
 	return mac
 }
 
-var arpingFrom = regexp.MustCompile(`bytes from ([0-9a-f:]{17})`)
-
-// arpingMACs sends count ARP requests from the client and returns every MAC that answered
-// (Habets arping; it uses its own socket, so it does not touch the client's neighbour table).
+// arpingMACs are the MACs that answer ARP for ip asked from the client.
 func (e *l2Env) arpingMACs(ip netip.Addr, count int) []string {
-	out, _ := exec.Command("ip", "netns", "exec", e.Client.NS, "arping", "-c", fmt.Sprint(count), "-w", "3", "-i", "eth0", ip.String()).CombinedOutput()
-	var macs []string
-	for _, m := range arpingFrom.FindAllStringSubmatch(string(out), -1) {
-		if !slices.Contains(macs, m[1]) {
-			macs = append(macs, m[1])
-		}
-	}
-	slices.Sort(macs)
-	return macs
+	return netlab.ARPing(e.Client.NS, ip, count)
 }
 
 func waitFor(t testing.TB, what string, within time.Duration, cond func() bool) time.Duration {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
 	"github.com/portico-lb/portico/internal/ci"
 	"github.com/portico-lb/portico/internal/cluster"
 	"github.com/portico-lb/portico/internal/controlplane"
@@ -119,7 +121,7 @@ func homeLab(t testing.TB, install func(e *labEnv), then func(e *labEnv)) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ci.Require(t, cluster.Usable(assets), "openssl")
+	ci.Require(t, cluster.Usable(assets), "openssl", "arping")
 	ctx := context.Background()
 	start := time.Now()
 	buildOnce.Do(func() {
@@ -188,6 +190,7 @@ func homeLab(t testing.TB, install func(e *labEnv), then func(e *labEnv)) {
 		t.Logf("%s answers at %s", app, want)
 	}
 	t.Logf("home lab answering %s after the cluster", time.Since(start).Round(time.Second))
+	answersOnLANOnly(t, c)
 	if then != nil {
 		then(e)
 	}
@@ -237,6 +240,42 @@ func dumpLogs(t testing.TB, dir string) {
 			lines = lines[len(lines)-40:]
 		}
 		t.Logf("--- %s (last lines):\n%s", filepath.Base(l), strings.Join(lines, "\n"))
+	}
+}
+
+// answersOnLANOnly: ARP for each VIP is answered by one node, from its LAN interface, and no
+// speaker answers on cni0 or a pod's veth (each Speaker's status says why they are left out).
+// A node with pods has both; answering there would hand the VIP to pods and bridges.
+func answersOnLANOnly(t testing.TB, c *cluster.Cluster) {
+	t.Helper()
+	lan := map[string]string{} // MAC → node
+	for _, n := range c.Nodes {
+		lan[n.MAC.String()] = n.Name
+	}
+	for i := range 4 {
+		ip := netip.MustParseAddr(fmt.Sprintf("10.0.0.%d", 200+i))
+		if macs := netlab.ARPing(c.Client.NS, ip, 2); len(macs) != 1 || lan[macs[0]] == "" {
+			t.Errorf("ARP for %s answered by %v, want one node's LAN MAC %v", ip, macs, lan)
+		}
+	}
+	var speakers porticov1.SpeakerList
+	if err := c.CP.Client.List(context.Background(), &speakers); err != nil {
+		t.Fatal(err)
+	}
+	podLinks := 0
+	for _, s := range speakers.Items {
+		for _, ifc := range s.Status.Interfaces {
+			podLink := ifc.Name == "cni0" || strings.HasPrefix(ifc.Name, "veth")
+			if podLink {
+				podLinks++
+			}
+			if ifc.Answers && ifc.Name != "eth0" || podLink && ifc.Reason == "" {
+				t.Errorf("speaker %s: interface %s answers=%v, reason %q", s.Name, ifc.Name, ifc.Answers, ifc.Reason)
+			}
+		}
+	}
+	if podLinks == 0 {
+		t.Errorf("no Speaker lists cni0 or a pod's veth: nothing shows they are left out")
 	}
 }
 
