@@ -146,11 +146,16 @@ chaos: controlplane
 ## fuzz (FUZZTIME, default 10s each): every Fuzz* function in the module, one after another.
 FUZZTIME ?= 10s
 fuzz:
-	@set -e; for f in $$(grep -rl --include='*_test.go' '^func Fuzz' . | grep -v '^./bin/' | sort); do \
+	@mkdir -p bin; set -e; for f in $$(grep -rl --include='*_test.go' '^func Fuzz' . | grep -v '^./bin/' | sort); do \
 		for name in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' $$f); do \
 			echo "fuzz: $$name in $$(dirname $$f) for $(FUZZTIME)"; \
-			go test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$(dirname $$f) | tail -2; \
-			test $${PIPESTATUS[0]} -eq 0; \
+			if ! go test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$(dirname $$f) > bin/fuzz.log 2>&1; then \
+				cat bin/fuzz.log; \
+				echo "fuzz: $$name failed (above); once more: an input it found is saved in testdata/fuzz and fails again"; \
+				go test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$(dirname $$f); \
+			else \
+				tail -2 bin/fuzz.log; \
+			fi; \
 		done; \
 	done
 
