@@ -68,17 +68,15 @@ func (r *HealthReconciler) setup(mgr ctrl.Manager) error {
 		Complete(r)
 }
 
-// nodeHealthChanged passes a Node update that changes what rules.NodeHealth reads, or its
-// cordon, not its heartbeats (which would re-run every Service).
+// nodeHealthChanged passes a Node update that changes what the election reads of it
+// (rules.NodeHealth), not its heartbeats (which would re-run every Service).
 var nodeHealthChanged = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
 	before, ok1 := e.ObjectOld.(*corev1.Node)
 	after, ok2 := e.ObjectNew.(*corev1.Node)
 	if !ok1 || !ok2 {
 		return false
 	}
-	nr1, nu1 := rules.NodeHealth(before)
-	nr2, nu2 := rules.NodeHealth(after)
-	return nr1 != nr2 || nu1 != nu2 || before.Spec.Unschedulable != after.Spec.Unschedulable
+	return rules.HealthOf(before) != rules.HealthOf(after)
 }}
 
 // sliceService maps an EndpointSlice to its Service, by the label the endpointslice
@@ -129,11 +127,12 @@ func (r *HealthReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	key := req.Namespace + "/" + req.Name
 	var svc corev1.Service
 	found, err := get(ctx, r.Client, req.NamespacedName, &svc)
-	if err != nil || !found {
-		if !found && err == nil {
-			r.news.forget(key)
-		}
+	if err != nil {
 		return ctrl.Result{}, err
+	}
+	if !found {
+		r.news.forget(key)
+		return ctrl.Result{}, nil
 	}
 	if !r.ours(&svc) {
 		r.news.forget(key)

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -27,7 +26,7 @@ import (
 // of the mover can list it.
 func TestMovedServiceWaitsForItsWrites(t *testing.T) {
 	ns := namespace(t, nil)
-	held := holdStatusWrites(t, client.ObjectKey{Namespace: ns, Name: "a"})
+	held := holdStatusWrites(client.ObjectKey{Namespace: ns, Name: "a"})
 	cp.RunManager(t, func(mgr ctrl.Manager) error { return controller.Setup(mgr, controller.Options{}) }, held.wrap)
 	t.Cleanup(held.release) // before the manager stops (cleanups run last first)
 	createPool(t, "moving-from", addresses("198.51.100.190/32"))
@@ -36,7 +35,8 @@ func TestMovedServiceWaitsForItsWrites(t *testing.T) {
 	a := createService(t, ns, "a", withAnnotation(porticov1.AnnotationAddressPool, "moving-from"))
 	held.waitArrived(t) // a's write listing .190 is on its way, and stays there
 	update(t, a, func() { a.Annotations[porticov1.AnnotationAddressPool] = "moving-to" })
-	waitPoolAssigned(t, "moving-to", 1) // a holds .191 now; none of its writes has landed
+	// a holds .191 now; none of its writes has landed.
+	waitPool(t, "moving-to", "1 address assigned", func(p *porticov1.IPAddressPool) bool { return p.Status.AssignedIPv4 == 1 })
 
 	createService(t, ns, "b", withAnnotation(porticov1.AnnotationAddressPool, "moving-from"))
 	b := waitService(t, ns, "b", "an IPAllocated condition", func(s *corev1.Service) bool { return allocated(s) != nil })
@@ -51,20 +51,6 @@ func TestMovedServiceWaitsForItsWrites(t *testing.T) {
 	waitIPs(t, ns, "b", "198.51.100.190")
 }
 
-// waitPoolAssigned waits for the pool's status to count n assigned IPv4 addresses.
-func waitPoolAssigned(t *testing.T, name string, n int64) {
-	t.Helper()
-	var pool porticov1.IPAddressPool
-	err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 30*time.Second, true,
-		func(ctx context.Context) (bool, error) {
-			err := cp.Client.Get(ctx, client.ObjectKey{Name: name}, &pool)
-			return err == nil && pool.Status.AssignedIPv4 == n, err
-		})
-	if err != nil {
-		t.Fatalf("pool %s: %d addresses assigned, want %d: %v", name, pool.Status.AssignedIPv4, n, err)
-	}
-}
-
 // heldWrites holds the controller's status writes to one Service until released: each is
 // sent to the apiserver only then, as a slow request would be.
 type heldWrites struct {
@@ -74,8 +60,7 @@ type heldWrites struct {
 	once     sync.Once
 }
 
-func holdStatusWrites(t *testing.T, key client.ObjectKey) *heldWrites {
-	t.Helper()
+func holdStatusWrites(key client.ObjectKey) *heldWrites {
 	return &heldWrites{key: key, arrived: make(chan struct{}, 100), released: make(chan struct{})}
 }
 

@@ -53,6 +53,33 @@ func hasLine(out string, parts ...string) bool {
 	return false
 }
 
+// createBFDProfile creates a BFDProfile with both intervals at ms and the given multiplier.
+func (e *l2Env) createBFDProfile(name string, ms, mult uint32) {
+	e.createObject(&v1alpha1.BFDProfile{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: v1alpha1.BFDProfileSpec{ReceiveInterval: &ms, TransmitInterval: &ms, DetectMultiplier: &mult}})
+}
+
+// freezeNodeA advertises a Service's address from every node in all, freezes node-a's speaker
+// with SIGSTOP (a node that dies silently) and returns once the router in routerNS has only
+// the other nodes' paths: the route, the frozen process (SIGCONT at cleanup) and how long it
+// took.
+func (e *l2Env) freezeNodeA(routerNS string, all []string) (route netip.Prefix, frozen *os.Process, took time.Duration) {
+	t := e.t
+	e.createObject(&v1alpha1.BGPAdvertisement{ObjectMeta: metav1.ObjectMeta{Name: "bfd"},
+		Spec: v1alpha1.BGPAdvertisementSpec{IPAddressPools: []v1alpha1.Name{"bfd"}}})
+	vip := netip.MustParseAddr("203.0.113.10")
+	e.createService("bfd", []netip.Prefix{netip.MustParsePrefix("203.0.113.0/28")}, false, vip)
+	route = netip.PrefixFrom(vip, 32)
+	e.expectRoute(routerNS, route, e.nodeIPs(false, all...), 15*time.Second)
+
+	frozen = e.speakers["node-a"].cmd.Process
+	must(t, frozen.Signal(syscall.SIGSTOP))
+	t0 := time.Now()
+	t.Cleanup(func() { _ = frozen.Signal(syscall.SIGCONT) })
+	e.expectRoute(routerNS, route, e.nodeIPs(false, "node-b", "node-c"), 15*time.Second)
+	return route, frozen, time.Since(t0)
+}
+
 // TestBFD peers three speakers with bird2 over BGP guarded by BFD (100 ms × 5, BGP hold time
 // 9 s). The BFD sessions come Up on both sides; then one speaker is frozen with SIGSTOP (a
 // node that dies silently: no FIN, no NOTIFICATION). bird's BFD declares it down and its route
@@ -64,9 +91,7 @@ func TestBFD(t *testing.T) {
 		all := []string{"node-a", "node-b", "node-c"}
 		router := e.Routers[0]
 		b := startBird(t, router.NS, birdBFDConfig(router.IPv4.Addr(), e.Nodes))
-		fast, mult := uint32(100), uint32(5)
-		e.createObject(&v1alpha1.BFDProfile{ObjectMeta: metav1.ObjectMeta{Name: "fast"},
-			Spec: v1alpha1.BFDProfileSpec{ReceiveInterval: &fast, TransmitInterval: &fast, DetectMultiplier: &mult}})
+		e.createBFDProfile("fast", 100, 5)
 		peer := bgpPeer("tor", router.IPv4.Addr(), clusterASN, routerASN)
 		peer.Spec.BFDProfile = "fast"
 		e.createObject(peer)
@@ -79,19 +104,7 @@ func TestBFD(t *testing.T) {
 			return err == nil && sum(m, "portico_bfd_session_up", map[string]string{"peer": "tor"}) == 1
 		})
 
-		e.createObject(&v1alpha1.BGPAdvertisement{ObjectMeta: metav1.ObjectMeta{Name: "bfd"},
-			Spec: v1alpha1.BGPAdvertisementSpec{IPAddressPools: []v1alpha1.Name{"bfd"}}})
-		vip := netip.MustParseAddr("203.0.113.10")
-		e.createService("bfd", []netip.Prefix{netip.MustParsePrefix("203.0.113.0/28")}, false, vip)
-		route := netip.PrefixFrom(vip, 32)
-		e.expectRoute(router.NS, route, e.nodeIPs(false, all...), 15*time.Second)
-
-		frozen := e.speakers["node-a"].cmd.Process
-		must(t, frozen.Signal(syscall.SIGSTOP))
-		t0 := time.Now()
-		t.Cleanup(func() { _ = frozen.Signal(syscall.SIGCONT) })
-		e.expectRoute(router.NS, route, e.nodeIPs(false, "node-b", "node-c"), 15*time.Second)
-		took := time.Since(t0)
+		route, frozen, took := e.freezeNodeA(router.NS, all)
 		// The ordering that matters: when the route left, bird's BGP session with node-a had
 		// been closed by BFD, not by its hold timer.
 		out, err := b.Birdc("show", "protocols", "all", "node_a")
@@ -140,9 +153,7 @@ func TestBFDFRR(t *testing.T) {
 		all := []string{"node-a", "node-b", "node-c"}
 		router := e.Routers[0]
 		frr := netlab.StartFRR(t, router.NS, frrBFDConfig(router.IPv4.Addr(), e.Nodes))
-		fast, mult := uint32(100), uint32(5)
-		e.createObject(&v1alpha1.BFDProfile{ObjectMeta: metav1.ObjectMeta{Name: "fast"},
-			Spec: v1alpha1.BFDProfileSpec{ReceiveInterval: &fast, TransmitInterval: &fast, DetectMultiplier: &mult}})
+		e.createBFDProfile("fast", 100, 5)
 		peer := bgpPeer("frr", router.IPv4.Addr(), clusterASN, 64520)
 		peer.Spec.BFDProfile = "fast"
 		e.createObject(peer)
@@ -162,19 +173,7 @@ func TestBFDFRR(t *testing.T) {
 			}
 			return true
 		})
-		e.createObject(&v1alpha1.BGPAdvertisement{ObjectMeta: metav1.ObjectMeta{Name: "bfd"},
-			Spec: v1alpha1.BGPAdvertisementSpec{IPAddressPools: []v1alpha1.Name{"bfd"}}})
-		vip := netip.MustParseAddr("203.0.113.10")
-		e.createService("bfd", []netip.Prefix{netip.MustParsePrefix("203.0.113.0/28")}, false, vip)
-		route := netip.PrefixFrom(vip, 32)
-		e.expectRoute(router.NS, route, e.nodeIPs(false, all...), 15*time.Second)
-
-		frozen := e.speakers["node-a"].cmd.Process
-		must(t, frozen.Signal(syscall.SIGSTOP))
-		t0 := time.Now()
-		t.Cleanup(func() { _ = frozen.Signal(syscall.SIGCONT) })
-		e.expectRoute(router.NS, route, e.nodeIPs(false, "node-b", "node-c"), 15*time.Second)
-		took := time.Since(t0)
+		route, frozen, took := e.freezeNodeA(router.NS, all)
 		out, err := frr.Vtysh("show bgp neighbors " + e.node("node-a").IPv4.Addr().String())
 		must(t, err)
 		if !strings.Contains(out, "Cease/BFD Down") { // FRR 8.4: "Last reset ..., Notification sent (Cease/BFD Down)"

@@ -25,9 +25,7 @@ func BenchmarkBFDFailover(b *testing.B) {
 	inBGPLab(b, 1, func(b *testing.B, e *l2Env) {
 		router := e.Routers[0]
 		only := e.Nodes[:1]
-		fast, mult := uint32(100), uint32(3)
-		e.createObject(&v1alpha1.BFDProfile{ObjectMeta: metav1.ObjectMeta{Name: "fast"},
-			Spec: v1alpha1.BFDProfileSpec{ReceiveInterval: &fast, TransmitInterval: &fast, DetectMultiplier: &mult}})
+		e.createBFDProfile("fast", 100, 3)
 		peer := bgpPeer("tor", router.IPv4.Addr(), clusterASN, routerASN)
 		peer.Spec.NodeSelectors = []metav1.LabelSelector{{MatchLabels: map[string]string{"kubernetes.io/hostname": "node-a"}}}
 		e.createObject(peer)

@@ -82,8 +82,8 @@ func (c Selectors) Candidates(nodes []corev1.Node, ads []*v1alpha1.L2Advertiseme
 		n := &nodes[i]
 		cand := election.Candidate{Name: n.Name, Alive: alive(n.Name), LocalEndpoint: local[n.Name]}
 		cand.Excluded = ExcludedFromLB(n, ignoreExclude)
-		cand.NotReady, cand.NetworkUnavailable = NodeHealth(n)
-		cand.Cordoned = n.Spec.Unschedulable
+		h := HealthOf(n)
+		cand.NotReady, cand.NetworkUnavailable, cand.Cordoned = h.NotReady, h.NetworkUnavailable, h.Cordoned
 		for _, ad := range ads {
 			if len(ad.Spec.NodeSelectors) > 0 && !c.MatchesAny(ad.Spec.NodeSelectors, n.Labels) {
 				continue
@@ -116,19 +116,29 @@ func ExcludedFromLB(n *corev1.Node, ignore bool) bool {
 	return labelled && !ignore
 }
 
-// NodeHealth reads a node's Ready and NetworkUnavailable conditions: notReady when Ready is
-// False or Unknown, networkUnavailable when NetworkUnavailable is True. A node that reports
-// neither condition (no kubelet has posted yet, or none runs, as in a lab) counts as healthy.
-func NodeHealth(n *corev1.Node) (notReady, networkUnavailable bool) {
+// NodeHealth is what the election reads of a node besides its labels: the whole of it, so
+// that a watch can tell a change that matters from a heartbeat by comparing two.
+type NodeHealth struct {
+	// NotReady: Ready is False or Unknown. NetworkUnavailable: NetworkUnavailable is True. A
+	// node that reports neither condition (no kubelet has posted yet, or none runs, as in a
+	// lab) counts as healthy.
+	NotReady, NetworkUnavailable bool
+	// Cordoned: spec.unschedulable, as kubectl drain sets it first.
+	Cordoned bool
+}
+
+// HealthOf reads a node's NodeHealth.
+func HealthOf(n *corev1.Node) NodeHealth {
+	h := NodeHealth{Cordoned: n.Spec.Unschedulable}
 	for _, c := range n.Status.Conditions {
 		switch c.Type {
 		case corev1.NodeReady:
-			notReady = c.Status != corev1.ConditionTrue
+			h.NotReady = c.Status != corev1.ConditionTrue
 		case corev1.NodeNetworkUnavailable:
-			networkUnavailable = c.Status == corev1.ConditionTrue
+			h.NetworkUnavailable = c.Status == corev1.ConditionTrue
 		}
 	}
-	return notReady, networkUnavailable
+	return h
 }
 
 // LocalReadyNodes maps each Service with externalTrafficPolicy Local (namespace/name) to the

@@ -28,9 +28,10 @@ func TestNodeHealth(t *testing.T) {
 		{"network unavailable", node(ready(corev1.ConditionTrue), network(corev1.ConditionTrue)), false, true},
 		{"network Unknown is not unavailable", node(network(corev1.ConditionUnknown)), false, false},
 	} {
-		nr, nu := NodeHealth(tc.node)
+		h := HealthOf(tc.node)
+		nr, nu := h.NotReady, h.NetworkUnavailable
 		if nr != tc.notReady || nu != tc.networkUnavailable {
-			t.Errorf("%s: NodeHealth = %v, %v; want %v, %v", tc.name, nr, nu, tc.notReady, tc.networkUnavailable)
+			t.Errorf("%s: HealthOf = %v, %v; want %v, %v", tc.name, nr, nu, tc.notReady, tc.networkUnavailable)
 		}
 	}
 }

@@ -106,10 +106,10 @@ type sharer struct {
 // node is (their advertisements pick different nodes), any node eligible for one of them
 // answers, and the configuration is reported as a problem.
 func answerers(ip netip.Addr, ss []sharer) (nodes []string, problem string) {
-	nodes = ss[0].eligible
+	nodes = slices.Clone(ss[0].eligible)
 	var all []string
 	for _, s := range ss {
-		nodes = slices.DeleteFunc(slices.Clone(nodes), func(n string) bool { return !slices.Contains(s.eligible, n) })
+		nodes = slices.DeleteFunc(nodes, func(n string) bool { return !slices.Contains(s.eligible, n) })
 		all = append(all, s.eligible...)
 	}
 	if len(nodes) > 0 || len(all) == 0 {
