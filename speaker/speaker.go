@@ -119,7 +119,7 @@ func (s *Speaker) Start(ctx context.Context) error {
 			s.shutdown()
 			return nil
 		case ch := <-s.Group.Changes():
-			s.Log.Info("membership changed", "member", ch.Name, "alive", ch.Joined)
+			s.Log.Info("membership changed", "member", ch.Name, "alive", ch.Joined, "how", ch.How)
 			if ch.Joined {
 				s.trigger("member-joined")
 			} else {

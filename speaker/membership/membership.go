@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -42,17 +43,25 @@ type Detection struct {
 	ProbeInterval time.Duration
 	ProbeTimeout  time.Duration
 	SuspicionMult int
+	// Heartbeat turns on the fast path (watch.go): each member sends every other one a
+	// heartbeat this often, and one silent for two heartbeats is checked at its kernel. Zero
+	// leaves detection to memberlist alone.
+	Heartbeat time.Duration
 }
 
 // DefaultDetection declares a silent member dead in well under a second in a small cluster:
 // at most 200 ms until the next probe, 100 ms for its answer, 400 ms of suspicion.
-var DefaultDetection = Detection{ProbeInterval: 200 * time.Millisecond, ProbeTimeout: 100 * time.Millisecond, SuspicionMult: 2}
+// The fast path finds a killed speaker or a cut link in a few heartbeats, well before that.
+var DefaultDetection = Detection{ProbeInterval: 200 * time.Millisecond, ProbeTimeout: 100 * time.Millisecond, SuspicionMult: 2,
+	Heartbeat: 50 * time.Millisecond}
 
-// Change is a member joining or leaving, with the time memberlist noticed it.
+// Change is a member joining or leaving, with the time it was noticed and how.
 type Change struct {
 	Name   string
 	Joined bool
 	At     time.Time
+	// How says what showed it: memberlist, a goodbye, or the fast path's check.
+	How string
 }
 
 // Group is this node's view of the gossip group.
@@ -61,8 +70,14 @@ type Group struct {
 	keyring *memberlist.Keyring // nil: gossip in clear
 	changes chan Change
 
-	mu    sync.Mutex
-	alive map[string]bool
+	life      []byte // this process's life: see goodbye.go
+	heartbeat time.Duration
+
+	mu      sync.Mutex
+	members map[string]*member
+	stop    chan struct{} // closed by stopWatching: the fast path ends
+	stopped sync.Once
+	checks  atomic.Int64 // checks the fast path started (tests wait on it)
 
 	leave sync.Once
 	left  error
@@ -75,8 +90,8 @@ func Start(cfg Config) (*Group, error) {
 	mc.BindAddr, mc.AdvertiseAddr = cfg.BindAddr, ""
 	mc.BindPort, mc.AdvertisePort = cfg.BindPort, cfg.BindPort
 	d := cfg.Detection
-	if d.ProbeInterval <= 0 || d.ProbeTimeout <= 0 || d.SuspicionMult < 1 || d.ProbeTimeout >= d.ProbeInterval {
-		return nil, fmt.Errorf("membership: bad failure-detection timing %+v (need 0 < probe timeout < probe interval, suspicion multiplier ≥ 1)", d)
+	if d.ProbeInterval <= 0 || d.ProbeTimeout <= 0 || d.SuspicionMult < 1 || d.ProbeTimeout >= d.ProbeInterval || d.Heartbeat < 0 {
+		return nil, fmt.Errorf("membership: bad failure-detection timing %+v (need 0 < probe timeout < probe interval, suspicion multiplier ≥ 1, heartbeat ≥ 0)", d)
 	}
 	mc.ProbeInterval, mc.ProbeTimeout, mc.SuspicionMult = d.ProbeInterval, d.ProbeTimeout, d.SuspicionMult
 	// Gossip runs only when something is queued, so a short interval costs nothing when idle
@@ -96,8 +111,10 @@ func Start(cfg Config) (*Group, error) {
 		out = io.Discard
 	}
 	mc.Logger = log.New(out, "memberlist ", log.LstdFlags)
-	g := &Group{changes: make(chan Change, 1024), alive: map[string]bool{}}
+	g := &Group{changes: make(chan Change, 1024), life: newLife(), heartbeat: d.Heartbeat,
+		members: map[string]*member{}, stop: make(chan struct{})}
 	mc.Events = events{g}
+	mc.Delegate = delegate{g}
 	if cfg.Admit != nil {
 		mc.Alive = admission{self: cfg.Name, admit: cfg.Admit}
 	}
@@ -106,6 +123,9 @@ func Start(cfg Config) (*Group, error) {
 		return nil, fmt.Errorf("membership: %w", err)
 	}
 	g.ml, g.keyring = ml, mc.Keyring
+	if g.heartbeat > 0 {
+		go g.watch()
+	}
 	return g, nil
 }
 
@@ -116,9 +136,9 @@ func (g *Group) Changes() <-chan Change { return g.changes }
 func (g *Group) Alive() []string {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	out := make([]string, 0, len(g.alive))
-	for n, ok := range g.alive {
-		if ok {
+	out := make([]string, 0, len(g.members))
+	for n, m := range g.members {
+		if m.alive() {
 			out = append(out, n)
 		}
 	}
@@ -130,7 +150,8 @@ func (g *Group) Alive() []string {
 func (g *Group) IsAlive(name string) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.alive[name]
+	m := g.members[name]
+	return m != nil && m.alive()
 }
 
 // Join contacts peers ("host:port"); it succeeds when one answered.
@@ -147,6 +168,8 @@ func (g *Group) Join(peers []string) error {
 // (memberlist panics on a Leave after Shutdown).
 func (g *Group) Leave(timeout time.Duration) error {
 	g.leave.Do(func() {
+		g.stopWatching()
+		g.sayGoodbye()
 		g.left = g.ml.Leave(timeout)
 		if err := g.ml.Shutdown(); g.left == nil {
 			g.left = err
@@ -163,22 +186,16 @@ func HostPort(addr string, port int) string { return net.JoinHostPort(addr, fmt.
 
 type events struct{ g *Group }
 
-func (e events) set(n *memberlist.Node, alive bool) {
-	e.g.mu.Lock()
-	changed := e.g.alive[n.Name] != alive
-	e.g.alive[n.Name] = alive
-	e.g.mu.Unlock()
-	if changed {
-		select {
-		case e.g.changes <- Change{Name: n.Name, Joined: alive, At: time.Now()}:
-		default: // the consumer recomputes from Alive() anyway; a dropped change loses no state
-		}
-	}
+func (e events) NotifyJoin(n *memberlist.Node) {
+	// A member memberlist takes back is alive again, even the life the fast path found dead.
+	e.g.update(n.Name, "memberlist", func(m *member) { m.listed(n); m.foundDead = "" })
 }
-
-func (e events) NotifyJoin(n *memberlist.Node)   { e.set(n, true) }
-func (e events) NotifyLeave(n *memberlist.Node)  { e.set(n, false) }
-func (e events) NotifyUpdate(n *memberlist.Node) {}
+func (e events) NotifyLeave(n *memberlist.Node) {
+	e.g.update(n.Name, "memberlist", func(m *member) { m.inList = false })
+}
+func (e events) NotifyUpdate(n *memberlist.Node) {
+	e.g.update(n.Name, "memberlist", func(m *member) { m.listed(n) })
+}
 
 // admission refuses, before memberlist stores it, an alive message for another member that
 // Admit rejects. Merges on join go through the same path, so one hook covers both.

@@ -1,0 +1,87 @@
+package membership
+
+import (
+	"bytes"
+	"crypto/rand"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// A leaving member says goodbye to each other member directly, one UDP packet each, before
+// memberlist's own leave: that one is gossiped on the next round (up to GossipInterval later),
+// and the SIGTERM failover should cost a packet, not a round. Goodbyes and heartbeats name the
+// sender's life (a random ID it publishes as its node metadata), so a message that arrives
+// after the node restarted says nothing of the new process. With keys set the packets are
+// encrypted and authenticated like all gossip; a member holding the key could equally gossip
+// a death.
+
+// Message kinds; other user messages are ignored.
+var (
+	goodbyePrefix   = []byte("portico-goodbye\x00")
+	heartbeatPrefix = []byte("portico-heartbeat\x00")
+)
+
+// newLife is this process's life ID.
+func newLife() []byte {
+	life := make([]byte, 8)
+	_, _ = rand.Read(life)
+	return life
+}
+
+func message(kind []byte, name string, life []byte) []byte {
+	msg := append(bytes.Clone(kind), name...)
+	return append(append(msg, 0), life...)
+}
+
+// parseMessage returns the name and life a message of the kind names; ok is false for
+// anything else.
+func parseMessage(kind, msg []byte) (name string, life string, ok bool) {
+	rest, ok := bytes.CutPrefix(msg, kind)
+	if !ok {
+		return "", "", false
+	}
+	n, l, ok := bytes.Cut(rest, []byte{0})
+	if !ok || len(n) == 0 || len(l) == 0 {
+		return "", "", false
+	}
+	return string(n), string(l), true
+}
+
+// sendAll sends one message to every other member, best effort.
+func (g *Group) sendAll(kind []byte) {
+	self := g.ml.LocalNode().Name
+	msg := message(kind, self, g.life)
+	for _, n := range g.ml.Members() {
+		if n.Name != self {
+			_ = g.ml.SendBestEffort(n, msg) // a lost packet costs what the message would save
+		}
+	}
+}
+
+// sayGoodbye tells every other member this life is over; memberlist's own leave follows.
+func (g *Group) sayGoodbye() { g.sendAll(goodbyePrefix) }
+
+// heardGoodbye marks the member gone if the goodbye is from the life it gossips now.
+func (g *Group) heardGoodbye(name, life string) {
+	g.update(name, "goodbye", func(m *member) { m.saidBye = life })
+}
+
+// delegate publishes the life and hears goodbyes and heartbeats. Only NodeMeta and NotifyMsg
+// do anything.
+type delegate struct{ g *Group }
+
+func (d delegate) NodeMeta(int) []byte { return d.g.life }
+
+func (d delegate) NotifyMsg(msg []byte) {
+	if name, life, ok := parseMessage(heartbeatPrefix, msg); ok {
+		d.g.heardHeartbeat(name, life)
+	} else if name, life, ok := parseMessage(goodbyePrefix, msg); ok {
+		d.g.heardGoodbye(name, life)
+	}
+}
+
+func (delegate) GetBroadcasts(int, int) [][]byte { return nil }
+func (delegate) LocalState(bool) []byte          { return nil }
+func (delegate) MergeRemoteState([]byte, bool)   {}
+
+var _ memberlist.Delegate = delegate{}

@@ -1,0 +1,98 @@
+package membership
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+
+	"github.com/portico-lb/portico/internal/netlab"
+)
+
+// slowMemberlist leaves dead members to the fast path: memberlist would take seconds.
+var slowMemberlist = Detection{ProbeInterval: 5 * time.Second, ProbeTimeout: time.Second, SuspicionMult: 4, Heartbeat: 50 * time.Millisecond}
+
+func startPair(t *testing.T) (a, b *Group) {
+	t.Helper()
+	for _, name := range []string{"a", "b"} {
+		g, err := Start(Config{Name: name, BindAddr: "127.0.0.1", Keys: Keys{Primary: []byte("0123456789abcdef")}, Detection: slowMemberlist})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = g.Leave(100 * time.Millisecond) })
+		if a == nil {
+			a = g
+		} else {
+			b = g
+		}
+	}
+	if err := b.Join([]string{HostPort("127.0.0.1", a.Port())}); err != nil {
+		t.Fatal(err)
+	}
+	waitAlive(t, a, []string{"a", "b"})
+	netlab.WaitFor(t, "a heartbeat from b", 5*time.Second, func() bool {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return !a.members["b"].heard.IsZero()
+	})
+	return a, b
+}
+
+// lastChange is the last change queued for the member.
+func lastChange(t *testing.T, g *Group, name string) Change {
+	t.Helper()
+	var last *Change
+	for {
+		select {
+		case ch := <-g.Changes():
+			if ch.Name == name {
+				last = &ch
+			}
+		default:
+			if last == nil {
+				t.Fatalf("no change queued for %s", name)
+			}
+			return *last
+		}
+	}
+}
+
+func listed(g *Group, name string) bool {
+	return slices.ContainsFunc(g.ml.Members(), func(n *memberlist.Node) bool { return n.Name == name })
+}
+
+// TestFastPathFindsAStoppedMember: a member whose gossip port is closed (its process gone, its
+// kernel up) is found dead by the fast path while memberlist still counts it alive; a heartbeat
+// from that life brings it back.
+func TestFastPathFindsAStoppedMember(t *testing.T) {
+	a, b := startPair(t)
+	// b's process dies as under SIGKILL: no goodbye, no leave, its sockets closed.
+	b.leave.Do(func() {
+		b.stopWatching()
+		b.left = b.ml.Shutdown()
+	})
+	waitAlive(t, a, []string{"a"})
+	if !listed(a, "b") {
+		t.Fatal("memberlist already dropped b: the test did not isolate the fast path")
+	}
+	if ch := lastChange(t, a, "b"); ch.Joined || !strings.Contains(ch.How, "refused a connection") {
+		t.Fatalf("b's loss was told as %+v, want the refused connection", ch)
+	}
+	a.heardHeartbeat("b", string(b.life))
+	if !a.IsAlive("b") {
+		t.Fatal("a heartbeat from b's life did not bring it back")
+	}
+}
+
+// TestFastPathSparesASilentMember: a member that stops sending heartbeats but whose process
+// still holds its gossip port (starved, say) is checked again and again and stays alive.
+func TestFastPathSparesASilentMember(t *testing.T) {
+	a, b := startPair(t)
+	b.stopWatching()
+	netlab.WaitFor(t, "five checks of the silent member", 10*time.Second, func() bool { return a.checks.Load() >= 5 })
+	if !a.IsAlive("b") {
+		t.Fatal("a silent member with an open gossip port was declared dead")
+	}
+}
