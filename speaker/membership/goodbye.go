@@ -3,6 +3,7 @@ package membership
 import (
 	"bytes"
 	"crypto/rand"
+	"time"
 
 	"github.com/hashicorp/memberlist"
 )
@@ -47,14 +48,21 @@ func parseMessage(kind, msg []byte) (name string, life string, ok bool) {
 	return string(n), string(l), true
 }
 
-// sendAll sends one message to every other member, best effort.
+// sendAll sends one message to every member that wants heartbeats, best effort.
 func (g *Group) sendAll(kind []byte) {
 	self := g.ml.LocalNode().Name
 	msg := message(kind, self, g.life)
-	for _, n := range g.ml.Members() {
-		if n.Name != self {
-			_ = g.ml.SendBestEffort(n, msg) // a lost packet costs what the message would save
+	now := time.Now()
+	var to []memberlist.Address
+	g.mu.Lock()
+	for name, m := range g.members {
+		if name != self && m.wantsHeartbeats(now) {
+			to = append(to, memberlist.Address{Addr: m.gossip.String(), Name: name})
 		}
+	}
+	g.mu.Unlock()
+	for _, a := range to {
+		_ = g.ml.SendToAddress(a, msg) // a lost packet costs what the message would save
 	}
 }
 

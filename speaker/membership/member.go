@@ -11,17 +11,30 @@ import (
 // fast path (watch.go) add to it. Each names the life it is about, so nothing said of one
 // process of a node sticks to the next one.
 type member struct {
-	inList    bool           // memberlist counts it alive
+	inList    bool           // memberlist counts it alive (or suspects it)
+	dropped   time.Time      // when memberlist last stopped counting it
 	life      string         // the life it gossips
-	gossip    netip.AddrPort // where it gossips (the fast path's check dials it)
+	gossip    netip.AddrPort // where it gossips (heartbeats go there; the fast path dials it)
 	saidBye   string         // the life that said goodbye
 	foundDead string         // the life the fast path found dead
 	heard     time.Time      // its last heartbeat; zero: it sends none, so it is not watched
+	beating   bool           // its heartbeats arrive: alive even if memberlist dropped it
 	checking  bool           // a check of its kernel is under way
 }
 
+// alive: memberlist counts it, or its heartbeats prove it, and its life has neither said
+// goodbye nor been found dead.
 func (m *member) alive() bool {
-	return m.inList && m.saidBye != m.life && m.foundDead != m.life
+	return (m.inList || m.beating) && m.saidBye != m.life && m.foundDead != m.life
+}
+
+// heartbeatsFor is how long heartbeats still go to a member memberlist dropped: a partition
+// that heals within it is seen by the next heartbeat, not by memberlist's next join.
+const heartbeatsFor = time.Minute
+
+// wantsHeartbeats reports whether this node sends the member heartbeats (and its goodbye).
+func (m *member) wantsHeartbeats(now time.Time) bool {
+	return m.gossip.IsValid() && m.life != "" && m.saidBye != m.life && (m.inList || now.Sub(m.dropped) < heartbeatsFor)
 }
 
 func (m *member) listed(n *memberlist.Node) {
@@ -30,6 +43,8 @@ func (m *member) listed(n *memberlist.Node) {
 		m.gossip = netip.AddrPortFrom(addr.Unmap(), n.Port)
 	}
 }
+
+func (m *member) unlisted(now time.Time) { m.inList, m.dropped = false, now }
 
 // update changes what is known of a member under the lock, and tells the consumer when that
 // changes whether it is alive.

@@ -191,7 +191,7 @@ func (e events) NotifyJoin(n *memberlist.Node) {
 	e.g.update(n.Name, "memberlist", func(m *member) { m.listed(n); m.foundDead = "" })
 }
 func (e events) NotifyLeave(n *memberlist.Node) {
-	e.g.update(n.Name, "memberlist", func(m *member) { m.inList = false })
+	e.g.update(n.Name, "memberlist", func(m *member) { m.unlisted(time.Now()) })
 }
 func (e events) NotifyUpdate(n *memberlist.Node) {
 	e.g.update(n.Name, "memberlist", func(m *member) { m.listed(n) })

@@ -3,7 +3,6 @@ package membership
 import (
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
 	"syscall"
 	"time"
@@ -61,35 +60,42 @@ func (g *Group) forgive(now time.Time) {
 	}
 }
 
-// checkSilent starts a check of each live member silent for two heartbeats.
+// checkSilent checks each member memberlist counts alive that has been silent for two
+// heartbeats, and stops counting the heartbeats of one silent for three.
 func (g *Group) checkSilent(now time.Time) {
+	var stopped []string
 	g.mu.Lock()
-	defer g.mu.Unlock()
 	for name, m := range g.members {
-		if m.alive() && !m.heard.IsZero() && !m.checking && now.Sub(m.heard) > 2*g.heartbeat && m.gossip.IsValid() {
+		silence := now.Sub(m.heard)
+		if m.heard.IsZero() || silence <= 2*g.heartbeat {
+			continue
+		}
+		if m.beating && silence > 3*g.heartbeat {
+			stopped = append(stopped, name)
+		}
+		if m.inList && m.alive() && !m.checking && m.gossip.IsValid() {
 			m.checking = true
 			g.checks.Add(1)
 			go g.check(name, m.life, m.gossip)
 		}
 	}
+	g.mu.Unlock()
+	for _, name := range stopped {
+		g.update(name, "its heartbeats stopped after memberlist had dropped it", func(m *member) { m.beating = false })
+	}
 }
 
 // check asks the member's kernel whether its gossip port is open, and judges.
 func (g *Group) check(name, life string, gossip netip.AddrPort) {
-	timeout := 2 * g.heartbeat
 	start := time.Now()
-	conn, err := net.DialTimeout("tcp", gossip.String(), timeout)
-	took := time.Since(start)
+	wait := 2 * g.heartbeat
 	var dead string
-	switch {
-	case err == nil:
-		_ = conn.Close()
+	switch err := askKernel(gossip, wait); {
+	case err == nil: // accepted: alive
 	case errors.Is(err, syscall.ECONNREFUSED):
 		dead = fmt.Sprintf("silent for two heartbeats and its node refused a connection to %s: the speaker is gone", gossip)
-	case took > timeout+g.heartbeat/2:
-		// This process ran late: the kernel may have answered in time, unseen.
 	default:
-		dead = fmt.Sprintf("silent for two heartbeats and its node did not answer at %s within %s: %v", gossip, timeout, err)
+		dead = fmt.Sprintf("silent for two heartbeats and its node did not answer at %s within %s: %v", gossip, wait, err)
 	}
 	g.update(name, dead, func(m *member) {
 		m.checking = false
@@ -109,8 +115,7 @@ func (g *Group) check(name, life string, gossip netip.AddrPort) {
 func (g *Group) heardHeartbeat(name, life string) {
 	g.update(name, "heartbeat", func(m *member) {
 		if m.life == life {
-			m.heard = time.Now()
-			m.foundDead = ""
+			m.heard, m.beating, m.foundDead = time.Now(), true, ""
 		}
 	})
 }

@@ -96,3 +96,33 @@ func TestFastPathSparesASilentMember(t *testing.T) {
 		t.Fatal("a silent member with an open gossip port was declared dead")
 	}
 }
+
+// TestHeartbeatsOutliveMemberlist: a member memberlist dropped (a partition it judged before it
+// healed) stays alive while its heartbeats arrive, and heartbeats keep going to it; when they
+// stop, it is gone.
+func TestHeartbeatsOutliveMemberlist(t *testing.T) {
+	a, b := startPair(t)
+	dropped := time.Now()
+	events{a}.NotifyLeave(&memberlist.Node{Name: "b"})
+	events{b}.NotifyLeave(&memberlist.Node{Name: "a"})
+	for _, g := range []*Group{a, b} {
+		netlab.WaitFor(t, "heartbeats after memberlist dropped the other", 5*time.Second, func() bool {
+			g.mu.Lock()
+			defer g.mu.Unlock()
+			for name, m := range g.members {
+				if name != g.ml.LocalNode().Name && m.heard.After(dropped.Add(3*slowMemberlist.Heartbeat)) {
+					return true
+				}
+			}
+			return false
+		})
+	}
+	if !a.IsAlive("b") || !b.IsAlive("a") {
+		t.Fatal("a member whose heartbeats arrive was counted dead")
+	}
+	b.stopWatching()
+	waitAlive(t, a, []string{"a"})
+	if ch := lastChange(t, a, "b"); ch.Joined || !strings.Contains(ch.How, "heartbeats stopped") {
+		t.Fatalf("b's loss was told as %+v, want its heartbeats stopping", ch)
+	}
+}
