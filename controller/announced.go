@@ -13,20 +13,10 @@ import (
 	"github.com/portico-lb/portico/rules"
 )
 
-// announceInputs is what the Announced condition is folded from.
-type announceInputs struct {
-	speakers []porticov1.Speaker
-	// l2 evaluates the L2 rules for one address (rules.L2EligibilityOf on the cluster's objects).
-	l2 func(ip netip.Addr) rules.L2Eligibility
-	// bgpAdvertised reports whether a BGPAdvertisement selects the pool for the Service.
-	// Extension point: BGP's own "why not" (no session Established, peers' nodeSelectors)
-	// belongs here once speakers report BGP sessions.
-	bgpAdvertised func(pool string) bool
-}
-
-// announcedCondition is the Service's Announced condition: who announces each address, from
-// the speakers' reports, or why nobody does, from the same rules the speakers apply.
-func announcedCondition(svc *corev1.Service, in announceInputs) metav1.Condition {
+// announcedCondition is the Service's Announced condition, its one owner: who announces each
+// address, from the speakers' reports, or why nobody does, from the same rules the speakers
+// apply.
+func announcedCondition(svc *corev1.Service, f healthFacts) metav1.Condition {
 	c := metav1.Condition{Type: porticov1.ConditionAnnounced, ObservedGeneration: svc.Generation}
 	ips := porticov1.IngressAddrs(svc)
 	if len(ips) == 0 {
@@ -37,14 +27,14 @@ func announcedCondition(svc *corev1.Service, in announceInputs) metav1.Condition
 	var said []string
 	var l2, bgp bool
 	for _, ip := range ips {
-		msg, proto := announcers(key, ip, in.speakers)
+		msg, proto := announcers(key, ip, f.speakers)
 		if msg != "" {
 			said = append(said, msg)
 			l2 = l2 || proto == porticov1.ProtocolL2
 			bgp = bgp || proto == porticov1.ProtocolBGP
 			continue
 		}
-		status, reason, why := notAnnounced(ip, in)
+		status, reason, why := notAnnounced(svc, ip, f)
 		c.Status, c.Reason, c.Message = status, reason, why
 		return c
 	}
@@ -108,17 +98,23 @@ func announcers(key string, ip netip.Addr, speakers []porticov1.Speaker) (string
 	return ip.String() + " " + strings.Join(parts, " and "), proto
 }
 
-// notAnnounced says why nobody announces ip.
-func notAnnounced(ip netip.Addr, in announceInputs) (metav1.ConditionStatus, string, string) {
-	e := in.l2(ip)
+// notAnnounced says why nobody announces ip, by the L2 rules every speaker runs
+// (rules.L2EligibilityOf; a node runs a speaker when it has a Speaker object) and the
+// BGPAdvertisements.
+func notAnnounced(svc *corev1.Service, ip netip.Addr, f healthFacts) (metav1.ConditionStatus, string, string) {
+	running := map[string]bool{}
+	for _, s := range f.speakers {
+		running[s.Name] = true
+	}
+	e := rules.L2EligibilityOf(f.Cluster, svc, ip, func(node string) bool { return running[node] })
 	switch {
 	case e.Pool == "":
 		// Orphaned (its pool shrank or went): advertisements select pools, so no speaker
 		// announces it, however many run, while IPAllocated stays True.
 		return metav1.ConditionFalse, porticov1.ReasonOrphanedIP, fmt.Sprintf("%s is outside every IPAddressPool; no advertisement covers it, so no node announces it: restore the pool or move the Service", ip)
-	case len(in.speakers) == 0:
+	case len(f.speakers) == 0:
 		return metav1.ConditionFalse, porticov1.ReasonNoSpeakers, "no speaker has reported (no Speaker objects): is the portico-speaker DaemonSet running?"
-	case !e.Advertised && in.bgpAdvertised(e.Pool):
+	case !e.Advertised && bgpAdvertised(svc, e.Pool, f):
 		return metav1.ConditionUnknown, porticov1.ReasonAnnouncePending, fmt.Sprintf("a BGPAdvertisement selects pool %s; no speaker reports advertising %s yet", e.Pool, ip)
 	case !e.Advertised:
 		return metav1.ConditionFalse, porticov1.ReasonNoAdvertisement, fmt.Sprintf("no L2Advertisement or BGPAdvertisement selects pool %s for this Service", e.Pool)
@@ -135,4 +131,16 @@ func notAnnounced(ip netip.Addr, in announceInputs) (metav1.ConditionStatus, str
 func sameAddr(s string, ip netip.Addr) bool {
 	a, err := netip.ParseAddr(s)
 	return err == nil && a.Unmap() == ip.Unmap()
+}
+
+// bgpAdvertised reports whether a BGPAdvertisement selects the pool for the Service.
+// Extension point: BGP's own "why not" (no session Established, peers' nodeSelectors)
+// belongs here once speakers report BGP sessions.
+func bgpAdvertised(svc *corev1.Service, pool string, f healthFacts) bool {
+	for i := range f.Pools {
+		if f.Pools[i].Name == pool {
+			return rules.Selectors(nil).BGPAdvertised(f.bgpAds, &f.Pools[i], svc)
+		}
+	}
+	return false
 }

@@ -2,8 +2,6 @@ package controller
 
 import (
 	"context"
-	"net/netip"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -39,9 +37,6 @@ type HealthReconciler struct {
 	retries  chan event.GenericEvent
 	news     *newsDesk
 }
-
-// healthConditions are the condition types this reconciler owns.
-var healthConditions = []string{porticov1.ConditionEndpointsReady, porticov1.ConditionAnnounced, porticov1.ConditionReachable}
 
 func (r *HealthReconciler) setup(mgr ctrl.Manager) error {
 	r.retries = make(chan event.GenericEvent, 1024)
@@ -122,7 +117,8 @@ func (r *HealthReconciler) addressed(ctx context.Context, _ client.Object) []rec
 	return reqs
 }
 
-// Reconcile computes the Service's health conditions and writes those that changed.
+// Reconcile gathers what the Service's health conditions are folded from, decides them
+// (decideHealth) and writes those that changed.
 func (r *HealthReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	key := req.Namespace + "/" + req.Name
 	var svc corev1.Service
@@ -136,11 +132,7 @@ func (r *HealthReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	}
 	if !r.ours(&svc) {
 		r.news.forget(key)
-		r.writer.submit(key, &svc, writePart{retry: r.retries, apply: func(want *corev1.Service) {
-			for _, t := range healthConditions {
-				meta.RemoveStatusCondition(&want.Status.Conditions, t)
-			}
-		}})
+		r.write(&svc, ready{remove: healthConditionTypes})
 		return ctrl.Result{}, nil
 	}
 	if meta.FindStatusCondition(svc.Status.Conditions, porticov1.ConditionIPAllocated) == nil {
@@ -148,117 +140,67 @@ func (r *HealthReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 		// new Service, and the address is not delayed by a health write.
 		return ctrl.Result{}, nil
 	}
+	facts, err := gatherHealth(ctx, r.Client, &svc)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
 	// Events follow what is stored, not what is about to be written: a problem becomes news
 	// once it has lasted (newsDesk), and its write brings this reconcile back.
-	tell, again := r.news.review(key, svc.Status.Conditions, healthConditions, time.Now())
-	for _, c := range tell {
-		r.event(&svc, c)
+	rd, again := decideHealth(&svc, facts, r.news, time.Now())
+	for _, c := range rd.tell {
+		r.metrics.conditionChanges.WithLabelValues(c.Type, c.Reason).Inc()
+		tell(r.Recorder, &svc, c)
 	}
-	conds, changed, err := r.changes(ctx, &svc, &svc)
-	if err != nil || !changed {
-		return ctrl.Result{RequeueAfter: again}, err
-	}
-	r.writer.submit(key, &svc, writePart{
-		retry: r.retries,
-		apply: func(want *corev1.Service) {
-			for _, c := range conds {
-				meta.SetStatusCondition(&want.Status.Conditions, c)
-			}
-		},
-	})
+	r.write(&svc, rd)
 	return ctrl.Result{RequeueAfter: again}, nil
 }
 
-// changes computes the health conditions for view (the Service as it is about to be, with
-// its address) and compares them with cached (as it is): whether any changed. Which of them
-// become events is the news desk's call, once they are stored.
-func (r *HealthReconciler) changes(ctx context.Context, cached, view *corev1.Service) (conds []metav1.Condition, changed bool, err error) {
-	conds, err = r.conditions(ctx, view)
-	if err != nil {
-		return nil, false, err
+func (r *HealthReconciler) write(svc *corev1.Service, rd ready) {
+	if rd.writes() {
+		r.writer.submit(svc.Namespace+"/"+svc.Name, svc, writePart{retry: r.retries, apply: rd.apply})
 	}
-	for _, c := range conds {
-		changed = changed || conditionChanged(cached, c)
-	}
-	return conds, changed, nil
 }
 
-func (r *HealthReconciler) conditions(ctx context.Context, svc *corev1.Service) ([]metav1.Condition, error) {
+// gatherHealth reads what the Service's health conditions are folded from.
+func gatherHealth(ctx context.Context, c client.Reader, svc *corev1.Service) (healthFacts, error) {
+	var f healthFacts
 	var slices discoveryv1.EndpointSliceList
-	if err := r.Client.List(ctx, &slices, client.InNamespace(svc.Namespace),
+	if err := c.List(ctx, &slices, client.InNamespace(svc.Namespace),
 		client.MatchingLabels{discoveryv1.LabelServiceName: svc.Name}); err != nil {
-		return nil, err
+		return f, err
 	}
-	var podLabels []map[string]string
+	f.EndpointSlices = slices.Items
 	if len(svc.Spec.Selector) > 0 && countEndpoints(slices.Items).total == 0 {
 		pods := &metav1.PartialObjectMetadataList{}
 		pods.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("PodList"))
-		if err := r.Client.List(ctx, pods, client.InNamespace(svc.Namespace)); err != nil {
-			return nil, err
+		if err := c.List(ctx, pods, client.InNamespace(svc.Namespace)); err != nil {
+			return f, err
 		}
 		for i := range pods.Items {
 			if pods.Items[i].DeletionTimestamp == nil {
-				podLabels = append(podLabels, pods.Items[i].Labels)
+				f.pods = append(f.pods, pods.Items[i].Labels)
 			}
 		}
 	}
 	var speakers porticov1.SpeakerList
-	if err := r.Client.List(ctx, &speakers); err != nil {
-		return nil, err
-	}
-	announced, err := r.announced(ctx, svc, slices.Items, speakers.Items)
-	if err != nil {
-		return nil, err
-	}
-	return []metav1.Condition{endpointsCondition(svc, slices.Items, podLabels), announced, reachableCondition(svc, speakers.Items)}, nil
-}
-
-// announced folds the speakers' reports and the advertisements into the Announced condition.
-func (r *HealthReconciler) announced(ctx context.Context, svc *corev1.Service, slices []discoveryv1.EndpointSlice, speakers []porticov1.Speaker) (metav1.Condition, error) {
-	if len(svc.Status.LoadBalancer.Ingress) == 0 {
-		return announcedCondition(svc, announceInputs{}), nil
-	}
 	var ads porticov1.L2AdvertisementList
 	var bgpAds porticov1.BGPAdvertisementList
 	var pools porticov1.IPAddressPoolList
 	var nodes corev1.NodeList
-	for _, l := range []client.ObjectList{&ads, &bgpAds, &pools, &nodes} {
-		if err := r.Client.List(ctx, l); err != nil {
-			return metav1.Condition{}, err
+	for _, l := range []client.ObjectList{&speakers, &ads, &bgpAds, &pools, &nodes} {
+		if err := c.List(ctx, l); err != nil {
+			return f, err
 		}
 	}
-	cluster := rules.Cluster{Nodes: nodes.Items, EndpointSlices: slices, L2Advertisements: ads.Items, Pools: pools.Items}
-	// A node runs a speaker when it has a Speaker object (each speaker writes its own).
-	running := map[string]bool{}
-	for _, s := range speakers {
-		running[s.Name] = true
-	}
-	return announcedCondition(svc, announceInputs{
-		speakers: speakers,
-		l2: func(ip netip.Addr) rules.L2Eligibility {
-			return rules.L2EligibilityOf(cluster, svc, ip, func(node string) bool { return running[node] })
-		},
-		bgpAdvertised: func(pool string) bool {
-			for i := range pools.Items {
-				if pools.Items[i].Name == pool {
-					return rules.Selectors(nil).BGPAdvertised(bgpAds.Items, &pools.Items[i], svc)
-				}
-			}
-			return false
-		},
-	}), nil
+	f.speakers, f.L2Advertisements, f.bgpAds, f.Pools, f.Nodes = speakers.Items, ads.Items, bgpAds.Items, pools.Items, nodes.Items
+	return f, nil
 }
 
-// event tells a condition's change on the Service, and counts it.
-func (r *HealthReconciler) event(svc *corev1.Service, c metav1.Condition) {
-	r.metrics.conditionChanges.WithLabelValues(c.Type, c.Reason).Inc()
-	if r.Recorder == nil {
+// tell sends the event that tells a condition's change on the Service (eventOf).
+func tell(rec events.EventRecorder, svc *corev1.Service, c metav1.Condition) {
+	if rec == nil {
 		return
 	}
-	typ := corev1.EventTypeWarning
-	if c.Status == metav1.ConditionTrue {
-		typ = corev1.EventTypeNormal
-	}
-	short := strings.TrimPrefix(c.Type, "portico.dev/")
-	r.Recorder.Eventf(svc, nil, typ, c.Reason, short, "%s %s: %s", short, c.Reason, c.Message)
+	n := eventOf(c)
+	rec.Eventf(svc, nil, n.eventType, n.reason, n.action, "%s", n.note)
 }

@@ -50,7 +50,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	recorder := mgr.GetEventRecorder("portico-controller")
 	health := &HealthReconciler{Client: mgr.GetClient(), Recorder: recorder, metrics: opts.Metrics, ours: s.ours, writer: w,
 		news: newNewsDesk(opts.NewsAfter, time.Time{})}
-	if err := (&ServiceReconciler{Client: mgr.GetClient(), Recorder: recorder, state: s, metrics: opts.Metrics, writer: w, health: health}).setup(mgr); err != nil {
+	if err := (&ServiceReconciler{Client: mgr.GetClient(), Recorder: recorder, state: s, metrics: opts.Metrics, writer: w, withHealth: true}).setup(mgr); err != nil {
 		return err
 	}
 	return health.setup(mgr)

@@ -2,8 +2,6 @@ package controller
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"net/netip"
 	"slices"
 	"strings"
@@ -13,7 +11,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
-	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
@@ -22,7 +19,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
-	"github.com/portico-lb/portico/controller/allocator"
 )
 
 // ServiceReconciler gives LoadBalancer Services addresses and says in their status how it went.
@@ -32,9 +28,9 @@ type ServiceReconciler struct {
 	state    *state
 	metrics  *Metrics
 	writer   *statusWriter
-	// health, when set, computes a new Service's health conditions so its first status
-	// write carries them with the address: one write per new Service, not two.
-	health *HealthReconciler
+	// withHealth gathers a new Service's health facts, so its first status write carries
+	// the health conditions with the address: one write per new Service, not two.
+	withHealth bool
 }
 
 func (r *ServiceReconciler) setup(mgr ctrl.Manager) error {
@@ -62,92 +58,42 @@ func (r *ServiceReconciler) waitingIn(_ context.Context, ns client.Object) []rec
 	return reqs
 }
 
-// Reconcile allocates or releases the Service's addresses and writes its status, in one
-// request and only when something changed.
+// Reconcile follows a Service from its watch event to its status write: gather what the
+// apiserver says of it, decide (decide.go: pure), write the decision and wake who it names.
 func (r *ServiceReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	key := req.Namespace + "/" + req.Name
+	in := seen{key: req.Namespace + "/" + req.Name}
 	var svc corev1.Service
 	found, err := get(ctx, r.Client, req.NamespacedName, &svc)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-
-	s := r.state
-	ours := found && s.ours(&svc)
-	var o outcome
-	if err := s.withLock(ctx, func(b *book) {
-		switch {
-		case ours && svc.DeletionTimestamp != nil:
-			o = keep(b, &svc, key, r.mayList(key, &svc))
-		case ours:
-			o = r.allocate(ctx, b, &svc, key)
-		default:
-			o.freedIn = release(b, key)
+	if found {
+		in.svc, in.ours = &svc, r.state.ours(&svc)
+	}
+	if in.ours && r.withHealth && meta.FindStatusCondition(svc.Status.Conditions, porticov1.ConditionEndpointsReady) == nil {
+		if facts, err := gatherHealth(ctx, r.Client, &svc); err == nil { // else the health reconciler writes them on its own
+			in.health = &facts
 		}
+	}
+	var rd ready
+	if err := r.state.withLock(ctx, func(b *book) {
+		// Under the lock: the request is built from the pools the book was just fed.
+		if in.ours {
+			in.req, in.reqErr = r.state.request(ctx, &svc)
+			in.listed = r.mayList(in.key, &svc)
+		}
+		rd = decide(b, in)
 	}); err != nil {
 		return ctrl.Result{}, err
 	}
-	r.afterRelease(o.freedIn)
-	switch {
-	case ours:
-		s.poolsDirty(o.pools)
-		r.write(ctx, &svc, o)
-	case found:
-		r.forget(&svc)
-	default:
-		r.writer.forget(key)
+	r.state.retryServices(rd.retry)
+	r.state.poolsDirty(rd.pools)
+	if found {
+		r.write(&svc, rd)
+	} else {
+		r.writer.forget(in.key)
 	}
 	return ctrl.Result{}, nil
-}
-
-// outcome is what one allocation decided.
-type outcome struct {
-	asg     allocator.Assignment
-	err     error    // why the request is not met (the Service may still keep asg)
-	freedIn []string // pools in which an address became free (names, not addresses)
-	pools   []string // pools whose counts may have changed
-}
-
-func (r *ServiceReconciler) allocate(ctx context.Context, b *book, svc *corev1.Service, key string) outcome {
-	before, _ := b.alloc.Assignment(key)
-	was := b.dropLeaving(key) // what it is leaving never stands in its own way; held again below
-	req, reqErr := r.state.request(ctx, svc)
-	var o outcome
-	if reqErr != nil {
-		o.asg, _ = b.alloc.Assignment(key) // keep what it has
-		o.err = reqErr
-	} else {
-		o.asg, o.err = b.alloc.Allocate(req)
-		if o.err != nil {
-			o.asg, _ = b.alloc.Assignment(key)
-		}
-	}
-	if o.err != nil {
-		b.waiting[key] = waiter{since: svc.CreationTimestamp.Time, pools: b.alloc.PoolsFor(req)}
-	} else {
-		delete(b.waiting, key)
-	}
-	if o.asg.Orphaned() {
-		b.orphanOf[key] = svc.Annotations[porticov1.AnnotationAllocatedFromPool]
-	} else {
-		delete(b.orphanOf, key)
-	}
-	left := b.holdLeaving(key, was, r.mayList(key, svc), o.asg.IPs)
-	o.freedIn, o.pools = append(o.freedIn, left...), append(o.pools, left...)
-	changed := !slices.Equal(before.IPs, o.asg.IPs)
-	if changed && before.Pool != "" {
-		o.freedIn = append(o.freedIn, before.Pool)
-	}
-	o.pools = appendPools(o.pools, before.Pool, o.asg.Pool)
-	o.pools = append(o.pools, b.waiting[key].pools...)
-	if changed {
-		// Overlapping pools count an address in each pool that contains it, not only in the
-		// one it was taken from.
-		released := b.poolsContaining(before.IPs)
-		o.freedIn = append(o.freedIn, released...)
-		o.pools = append(append(o.pools, released...), b.poolsContaining(o.asg.IPs)...)
-	}
-	return o
 }
 
 // mayList is every address the Service's stored status may list: what the cached copy lists,
@@ -162,135 +108,27 @@ func (r *ServiceReconciler) mayList(key string, svc *corev1.Service) []netip.Add
 	return ips
 }
 
-// release frees what a gone (or no longer LoadBalancer) Service held; returns the pools that
-// gained addresses.
-func release(b *book, key string) []string {
-	held, ok := b.alloc.Assignment(key)
-	delete(b.waiting, key)
-	left := b.poolsContaining(b.dropLeaving(key)) // a gone Service's status lists nothing
-	if !ok {
-		return left
-	}
-	b.alloc.Release(key)
-	orphanPool := b.orphanOf[key]
-	delete(b.orphanOf, key)
-	return append(appendPools(left, held.Pool, orphanPool), b.poolsContaining(held.IPs)...)
-}
-
-// afterRelease lets waiting Services try again when addresses were freed.
-func (r *ServiceReconciler) afterRelease(pools []string) {
-	if len(pools) == 0 {
-		return
-	}
-	r.state.retryServices(r.state.waiting())
-	r.state.poolsDirty(pools)
-}
-
-func appendPools(pools []string, names ...string) []string {
-	for _, n := range names {
-		if n != "" {
-			pools = append(pools, n)
-		}
-	}
-	return pools
-}
-
-// write puts the outcome into the Service: ingress, the IPAllocated condition and the
-// allocated-from-pool annotation, in one status update, when any of them changed.
-func (r *ServiceReconciler) write(ctx context.Context, svc *corev1.Service, o outcome) {
-	cond := allocatedCondition(o)
-	if svc.DeletionTimestamp != nil { // keep's outcome: it keeps asg, gets nothing new
-		cond = terminatingCondition(svc.Finalizers, o.asg)
-	}
-	cond.ObservedGeneration = svc.Generation
-	var health []metav1.Condition
-	apply := func(want *corev1.Service) {
-		for _, c := range health {
-			meta.SetStatusCondition(&want.Status.Conditions, c)
-		}
-		want.Status.LoadBalancer.Ingress = nil
-		for _, ip := range o.asg.IPs {
-			want.Status.LoadBalancer.Ingress = append(want.Status.LoadBalancer.Ingress,
-				corev1.LoadBalancerIngress{IP: ip.String(), IPMode: ptr.To(corev1.LoadBalancerIPModeVIP)})
-		}
-		meta.SetStatusCondition(&want.Status.Conditions, cond)
-		if o.asg.Pool != "" {
-			if want.Annotations == nil {
-				want.Annotations = map[string]string{}
-			}
-			want.Annotations[porticov1.AnnotationAllocatedFromPool] = o.asg.Pool
-		} else if len(o.asg.IPs) == 0 {
-			delete(want.Annotations, porticov1.AnnotationAllocatedFromPool)
-		} // an orphaned address keeps naming the pool it came from
-	}
-	if r.health != nil && meta.FindStatusCondition(svc.Status.Conditions, porticov1.ConditionEndpointsReady) == nil {
-		view := svc.DeepCopy()
-		apply(view)
-		meta.SetStatusCondition(&view.Status.Conditions, cond)
-		var err error
-		if health, _, err = r.health.changes(ctx, svc, view); err != nil {
-			health = nil // the health reconciler writes them on its own
-		}
-	}
+// write hands the decision to the status writer; its events are told once the write lands.
+func (r *ServiceReconciler) write(svc *corev1.Service, rd ready) {
 	var done func(*corev1.Service)
-	if conditionChanged(svc, cond) {
-		done = func(written *corev1.Service) { r.event(written, cond) }
-	}
-	r.writer.submit(svc.Namespace+"/"+svc.Name, svc, writePart{apply: apply, done: done, retry: r.state.retry})
-}
-
-// conditionChanged reports whether setting cond on the Service changes it (beyond the time).
-func conditionChanged(svc *corev1.Service, cond metav1.Condition) bool {
-	conds := slices.Clone(svc.Status.Conditions)
-	return meta.SetStatusCondition(&conds, cond)
-}
-
-// event tells the story of a written condition change on the Service.
-func (r *ServiceReconciler) event(svc *corev1.Service, cond metav1.Condition) {
-	if r.Recorder == nil {
-		return
-	}
-	if cond.Reason == porticov1.ReasonTerminating {
-		r.Recorder.Eventf(svc, nil, corev1.EventTypeNormal, porticov1.ReasonTerminating, "Allocate", "%s", cond.Message)
-		return
-	}
-	if cond.Status == metav1.ConditionTrue {
-		r.Recorder.Eventf(svc, nil, corev1.EventTypeNormal, "IPAllocated", "Allocate", "%s", cond.Message)
-		r.metrics.allocations.Inc()
-		return
-	}
-	r.Recorder.Eventf(svc, nil, corev1.EventTypeWarning, "AllocationFailed", "Allocate", "%s: %s", cond.Reason, cond.Message)
-	r.metrics.allocationFailures.WithLabelValues(cond.Reason).Inc()
-}
-
-func allocatedCondition(o outcome) metav1.Condition {
-	c := metav1.Condition{Type: porticov1.ConditionIPAllocated}
-	var annErr *annotationError
-	var allocErr *allocator.Error
-	switch {
-	case errors.As(o.err, &annErr):
-		c.Status, c.Reason, c.Message = metav1.ConditionFalse, porticov1.ReasonInvalidAnnotation, annErr.Error()
-		if len(o.asg.IPs) > 0 {
-			c.Message += fmt.Sprintf("; keeping %s", andAddrs(o.asg.IPs))
+	if len(rd.tell) > 0 {
+		done = func(written *corev1.Service) {
+			for _, c := range rd.tell {
+				r.count(c)
+				tell(r.Recorder, written, c)
+			}
 		}
-	case errors.As(o.err, &allocErr):
-		c.Status, c.Reason, c.Message = metav1.ConditionFalse, string(allocErr.Reason), allocErr.Message
-	case o.err != nil:
-		c.Status, c.Reason, c.Message = metav1.ConditionFalse, "Error", o.err.Error()
-	case o.asg.Orphaned():
-		c.Status, c.Reason = metav1.ConditionTrue, porticov1.ReasonOrphanedIP
-		c.Message = fmt.Sprintf("%s is in no IPAddressPool any more; it stays assigned until the Service is deleted or asks for another address", andAddrs(o.asg.IPs))
-	default:
-		c.Status, c.Reason = metav1.ConditionTrue, porticov1.ReasonAllocated
-		c.Message = fmt.Sprintf("%s from pool %s", andAddrs(o.asg.IPs), o.asg.Pool)
 	}
-	return c
+	r.writer.submit(svc.Namespace+"/"+svc.Name, svc, writePart{apply: rd.apply, done: done, retry: r.state.retry})
 }
 
-// forget removes what Portico wrote on a Service it no longer handles.
-func (r *ServiceReconciler) forget(svc *corev1.Service) {
-	r.writer.submit(svc.Namespace+"/"+svc.Name, svc, writePart{retry: r.state.retry, apply: func(want *corev1.Service) {
-		meta.RemoveStatusCondition(&want.Status.Conditions, porticov1.ConditionIPAllocated)
-		delete(want.Annotations, porticov1.AnnotationAllocatedFromPool)
-	}})
+// count counts an allocation, or a failed one by its reason, as its event is told.
+func (r *ServiceReconciler) count(c metav1.Condition) {
+	switch {
+	case c.Reason == porticov1.ReasonTerminating:
+	case c.Status == metav1.ConditionTrue:
+		r.metrics.allocations.Inc()
+	default:
+		r.metrics.allocationFailures.WithLabelValues(c.Reason).Inc()
+	}
 }

@@ -5,7 +5,6 @@ import (
 	"net/netip"
 	"strings"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
@@ -16,7 +15,7 @@ import (
 // its addresses stay taken, since its status still lists them and kube-proxy and the speakers
 // go on using them, until the object is gone; it gets nothing new. listed is every address
 // its stored status may list (ServiceReconciler.mayList).
-func keep(b *book, svc *corev1.Service, key string, listed []netip.Addr) outcome {
+func keep(b *book, key string, listed []netip.Addr) outcome {
 	var o outcome
 	o.asg, _ = b.alloc.Assignment(key)
 	// No longer waiting: the pools it waited on count one Service fewer.

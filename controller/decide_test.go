@@ -1,0 +1,308 @@
+package controller
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/datadriven"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
+	"github.com/portico-lb/portico/controller/allocator"
+	"github.com/portico-lb/portico/rules"
+)
+
+// TestDecideTranscripts tells, in testdata/decide/*.txt, what the controller decides for each
+// Service as the cluster changes: the address, every condition, the annotation, the events and
+// which pools and waiting Services it wakes. Each decision is applied to the Service as its
+// status write would, so the next one starts from what is stored. Commands:
+//
+//	pool <name> <entry>...              an IPAddressPool (added or replaced); prints Services moved
+//	service <name>... [ip=<a>] [pool=<p>] [share=<key>] [port=<PROTO/n>] [type=<t>] [finalizer=<f>] [brief]
+//	                                    create or edit Services in namespace default, and decide each
+//	reconcile <name>...                 decide again, nothing changed (a retry)
+//	delete <name>                       delete: a Service with a finalizer becomes Terminating
+//	                                    (the next delete: its finalizer is removed, it is gone)
+//	endpoints <name> ready=<n> [notready=<n>]  its EndpointSlice
+//	pods <k=v>...                       the labels of the pods in namespace default
+//	node <name>...                      Ready nodes
+//	l2advertisement <name> [pools=<p>,...]
+//	speaker <node> [mac=<m>] [announces=<svc>] [heard=<svc>:<mac>]  a speaker's report
+//	health <name>                       the health reconciler's decision for it
+//	tick <duration>                     the clock moves on
+//	pools                               every pool's counts and its Exhausted and OrphanedIPs
+func TestDecideTranscripts(t *testing.T) {
+	datadriven.Walk(t, "testdata/decide", func(t *testing.T, path string) {
+		w := &world{book: newBook(), svcs: map[string]*corev1.Service{},
+			now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+		w.desk = newNewsDesk(0, w.now)
+		datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
+			var b strings.Builder
+			w.out = &b
+			w.run(t, d)
+			if b.Len() == 0 {
+				return "ok\n"
+			}
+			return b.String()
+		})
+	})
+}
+
+// world is the cluster a transcript tells of, as the controller reads it.
+type world struct {
+	book  book
+	svcs  map[string]*corev1.Service // as stored
+	pools []porticov1.IPAddressPool
+	facts healthFacts
+	desk  *newsDesk
+	now   time.Time
+	out   *strings.Builder
+}
+
+func (w *world) run(t *testing.T, d *datadriven.TestData) {
+	arg := func(key string) string {
+		var v string
+		if d.HasArg(key) {
+			d.ScanArgs(t, key, &v)
+		}
+		return v
+	}
+	names := func() []string {
+		var n []string
+		for _, a := range d.CmdArgs {
+			if len(a.Vals) == 0 && a.Key != "brief" {
+				n = append(n, a.Key)
+			}
+		}
+		return n
+	}
+	switch d.Cmd {
+	case "pool":
+		p := porticov1.IPAddressPool{ObjectMeta: metav1.ObjectMeta{Name: d.CmdArgs[0].Key}}
+		for _, a := range d.CmdArgs[1:] {
+			p.Spec.Addresses = append(p.Spec.Addresses, porticov1.AddressRange(a.Key))
+		}
+		w.pools = slices.DeleteFunc(w.pools, func(o porticov1.IPAddressPool) bool { return o.Name == p.Name })
+		w.pools = append(w.pools, p)
+		w.facts.Pools = w.pools
+		var aps []allocator.Pool
+		for i := range w.pools {
+			aps = append(aps, allocatorPool(&w.pools[i]))
+		}
+		for _, moved := range w.book.alloc.SetPools(aps) {
+			fmt.Fprintf(w.out, "moved %s\n", moved)
+		}
+	case "service":
+		for _, name := range names() {
+			svc := w.svcs["default/"+name]
+			if svc == nil {
+				svc = &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name,
+					CreationTimestamp: metav1.NewTime(w.now.Add(time.Duration(len(w.svcs)) * time.Millisecond))},
+					Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Selector: map[string]string{"app": name},
+						Ports: []corev1.ServicePort{{Protocol: corev1.ProtocolTCP, Port: 80}}}}
+				w.svcs["default/"+name] = svc
+			}
+			for key, ann := range map[string]string{"ip": porticov1.AnnotationLoadBalancerIPs, "pool": porticov1.AnnotationAddressPool, "share": porticov1.AnnotationAllowSharedIP} {
+				if v := arg(key); v != "" {
+					metav1.SetMetaDataAnnotation(&svc.ObjectMeta, ann, v)
+				}
+			}
+			if p := arg("port"); p != "" {
+				proto, port, _ := strings.Cut(p, "/")
+				var n int32
+				fmt.Sscan(port, &n)
+				svc.Spec.Ports = []corev1.ServicePort{{Protocol: corev1.Protocol(proto), Port: n}}
+			}
+			if typ := arg("type"); typ != "" {
+				svc.Spec.Type = corev1.ServiceType(typ)
+			}
+			if f := arg("finalizer"); f != "" {
+				svc.Finalizers = append(svc.Finalizers, f)
+			}
+			w.decide(t, svc, d.HasArg("brief"))
+		}
+	case "reconcile":
+		for _, name := range names() {
+			w.decide(t, w.svcs["default/"+name], d.HasArg("brief"))
+		}
+	case "delete":
+		key := "default/" + d.CmdArgs[0].Key
+		svc := w.svcs[key]
+		if len(svc.Finalizers) > 0 && svc.DeletionTimestamp == nil {
+			svc.DeletionTimestamp = ptr.To(metav1.NewTime(w.now))
+			w.decide(t, svc, false)
+			return
+		}
+		delete(w.svcs, key)
+		w.print(nil, decide(&w.book, seen{key: key}))
+	case "endpoints":
+		name := d.CmdArgs[0].Key
+		var ready, notReady int
+		fmt.Sscan(arg("ready"), &ready)
+		fmt.Sscan(arg("notready"), &notReady)
+		s := discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name + "-x",
+			Labels: map[string]string{discoveryv1.LabelServiceName: name}}}
+		for i := range ready + notReady {
+			s.Endpoints = append(s.Endpoints, discoveryv1.Endpoint{Addresses: []string{fmt.Sprintf("10.244.0.%d", i+10)},
+				Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(i < ready)}})
+		}
+		w.facts.EndpointSlices = append(slices.DeleteFunc(w.facts.EndpointSlices, func(o discoveryv1.EndpointSlice) bool { return o.Name == s.Name }), s)
+	case "pods":
+		w.facts.pods = nil
+		for _, a := range d.CmdArgs {
+			k, v, _ := strings.Cut(a.String(), "=")
+			w.facts.pods = append(w.facts.pods, map[string]string{k: v})
+		}
+	case "node":
+		for _, name := range names() {
+			w.facts.Nodes = append(w.facts.Nodes, corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name},
+				Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}})
+		}
+	case "l2advertisement":
+		ad := porticov1.L2Advertisement{ObjectMeta: metav1.ObjectMeta{Name: d.CmdArgs[0].Key}}
+		if d.HasArg("pools") {
+			for _, p := range strings.Split(arg("pools"), ",") {
+				ad.Spec.IPAddressPools = append(ad.Spec.IPAddressPools, porticov1.Name(p))
+			}
+		}
+		w.facts.L2Advertisements = append(w.facts.L2Advertisements, ad)
+	case "speaker":
+		w.speaker(d.CmdArgs[0].Key, arg("mac"), arg("announces"), arg("heard"))
+	case "health":
+		svc := w.svcs["default/"+d.CmdArgs[0].Key]
+		rd, again := decideHealth(svc, w.facts, w.desk, w.now)
+		w.print(svc, rd)
+		if again > 0 {
+			fmt.Fprintf(w.out, "look again in %s\n", again)
+		}
+	case "tick":
+		dur, err := time.ParseDuration(d.CmdArgs[0].Key)
+		if err != nil {
+			t.Fatalf("%s: %v", d.Pos, err)
+		}
+		w.now = w.now.Add(dur)
+	case "pools":
+		for _, p := range w.pools {
+			f := w.book.facts(p.Name)
+			fmt.Fprintf(w.out, "%s: %d assigned, %d waiting\n", p.Name, f.stats.Assigned[0]+f.stats.Assigned[1], f.waiting)
+			for _, c := range []metav1.Condition{exhaustedCondition(f), orphanCondition(f)} {
+				fmt.Fprintf(w.out, "  %s=%s %s: %s\n", c.Type, c.Status, c.Reason, c.Message)
+			}
+		}
+	default:
+		t.Fatalf("%s: unknown command %q", d.Pos, d.Cmd)
+	}
+}
+
+// decide runs the Service reconcile's decision on what the world holds, and stores its write.
+func (w *world) decide(t *testing.T, svc *corev1.Service, brief bool) {
+	in := seen{key: svc.Namespace + "/" + svc.Name, svc: svc.DeepCopy(), listed: porticov1.IngressAddrs(svc),
+		ours: rules.Handles(svc, porticov1.DefaultLoadBalancerClass, true)}
+	var selected []string
+	for i := range w.pools {
+		if sa := w.pools[i].Spec.ServiceAllocation; sa != nil && selects(sa, svc, nil) {
+			selected = append(selected, w.pools[i].Name)
+		}
+	}
+	in.req, in.reqErr = buildRequest(svc, selected)
+	if !slices.ContainsFunc(svc.Status.Conditions, func(c metav1.Condition) bool { return c.Type == porticov1.ConditionEndpointsReady }) {
+		in.health = &w.facts
+	}
+	rd := decide(&w.book, in)
+	if brief && in.ours {
+		fmt.Fprintf(w.out, "%s: %s\n", svc.Name, condLine(rd.conditions[0]))
+		w.store(svc, rd)
+		return
+	}
+	w.print(svc, rd)
+}
+
+// print tells a decision for the stored Service, and stores its write.
+func (w *world) print(svc *corev1.Service, rd ready) {
+	want := svc.DeepCopy()
+	if svc != nil {
+		rd.apply(want)
+	}
+	switch {
+	case svc == nil:
+	case sameWrite(svc, want):
+		fmt.Fprintln(w.out, "no write")
+	case rd.addresses:
+		fmt.Fprintf(w.out, "ingress %s\n", andAddrs(porticov1.IngressAddrs(want)))
+		if pool, ok := want.Annotations[porticov1.AnnotationAllocatedFromPool]; ok {
+			fmt.Fprintf(w.out, "annotation allocated-from-pool=%s\n", pool)
+		}
+		fallthrough
+	default:
+		for _, c := range rd.conditions {
+			fmt.Fprintln(w.out, condLine(c))
+		}
+		for _, t := range rd.remove {
+			fmt.Fprintf(w.out, "remove %s\n", strings.TrimPrefix(t, "portico.dev/"))
+		}
+		if rd.dropPool {
+			fmt.Fprintln(w.out, "remove annotation allocated-from-pool")
+		}
+	}
+	for _, c := range rd.tell {
+		n := eventOf(c)
+		fmt.Fprintf(w.out, "event %s %s: %s\n", n.eventType, n.reason, n.note)
+	}
+	if pools := slices.Compact(slices.Sorted(slices.Values(rd.pools))); len(pools) > 0 {
+		fmt.Fprintf(w.out, "pools %s\n", strings.Join(pools, ","))
+	}
+	if len(rd.retry) > 0 {
+		fmt.Fprintf(w.out, "retry %s\n", strings.Join(rd.retry, ","))
+	}
+	if svc != nil {
+		w.store(svc, rd)
+	}
+}
+
+// store applies a decision to the stored Service, as its write would, at the world's time.
+func (w *world) store(svc *corev1.Service, rd ready) {
+	for i := range rd.conditions {
+		rd.conditions[i].LastTransitionTime = metav1.NewTime(w.now)
+	}
+	rd.apply(svc)
+}
+
+func condLine(c metav1.Condition) string {
+	return fmt.Sprintf("%s=%s %s: %s", strings.TrimPrefix(c.Type, "portico.dev/"), c.Status, c.Reason, c.Message)
+}
+
+// speaker sets a node's speaker report: its MAC, the Service whose addresses it announces
+// over L2, and a self-check of a Service's first address that heard mac.
+func (w *world) speaker(node, mac, announces, heard string) {
+	s := porticov1.Speaker{ObjectMeta: metav1.ObjectMeta{Name: node}}
+	if mac != "" {
+		s.Status.HardwareAddrs = []string{mac}
+	}
+	if svc := w.svcs["default/"+announces]; svc != nil {
+		for _, ip := range porticov1.IngressAddrs(svc) {
+			s.Status.Announcements = append(s.Status.Announcements, porticov1.Announcement{IP: ip.String(),
+				Service: "default/" + announces, Protocol: porticov1.ProtocolL2, Interfaces: []string{"eth0"}})
+		}
+	}
+	if name, mac, ok := strings.Cut(heard, ":"); ok {
+		if ips := porticov1.IngressAddrs(w.svcs["default/"+name]); len(ips) > 0 {
+			s.Status.SelfChecks = []porticov1.SelfCheck{{IP: ips[0].String(), MACs: []string{mac}}}
+		}
+	}
+	byName := map[string]porticov1.Speaker{}
+	for _, o := range w.facts.speakers {
+		byName[o.Name] = o
+	}
+	byName[node] = s
+	w.facts.speakers = nil
+	for _, n := range slices.Sorted(maps.Keys(byName)) {
+		w.facts.speakers = append(w.facts.speakers, byName[n])
+	}
+}
