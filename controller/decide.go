@@ -284,9 +284,10 @@ func eventOf(c metav1.Condition) notice {
 		}
 		return notice{corev1.EventTypeWarning, "AllocationFailed", "Allocate", c.Reason + ": " + c.Message}
 	}
-	typ := corev1.EventTypeWarning
-	if c.Status == metav1.ConditionTrue {
-		typ = corev1.EventTypeNormal
+	// Only a False condition is a problem; Unknown (Pending, NotProbed) is a state on its way.
+	typ := corev1.EventTypeNormal
+	if c.Status == metav1.ConditionFalse {
+		typ = corev1.EventTypeWarning
 	}
 	short := strings.TrimPrefix(c.Type, "portico.dev/")
 	return notice{typ, c.Reason, short, fmt.Sprintf("%s %s: %s", short, c.Reason, c.Message)}
