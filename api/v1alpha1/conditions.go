@@ -98,3 +98,14 @@ const (
 	ReasonNotEstablished = "NotEstablished"
 	ReasonNoSessions     = "NoSessions"
 )
+
+// Reasons of the Ready condition on an L2Advertisement or BGPAdvertisement (besides Valid and
+// InvalidSelector): what it refers to that does not exist or selects nothing.
+const (
+	ReasonUnknownPool = "UnknownPool"
+	ReasonUnknownPeer = "UnknownPeer"
+	ReasonNoPool      = "NoPool"
+	ReasonNoPeer      = "NoPeer"
+	ReasonNoNode      = "NoNode"
+)
+

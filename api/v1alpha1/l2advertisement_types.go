@@ -65,6 +65,9 @@ type PreferredNodeSelector struct {
 
 // L2AdvertisementStatus is written by the controller only.
 type L2AdvertisementStatus struct {
+	// Conditions: Ready is True (Valid) when every pool it names exists and its selectors
+	// select something, else False naming each problem (UnknownPool, NoPool, NoNode,
+	// InvalidSelector). The advertisement is used as it is either way.
 	// +listType=map
 	// +listMapKey=type
 	// +optional
