@@ -109,3 +109,14 @@ const (
 	ReasonNoNode      = "NoNode"
 )
 
+// ConditionStrictARP on a Speaker, present when the node has kube-proxy's kube-ipvs0 device:
+// IPVS mode puts every Service address on it, and unless net.ipv4.conf.all.arp_ignore is 1 or
+// 2 (kube-proxy's strictARP) the kernel of every node answers ARP for every one of them.
+const ConditionStrictARP = "StrictARP"
+
+// Reasons of ConditionStrictARP.
+const (
+	ReasonArpIgnoreSet         = "ArpIgnoreSet"
+	ReasonIPVSWithoutStrictARP = "IPVSWithoutStrictARP"
+	ReasonArpIgnoreUnreadable  = "ArpIgnoreUnreadable"
+)
