@@ -75,41 +75,41 @@ func requestsFor[T any, P interface {
 }
 
 func (r *AdvertisementReconciler) reconcileL2(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	var ad porticov1.L2Advertisement
-	found, err := get(ctx, r.Client, req.NamespacedName, &ad)
-	if err != nil || !found {
-		return ctrl.Result{}, err
-	}
-	refs, err := r.read(ctx, false)
-	if err != nil {
-		return ctrl.Result{}, err
-	}
-	s := ad.Spec
-	selectors := map[string][]metav1.LabelSelector{"ipAddressPoolSelectors": s.IPAddressPoolSelectors,
-		"nodeSelectors": s.NodeSelectors, "serviceSelectors": s.ServiceSelectors}
-	for i := range s.PreferredNodeSelectors {
-		selectors[fmt.Sprintf("preferredNodeSelectors[%d].preference", i)] = []metav1.LabelSelector{s.PreferredNodeSelectors[i].Preference}
-	}
-	cond := refs.check(advertised{pools: s.IPAddressPools, poolSelectors: s.IPAddressPoolSelectors, nodeSelectors: s.NodeSelectors, selectors: selectors})
-	return ctrl.Result{}, r.write(ctx, &ad, &ad.Status.Conditions, cond)
+	return reconcileAdvertisement(ctx, r, req, func(ad *porticov1.L2Advertisement) (advertised, *[]metav1.Condition) {
+		s := ad.Spec
+		a := advertisedBy(s.IPAddressPools, s.IPAddressPoolSelectors, s.NodeSelectors, s.ServiceSelectors)
+		for i := range s.PreferredNodeSelectors {
+			a.selectors[fmt.Sprintf("preferredNodeSelectors[%d].preference", i)] = []metav1.LabelSelector{s.PreferredNodeSelectors[i].Preference}
+		}
+		return a, &ad.Status.Conditions
+	})
 }
 
 func (r *AdvertisementReconciler) reconcileBGP(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	var ad porticov1.BGPAdvertisement
-	found, err := get(ctx, r.Client, req.NamespacedName, &ad)
+	return reconcileAdvertisement(ctx, r, req, func(ad *porticov1.BGPAdvertisement) (advertised, *[]metav1.Condition) {
+		s := ad.Spec
+		a := advertisedBy(s.IPAddressPools, s.IPAddressPoolSelectors, s.NodeSelectors, s.ServiceSelectors)
+		a.bgp, a.peers = true, s.Peers
+		return a, &ad.Status.Conditions
+	})
+}
+
+// reconcileAdvertisement reads one advertisement, describes it and writes its condition.
+func reconcileAdvertisement[T any, P interface {
+	*T
+	client.Object
+}](ctx context.Context, r *AdvertisementReconciler, req ctrl.Request, describe func(P) (advertised, *[]metav1.Condition)) (ctrl.Result, error) {
+	ad := P(new(T))
+	found, err := get(ctx, r.Client, req.NamespacedName, ad)
 	if err != nil || !found {
 		return ctrl.Result{}, err
 	}
-	refs, err := r.read(ctx, true)
+	a, conds := describe(ad)
+	refs, err := r.read(ctx, a.bgp)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	s := ad.Spec
-	selectors := map[string][]metav1.LabelSelector{"ipAddressPoolSelectors": s.IPAddressPoolSelectors,
-		"nodeSelectors": s.NodeSelectors, "serviceSelectors": s.ServiceSelectors}
-	cond := refs.check(advertised{pools: s.IPAddressPools, poolSelectors: s.IPAddressPoolSelectors, nodeSelectors: s.NodeSelectors,
-		selectors: selectors, bgp: true, peers: s.Peers})
-	return ctrl.Result{}, r.write(ctx, &ad, &ad.Status.Conditions, cond)
+	return ctrl.Result{}, r.write(ctx, ad, conds, refs.check(a))
 }
 
 // references are the objects an advertisement can refer to.
@@ -149,6 +149,11 @@ type advertised struct {
 	selectors     map[string][]metav1.LabelSelector // every selector, by field, to parse
 	bgp           bool
 	peers         []porticov1.Name
+}
+
+func advertisedBy(pools []porticov1.Name, poolSelectors, nodeSelectors, serviceSelectors []metav1.LabelSelector) advertised {
+	return advertised{pools: pools, poolSelectors: poolSelectors, nodeSelectors: nodeSelectors,
+		selectors: map[string][]metav1.LabelSelector{"ipAddressPoolSelectors": poolSelectors, "nodeSelectors": nodeSelectors, "serviceSelectors": serviceSelectors}}
 }
 
 // check is the advertisement's Ready condition: every problem, the first one's reason.
