@@ -48,6 +48,9 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		return err
 	}
 	recorder := mgr.GetEventRecorder("portico-controller")
+	if err := (&AdvertisementReconciler{Client: mgr.GetClient(), Recorder: recorder}).setup(mgr); err != nil {
+		return err
+	}
 	health := &HealthReconciler{Client: mgr.GetClient(), Recorder: recorder, metrics: opts.Metrics, ours: s.ours, writer: w,
 		news: newNewsDesk(opts.NewsAfter, time.Time{})}
 	if err := (&ServiceReconciler{Client: mgr.GetClient(), Recorder: recorder, state: s, metrics: opts.Metrics, writer: w, withHealth: true}).setup(mgr); err != nil {

@@ -35,7 +35,7 @@ func reachableCondition(svc *corev1.Service, speakers []porticov1.Speaker) metav
 	for _, ip := range ips {
 		status, reason, msg := reachable(key, ip, speakers, owner)
 		if status != metav1.ConditionTrue {
-			c.Status, c.Reason, c.Message = status, reason, msg
+			c.Status, c.Reason, c.Message = status, reason, msg+porticov1.StrictARPHint(speakers)
 			return c
 		}
 		fine = append(fine, msg)

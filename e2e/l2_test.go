@@ -251,6 +251,29 @@ func TestL2(t *testing.T) {
 			e.expectOwner(ip, only)
 		})
 
+		t.Run("preferredNodeSelectors: the preferred node answers, the others when it is gone", func(t *testing.T) {
+			e.t = t
+			ip := netip.MustParseAddr("198.51.100.213")
+			// A node the hash would not pick, so the preference is what puts it there.
+			preferred := notHashOwner(ip, all)
+			e.create(scenario{name: "preferred", ip: ip, ad: v1alpha1.L2AdvertisementSpec{
+				PreferredNodeSelectors: []v1alpha1.PreferredNodeSelector{{Weight: 100,
+					Preference: metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/hostname": preferred}}}}}})
+			e.expectOwner(ip, preferred)
+			fallback := hashOwner(ip, slices.DeleteFunc(slices.Clone(all), func(n string) bool { return n == preferred })...)
+			e.kill(preferred, syscall.SIGKILL)
+			// The killed speaker's Speaker status still lists the address: the network decides.
+			waitFor(t, "client's entry moves to "+fallback, 20*time.Second, func() bool {
+				return netlab.Neighbour(e.Client.NS, ip) == e.macOf(fallback)
+			})
+			if macs := e.arpingMACs(ip, 2); !slices.Equal(macs, []string{e.macOf(fallback)}) {
+				t.Errorf("ARP answers for %v came from %v, want only %s", ip, macs, fallback)
+			}
+			// Back: the preferred node takes the address back.
+			e.startSpeaker(preferred)
+			e.settle(ip, preferred)
+		})
+
 		t.Run("interfaces restrict where it is answered", func(t *testing.T) {
 			e.t = t
 			ip := netip.MustParseAddr("198.51.100.206")

@@ -60,21 +60,26 @@ type Selectors map[*metav1.LabelSelector]labels.Selector
 // (the object's own status names it).
 func (c Selectors) MatchesAny(sels []metav1.LabelSelector, set map[string]string) bool {
 	for i := range sels {
-		s, ok := c[&sels[i]]
-		if !ok {
-			var err error
-			if s, err = metav1.LabelSelectorAsSelector(&sels[i]); err != nil {
-				s = labels.Nothing()
-			}
-			if c != nil {
-				c[&sels[i]] = s
-			}
-		}
-		if s.Matches(labels.Set(set)) {
+		if c.Matches(&sels[i], set) {
 			return true
 		}
 	}
 	return false
+}
+
+// Matches reports whether sel matches set; an invalid selector matches nothing.
+func (c Selectors) Matches(sel *metav1.LabelSelector, set map[string]string) bool {
+	s, ok := c[sel]
+	if !ok {
+		var err error
+		if s, err = metav1.LabelSelectorAsSelector(sel); err != nil {
+			s = labels.Nothing()
+		}
+		if c != nil {
+			c[sel] = s
+		}
+	}
+	return s.Matches(labels.Set(set))
 }
 
 // MatchesAny is Selectors.MatchesAny without a cache.

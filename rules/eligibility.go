@@ -66,7 +66,7 @@ func L2EligibilityOf(c Cluster, svc *corev1.Service, ip netip.Addr, alive func(n
 		anyway, _ := election.Eligible(cands, election.Policy{})
 		e.NoLocalEndpoint = len(anyway) > 0
 	}
-	e.Owner, _ = election.Owner(ip, e.Eligible)
+	e.Owner, _ = election.Owner(ip, election.Preferred(e.Eligible, election.Weights(cands)))
 	return e
 }
 
@@ -85,6 +85,7 @@ func (c Selectors) Candidates(nodes []corev1.Node, ads []*v1alpha1.L2Advertiseme
 		h := HealthOf(n)
 		cand.NotReady, cand.NetworkUnavailable, cand.Cordoned = h.NotReady, h.NetworkUnavailable, h.Cordoned
 		for _, ad := range ads {
+			cand.Weight += c.preferenceOf(ad.Spec.PreferredNodeSelectors, n.Labels)
 			if len(ad.Spec.NodeSelectors) > 0 && !c.MatchesAny(ad.Spec.NodeSelectors, n.Labels) {
 				continue
 			}
@@ -105,6 +106,17 @@ func (c Selectors) Candidates(nodes []corev1.Node, ads []*v1alpha1.L2Advertiseme
 	}
 	sort.Strings(myIfaces)
 	return cands, slices.Compact(myIfaces)
+}
+
+// preferenceOf is the sum of the weights of the preferences that match a node's labels.
+func (c Selectors) preferenceOf(prefs []v1alpha1.PreferredNodeSelector, nodeLabels map[string]string) int32 {
+	var sum int32
+	for i := range prefs {
+		if c.Matches(&prefs[i].Preference, nodeLabels) {
+			sum += prefs[i].Weight
+		}
+	}
+	return sum
 }
 
 // ExcludedFromLB reports whether node n may not announce because it carries

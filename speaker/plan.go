@@ -77,14 +77,14 @@ func MakePlan(w World, me, lbClass string, alive func(node string) bool) Plan {
 		eligible, _ := election.Eligible(cands, election.Policy{
 			LocalOnly: svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal,
 		})
-		sharers[ip] = append(sharers[ip], sharer{service: key, eligible: eligible, ifaces: myIfaces})
+		sharers[ip] = append(sharers[ip], sharer{service: key, eligible: eligible, ifaces: myIfaces, weights: election.Weights(cands)})
 	})
 	for ip, ss := range sharers {
 		nodes, problem := answerers(ip, ss)
 		if problem != "" {
 			p.Problems = append(p.Problems, problem)
 		}
-		if owner, ok := election.Owner(ip, nodes); ok && owner == me {
+		if owner, ok := election.Owner(ip, election.Preferred(nodes, weightsOf(ss))); ok && owner == me {
 			p.Mine[ip] = claimOf(ss)
 		}
 	}
@@ -97,8 +97,23 @@ func MakePlan(w World, me, lbClass string, alive func(node string) bool) Plan {
 // sharer is one Service that lists an address, as the L2 rules see it.
 type sharer struct {
 	service  string
-	eligible []string // nodes that may answer for it
-	ifaces   []string // where this node would answer (nil: every suitable interface)
+	eligible []string         // nodes that may answer for it
+	ifaces   []string         // where this node would answer (nil: every suitable interface)
+	weights  map[string]int32 // preferredNodeSelectors weights by node (nil: none)
+}
+
+// weightsOf adds up the sharers' preferences: a node every Service prefers comes first.
+func weightsOf(ss []sharer) map[string]int32 {
+	if len(ss) == 1 {
+		return ss[0].weights
+	}
+	sum := map[string]int32{}
+	for _, s := range ss {
+		for n, w := range s.weights {
+			sum[n] += w
+		}
+	}
+	return sum
 }
 
 // answerers are the nodes the owner of ip is elected among. Services sharing an address have

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -100,6 +101,16 @@ func (s *l2Scenario) run(d *datadriven.TestData) error {
 		ad.Spec.IPAddressPoolSelectors = selectorArg(args, "pool-labels")
 		ad.Spec.NodeSelectors = selectorArg(args, "node-labels")
 		ad.Spec.ServiceSelectors = selectorArg(args, "service-labels")
+		for _, p := range valsArg(args, "preferred") {
+			label, weight, _ := strings.Cut(p, ":")
+			k, v, _ := strings.Cut(label, "=")
+			w, err := strconv.Atoi(weight)
+			if err != nil {
+				return fmt.Errorf("preferred %q: want label=value:weight", p)
+			}
+			ad.Spec.PreferredNodeSelectors = append(ad.Spec.PreferredNodeSelectors, v1alpha1.PreferredNodeSelector{
+				Weight: int32(w), Preference: metav1.LabelSelector{MatchLabels: map[string]string{k: v}}})
+		}
 		s.ads[name] = ad
 	case "service":
 		return s.putService(name, args)

@@ -10,6 +10,7 @@ import (
 
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -22,8 +23,9 @@ import (
 const statusWriteInterval = 500 * time.Millisecond
 
 type statusReport struct {
-	status v1alpha1.SpeakerStatus
-	ready  metav1.Condition
+	status    v1alpha1.SpeakerStatus
+	ready     metav1.Condition
+	strictARP *metav1.Condition // nil: no kube-ipvs0 here
 }
 
 // report queues the status for plan, replacing any report not yet written.
@@ -35,6 +37,7 @@ func (s *Speaker) report(plan Plan, answered map[netip.Addr][]string, sessions m
 	}
 	r.status.Sessions, r.status.BGPPeersUp = sessionStatus(sessions)
 	r.status.Interfaces, r.status.OmittedInterfaces = interfaceStatus(s.Announce.Interfaces())
+	r.strictARP = strictARPCondition(s.Announce.Interfaces(), "/proc/sys")
 	select {
 	case <-s.reports:
 	default:
@@ -126,12 +129,18 @@ func (s *Speaker) writeStatus(ctx context.Context, r statusReport) error {
 	st := r.status
 	st.Conditions = slices.Clone(sp.Status.Conditions)
 	setCondition(&st.Conditions, r.ready, sp.Generation)
+	if r.strictARP != nil {
+		setCondition(&st.Conditions, *r.strictARP, sp.Generation)
+	} else {
+		meta.RemoveStatusCondition(&st.Conditions, v1alpha1.ConditionStrictARP)
+	}
 	sp.Status = st
 	return s.Client.Status().Update(ctx, sp)
 }
 
 func sameStatus(a, b statusReport) bool {
-	return a.ready.Status == b.ready.Status && a.ready.Message == b.ready.Message && apiequality.Semantic.DeepEqual(a.status, b.status)
+	return a.ready.Status == b.ready.Status && a.ready.Message == b.ready.Message && apiequality.Semantic.DeepEqual(a.status, b.status) &&
+		apiequality.Semantic.DeepEqual(a.strictARP, b.strictARP)
 }
 
 // interfaceStatus lists the interfaces that answer first, then those left out with the reason,

@@ -78,6 +78,10 @@ type BGPAdvertisementSpec struct {
 
 // BGPAdvertisementStatus is written by the controller only.
 type BGPAdvertisementStatus struct {
+	// Conditions: Ready is True (Valid) when every pool and peer it names exists and its
+	// selectors select something, else False naming each problem (UnknownPool, NoPool,
+	// UnknownPeer, NoPeer, NoNode, InvalidSelector). The advertisement is used as it is either
+	// way.
 	// +listType=map
 	// +listMapKey=type
 	// +optional

@@ -98,3 +98,25 @@ const (
 	ReasonNotEstablished = "NotEstablished"
 	ReasonNoSessions     = "NoSessions"
 )
+
+// Reasons of the Ready condition on an L2Advertisement or BGPAdvertisement (besides Valid and
+// InvalidSelector): what it refers to that does not exist or selects nothing.
+const (
+	ReasonUnknownPool = "UnknownPool"
+	ReasonUnknownPeer = "UnknownPeer"
+	ReasonNoPool      = "NoPool"
+	ReasonNoPeer      = "NoPeer"
+	ReasonNoNode      = "NoNode"
+)
+
+// ConditionStrictARP on a Speaker, present when the node has kube-proxy's kube-ipvs0 device:
+// IPVS mode puts every Service address on it, and unless net.ipv4.conf.all.arp_ignore is 1 or
+// 2 (kube-proxy's strictARP) the kernel of every node answers ARP for every one of them.
+const ConditionStrictARP = "StrictARP"
+
+// Reasons of ConditionStrictARP.
+const (
+	ReasonArpIgnoreSet         = "ArpIgnoreSet"
+	ReasonIPVSWithoutStrictARP = "IPVSWithoutStrictARP"
+	ReasonArpIgnoreUnreadable  = "ArpIgnoreUnreadable"
+)

@@ -25,6 +25,16 @@ type L2AdvertisementSpec struct {
 	// +optional
 	NodeSelectors []metav1.LabelSelector `json:"nodeSelectors,omitempty"`
 
+	// PreferredNodeSelectors make some eligible nodes answer before others: each address is
+	// answered by an eligible node with the highest sum of the weights of the preferences it
+	// matches (the hash election decides among equals), and by the others only when no
+	// preferred node may answer. Weights from every L2Advertisement announcing an address add
+	// up. They never make a node eligible: nodeSelectors do.
+	// +kubebuilder:validation:MaxItems=16
+	// +listType=atomic
+	// +optional
+	PreferredNodeSelectors []PreferredNodeSelector `json:"preferredNodeSelectors,omitempty"`
+
 	// Interfaces to answer on, by name ("eth0") or pattern ("eth*", "enp?s0": "*" stands for any
 	// characters, "?" for one); empty means the node's suitable interfaces, chosen by the
 	// speaker (its Speaker status lists them and why others are left out).
@@ -40,8 +50,24 @@ type L2AdvertisementSpec struct {
 	ServiceSelectors []metav1.LabelSelector `json:"serviceSelectors,omitempty"`
 }
 
+// PreferredNodeSelector is a weighted soft preference for the nodes its selector matches, as
+// a Pod's preferredDuringSchedulingIgnoredDuringExecution node affinity term.
+//
+// +kubebuilder:validation:XValidation:rule="(has(self.preference.matchLabels) && size(self.preference.matchLabels) > 0) || (has(self.preference.matchExpressions) && size(self.preference.matchExpressions) > 0)",message="preference must name labels (matchLabels or matchExpressions): an empty selector matches every node and prefers none",fieldPath=".preference"
+type PreferredNodeSelector struct {
+	// Weight added to a matching node's preference, 1 to 100.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	Weight int32 `json:"weight"`
+	// Preference selects the nodes given the weight.
+	Preference metav1.LabelSelector `json:"preference"`
+}
+
 // L2AdvertisementStatus is written by the controller only.
 type L2AdvertisementStatus struct {
+	// Conditions: Ready is True (Valid) when every pool it names exists and its selectors
+	// select something, else False naming each problem (UnknownPool, NoPool, NoNode,
+	// InvalidSelector). The advertisement is used as it is either way.
 	// +listType=map
 	// +listMapKey=type
 	// +optional

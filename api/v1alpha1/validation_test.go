@@ -169,6 +169,14 @@ var invalidCases = []invalidCase{
 		[]string{"spec.ipAddressPools[0]", "should match"}},
 	{"l2adv: unknown field", strict, "L2Advertisement", `interface: [eth0]`,
 		[]string{`unknown field "spec.interface"`}},
+	{"l2adv: preference weight 0", schema, "L2Advertisement", `preferredNodeSelectors: [{weight: 0, preference: {matchLabels: {link: wired}}}]`,
+		[]string{"spec.preferredNodeSelectors[0].weight", "should be greater than or equal to 1"}},
+	{"l2adv: preference weight over 100", schema, "L2Advertisement", `preferredNodeSelectors: [{weight: 101, preference: {matchLabels: {link: wired}}}]`,
+		[]string{"spec.preferredNodeSelectors[0].weight", "should be less than or equal to 100"}},
+	{"l2adv: preference without a selector", schema, "L2Advertisement", `preferredNodeSelectors: [{weight: 10}]`,
+		[]string{"spec.preferredNodeSelectors[0].preference", "Required value"}},
+	{"l2adv: empty preference", cel, "L2Advertisement", `preferredNodeSelectors: [{weight: 10, preference: {}}]`,
+		[]string{"spec.preferredNodeSelectors[0].preference", "an empty selector matches every node and prefers none"}},
 }
 
 // TestInvalidObjectsAreRejected creates each invalid object against the real apiserver and
@@ -210,6 +218,7 @@ func TestEdgeValuesAreAccepted(t *testing.T) {
 		{"BGPAdvertisement", "aggregationLength: 0\naggregationLengthV6: 0\nlocalPref: 4294967295\ncommunities: [\"0:0\", \"65535:65535\", \"large:4294967295:0:4294967295\", no-export]"},
 		{"BGPAdvertisement", "serviceSelectors: [{matchLabels: {app: gitea}}]\naggregationLength: 32"},
 		{"L2Advertisement", "interfaces: [eth0, enp0s31f6, br-lan.10]"},
+		{"L2Advertisement", "preferredNodeSelectors: [{weight: 1, preference: {matchLabels: {link: wired}}}, {weight: 100, preference: {matchExpressions: [{key: link, operator: In, values: [wifi]}]}}]"},
 		{"BFDProfile", "receiveInterval: 10\ntransmitInterval: 60000\ndetectMultiplier: 255\npassiveMode: true\nminimumTtl: 254"},
 		{"BGPPeer", "myASN: 64512\npeerASN: 64501\npeerAddress: 198.51.100.1\nbfdProfile: fast"},
 	}

@@ -197,8 +197,15 @@ func (t *translator) l2(o *unstructured.Unstructured) {
 	f.take("nodeSelectors", &a.Spec.NodeSelectors)
 	f.take("interfaces", &a.Spec.Interfaces)
 	f.take("serviceSelectors", &a.Spec.ServiceSelectors)
-	f.drop("preferredNodeSelectors", "Portico has no weighted node preference: every eligible node is equally likely to answer "+
-		"(spread evenly, moving as few addresses as possible); restrict nodes with nodeSelectors instead")
+	var prefs []porticov1.PreferredNodeSelector
+	f.take("preferredNodeSelectors", &prefs)
+	for i, p := range prefs {
+		if len(p.Preference.MatchLabels) == 0 && len(p.Preference.MatchExpressions) == 0 {
+			f.skip(fmt.Sprintf("preferredNodeSelectors[%d]", i), "an empty preference matches every node and changes no election (Portico refuses it)")
+			continue
+		}
+		a.Spec.PreferredNodeSelectors = append(a.Spec.PreferredNodeSelectors, p)
+	}
 	f.rest()
 	t.add(a, "L2Advertisement")
 }

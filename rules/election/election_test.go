@@ -3,6 +3,7 @@ package election
 import (
 	"fmt"
 	"net/netip"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -11,7 +12,8 @@ import (
 
 // TestTranscripts runs testdata/*.txt. Commands:
 //
-//	owner ip=IP nodes=(a,b,c)    the owner of IP among the nodes
+//	owner ip=IP nodes=(a,b,c) [prefer=(a:100,b:50)]
+//	                             the owner of IP among the nodes, the heaviest preferred
 //	eligible [local]             one candidate per input line: NAME [dead] [unselected] [excluded] [endpoint]
 func TestTranscripts(t *testing.T) {
 	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
@@ -21,16 +23,27 @@ func TestTranscripts(t *testing.T) {
 				var ipArg string
 				var nodes []string
 				d.ScanArgs(t, "ip", &ipArg)
+				weights := map[string]int32{}
 				for _, a := range d.CmdArgs {
-					if a.Key == "nodes" {
+					switch a.Key {
+					case "nodes":
 						nodes = a.Vals
+					case "prefer":
+						for _, v := range a.Vals {
+							node, w, _ := strings.Cut(v, ":")
+							n, err := strconv.Atoi(w)
+							if err != nil {
+								t.Fatalf("%s: prefer %q: %v", d.Pos, v, err)
+							}
+							weights[node] = int32(n)
+						}
 					}
 				}
 				ip, err := netip.ParseAddr(ipArg)
 				if err != nil {
 					return "error " + err.Error()
 				}
-				owner, ok := Owner(ip, nodes)
+				owner, ok := Owner(ip, Preferred(nodes, weights))
 				if !ok {
 					return "none"
 				}

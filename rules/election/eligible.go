@@ -26,6 +26,9 @@ type Candidate struct {
 	Cordoned bool
 	// LocalEndpoint: the node holds a ready endpoint of the Service.
 	LocalEndpoint bool
+	// Weight is the sum of the L2Advertisements' preferredNodeSelectors weights the node
+	// matches: among eligible nodes, the heaviest answer (Preferred).
+	Weight int32
 }
 
 // Policy is the part of the Service that changes who may answer.

@@ -35,3 +35,37 @@ func score(node string, ip netip.Addr) uint64 {
 	var sum [sha256.Size]byte
 	return binary.BigEndian.Uint64(h.Sum(sum[:0]))
 }
+
+// Preferred returns the nodes of eligible with the highest weight, in their order: the owner
+// is elected among them, and the others answer only when none of them is eligible. A node
+// missing from weights weighs 0; with no weights every node is preferred.
+func Preferred(eligible []string, weights map[string]int32) []string {
+	if len(weights) == 0 {
+		return eligible
+	}
+	var top []string
+	var best int32
+	for _, n := range eligible {
+		switch w := weights[n]; {
+		case len(top) == 0 || w > best:
+			top, best = append(top[:0], n), w
+		case w == best:
+			top = append(top, n)
+		}
+	}
+	return top
+}
+
+// Weights maps the candidates with a preference to their Weight (nil when none has one).
+func Weights(cands []Candidate) map[string]int32 {
+	var out map[string]int32
+	for _, c := range cands {
+		if c.Weight != 0 {
+			if out == nil {
+				out = map[string]int32{}
+			}
+			out[c.Name] = c.Weight
+		}
+	}
+	return out
+}
