@@ -172,7 +172,7 @@ bench-dataplane: controlplane
 ## that owns gitea's address: failed requests and the longest gap, a GET every 10 ms (BENCHMARKS.md).
 BENCH_CLUSTER_RUNS ?= 3
 bench-cluster: controlplane
-	PORTICO_BENCH_CLUSTER_RUNS=$(BENCH_CLUSTER_RUNS) go test -count=1 -run '^$$' -bench '^BenchmarkSpeakerPodDeleted$$' -benchtime 1x -v -timeout 30m ./internal/cluster/
+	PORTICO_BENCH_CLUSTER_RUNS=$(BENCH_CLUSTER_RUNS) go test -count=1 -run '^$$' -bench '^BenchmarkOperations$$' -benchtime 1x -v -timeout 90m ./internal/cluster/
 
 ## demo: a local control plane with Portico's CRDs and the home-lab pool; as root also speakers,
 ## kube-proxy and pods in network namespaces, ending with a curl of each EXTERNAL-IP.

@@ -89,6 +89,7 @@ type Cluster struct {
 	progress   io.Writer
 	began      time.Time
 	dir        string
+	lanSwitch  string // the namespace of the LAN's bridge
 	namespaces []string
 	processes  []*process
 }
@@ -121,6 +122,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		c.Nodes = append(c.Nodes, &Node{Name: name, Host: h,
 			PodCIDR: netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 244, byte(i + 1), 0}), 24)})
 	}
+	c.lanSwitch = lab.Switch
 	c.namespaces = append(c.namespaces, lab.Switch, cpHost.NS, c.Client.NS)
 	for _, n := range c.Nodes {
 		c.namespaces = append(c.namespaces, n.NS)
@@ -249,7 +251,7 @@ func (c *Cluster) waitNodesReady(ctx context.Context, within time.Duration) erro
 				last = fmt.Sprintf("%s: %v", n.Name, err)
 				return false, nil
 			}
-			if !nodeReady(&node) {
+			if !NodeReady(&node) {
 				last = n.Name + " not Ready"
 				return false, nil
 			}
@@ -262,7 +264,8 @@ func (c *Cluster) waitNodesReady(ctx context.Context, within time.Duration) erro
 	return nil
 }
 
-func nodeReady(n *corev1.Node) bool {
+// NodeReady reports whether the Node's Ready condition is True.
+func NodeReady(n *corev1.Node) bool {
 	for _, cond := range n.Status.Conditions {
 		if cond.Type == corev1.NodeReady {
 			return cond.Status == corev1.ConditionTrue

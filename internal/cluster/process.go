@@ -19,7 +19,8 @@ type process struct {
 // only (`ip netns exec` would also give it a mount namespace of its own, and a kubelet's
 // volume mounts must be seen by its containerd).
 func (c *Cluster) start(name, ns, bin string, args ...string) *process {
-	logf, err := os.Create(filepath.Join(c.Logs, name+".log"))
+	// Appended to: a process restarted (StartRuntime) keeps its earlier log.
+	logf, err := os.OpenFile(filepath.Join(c.Logs, name+".log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
 		c.owner.Fatalf("%v", err)
 	}
