@@ -26,7 +26,7 @@ func BenchmarkOperations(b *testing.B) {
 	}
 	homeLab(b, installWithKubectl, func(e *labEnv) {
 		// The probe alone first: its own jitter on this machine.
-		p := startProbe(e, "http://"+giteaIP.String()+"/")
+		p := startProbe(e, "http://"+giteaIP.String()+"/", "gitea")
 		waitFor(b, "300 answers without an operation", 2*time.Minute, func() (bool, string) {
 			n := p.answersSinceMark()
 			return n >= 300, fmt.Sprintf("%d", n)
@@ -36,16 +36,33 @@ func BenchmarkOperations(b *testing.B) {
 		var table strings.Builder
 		fmt.Fprintf(&table, "| operation | failed requests (each run) | longest gap without an answer (each run) | median gap |\n|---|---|---|---|\n")
 		fmt.Fprintf(&table, "| none (300 answers) | %d | %d ms | |\n", f, gap.Milliseconds())
-		for _, op := range selectedOperations() {
+		each := func(op operation, tg target, mode string) {
 			var failed, gaps []float64
 			for run := range runs {
-				f, gap := measure(e, op)
-				b.Logf("%s, run %d: %d failed requests, longest gap %s", op.name, run+1, f, gap)
+				f, gap := measure(e, op, tg)
+				b.Logf("%s (%s), run %d: %d failed requests, longest gap %s", op.name, mode, run+1, f, gap)
 				failed, gaps = append(failed, float64(f)), append(gaps, float64(gap.Milliseconds()))
 			}
-			fmt.Fprintf(&table, "| %s | %s | %s ms | %.0f ms |\n", op.name, joined(failed), joined(gaps), median(gaps))
-			b.ReportMetric(median(failed), op.key+"-failed")
-			b.ReportMetric(median(gaps), op.key+"-gap-ms")
+			fmt.Fprintf(&table, "| %s (%s) | %s | %s ms | %.0f ms |\n", op.name, mode, joined(failed), joined(gaps), median(gaps))
+			b.ReportMetric(median(failed), mode+"-"+op.key+"-failed")
+			b.ReportMetric(median(gaps), mode+"-"+op.key+"-gap-ms")
+		}
+		ops := selectedOperations()
+		for _, op := range ops {
+			each(op, gitea, "L2")
+		}
+		// The rolling upgrades again, measured at a Service the nodes announce over BGP.
+		var upgrades []operation
+		for _, op := range ops {
+			if strings.HasPrefix(op.key, "upgrade-") {
+				upgrades = append(upgrades, op)
+			}
+		}
+		if len(upgrades) > 0 {
+			nextcloud := target{app: "nextcloud", ip: bgpLab(e)}
+			for _, op := range upgrades {
+				each(op, nextcloud, "BGP")
+			}
 		}
 		b.Logf("results:\n%s", table.String())
 		if out := os.Getenv("PORTICO_BENCH_CLUSTER_OUT"); out != "" {
@@ -71,11 +88,12 @@ type probe struct {
 	last      time.Time
 	gap       time.Duration
 	sinceMark int
+	inARow    int
 	done      chan struct{}
 	wg        sync.WaitGroup
 }
 
-func startProbe(e *labEnv, url string) *probe {
+func startProbe(e *labEnv, url, app string) *probe {
 	get := netlab.HTTPClient(e.c.Client.NS, time.Second)
 	p := &probe{last: time.Now(), done: make(chan struct{})}
 	p.wg.Add(1)
@@ -92,12 +110,14 @@ func startProbe(e *labEnv, url string) *probe {
 			body, err := httpGet(get, url)
 			now := time.Now()
 			p.mu.Lock()
-			if err != nil || !strings.HasPrefix(body, "gitea-") {
+			if err != nil || !strings.HasPrefix(body, app+"-") {
 				p.failed++
+				p.inARow = 0
 			} else {
 				p.gap = max(p.gap, now.Sub(p.last))
 				p.last = now
 				p.sinceMark++
+				p.inARow++
 			}
 			p.mu.Unlock()
 		}
@@ -110,6 +130,20 @@ func (p *probe) mark() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.sinceMark = 0
+}
+
+// reset forgets the failures and the longest gap so far.
+func (p *probe) reset() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.failed, p.gap, p.last = 0, 0, time.Now()
+}
+
+// answersInARow counts the answers since the last failure.
+func (p *probe) answersInARow() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.inARow
 }
 
 // answersSinceMark counts the answers since mark.

@@ -41,7 +41,7 @@ func TestMain(m *testing.M) {
 // no Service's EXTERNAL-IP may change (measure).
 func TestHomeLabOnRealNodes(t *testing.T) {
 	homeLab(t, installWithKubectl, func(e *labEnv) {
-		failed, gap := measure(e, operationNamed(e, "leader-deleted"))
+		failed, gap := measure(e, operationNamed(e, "leader-deleted"), gitea)
 		t.Logf("the controller leader's pod deleted: %d failed requests, longest gap %s", failed, gap)
 	})
 }

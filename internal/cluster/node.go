@@ -70,8 +70,8 @@ func (c *Cluster) startNode(n *Node, images []string) {
 
 func (n *Node) kubeconfig() string { return filepath.Join(n.dir, "kubeconfig") }
 
-// startContainerd runs the node's containerd; a restarted one finds its running containers
-// again through their shims, which outlive it.
+// startContainerd runs the node's containerd. A restarted one (StartRuntime) finds its
+// running containers again through their shims, which outlive it.
 func (c *Cluster) startContainerd(n *Node) {
 	n.containerd = c.start("containerd-"+n.Name, n.NS, "containerd", "--config", filepath.Join(n.dir, "containerd.toml"))
 }

@@ -3,6 +3,8 @@ package cluster
 import (
 	"fmt"
 	"os/exec"
+
+	"github.com/portico-lb/portico/internal/netlab"
 )
 
 // Operations users do to a node, for the benchmarks that measure them at a client.
@@ -20,12 +22,13 @@ func (c *Cluster) StartRuntime(n *Node) error {
 	if !n.kubelet.exited() || !n.containerd.exited() {
 		return fmt.Errorf("%s: the kubelet or containerd still runs", n.Name)
 	}
-	c.startContainerd(n)
+	if err := n.containerd.spawn(); err != nil {
+		return err
+	}
 	if err := waitContainerd(n); err != nil {
 		return err
 	}
-	c.startKubelet(n)
-	return nil
+	return n.kubelet.spawn()
 }
 
 // SetLink sets the node's port on the LAN bridge down (its cable pulled) or up again.
@@ -49,4 +52,17 @@ func (c *Cluster) TagImage(from, to string) error {
 		}
 	}
 	return nil
+}
+
+// AddLANHost plugs another machine (a router, say) into the running cluster's LAN; Stop
+// removes it. A failure stops the whole cluster, as a failed Start does.
+func (c *Cluster) AddLANHost(role, mac, v4, v6 string) (h netlab.Host, err error) {
+	defer func() {
+		if e := c.owner.Recovered(recover()); e != nil {
+			err = e
+		}
+	}()
+	h = c.lab.AddHost(role, mac, v4, v6)
+	c.namespaces = append(c.namespaces, h.NS)
+	return h, nil
 }

@@ -22,6 +22,16 @@ import (
 // giteaIP is the address the operations are measured at: the first the home-lab pool hands out.
 var giteaIP = netip.MustParseAddr("10.0.0.200")
 
+// A target is the Service a client is measured at: app's Deployment of the echo image (whose
+// answers begin with app) at ip. Over L2 one node answers for ip, and the operations aim at it.
+type target struct {
+	app string
+	ip  netip.Addr
+	l2  bool
+}
+
+var gitea = target{app: "gitea", ip: giteaIP, l2: true}
+
 // An operation is something users do to a running cluster. do performs it on owner (the node
 // answering for giteaIP) and returns once it has taken effect; undo, when set, puts the
 // cluster back (uncordon, restart, plug the cable in again).
@@ -40,22 +50,41 @@ var operations = []operation{
 	{"upgrade-controller", "rolling upgrade of the controller Deployment", upgrade("deployment/portico-controller", "controller"), nil},
 }
 
-// measure runs op once while the client GETs gitea's address every 10 ms (startProbe), from
+// measure runs op once while the client GETs tg's address every 10 ms (startProbe), from
 // before the operation until the cluster has settled again (settled) and 100 more answers
 // came back, and returns the failed requests and the longest time between two answers. No
 // Service's EXTERNAL-IP may change across any operation: a test failure, not a number.
-// gitea's pod is kept off the owner first, so what is measured is the address's hand-over,
-// not the app's own restart elsewhere (which a single replica on the node would add).
-func measure(e *labEnv, op operation) (int, time.Duration) {
-	owner := ownerOf(e, giteaIP)
-	e.kubectl("patch", "deployment", "gitea", "--type=merge", "-p", fmt.Sprintf(`{"spec":{"template":{"spec":{"affinity":`+
-		`{"nodeAffinity":{"requiredDuringSchedulingIgnoredDuringExecution":{"nodeSelectorTerms":[{"matchExpressions":`+
-		`[{"key":"kubernetes.io/hostname","operator":"NotIn","values":[%q]}]}]}}}}}}}`, owner.Name))
-	e.kubectl("rollout", "status", "deployment/gitea", "--timeout=3m")
+// Over L2 the app's pod is kept off the owner first, so what is measured is the address's
+// hand-over, not the app's own restart elsewhere (which a single replica on the node would add).
+func measure(e *labEnv, op operation, tg target) (int, time.Duration) {
+	var owner *cluster.Node
+	if tg.l2 {
+		owner = ownerOf(e, tg.ip)
+		e.kubectl("patch", "deployment", tg.app, "--type=merge", "-p", fmt.Sprintf(`{"spec":{"template":{"spec":{"affinity":`+
+			`{"nodeAffinity":{"requiredDuringSchedulingIgnoredDuringExecution":{"nodeSelectorTerms":[{"matchExpressions":`+
+			`[{"key":"kubernetes.io/hostname","operator":"NotIn","values":[%q]}]}]}}}}}}}`, owner.Name))
+		e.kubectl("rollout", "status", "deployment/"+tg.app, "--timeout=3m")
+		waitFor(e.t, "no pod of "+tg.app+" leaving", 2*time.Minute, func() (bool, string) {
+			var pods corev1.PodList
+			if err := e.c.CP.Client.List(context.Background(), &pods, client.InNamespace("default"),
+				client.MatchingLabels{"app": tg.app}); err != nil {
+				return false, err.Error()
+			}
+			return !slices.ContainsFunc(pods.Items, func(p corev1.Pod) bool { return p.DeletionTimestamp != nil }), ""
+		})
+		e.t.Logf("%s answers for %s", owner.Name, tg.ip)
+	}
 	settled(e)
 	before := ingresses(e)
-	p := startProbe(e, "http://"+giteaIP.String()+"/")
-	e.t.Logf("%s (%s answers for %s)", op.name, owner.Name, giteaIP)
+	// A pod the patch replaced may still be leaving, and the echo server does not wait for
+	// kube-proxy to forget it: the probe counts from 50 answers in a row on.
+	p := startProbe(e, "http://"+tg.ip.String()+"/", tg.app)
+	waitFor(e.t, "50 answers in a row before "+op.name, 2*time.Minute, func() (bool, string) {
+		n := p.answersInARow()
+		return n >= 50, fmt.Sprintf("%d", n)
+	})
+	p.reset()
+	e.t.Logf("%s, at %s", op.name, tg.ip)
 	op.do(e, owner)
 	if op.undo != nil {
 		op.undo(e, owner)
@@ -73,16 +102,21 @@ func measure(e *labEnv, op operation) (int, time.Duration) {
 	return failed, gap
 }
 
-// ownerOf is the node whose LAN MAC the client resolves ip to.
+// ownerOf is the node answering ARP for ip, once the client's own entry names it too.
 func ownerOf(e *labEnv, ip netip.Addr) *cluster.Node {
-	mac := netlab.Resolve(e.c.Client.NS, ip)
-	for _, n := range e.c.Nodes {
-		if strings.EqualFold(mac, n.MAC.String()) {
-			return n
+	var owner *cluster.Node
+	waitFor(e.t, "one node answering for "+ip.String()+", in the client's entry", time.Minute, func() (bool, string) {
+		owner = nil
+		macs := netlab.ARPing(e.c.Client.NS, ip, 1)
+		entry := netlab.Resolve(e.c.Client.NS, ip)
+		for _, n := range e.c.Nodes {
+			if len(macs) == 1 && strings.EqualFold(macs[0], n.MAC.String()) && strings.EqualFold(entry, macs[0]) {
+				owner = n
+			}
 		}
-	}
-	e.t.Fatalf("the client resolves %s to %q, no node's MAC", ip, mac)
-	return nil
+		return owner != nil, fmt.Sprintf("ARP answered by %v, the client's entry %s", macs, entry)
+	})
+	return owner
 }
 
 // movedOff waits until the client's neighbour entry for giteaIP names another node than
