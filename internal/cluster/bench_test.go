@@ -89,6 +89,7 @@ type probe struct {
 	gap       time.Duration
 	sinceMark int
 	inARow    int
+	failures  []string // the first few, with their time
 	done      chan struct{}
 	wg        sync.WaitGroup
 }
@@ -113,6 +114,9 @@ func startProbe(e *labEnv, url, app string) *probe {
 			if err != nil || !strings.HasPrefix(body, app+"-") {
 				p.failed++
 				p.inARow = 0
+				if len(p.failures) < 5 {
+					p.failures = append(p.failures, fmt.Sprintf("%s: %q %v", now.Format("15:04:05.000"), body, err))
+				}
 			} else {
 				p.gap = max(p.gap, now.Sub(p.last))
 				p.last = now
@@ -136,7 +140,7 @@ func (p *probe) mark() {
 func (p *probe) reset() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.failed, p.gap, p.last = 0, 0, time.Now()
+	p.failed, p.gap, p.last, p.failures = 0, 0, time.Now(), nil
 }
 
 // answersInARow counts the answers since the last failure.

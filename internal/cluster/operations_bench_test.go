@@ -84,9 +84,10 @@ func measure(e *labEnv, op operation, tg target) (int, time.Duration) {
 		return n >= 50, fmt.Sprintf("%d", n)
 	})
 	p.reset()
-	e.t.Logf("%s, at %s", op.name, tg.ip)
+	e.t.Logf("%s begins at %s", op.name, time.Now().Format("15:04:05.000"))
 	op.do(e, owner)
 	if op.undo != nil {
+		e.t.Logf("undoing it at %s", time.Now().Format("15:04:05.000"))
 		op.undo(e, owner)
 	}
 	settled(e)
@@ -96,6 +97,9 @@ func measure(e *labEnv, op operation, tg target) (int, time.Duration) {
 		return n >= 100, fmt.Sprintf("%d", n)
 	})
 	failed, gap := p.stop()
+	if len(p.failures) > 0 {
+		e.t.Logf("%s: failed requests: %s", op.name, strings.Join(p.failures, "; "))
+	}
 	if after := ingresses(e); !maps.Equal(before, after) {
 		e.t.Errorf("%s changed EXTERNAL-IPs: before %v, after %v", op.name, before, after)
 	}
