@@ -168,11 +168,14 @@ bench-dataplane: controlplane
 	@cat bin/bench-dataplane.md
 
 ## bench-cluster (BENCH_CLUSTER_RUNS, default 3): on `make cluster`'s cluster with Portico
-## installed from its manifests (root), the client's view of `kubectl delete pod` of the speaker
-## that owns gitea's address: failed requests and the longest gap, a GET every 10 ms (BENCHMARKS.md).
+## installed from its manifests (root), the client's view of the operations users do (delete the
+## owning speaker's pod, stop the owner's kubelet and containerd, cut its link, drain it, delete the
+## controller leader's pod, rolling upgrades over L2 and BGP): failed requests and the longest gap,
+## a GET every 10 ms; no EXTERNAL-IP may change. The table goes to bin/bench-cluster.md (BENCHMARKS.md).
 BENCH_CLUSTER_RUNS ?= 3
 bench-cluster: controlplane
-	PORTICO_BENCH_CLUSTER_RUNS=$(BENCH_CLUSTER_RUNS) go test -count=1 -run '^$$' -bench '^BenchmarkSpeakerPodDeleted$$' -benchtime 1x -v -timeout 30m ./internal/cluster/
+	PORTICO_BENCH_CLUSTER_RUNS=$(BENCH_CLUSTER_RUNS) PORTICO_BENCH_CLUSTER_OUT=$(CURDIR)/bin/bench-cluster.md go test -count=1 -run '^$$' -bench '^BenchmarkOperations$$' -benchtime 1x -v -timeout 90m ./internal/cluster/
+	@cat bin/bench-cluster.md
 
 ## demo: a local control plane with Portico's CRDs and the home-lab pool; as root also speakers,
 ## kube-proxy and pods in network namespaces, ending with a curl of each EXTERNAL-IP.

@@ -234,6 +234,12 @@ func TestL2(t *testing.T) {
 				// a bounded time it is the only one answering.
 				if tc.name == "link cut" {
 					run(t, "ip", "-n", e.Switch, "link", "set", e.node(owner).Port, "up")
+					// The isolated owner never stopped answering, so nothing it did on its own
+					// side told the client; once the group merges it must announce again, or the
+					// client keeps the entry of the node that answered meanwhile.
+					waitFor(t, "client's entry for "+ip.String()+" back to "+owner, 10*time.Second, func() bool {
+						return netlab.Neighbour(e.Client.NS, ip) == e.macOf(owner)
+					})
 				} else {
 					e.startSpeaker(owner)
 				}

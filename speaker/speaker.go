@@ -54,6 +54,7 @@ type Speaker struct {
 	kick    chan struct{}
 	cause   atomic.Value // string: why the next recomputation runs
 	lostAt  atomic.Int64 // unix nanos of the latest member loss not yet acted upon
+	joined  atomic.Bool  // a member joined since the latest recomputation
 	owned   map[netip.Addr]Claim
 	ifaces  map[netip.Addr][]string
 	reports chan statusReport // the latest status to write; a newer one replaces an unwritten one
@@ -121,6 +122,7 @@ func (s *Speaker) Start(ctx context.Context) error {
 		case ch := <-s.Group.Changes():
 			s.Log.Info("membership changed", "member", ch.Name, "alive", ch.Joined, "how", ch.How)
 			if ch.Joined {
+				s.joined.Store(true)
 				s.trigger("member-joined")
 			} else {
 				s.Metrics.membersLost.Inc()
@@ -245,6 +247,11 @@ func (s *Speaker) reconcile(ctx context.Context) {
 		want[ip] = c.Interfaces
 	}
 	answered, problems := s.Announce.Set(want)
+	if s.joined.Swap(false) {
+		// A partition healed (or a node came): another node may have answered for what this
+		// one kept, and clients keep that node's MAC while it still forwards their traffic.
+		s.Announce.Reannounce()
+	}
 	if lostAt != 0 && gained(s.owned, plan.Mine) > 0 {
 		// Set has sent the first gratuitous frames when it returns.
 		s.Metrics.failover.Observe(time.Since(time.Unix(0, lostAt)).Seconds())

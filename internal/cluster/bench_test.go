@@ -1,9 +1,7 @@
 package cluster_test
 
 import (
-	"context"
 	"fmt"
-	"net/netip"
 	"os"
 	"slices"
 	"strings"
@@ -11,90 +9,76 @@ import (
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-
 	"github.com/portico-lb/portico/internal/netlab"
 )
 
-// BenchmarkSpeakerPodDeleted is what a user sees at the client when the speaker pod of the node
-// that owns gitea's address (.200) is deleted (`kubectl delete pod`): a GET to the EXTERNAL-IP
-// every 10 ms, each on a new connection with a 1 s timeout, from the DaemonSet's new pod until
-// it is Ready and 100 more answers came back. It reports the failed requests and the longest
-// time between two answers, per run (PORTICO_BENCH_CLUSTER_RUNS, default 3).
-func BenchmarkSpeakerPodDeleted(b *testing.B) {
+// BenchmarkOperations is what a user sees at the client during the operations users do to a
+// cluster (operations): a GET to gitea's EXTERNAL-IP every 10 ms, each on a new connection
+// with a 1 s timeout, from just before the operation until the cluster has settled again and
+// 100 more answers came back. It reports, per operation, the failed requests and the longest
+// time between two answers of each run (PORTICO_BENCH_CLUSTER_RUNS, default 3), prints a table
+// and writes it to PORTICO_BENCH_CLUSTER_OUT when set. PORTICO_BENCH_CLUSTER_OPS picks some
+// operations by key.
+func BenchmarkOperations(b *testing.B) {
 	runs := 3
 	if v := os.Getenv("PORTICO_BENCH_CLUSTER_RUNS"); v != "" {
 		fmt.Sscan(v, &runs)
 	}
 	homeLab(b, installWithKubectl, func(e *labEnv) {
 		// The probe alone first: its own jitter on this machine.
-		p := startProbe(e, "http://10.0.0.200/")
-		waitFor(b, "300 answers without a blow", 2*time.Minute, func() (bool, string) {
+		p := startProbe(e, "http://"+giteaIP.String()+"/", "gitea")
+		waitFor(b, "300 answers without an operation", 2*time.Minute, func() (bool, string) {
 			n := p.answersSinceMark()
 			return n >= 300, fmt.Sprintf("%d", n)
 		})
 		f, gap := p.stop()
-		b.Logf("no blow: %d failed requests, longest gap %s", f, gap)
-		b.ReportMetric(float64(gap.Milliseconds()), "no-blow-gap-ms")
-		var failed, gaps []float64
-		for run := 0; run < runs; run++ {
-			f, gap := deleteOwnerSpeaker(e, netip.MustParseAddr("10.0.0.200"))
-			b.Logf("run %d: %d failed requests, longest gap %s", run+1, f, gap)
-			failed, gaps = append(failed, float64(f)), append(gaps, float64(gap.Milliseconds()))
+		b.Logf("no operation: %d failed requests, longest gap %s", f, gap)
+		var table strings.Builder
+		fmt.Fprintf(&table, "| operation | failed requests (each run) | longest gap without an answer (each run) | median gap |\n|---|---|---|---|\n")
+		fmt.Fprintf(&table, "| none (300 answers) | %d | %d ms | |\n", f, gap.Milliseconds())
+		each := func(op operation, tg target, mode string) {
+			var failed, gaps []float64
+			for run := range runs {
+				f, gap := measure(e, op, tg)
+				b.Logf("%s (%s), run %d: %d failed requests, longest gap %s", op.name, mode, run+1, f, gap)
+				failed, gaps = append(failed, float64(f)), append(gaps, float64(gap.Milliseconds()))
+			}
+			fmt.Fprintf(&table, "| %s (%s) | %s | %s ms | %.0f ms |\n", op.name, mode, joined(failed), joined(gaps), median(gaps))
+			b.ReportMetric(median(failed), mode+"-"+op.key+"-failed")
+			b.ReportMetric(median(gaps), mode+"-"+op.key+"-gap-ms")
 		}
-		b.ReportMetric(median(failed), "failed-requests")
-		b.ReportMetric(median(gaps), "gap-ms")
+		ops := selectedOperations()
+		for _, op := range ops {
+			each(op, gitea, "L2")
+		}
+		// The rolling upgrades again, measured at a Service the nodes announce over BGP.
+		var upgrades []operation
+		for _, op := range ops {
+			if strings.HasPrefix(op.key, "upgrade-") {
+				upgrades = append(upgrades, op)
+			}
+		}
+		if len(upgrades) > 0 {
+			nextcloud := target{app: "nextcloud", ip: bgpLab(e)}
+			for _, op := range upgrades {
+				each(op, nextcloud, "BGP")
+			}
+		}
+		b.Logf("results:\n%s", table.String())
+		if out := os.Getenv("PORTICO_BENCH_CLUSTER_OUT"); out != "" {
+			if err := os.WriteFile(out, []byte(table.String()), 0o644); err != nil {
+				b.Error(err)
+			}
+		}
 	})
 }
 
-// deleteOwnerSpeaker deletes the speaker pod of the node whose MAC the client resolved ip to,
-// while probing ip, and returns the failed requests and the longest time between two answers.
-func deleteOwnerSpeaker(e *labEnv, ip netip.Addr) (int, time.Duration) {
-	ctx := context.Background()
-	mac := netlab.Resolve(e.c.Client.NS, ip)
-	owner := ""
-	for _, n := range e.c.Nodes {
-		if strings.EqualFold(mac, n.MAC.String()) {
-			owner = n.Name
-		}
+func joined(xs []float64) string {
+	s := make([]string, len(xs))
+	for i, x := range xs {
+		s[i] = fmt.Sprintf("%.0f", x)
 	}
-	if owner == "" {
-		e.t.Fatalf("the client resolves %s to %q, no node's MAC", ip, mac)
-	}
-	var pods corev1.PodList
-	if err := e.c.CP.Client.List(ctx, &pods, client.InNamespace("portico-system"),
-		client.MatchingFields{"spec.nodeName": owner}); err != nil {
-		e.t.Fatal(err)
-	}
-	victim := ""
-	for _, p := range pods.Items {
-		if strings.HasPrefix(p.Name, "portico-speaker-") {
-			victim = p.Name
-		}
-	}
-	if victim == "" {
-		e.t.Fatalf("no speaker pod on %s", owner)
-	}
-	p := startProbe(e, "http://"+ip.String()+"/")
-	e.kubectl("-n", "portico-system", "delete", "pod", victim, "--wait=false")
-	e.t.Logf("deleted %s, the speaker on %s, the owner of %s", victim, owner, ip)
-	waitFor(e.t, "the speaker DaemonSet Ready again after deleting "+victim, 2*time.Minute, func() (bool, string) {
-		var ds appsv1.DaemonSet
-		if err := e.c.CP.Client.Get(ctx, client.ObjectKey{Namespace: "portico-system", Name: "portico-speaker"}, &ds); err != nil {
-			return false, err.Error()
-		}
-		var old corev1.Pod
-		gone := e.c.CP.Client.Get(ctx, client.ObjectKey{Namespace: "portico-system", Name: victim}, &old) != nil
-		return gone && ds.Status.NumberReady == int32(len(e.c.Nodes)), fmt.Sprintf("%s gone: %v, %d ready", victim, gone, ds.Status.NumberReady)
-	})
-	p.mark()
-	waitFor(e.t, "100 answers after the new speaker is Ready", time.Minute, func() (bool, string) {
-		n := p.answersSinceMark()
-		return n >= 100, fmt.Sprintf("%d", n)
-	})
-	return p.stop()
+	return strings.Join(s, ", ")
 }
 
 // probe GETs a URL from the client every 10 ms until stopped.
@@ -104,11 +88,13 @@ type probe struct {
 	last      time.Time
 	gap       time.Duration
 	sinceMark int
+	inARow    int
+	failures  []string // the first few, with their time
 	done      chan struct{}
 	wg        sync.WaitGroup
 }
 
-func startProbe(e *labEnv, url string) *probe {
+func startProbe(e *labEnv, url, app string) *probe {
 	get := netlab.HTTPClient(e.c.Client.NS, time.Second)
 	p := &probe{last: time.Now(), done: make(chan struct{})}
 	p.wg.Add(1)
@@ -125,12 +111,17 @@ func startProbe(e *labEnv, url string) *probe {
 			body, err := httpGet(get, url)
 			now := time.Now()
 			p.mu.Lock()
-			if err != nil || !strings.HasPrefix(body, "gitea-") {
+			if err != nil || !strings.HasPrefix(body, app+"-") {
 				p.failed++
+				p.inARow = 0
+				if len(p.failures) < 5 {
+					p.failures = append(p.failures, fmt.Sprintf("%s: %q %v", now.Format("15:04:05.000"), body, err))
+				}
 			} else {
 				p.gap = max(p.gap, now.Sub(p.last))
 				p.last = now
 				p.sinceMark++
+				p.inARow++
 			}
 			p.mu.Unlock()
 		}
@@ -143,6 +134,20 @@ func (p *probe) mark() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.sinceMark = 0
+}
+
+// reset forgets the failures and the longest gap so far.
+func (p *probe) reset() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.failed, p.gap, p.last, p.failures = 0, 0, time.Now(), nil
+}
+
+// answersInARow counts the answers since the last failure.
+func (p *probe) answersInARow() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.inARow
 }
 
 // answersSinceMark counts the answers since mark.

@@ -89,6 +89,8 @@ type Cluster struct {
 	progress   io.Writer
 	began      time.Time
 	dir        string
+	lab        *netlab.Lab
+	lanSwitch  string // the namespace of the LAN's bridge
 	namespaces []string
 	processes  []*process
 }
@@ -121,6 +123,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		c.Nodes = append(c.Nodes, &Node{Name: name, Host: h,
 			PodCIDR: netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 244, byte(i + 1), 0}), 24)})
 	}
+	c.lab, c.lanSwitch = lab, lab.Switch
 	c.namespaces = append(c.namespaces, lab.Switch, cpHost.NS, c.Client.NS)
 	for _, n := range c.Nodes {
 		c.namespaces = append(c.namespaces, n.NS)
@@ -138,7 +141,8 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 // Stop stops every process and removes every namespace, mount and cgroup the cluster made.
 func (c *Cluster) Stop() { c.owner.Stop() }
 
-// Leftovers lists what a stopped cluster left behind: processes still running, network
+// Leftovers lists what a stopped cluster left behind: processes still running (its own, and
+// any naming its directory, such as a container's shim), network
 // namespaces, mounts under its directory, cgroups. Empty after Stop.
 func (c *Cluster) Leftovers() []string {
 	var left []string
@@ -147,6 +151,7 @@ func (c *Cluster) Leftovers() []string {
 			left = append(left, fmt.Sprintf("process %d (%s)", p.cmd.Process.Pid, p.cmd.Path))
 		}
 	}
+	left = append(left, processesNaming(c.dir)...)
 	for _, ns := range c.namespaces {
 		if _, err := os.Stat("/var/run/netns/" + ns); err == nil {
 			left = append(left, "network namespace "+ns)
@@ -249,7 +254,7 @@ func (c *Cluster) waitNodesReady(ctx context.Context, within time.Duration) erro
 				last = fmt.Sprintf("%s: %v", n.Name, err)
 				return false, nil
 			}
-			if !nodeReady(&node) {
+			if !NodeReady(&node) {
 				last = n.Name + " not Ready"
 				return false, nil
 			}
@@ -262,7 +267,8 @@ func (c *Cluster) waitNodesReady(ctx context.Context, within time.Duration) erro
 	return nil
 }
 
-func nodeReady(n *corev1.Node) bool {
+// NodeReady reports whether the Node's Ready condition is True.
+func NodeReady(n *corev1.Node) bool {
 	for _, cond := range n.Status.Conditions {
 		if cond.Type == corev1.NodeReady {
 			return cond.Status == corev1.ConditionTrue

@@ -37,8 +37,14 @@ func TestMain(m *testing.M) {
 
 // TestHomeLabOnRealNodes installs Portico on `make cluster`'s cluster exactly as the README
 // says (the rendered manifests applied server-side, the memberlist Secret and the home-lab pool
-// with kubectl), then runs the home lab (homeLab).
-func TestHomeLabOnRealNodes(t *testing.T) { homeLab(t, installWithKubectl, nil) }
+// with kubectl), then runs the home lab (homeLab), then deletes the controller leader's pod:
+// no Service's EXTERNAL-IP may change (measure).
+func TestHomeLabOnRealNodes(t *testing.T) {
+	homeLab(t, installWithKubectl, func(e *labEnv) {
+		failed, gap := measure(e, operationNamed(e, "leader-deleted"), gitea)
+		t.Logf("the controller leader's pod deleted: %d failed requests, longest gap %s", failed, gap)
+	})
+}
 
 // installWithKubectl is the README's install.
 func installWithKubectl(e *labEnv) {

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
@@ -147,4 +148,22 @@ func restoreSysctls() func() {
 			_ = os.WriteFile("/proc/sys/"+k, b, 0o644)
 		}
 	}
+}
+
+// processesNaming lists the processes whose command line names dir: a containerd shim names
+// its containerd's socket, and outlives a containerd stopped before its containers.
+func processesNaming(dir string) []string {
+	var found []string
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, f := range procs {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		cmdline := strings.ReplaceAll(string(b), "\x00", " ")
+		if strings.Contains(cmdline, dir+"/") {
+			found = append(found, fmt.Sprintf("process %s: %s", filepath.Base(filepath.Dir(f)), cmdline))
+		}
+	}
+	return found
 }

@@ -33,6 +33,7 @@ type Node struct {
 	socket     string // containerd's
 	cgroupRoot string // the kubelet's --cgroup-root, one per node and run
 	kubelet    *process
+	containerd *process
 }
 
 // startNode writes the node's configuration, starts containerd, imports the images, then the
@@ -51,7 +52,7 @@ func (c *Cluster) startNode(n *Node, images []string) {
 	c.owner.Cleanup(func() { unmountUnder(n.dir) })
 	c.must(os.WriteFile(filepath.Join(n.dir, "cni-conf", "10-portico-lab.conflist"), []byte(cniConfig(n)), 0o644))
 	c.must(os.WriteFile(filepath.Join(n.dir, "containerd.toml"), []byte(containerdConfig(n)), 0o644))
-	c.start("containerd-"+n.Name, n.NS, "containerd", "--config", filepath.Join(n.dir, "containerd.toml"))
+	c.startContainerd(n)
 	c.owner.Cleanup(func() { removeContainers(n) })
 	c.must(waitContainerd(n))
 	for _, img := range images {
@@ -61,13 +62,24 @@ func (c *Cluster) startNode(n *Node, images []string) {
 	}
 	c.stepf("%s: containerd up, %d images imported", n.Name, len(images))
 
-	kubeconfig := filepath.Join(n.dir, "kubeconfig")
-	c.must(c.CP.WriteKubeconfig(kubeconfig, controlPlaneIP.Addr().String(), ""))
+	c.must(c.CP.WriteKubeconfig(n.kubeconfig(), controlPlaneIP.Addr().String(), ""))
 	c.must(os.WriteFile(filepath.Join(n.dir, "kubelet.yaml"), []byte(kubeletConfig(n)), 0o644))
+	c.startKubelet(n)
+	c.start("kube-proxy-"+n.Name, n.NS, c.CP.Binary("kube-proxy"), controlplane.KubeProxyArgs(n.Name, n.kubeconfig(), ClusterCIDR)...)
+}
+
+func (n *Node) kubeconfig() string { return filepath.Join(n.dir, "kubeconfig") }
+
+// startContainerd runs the node's containerd. A restarted one (StartRuntime) finds its
+// running containers again through their shims, which outlive it.
+func (c *Cluster) startContainerd(n *Node) {
+	n.containerd = c.start("containerd-"+n.Name, n.NS, "containerd", "--config", filepath.Join(n.dir, "containerd.toml"))
+}
+
+func (c *Cluster) startKubelet(n *Node) {
 	n.kubelet = c.start("kubelet-"+n.Name, n.NS, c.CP.Binary("kubelet"), "--config", filepath.Join(n.dir, "kubelet.yaml"),
-		"--kubeconfig", kubeconfig, "--hostname-override", n.Name, "--node-ip", n.IPv4.Addr().String(),
+		"--kubeconfig", n.kubeconfig(), "--hostname-override", n.Name, "--node-ip", n.IPv4.Addr().String(),
 		"--root-dir", filepath.Join(n.dir, "kubelet"), "--cert-dir", filepath.Join(n.dir, "kubelet-pki"))
-	c.start("kube-proxy-"+n.Name, n.NS, c.CP.Binary("kube-proxy"), controlplane.KubeProxyArgs(n.Name, kubeconfig, ClusterCIDR)...)
 }
 
 // ctr is containerd's CLI against the node's containerd, in the namespace the CRI uses.

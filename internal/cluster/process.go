@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,8 +11,11 @@ import (
 
 // process is one of the cluster's long-running programs, its output in logs/<name>.log.
 type process struct {
-	cmd  *exec.Cmd
-	done chan struct{}
+	name, ns, bin string
+	args          []string
+	logs          string
+	cmd           *exec.Cmd
+	done          chan struct{}
 }
 
 // start runs bin in network namespace ns ("" for the host's) and stops it at cleanup: SIGTERM,
@@ -19,24 +23,36 @@ type process struct {
 // only (`ip netns exec` would also give it a mount namespace of its own, and a kubelet's
 // volume mounts must be seen by its containerd).
 func (c *Cluster) start(name, ns, bin string, args ...string) *process {
-	logf, err := os.Create(filepath.Join(c.Logs, name+".log"))
-	if err != nil {
+	p := &process{name: name, ns: ns, bin: bin, args: args, logs: c.Logs}
+	if err := p.spawn(); err != nil {
 		c.owner.Fatalf("%v", err)
 	}
-	cmd := exec.Command(bin, args...)
-	if ns != "" {
-		cmd = exec.Command("nsenter", append([]string{"--net=/var/run/netns/" + ns, "--", bin}, args...)...)
+	c.owner.Cleanup(p.stop)
+	c.processes = append(c.processes, p)
+	return p
+}
+
+// spawn runs the process (again, once it has stopped), appending to its log. A restarted
+// process keeps its place in the cleanups: containerd must still outlive the removal of its
+// containers.
+func (p *process) spawn() error {
+	logf, err := os.OpenFile(filepath.Join(p.logs, p.name+".log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(p.bin, p.args...)
+	if p.ns != "" {
+		cmd = exec.Command("nsenter", append([]string{"--net=/var/run/netns/" + p.ns, "--", p.bin}, p.args...)...)
 	}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		logf.Close()
-		c.owner.Fatalf("starting %s: %v", name, err)
+		return fmt.Errorf("starting %s: %w", p.name, err)
 	}
-	p := &process{cmd: cmd, done: make(chan struct{})}
-	go func() { _ = cmd.Wait(); logf.Close(); close(p.done) }()
-	c.owner.Cleanup(p.stop)
-	c.processes = append(c.processes, p)
-	return p
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); logf.Close(); close(done) }()
+	p.cmd, p.done = cmd, done
+	return nil
 }
 
 func (p *process) stop() {

@@ -113,6 +113,14 @@ func (a *Announcer) responder(name string) (*Responder, error) {
 	return r, nil
 }
 
+// Reannounce announces every owned address again on every interface, as Set announces new
+// ones: a client may hold the MAC of a node that answered while this one was cut off.
+func (a *Announcer) Reannounce() {
+	for _, r := range a.responders {
+		r.Reannounce()
+	}
+}
+
 // Close stops answering everywhere at once.
 func (a *Announcer) Close() error {
 	var errs []error

@@ -138,6 +138,27 @@ func (r *Responder) Set(addrs []netip.Addr) error {
 	return errors.Join(errs...)
 }
 
+// Reannounce announces every owned address again, at once and a few times after, as Set
+// announces new ones.
+func (r *Responder) Reannounce() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return
+	}
+	var ips []netip.Addr
+	for ip := range *r.owned.Load() {
+		ips = append(ips, ip)
+		if err := r.announce(ip); err != nil {
+			r.log.V(1).Info("announcing again failed", "ip", ip, "error", err.Error())
+		}
+	}
+	if len(ips) > 0 {
+		r.wg.Add(1)
+		go r.repeat(ips)
+	}
+}
+
 // group joins or leaves ip's solicited-node group. Two owned addresses can share a group (same
 // last 24 bits); the kernel counts joins per socket, so joins and leaves stay balanced.
 func (r *Responder) group(ip netip.Addr, join bool) error {
