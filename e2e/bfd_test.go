@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -125,8 +124,7 @@ func TestBFD(t *testing.T) {
 		b.Signal(syscall.SIGSTOP)
 		t.Cleanup(func() { b.Signal(syscall.SIGCONT) })
 		waitFor(t, "node-b's BGP session reset by BFD", 15*time.Second, func() bool {
-			log, _ := os.ReadFile(filepath.Join(e.logs, "node-b.log"))
-			return strings.Contains(string(log), `"msg":"BFD session down: resetting the BGP session"`) &&
+			return strings.Contains(e.speakerLog("node-b"), `"msg":"BFD session down: resetting the BGP session"`) &&
 				e.sessions("node-b")["tor"].State != "Established"
 		})
 		b.Signal(syscall.SIGCONT)

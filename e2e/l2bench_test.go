@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/netip"
@@ -86,8 +87,9 @@ func BenchmarkL2(b *testing.B) {
 				}
 				medians[blow] = median(ds)
 			}
-			fmt.Fprintf(&rep, "| %s / %s / %s / %s | %s | %s | %d |\n", d.interval, d.timeout, d.mult, d.heartbeat,
-				ms(medians["SIGKILL"]), ms(medians["link cut"]), e.falseLossesUnderLoad(20*time.Second))
+			losses, how := e.falseLossesUnderLoad(20 * time.Second)
+			fmt.Fprintf(&rep, "| %s / %s / %s / %s | %s | %s | %d %s |\n", d.interval, d.timeout, d.mult, d.heartbeat,
+				ms(medians["SIGKILL"]), ms(medians["link cut"]), losses, how)
 		}
 		b.Log("\n" + rep.String())
 		if out := os.Getenv("PORTICO_BENCH_L2_OUT"); out != "" {
@@ -404,14 +406,17 @@ func (e *l2Env) restartSpeakers(extra []string) {
 }
 
 // falseLossesUnderLoad loads the CPUs with busy loops for d while nobody dies, and returns
-// how many member losses the speakers counted meanwhile.
-func (e *l2Env) falseLossesUnderLoad(d time.Duration) int {
+// how many member losses the speakers counted meanwhile, and which detector declared them (as
+// the speakers' logs say).
+func (e *l2Env) falseLossesUnderLoad(d time.Duration) (int, string) {
 	// Wait until the group is whole again after the restart or the last failover.
 	ip := netip.MustParseAddr("198.51.100.220")
 	e.settle(ip, hashOwner(ip, "node-a", "node-b", "node-c"))
 	before := 0.0
+	logged := map[string]int{}
 	for _, n := range e.Nodes {
 		before += e.metric(n.Name, "portico_memberlist_members_lost_total")
+		logged[n.Name] = len(e.speakerLog(n.Name))
 	}
 	// The load runs for d: the busy loops are killed when the context ends.
 	ctx, cancel := context.WithTimeout(context.Background(), d)
@@ -426,8 +431,32 @@ func (e *l2Env) falseLossesUnderLoad(d time.Duration) int {
 		_ = c.Wait() // returns when the context's end has killed it
 	}
 	after := 0.0
+	by := map[string]int{}
 	for _, n := range e.Nodes {
 		after += e.metric(n.Name, "portico_memberlist_members_lost_total")
+		for _, line := range strings.Split(e.speakerLog(n.Name)[logged[n.Name]:], "\n") {
+			if strings.Contains(line, `"membership changed"`) && strings.Contains(line, `"alive":false`) {
+				by[detector(line)]++
+			}
+		}
 	}
-	return int(after - before)
+	var how []string
+	for _, k := range slices.Sorted(maps.Keys(by)) {
+		how = append(how, fmt.Sprintf("%s %d", k, by[k]))
+	}
+	if len(how) == 0 {
+		return int(after - before), ""
+	}
+	return int(after - before), "(" + strings.Join(how, ", ") + ")"
+}
+
+// detector names what declared a loss in a "membership changed" log line.
+func detector(line string) string {
+	switch {
+	case strings.Contains(line, `"how":"memberlist"`):
+		return "memberlist"
+	case strings.Contains(line, "refused a connection"), strings.Contains(line, "did not answer"):
+		return "fast path"
+	}
+	return "other"
 }

@@ -216,9 +216,15 @@ func (e *l2Env) kill(name string, sig syscall.Signal) {
 	}
 }
 
+// speakerLog is everything the node's speakers have logged (restarts append).
+func (e *l2Env) speakerLog(node string) string {
+	b, _ := os.ReadFile(filepath.Join(e.logs, node+".log"))
+	return string(b)
+}
+
 func (e *l2Env) dumpLogs() {
 	for _, n := range e.Nodes {
-		b, _ := os.ReadFile(filepath.Join(e.logs, n.Name+".log"))
+		b := e.speakerLog(n.Name)
 		if len(b) > 20000 {
 			b = b[len(b)-20000:]
 		}
