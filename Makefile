@@ -109,12 +109,13 @@ bench: controlplane
 	$(MAKE) bench-dataplane
 	$(MAKE) bench-scale BENCH_SCALE_SERVICES=$(BENCH_SERVICES)
 
-## bench-scale (BENCH_SCALE_SERVICES, default 5000; BENCH_SCALE_NODES, default 3,10,30,100): the
+## bench-scale (BENCH_SCALE_SERVICES, default 5000; BENCH_SCALE_NODES, default 3,10,30; 100 does
+## not hold on two cores, see BENCHMARKS.md): the
 ## real speaker code as that many nodes in one process against a real apiserver (the network
 ## side a recorder), in L2 and BGP: the speakers' writes per Service change and the convergence
 ## time against node count; the report goes to bin/bench-scale.md (its section of BENCHMARKS.md).
 BENCH_SCALE_SERVICES ?= 5000
-BENCH_SCALE_NODES ?= 3,10,30,100
+BENCH_SCALE_NODES ?= 3,10,30
 bench-scale: controlplane
 	@mkdir -p bin
 	PORTICO_BENCH_SCALE_SERVICES=$(BENCH_SCALE_SERVICES) PORTICO_BENCH_SCALE_NODES=$(BENCH_SCALE_NODES) PORTICO_BENCH_SCALE_OUT=$(CURDIR)/bin/bench-scale.md go test -count=1 -run '^$$' -bench '^BenchmarkSpeakerScale$$' -benchtime 1x -timeout 120m ./e2e/
