@@ -47,7 +47,8 @@ func announcedCondition(svc *corev1.Service, f healthFacts) metav1.Condition {
 }
 
 // announcers describes who reports announcing ip for the Service: "10.0.0.200 from node
-// worker-1 on eth0", "10.0.0.200 to peers tor-a,tor-b from nodes worker-1,worker-2".
+// worker-1 on eth0", "10.0.0.200 over BGP to peers tor-a,tor-b (told by node worker-1 for every
+// node advertising it)".
 func announcers(key string, ip netip.Addr, speakers []porticov1.Speaker) (string, porticov1.Protocol) {
 	var l2, l2ifs, bgpNodes, peers []string
 	for i := range speakers {
@@ -90,7 +91,8 @@ func announcers(key string, ip netip.Addr, speakers []porticov1.Speaker) (string
 		if len(bgpNodes) > 1 {
 			nodes = "nodes "
 		}
-		parts = append(parts, fmt.Sprintf("over BGP from %s%s to peers %s", nodes, strings.Join(bgpNodes, ","), strings.Join(slices.Compact(peers), ",")))
+		// One node (the teller) lists a BGP address for every node that advertises it.
+		parts = append(parts, fmt.Sprintf("over BGP to peers %s (told by %s%s for every node advertising it)", strings.Join(slices.Compact(peers), ","), nodes, strings.Join(bgpNodes, ",")))
 	}
 	if len(parts) == 0 {
 		return "", ""

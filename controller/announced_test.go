@@ -132,7 +132,7 @@ func TestAnnounced(t *testing.T) {
 		"a BGPAdvertisement selects pool announce; no speaker reports advertising 203.0.113.10 yet")
 	report(t, speakerA, porticov1.Announcement{IP: "203.0.113.10", Service: ns + "/web", Protocol: porticov1.ProtocolBGP, Peers: []string{"tor-a", "tor-b"}})
 	waitAnnounced(t, ns, "web", metav1.ConditionTrue, porticov1.ReasonAnnouncedBGP,
-		"203.0.113.10 over BGP from node node-a to peers tor-a,tor-b")
+		"203.0.113.10 over BGP to peers tor-a,tor-b (told by node node-a for every node advertising it)")
 }
 
 // setNodeConditions replaces the node's conditions, as a kubelet and the node controller would.

@@ -91,13 +91,7 @@ func create(b *testing.B, cp *controlplane.ControlPlane, ns string, n int, write
 	for range 8 {
 		wg.Go(func() {
 			for i := range next {
-				svc := &corev1.Service{
-					ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("svc-%05d", i)},
-					Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer,
-						// The node-port range (2768 ports) would run out before 5000 Services.
-						AllocateLoadBalancerNodePorts: ptr.To(false),
-						Ports:                         []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}},
-				}
+				svc := benchService(ns, i)
 				start := time.Now()
 				err := cp.Client.Create(context.Background(), svc)
 				if err == nil && write != nil {
@@ -121,6 +115,17 @@ func create(b *testing.B, cp *controlplane.ControlPlane, ns string, n int, write
 		b.Fatal(failed)
 	}
 	return created
+}
+
+// benchService is the benchmarks' Service number i.
+func benchService(ns string, i int) *corev1.Service {
+	return &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("svc-%05d", i)},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer,
+			// The node-port range (2768 ports) would run out before 5000 Services.
+			AllocateLoadBalancerNodePorts: ptr.To(false),
+			Ports:                         []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}},
+	}
 }
 
 // floorWrite gives Service i an address with one status write, as an ideal controller would.

@@ -47,17 +47,18 @@ func TestBGP(t *testing.T) {
 					t.Fatalf("bird's route lacks %q:\n%s", want, out)
 				}
 			}
-			// Status: the address, its Service and peer in every Speaker; the session counted.
-			waitFor(t, "node-b's Speaker status lists the address and the session", 10*time.Second, func() bool {
+			// Status: the address, its Service and peer in the teller's Speaker (node-a, the
+			// first advertising node by name); the session counted.
+			waitFor(t, "node-a's Speaker status lists the address and the session", 10*time.Second, func() bool {
 				var sp v1alpha1.Speaker
-				return e.c.Get(context.Background(), clientKey("node-b"), &sp) == nil && sp.Status.BGPPeersUp == 1 &&
+				return e.c.Get(context.Background(), clientKey("node-a"), &sp) == nil && sp.Status.BGPPeersUp == 1 &&
 					slices.ContainsFunc(sp.Status.Announcements, func(a v1alpha1.Announcement) bool {
 						return a.IP == v4.String() && a.Protocol == v1alpha1.ProtocolBGP && a.Service == "default/ecmp" && slices.Equal(a.Peers, []string{"tor"})
 					})
 			})
 			waitFor(t, "SessionUp event on the BGPPeer and Announced on the Service", 10*time.Second, func() bool {
 				return e.hasEvent("tor", "SessionUp", "node node-b: BGP session with 198.51.100.3 established") &&
-					e.hasEvent(svc.Name, "Announced", "advertising 203.0.113.10 from node node-b to BGP peers tor")
+					e.hasEvent(svc.Name, "Announced", "advertising 203.0.113.10 to BGP peers tor (told by node node-a for every node that advertises it)")
 			})
 			m, err := scrapeMetrics(context.Background(), e.node("node-b").IPv4.Addr().String()+":7474")
 			must(t, err)

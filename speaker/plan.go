@@ -89,6 +89,7 @@ func MakePlan(w World, me, lbClass string, alive func(node string) bool) Plan {
 		}
 	}
 	planBGP(w, me, lbClass, pools, ready, &p)
+	markBGPTellers(w, me, lbClass, pools, ready, alive, &p)
 	sort.Strings(p.Problems)
 	p.Problems = slices.Compact(p.Problems)
 	return p
@@ -178,5 +179,39 @@ func forEachAddress(w World, lbClass string, pools []rules.Pool, p *Plan, fn fun
 			}
 			fn(svc, key, ip, pool)
 		}
+	}
+}
+
+// markBGPTellers marks the addresses node me tells of: those no live node before it by name
+// advertises (the teller is the first advertising node in name order, so one Announced
+// event and one Speaker status entry stand for every node, however many advertise). Only the
+// nodes before me are planned, and only until every address has found an earlier teller.
+func markBGPTellers(w World, me, lbClass string, pools []rules.Pool, ready map[string]map[string]bool, alive func(string) bool, p *Plan) {
+	pending := map[netip.Addr]bool{}
+	for ip := range p.Routed {
+		pending[ip] = true
+	}
+	names := make([]string, 0, len(w.Nodes))
+	for i := range w.Nodes {
+		names = append(names, w.Nodes[i].Name)
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		if n >= me || len(pending) == 0 {
+			break
+		}
+		if !alive(n) {
+			continue
+		}
+		var theirs Plan
+		planBGP(w, n, lbClass, pools, ready, &theirs)
+		for ip := range theirs.Routed {
+			delete(pending, ip)
+		}
+	}
+	for ip := range pending {
+		c := p.Routed[ip]
+		c.Teller = true
+		p.Routed[ip] = c
 	}
 }

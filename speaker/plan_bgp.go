@@ -18,6 +18,9 @@ import (
 type BGPClaim struct {
 	Services []string // namespace/name, sorted: several when Services share the address
 	Peers    []string // BGPPeer names, sorted
+	// Teller: this node tells the address's Services (an Announced event and its Speaker
+	// status): every advertising node advertises the same, so one of them speaks for all.
+	Teller bool
 }
 
 // BGP session defaults (BGPPeer's documented defaults).

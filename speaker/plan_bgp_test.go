@@ -11,6 +11,7 @@ import (
 	"github.com/cockroachdb/datadriven"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/portico-lb/portico/api/v1alpha1"
@@ -23,7 +24,9 @@ import (
 //	             IPAddressPool, BGPPeer, BGPAdvertisement, BFDProfile or Secret; an object replaces the one
 //	             of the same kind, namespace and name
 //	delete       one "Kind namespace/name" (or "Kind name") per line
-//	plan node=N  the sessions and routes node N wants, the addresses it reports, its problems
+//	plan node=N [dead=A,B]  the sessions and routes node N wants, the addresses it
+//	             reports (", tells": it is the teller, see markBGPTellers), its problems, with
+//	             the speakers of the dead nodes gone from the gossip group
 func TestBGPTranscripts(t *testing.T) {
 	datadriven.Walk(t, "testdata/bgp", func(t *testing.T, path string) {
 		objs := map[string]any{} // "Kind ns/name" → object
@@ -54,7 +57,12 @@ func TestBGPTranscripts(t *testing.T) {
 			case "plan":
 				var node string
 				d.ScanArgs(t, "node", &node)
-				return renderBGPPlan(MakePlan(worldOf(objs, order), node, v1alpha1.DefaultLoadBalancerClass, allAlive))
+				var dead string
+				if d.HasArg("dead") {
+					d.ScanArgs(t, "dead", &dead)
+				}
+				alive := func(n string) bool { return !slices.Contains(strings.Split(dead, ","), n) }
+				return renderBGPPlan(MakePlan(worldOf(objs, order), node, v1alpha1.DefaultLoadBalancerClass, alive))
 			}
 			t.Fatalf("%s: unknown command %q", d.Pos, d.Cmd)
 			return ""
@@ -134,7 +142,11 @@ func renderBGPPlan(p Plan) string {
 	b.WriteString(p.BGP.String())
 	for _, ip := range slices.SortedFunc(maps.Keys(p.Routed), netip.Addr.Compare) {
 		c := p.Routed[ip]
-		fmt.Fprintf(&b, "announces %s (%s) to %s\n", ip, strings.Join(c.Services, ", "), strings.Join(c.Peers, ", "))
+		tells := ""
+		if c.Teller {
+			tells = ", tells"
+		}
+		fmt.Fprintf(&b, "announces %s (%s) to %s%s\n", ip, strings.Join(c.Services, ", "), strings.Join(c.Peers, ", "), tells)
 	}
 	for _, pr := range p.Problems {
 		fmt.Fprintf(&b, "problem: %s\n", pr)
@@ -143,4 +155,29 @@ func renderBGPPlan(p Plan) string {
 		return "nothing\n"
 	}
 	return b.String()
+}
+
+// TestBGPStatusListsOnlyTheTeller: of three nodes advertising one address, one lists it in its
+// Speaker status, so a Service change rewrites one Speaker, not every advertising node's.
+func TestBGPStatusListsOnlyTheTeller(t *testing.T) {
+	w := world(lbService("web", "198.51.100.10"))
+	w.Advertisements = nil
+	for i := range w.Nodes {
+		w.Nodes[i].Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: fmt.Sprintf("192.168.0.%d", i+1)}}
+	}
+	w.BGPPeers = []v1alpha1.BGPPeer{{ObjectMeta: metav1.ObjectMeta{Name: "router"}, Spec: v1alpha1.BGPPeerSpec{MyASN: 64500, PeerASN: 64501, PeerAddress: "192.168.0.254"}}}
+	w.BGPAds = []v1alpha1.BGPAdvertisement{{ObjectMeta: metav1.ObjectMeta{Name: "all"}}}
+	var listed []string
+	for _, n := range nodeNames {
+		p := MakePlan(w, n, v1alpha1.DefaultLoadBalancerClass, allAlive)
+		if len(p.Routed) != 1 {
+			t.Fatalf("%s routes %d addresses, want 1 (%v)", n, len(p.Routed), p.Problems)
+		}
+		for _, a := range planStatus(p, nil).status.Announcements {
+			listed = append(listed, n+" "+a.IP+" "+a.Service)
+		}
+	}
+	if want := []string{"node-a 198.51.100.10 ns/web"}; !slices.Equal(listed, want) {
+		t.Fatalf("Speaker statuses list %q, want %q", listed, want)
+	}
 }

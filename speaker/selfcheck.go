@@ -14,6 +14,7 @@ import (
 
 	"github.com/portico-lb/portico/api/v1alpha1"
 	"github.com/portico-lb/portico/rules"
+	"github.com/portico-lb/portico/rules/election"
 	"github.com/portico-lb/portico/speaker/l2"
 	"github.com/portico-lb/portico/speaker/selfcheck"
 )
@@ -28,8 +29,8 @@ func (s *Speaker) runSelfCheck(ctx context.Context) {
 	p.Run(ctx)
 }
 
-// selfCheckTargets are the addresses announced over L2 whose elected owner is another
-// node, to be probed on every suitable interface.
+// selfCheckTargets are the addresses this node probes (selfCheckAddrs), each on every
+// suitable interface.
 func (s *Speaker) selfCheckTargets(ctx context.Context) []selfcheck.Target {
 	w, err := s.world(ctx)
 	if err != nil {
@@ -40,20 +41,44 @@ func (s *Speaker) selfCheckTargets(ctx context.Context) []selfcheck.Target {
 		return nil
 	}
 	var out []selfcheck.Target
+	for _, ip := range selfCheckAddrs(w, s.Node, s.LBClass, s.Group.IsAlive, s.Group.Alive()) {
+		out = append(out, selfcheck.Target{IP: ip, Interfaces: ifaces})
+	}
+	return out
+}
+
+// selfCheckAddrs are the addresses announced over L2 that node me probes, sorted: those whose
+// prober it is.
+func selfCheckAddrs(w World, me, lbClass string, alive func(string) bool, members []string) []netip.Addr {
+	var out []netip.Addr
 	cluster := w.cluster()
 	for i := range w.Services {
 		svc := &w.Services[i]
-		if !rules.Handles(svc, s.LBClass, !s.IgnoreClassless) {
+		if !rules.Handles(svc, lbClass, !w.IgnoreClassless) {
 			continue
 		}
 		for _, ip := range v1alpha1.IngressAddrs(svc) {
-			if e := rules.L2EligibilityOf(cluster, svc, ip, s.Group.IsAlive); e.Advertised && e.Owner != "" && e.Owner != s.Node {
-				out = append(out, selfcheck.Target{IP: ip, Interfaces: ifaces})
+			if e := rules.L2EligibilityOf(cluster, svc, ip, alive); e.Advertised && e.Owner != "" && prober(ip, e, members) == me {
+				out = append(out, ip)
 			}
 		}
 	}
-	slices.SortFunc(out, func(a, b selfcheck.Target) int { return a.IP.Compare(b.IP) })
-	return out
+	slices.SortFunc(out, netip.Addr.Compare)
+	return slices.Compact(out)
+}
+
+// prober is the one node that probes ip: the election's runner-up among the eligible nodes
+// (where the address would move), or, when the owner is the only eligible node, the one the
+// same hash picks among the other live members. One prober, not every other node, keeps the
+// self-check's Speaker writes for a new address at one, however many nodes run.
+func prober(ip netip.Addr, e rules.L2Eligibility, members []string) string {
+	isOwner := func(n string) bool { return n == e.Owner }
+	others := slices.DeleteFunc(slices.Clone(e.Eligible), isOwner)
+	if len(others) == 0 {
+		others = slices.DeleteFunc(slices.Clone(members), isOwner)
+	}
+	p, _ := election.Owner(ip, others)
+	return p
 }
 
 // selfChecked keeps a round's results for the status.

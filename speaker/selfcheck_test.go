@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/portico-lb/portico/api/v1alpha1"
@@ -83,6 +85,41 @@ func TestSelfChecksAreCapped(t *testing.T) {
 	for i := 1; i < len(r.checks); i++ {
 		if r.checks[i-1].IP >= r.checks[i].IP {
 			t.Fatalf("entries not sorted by IP: %s before %s", r.checks[i-1].IP, r.checks[i].IP)
+		}
+	}
+}
+
+// TestOneProberPerAddress: of three nodes, exactly one probes each address, never its owner,
+// also when the owner is the only eligible node (externalTrafficPolicy Local with one
+// endpoint): a new address costs one self-check entry, not one per other node.
+func TestOneProberPerAddress(t *testing.T) {
+	var svcs []corev1.Service
+	ip := netip.MustParseAddr("198.51.100.10")
+	for range 30 {
+		svcs = append(svcs, lbService("s"+ip.String(), ip.String()))
+		ip = ip.Next()
+	}
+	local := lbService("local", "198.51.100.99")
+	local.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+	node, ready := "node-b", true
+	w := world(append(svcs, local)...)
+	w.EndpointSlices = []discoveryv1.EndpointSlice{{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "local-x", Labels: map[string]string{discoveryv1.LabelServiceName: "local"}},
+		Endpoints:  []discoveryv1.Endpoint{{Addresses: []string{"10.244.0.1"}, NodeName: &node, Conditions: discoveryv1.EndpointConditions{Ready: &ready}}},
+	}}
+	probers := map[netip.Addr][]string{}
+	for _, n := range nodeNames {
+		for _, ip := range selfCheckAddrs(w, n, v1alpha1.DefaultLoadBalancerClass, allAlive, nodeNames) {
+			probers[ip] = append(probers[ip], n)
+		}
+	}
+	owned := owners(w, allAlive)
+	if len(probers) != len(owned) || len(owned) != 31 {
+		t.Fatalf("%d addresses probed, %d owned; want 31 each", len(probers), len(owned))
+	}
+	for ip, who := range probers {
+		if len(who) != 1 || who[0] == owned[ip][0] {
+			t.Errorf("%v probed by %v, owned by %v: want one prober, not the owner", ip, who, owned[ip])
 		}
 	}
 }

@@ -39,8 +39,8 @@ type Speaker struct {
 	// KeySecret names the memberlist Secret, read again every KeyRefresh; nil: gossip in clear.
 	KeySecret  *client.ObjectKey
 	KeyRefresh time.Duration
-	Announce   *l2.Announcer
-	BGP        *bgp.Sessions
+	Announce   Announcer
+	BGP        Router
 	Recorder   record.EventRecorder
 	Metrics    *Metrics
 	Log        logr.Logger
@@ -69,6 +69,22 @@ type Speaker struct {
 	keyProblem string // why the memberlist Secret's keys were not applied; "" when they were
 }
 
+// Announcer answers ARP/NDP for the addresses this node owns: an *l2.Announcer, or what
+// records the wanted addresses where only the API load is of interest (the scale simulation).
+type Announcer interface {
+	Set(want l2.Want) (answered map[netip.Addr][]string, problems []error)
+	Close() error
+	Interfaces() []l2.Verdict
+}
+
+// Router holds this node's BGP sessions and routes: a *bgp.Sessions (whose state changes the
+// speaker watches), or a recorder as for Announcer.
+type Router interface {
+	Apply(ctx context.Context, d bgp.Desired) []error
+	Close()
+	States() map[string]bgp.State
+}
+
 // Start runs until ctx ends; then it stops answering at once and leaves the group, so the other
 // speakers take over without waiting for failure detection.
 func (s *Speaker) Start(ctx context.Context) error {
@@ -76,7 +92,9 @@ func (s *Speaker) Start(ctx context.Context) error {
 	s.reports = make(chan statusReport, 1)
 	s.owned = map[netip.Addr]Claim{}
 	s.routed = map[netip.Addr]BGPClaim{}
-	s.BGP.OnChange = func(before, after bgp.State) { s.sessionChanged(ctx, before, after) }
+	if sessions, ok := s.BGP.(*bgp.Sessions); ok {
+		sessions.OnChange = func(before, after bgp.State) { s.sessionChanged(ctx, before, after) }
+	}
 	// Status goes to the apiserver from its own goroutine: a slow or unreachable apiserver must
 	// never delay reacting to a member's loss.
 	go s.writeStatuses(ctx)

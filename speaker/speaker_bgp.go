@@ -14,14 +14,18 @@ import (
 )
 
 // routesChanged runs after the BGP routes were applied: it logs each address this node starts
-// or stops advertising, tells its Service by an event when it starts, and remembers the routes.
+// or stops advertising, tells its Service by an event when it starts (if it is the teller),
+// and remembers the routes.
 func (s *Speaker) routesChanged(ctx context.Context, now map[netip.Addr]BGPClaim, cause string) {
 	for ip, c := range now {
-		if old, had := s.routed[ip]; had && slices.Equal(old.Peers, c.Peers) {
-			continue
+		old, had := s.routed[ip]
+		if !had || !slices.Equal(old.Peers, c.Peers) {
+			s.Log.Info("advertising over BGP", "ip", ip, "services", c.Services, "peers", c.Peers, "cause", cause)
 		}
-		s.Log.Info("advertising over BGP", "ip", ip, "services", c.Services, "peers", c.Peers, "cause", cause)
-		s.event(ctx, c.Services, "advertising %s from node %s to BGP peers %s", ip, s.Node, strings.Join(c.Peers, ","))
+		// Only the teller tells, so one event stands for every advertising node.
+		if c.Teller && (!had || !old.Teller || !slices.Equal(old.Peers, c.Peers)) {
+			s.event(ctx, c.Services, "advertising %s to BGP peers %s (told by node %s for every node that advertises it)", ip, strings.Join(c.Peers, ","), s.Node)
+		}
 	}
 	for ip, c := range s.routed {
 		if _, keep := now[ip]; !keep {

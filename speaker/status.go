@@ -58,8 +58,13 @@ func planStatus(plan Plan, answered map[netip.Addr][]string) statusReport {
 		}
 	}
 	st.L2Announcements = int32(len(plan.Mine))
+	// BGP: every advertising node advertises the same, so only the teller lists an address;
+	// one Service changing rewrites one Speaker, however many nodes advertise it.
 	for _, ip := range slices.SortedFunc(maps.Keys(plan.Routed), netip.Addr.Compare) {
 		c := plan.Routed[ip]
+		if !c.Teller {
+			continue
+		}
 		for _, svc := range c.Services {
 			st.Announcements = append(st.Announcements, v1alpha1.Announcement{IP: ip.String(), Service: svc,
 				Protocol: v1alpha1.ProtocolBGP, Peers: c.Peers})
