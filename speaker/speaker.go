@@ -73,6 +73,7 @@ type Speaker struct {
 // records the wanted addresses where only the API load is of interest (the scale simulation).
 type Announcer interface {
 	Set(want l2.Want) (answered map[netip.Addr][]string, problems []error)
+	Reannounce()
 	Close() error
 	Interfaces() []l2.Verdict
 }
