@@ -19,6 +19,9 @@ func peerBFD(bp *v1alpha1.BGPPeer, profiles []v1alpha1.BFDProfile) (bfd.Config, 
 	if bp.Spec.EBGPMultiHop {
 		return bfd.Config{}, fmt.Errorf("bfdProfile %s: BFD is single-hop only (RFC 5881) and this peer is ebgpMultiHop", name)
 	}
+	if bp.Spec.Interface != "" {
+		return bfd.Config{}, fmt.Errorf("bfdProfile %s: BFD with an unnumbered (interface) peer is not supported", name)
+	}
 	for i := range profiles {
 		if profiles[i].Name != string(name) {
 			continue

@@ -66,7 +66,7 @@ func (s *Sessions) bfdDown(ss *session, tr bfd.Transition) {
 		"bfdState", tr.To, "diagnostic", tr.Diag)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	err := ss.srv.ResetPeer(ctx, &api.ResetPeerRequest{Address: ss.peer.Address.String(),
+	err := ss.srv.ResetPeer(ctx, &api.ResetPeerRequest{Address: ss.addr.String(),
 		Communication: "BFD session down: " + tr.Diag.String()})
 	if err != nil {
 		s.Log.Error(err, "resetting the BGP session after BFD went down", "peer", ss.peer.Name)
