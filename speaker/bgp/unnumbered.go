@@ -3,77 +3,135 @@ package bgp
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/netip"
-	"slices"
 	"time"
 
+	"github.com/mdlayher/ndp"
 	api "github.com/osrg/gobgp/v4/api"
-	"github.com/vishvananda/netlink"
+	"golang.org/x/net/ipv6"
 )
 
-// routerOn finds the router at the other end of an unnumbered link: the IPv6 link-local
-// neighbour on ifname that the kernel marked as a router (it sent a router advertisement, as
-// FRR does on interfaces with unnumbered BGP neighbours). It returns the address with ifname as
-// its zone. Other hosts on a shared segment are never routers to the node, so they are not
-// taken for it; two routers on one link are refused rather than guessed between.
-func routerOn(ifname string) (netip.Addr, error) {
-	link, err := netlink.LinkByName(ifname)
-	if err != nil {
-		return netip.Addr{}, fmt.Errorf("interface %s: %w", ifname, err)
-	}
-	neighs, err := netlink.NeighList(link.Attrs().Index, netlink.FAMILY_V6)
-	if err != nil {
-		return netip.Addr{}, fmt.Errorf("reading the IPv6 neighbours on %s: %w", ifname, err)
-	}
-	var routers []netip.Addr
-	for _, n := range neighs {
-		a, ok := netip.AddrFromSlice(n.IP)
-		if ok && a.IsLinkLocalUnicast() && n.Flags&netlink.NTF_ROUTER != 0 && n.State&(netlink.NUD_FAILED|netlink.NUD_INCOMPLETE) == 0 {
-			routers = append(routers, a.WithZone(ifname))
+// advertiseEvery is how often the node sends its router advertisement on an unnumbered link:
+// the router learns the node's link-local address from it (FRR's zebra does), and one sent
+// again within seconds covers a router that restarted.
+const advertiseEvery = 5 * time.Second
+
+// dialUnnumbered runs an unnumbered session's link until ctx ends (the session is closed). The
+// two ends of an unnumbered link find each other by router advertisements (RFC 5549 peers do):
+// the node sends one every few seconds (router lifetime 0, so nobody takes the node for a
+// default router) and a solicitation at the start, and the first advertisement heard from the
+// router gives the address to open the session to, on that interface.
+func (s *Sessions) dialUnnumbered(ctx context.Context, ss *session) {
+	ifname := ss.peer.Interface
+	var conn *ndp.Conn
+	for conn == nil {
+		var err error
+		if conn, err = listenNDP(ifname); err != nil {
+			s.noRouterYet(ss, err)
+			if !sleep(ctx, time.Second) {
+				return
+			}
 		}
 	}
-	switch slices.SortFunc(routers, netip.Addr.Compare); len(routers) {
-	case 0:
-		return netip.Addr{}, fmt.Errorf("waiting for a router advertisement on %s: no IPv6 link-local router there yet", ifname)
-	case 1:
-		return routers[0], nil
+	defer conn.Close()
+	go func() { <-ctx.Done(); conn.Close() }() // unblocks ReadFrom
+	go s.advertise(ctx, conn, ss)
+	s.noRouterYet(ss, fmt.Errorf("waiting for a router advertisement on %s", ifname))
+	for {
+		msg, _, from, err := conn.ReadFrom()
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			s.noRouterYet(ss, fmt.Errorf("reading router advertisements on %s: %w", ifname, err))
+			if !sleep(ctx, time.Second) {
+				return
+			}
+			continue
+		}
+		if _, ok := msg.(*ndp.RouterAdvertisement); !ok || !from.IsLinkLocalUnicast() {
+			continue
+		}
+		if s.addUnnumbered(ctx, ss, from.WithZone(ifname)) {
+			break
+		}
 	}
-	return netip.Addr{}, fmt.Errorf("%d IPv6 link-local routers on %s (%v): unnumbered peering needs a point-to-point link", len(routers), ifname, routers)
+	<-ctx.Done() // keep advertising for the life of the session
 }
 
-// dialUnnumbered waits for the router on the session's interface and then adds it as the
-// session's GoBGP neighbour, looking once a second until the session is closed (ctx).
-func (s *Sessions) dialUnnumbered(ctx context.Context, ss *session) {
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
+func listenNDP(ifname string) (*ndp.Conn, error) {
+	ifi, err := net.InterfaceByName(ifname)
+	if err != nil {
+		return nil, fmt.Errorf("interface %s: %w", ifname, err)
+	}
+	conn, _, err := ndp.Listen(ifi, ndp.LinkLocal)
+	if err != nil {
+		return nil, fmt.Errorf("listening for router advertisements on %s (it needs an IPv6 link-local address): %w", ifname, err)
+	}
+	var f ipv6.ICMPFilter
+	f.SetAll(true)
+	f.Accept(ipv6.ICMPTypeRouterAdvertisement)
+	if err := conn.SetICMPFilter(&f); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return conn, nil
+}
+
+// advertise sends a router solicitation once and the node's router advertisement every
+// advertiseEvery until ctx ends.
+func (s *Sessions) advertise(ctx context.Context, conn *ndp.Conn, ss *session) {
+	ifi, err := net.InterfaceByName(ss.peer.Interface)
+	if err != nil {
+		return
+	}
+	src := []ndp.Option{&ndp.LinkLayerAddress{Direction: ndp.Source, Addr: ifi.HardwareAddr}}
+	_ = conn.WriteTo(&ndp.RouterSolicitation{Options: src}, nil, netip.IPv6LinkLocalAllRouters())
 	for {
-		addr, err := routerOn(ss.peer.Interface)
-		s.mu.Lock()
-		if ctx.Err() != nil || s.running[ss.peer.Name] != ss {
-			s.mu.Unlock()
+		err := conn.WriteTo(&ndp.RouterAdvertisement{CurrentHopLimit: 64, Options: src}, nil, netip.IPv6LinkLocalAllNodes())
+		if err != nil && ctx.Err() == nil {
+			s.Log.V(1).Info("sending a router advertisement", "interface", ss.peer.Interface, "error", err.Error())
+		}
+		if !sleep(ctx, advertiseEvery) {
 			return
 		}
-		if err == nil {
-			ss.addr, ss.state.Address = addr, addr
-			err = ss.srv.AddPeer(ctx, &api.AddPeerRequest{Peer: apiPeer(ss.peer, addr)})
-		}
-		if err != nil && ss.state.Message != err.Error() {
-			s.Log.Info("unnumbered BGP peer not found yet", "peer", ss.peer.Name, "interface", ss.peer.Interface, "reason", err.Error())
-		}
-		if err == nil {
-			ss.state.Message = ""
-			s.Log.Info("unnumbered BGP peer found", "peer", ss.peer.Name, "interface", ss.peer.Interface, "address", addr)
-		} else {
-			ss.state.Message = err.Error()
-		}
-		s.mu.Unlock()
-		if err == nil {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
+	}
+}
+
+// addUnnumbered adds the router found at addr as the session's GoBGP neighbour.
+func (s *Sessions) addUnnumbered(ctx context.Context, ss *session, addr netip.Addr) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ctx.Err() != nil || s.running[ss.peer.Name] != ss {
+		return true
+	}
+	if err := ss.srv.AddPeer(ctx, &api.AddPeerRequest{Peer: apiPeer(ss.peer, addr)}); err != nil {
+		ss.state.Message = fmt.Sprintf("adding the router %s found on %s: %v", addr, ss.peer.Interface, err)
+		return false
+	}
+	ss.addr, ss.state.Address, ss.state.Message = addr, addr, ""
+	s.Log.Info("unnumbered BGP peer found", "peer", ss.peer.Name, "interface", ss.peer.Interface, "address", addr)
+	return true
+}
+
+// noRouterYet reports why an unnumbered session has no neighbour yet.
+func (s *Sessions) noRouterYet(ss *session, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ss.state.Message != err.Error() {
+		ss.state.Message = err.Error()
+		s.Log.Info("unnumbered BGP peer not found yet", "peer", ss.peer.Name, "reason", err.Error())
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
 }
