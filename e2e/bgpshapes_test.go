@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net/netip"
@@ -14,6 +15,8 @@ import (
 
 	"github.com/portico-lb/portico/api/v1alpha1"
 	"github.com/portico-lb/portico/internal/netlab"
+	"github.com/portico-lb/portico/plugin"
+	"github.com/portico-lb/portico/plugin/routes"
 )
 
 // rackLabel holds each node's rack AS in TestBGPPeeringShapes.
@@ -113,7 +116,8 @@ func TestBGPPeeringShapes(t *testing.T) {
 		e.createObject(internal)
 		pref := uint32(300)
 		e.createObject(&v1alpha1.BGPAdvertisement{ObjectMeta: metav1.ObjectMeta{Name: "fabric"}, Spec: v1alpha1.BGPAdvertisementSpec{
-			IPAddressPools: []v1alpha1.Name{"fabric"}, Peers: []v1alpha1.Name{"leaf", "spine"}, LocalPref: &pref}})
+			IPAddressPools: []v1alpha1.Name{"fabric"}, Peers: []v1alpha1.Name{"leaf", "spine"}, LocalPref: &pref,
+			Communities: []v1alpha1.Community{"65000:100", "large:64512:1:2"}}})
 		vip := netip.MustParseAddr("203.0.113.10")
 		e.createService("fabric", []netip.Prefix{netip.MustParsePrefix("203.0.113.0/28")}, false, vip)
 		route := netip.PrefixFrom(vip, 32)
@@ -176,6 +180,45 @@ func TestBGPPeeringShapes(t *testing.T) {
 			if !strings.Contains(out, "remote AS 64701") {
 				t.Fatalf("FRR's unnumbered session, want node-a in AS 64701:\n%s", out)
 			}
+
+			// Still inside the unnumbered subtest, whose objects go when it ends. What the speakers
+			// report, as kubectl portico routes prints it: per node and peer the
+			// AS numbers in use (a label's, a learned one), the router's address (the link-local
+			// one found on the interface) and each route's local-pref and communities.
+			t.Run("kubectl portico routes", func(t *testing.T) {
+				e.t = t
+				want := [][]string{
+					{"node-a", "leaf", "198.51.100.3", "64601", "64520", "203.0.113.10/32", "-", "-", "65000:100,large:64512:1:2"},
+					{"node-c", "leaf", "198.51.100.3", "64603", "64520", "203.0.113.10/32"},
+					{"node-b", "spine", "198.51.100.4", "64512", "64512", "203.0.113.10/32", "-", "300", "65000:100,large:64512:1:2"},
+					{"node-a", "unnumbered", "fe80::1%uplink0", "64701", "64530", "2001:db8:ff::10/128", "-", "-", "-"},
+				}
+				var out bytes.Buffer
+				defer func() {
+					if t.Failed() {
+						t.Logf("kubectl portico routes printed:\n%s", out.String())
+					}
+				}()
+				waitFor(t, "kubectl portico routes shows every node's peers and routes", 15*time.Second, func() bool {
+					out.Reset()
+					must(t, routes.Run(context.Background(), &plugin.Env{Client: e.c, Out: &out}, ""))
+					for _, w := range want {
+						if !slices.ContainsFunc(strings.Split(out.String(), "\n"), func(line string) bool {
+							return slices.Equal(strings.Fields(line)[:min(len(w), len(strings.Fields(line)))], w)
+						}) {
+							return false
+						}
+					}
+					return true
+				})
+				t.Logf("kubectl portico routes:\n%s", out.String())
+				out.Reset()
+				must(t, routes.Run(context.Background(), &plugin.Env{Client: e.c, Out: &out}, "node-b"))
+				if strings.Contains(out.String(), "node-a") || !strings.Contains(out.String(), "node-b") {
+					t.Fatalf("routes --node node-b:\n%s", out.String())
+				}
+			})
 		})
+
 	})
 }

@@ -34,6 +34,7 @@ func (s *Speaker) report(plan Plan, answered map[netip.Addr][]string, sessions m
 		r.status.SelfChecks, r.status.OmittedSelfChecks = c.checks, c.omitted
 	}
 	r.status.Sessions, r.status.BGPPeersUp = sessionStatus(sessions)
+	r.status.BGP = bgpStatus(plan.BGP, sessions)
 	r.status.Interfaces, r.status.OmittedInterfaces = interfaceStatus(s.Announce.Interfaces())
 	select {
 	case <-s.reports:

@@ -139,10 +139,7 @@ func (d Desired) String() string {
 			if r.Attrs.LocalPref != 0 {
 				fmt.Fprintf(&b, " local-pref %d", r.Attrs.LocalPref)
 			}
-			for _, c := range r.Attrs.Communities {
-				fmt.Fprintf(&b, " %s", communityString(c))
-			}
-			for _, c := range r.Attrs.Large {
+			for _, c := range r.Attrs.CommunityStrings() {
 				fmt.Fprintf(&b, " %s", c)
 			}
 			fmt.Fprintf(&b, " (%s)\n", strings.Join(r.Services, ", "))
