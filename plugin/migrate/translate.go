@@ -328,8 +328,6 @@ func (t *translator) peer(o *unstructured.Unstructured) {
 	switch {
 	case iface != "":
 		f.drop("bfdProfile", "Portico's BFD needs the router's address, and this peer is unnumbered: the session detects a dead peer through its holdTime", "")
-	case p.Spec.EBGPMultiHop:
-		f.drop("bfdProfile", "Portico's BFD is single hop (RFC 5881) and this peer is ebgpMultiHop: the session detects a dead peer through its holdTime", "")
 	default:
 		f.take("bfdProfile", &p.Spec.BFDProfile)
 	}

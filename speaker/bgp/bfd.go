@@ -28,6 +28,10 @@ func (s *Sessions) guard(ss *session, cfg bfd.Config) error {
 		}
 		ss.peer.BFD = cfg
 		return nil
+	case ss.bfd != nil && cfg.Hops != ss.peer.BFD.Hops:
+		ss.bfd.Stop() // another minimum TTL: a fresh session
+		ss.bfd = nil
+		return s.guard(ss, cfg)
 	case ss.bfd != nil:
 		if cfg != ss.peer.BFD {
 			ss.bfd.Reconfigure(cfg)

@@ -122,6 +122,9 @@ func (d Desired) String() string {
 			if p.BFD.Passive {
 				b.WriteString(" passive")
 			}
+			if p.BFD.Hops.Multihop {
+				fmt.Fprintf(&b, " multihop min-ttl %d", p.BFD.Hops.MinTTL)
+			}
 		}
 		b.WriteString("\n")
 		routes := d.Routes[name]
