@@ -82,7 +82,8 @@ func (e *l2Env) speakerProblems(node string) []string {
 //     (dynamicASN external), against FRR that expects each node in its rack's AS; a node whose
 //     label is no AS number opens no session, says why, and keeps its other session;
 //   - "spine": iBGP by dynamicASN internal, against bird, with another local AS than "leaf" on
-//     the same nodes (a per-peer myASN), local-pref arriving;
+//     the same nodes (a per-peer myASN), local-pref arriving; switched to dynamicASN external,
+//     the sessions are refused (bird is in the nodes' own AS) with the reason, and come back;
 //   - "unnumbered": node-a peers with a second FRR over a point-to-point link by interface
 //     name, IPv6 link-local addresses only, and its IPv6 route arrives via node-a's link-local.
 func TestBGPPeeringShapes(t *testing.T) {
@@ -152,6 +153,26 @@ func TestBGPPeeringShapes(t *testing.T) {
 			if !strings.Contains(out, "BGP.local_pref: 300") {
 				t.Fatalf("bird's iBGP route for %v, want local-pref 300:\n%s", route, out)
 			}
+		})
+
+		t.Run("dynamicASN external refuses a router in our own AS", func(t *testing.T) {
+			e.t = t
+			ctx := context.Background()
+			setDynamic := func(d v1alpha1.DynamicASN) {
+				var p v1alpha1.BGPPeer
+				must(t, e.c.Get(ctx, clientKey("spine"), &p))
+				p.Spec.DynamicASN = d
+				must(t, e.c.Update(ctx, &p))
+			}
+			setDynamic(v1alpha1.DynamicASNExternal) // bird is in 64512, the spine peer's myASN
+			want := "refused: the router is in AS 64512, this node's own, and the BGPPeer's dynamicASN is external"
+			waitFor(t, "node-b's spine session refused with the reason", 30*time.Second, func() bool {
+				return e.sessions("node-b")["spine"].Message == want
+			})
+			e.expectRoute(spine.NS, route, nil, 15*time.Second)
+			setDynamic(v1alpha1.DynamicASNInternal)
+			e.waitEstablished("spine", 30*time.Second, all...)
+			e.expectRoute(spine.NS, route, e.nodeIPs(false, all...), 15*time.Second)
 		})
 
 		t.Run("unnumbered over node-a's uplink", func(t *testing.T) {
