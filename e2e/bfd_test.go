@@ -133,12 +133,17 @@ func TestBFD(t *testing.T) {
 	})
 }
 
-// frrBFDConfig is frrConfig with BFD on every neighbour, 100 ms × 5 as in TestBFD.
-func frrBFDConfig(addr netip.Addr, nodes []labNode) string {
+// frrBFDConfig is frrConfig with BFD on every neighbour, 100 ms × 5 as in TestBFD; with
+// multihop the neighbours are ebgp-multihop, so FRR runs multihop BFD (RFC 5883) with them.
+func frrBFDConfig(addr netip.Addr, nodes []labNode, multihop bool) string {
 	cfg := frrConfig(addr, nodes)
 	for _, n := range nodes {
 		a := n.IPv4.Addr().String()
-		cfg = strings.Replace(cfg, " neighbor "+a+" timers connect 1\n", " neighbor "+a+" timers connect 1\n neighbor "+a+" bfd profile fast\n", 1)
+		extra := " neighbor " + a + " bfd profile fast\n"
+		if multihop {
+			extra += " neighbor " + a + " ebgp-multihop 255\n"
+		}
+		cfg = strings.Replace(cfg, " neighbor "+a+" timers connect 1\n", " neighbor "+a+" timers connect 1\n"+extra, 1)
 	}
 	return cfg + "bfd\n profile fast\n  detect-multiplier 5\n  receive-interval 100\n  transmit-interval 100\n exit\n!\nexit\n"
 }
@@ -146,14 +151,21 @@ func frrBFDConfig(addr netip.Addr, nodes []labNode) string {
 // TestBFDFRR is TestBFD's first half against FRR 8.4's bfdd: the sessions come Up in
 // "show bfd peers", and a SIGSTOPped speaker's route leaves FRR's kernel table because bgpd
 // reset the session for BFD (Cease/BFD Down), not because its 9 s hold timer expired.
-func TestBFDFRR(t *testing.T) {
+func TestBFDFRR(t *testing.T) { bfdWithFRR(t, false) }
+
+// TestBFDMultihopFRR is TestBFDFRR with ebgpMultiHop BGPPeers on both sides, so the speakers
+// and FRR's bfdd run multihop BFD (RFC 5883, UDP port 4784): FRR lists the sessions as
+// multihop and Up, and a frozen speaker's route leaves by BFD Down.
+func TestBFDMultihopFRR(t *testing.T) { bfdWithFRR(t, true) }
+
+func bfdWithFRR(t *testing.T, multihop bool) {
 	inBGPLab(t, 1, func(t *testing.T, e *l2Env) {
 		all := []string{"node-a", "node-b", "node-c"}
 		router := e.Routers[0]
-		frr := netlab.StartFRR(t, router.NS, frrBFDConfig(router.IPv4.Addr(), e.Nodes))
+		frr := netlab.StartFRR(t, router.NS, frrBFDConfig(router.IPv4.Addr(), e.Nodes, multihop))
 		e.createBFDProfile("fast", 100, 5)
 		peer := bgpPeer("frr", router.IPv4.Addr(), clusterASN, 64520)
-		peer.Spec.BFDProfile = "fast"
+		peer.Spec.BFDProfile, peer.Spec.EBGPMultiHop = "fast", multihop
 		e.createObject(peer)
 		e.waitEstablished("frr", 30*time.Second, all...)
 		var peers string
@@ -163,13 +175,14 @@ func TestBFDFRR(t *testing.T) {
 			}
 		}()
 		waitFor(t, "FRR's BFD sessions with the three nodes up", 15*time.Second, func() bool {
-			peers, _ = frr.Vtysh("show bfd peers brief")
+			peers, _ = frr.Vtysh("show bfd peers")
 			for _, a := range e.nodeIPs(false, all...) {
-				if !hasLine(peers, a.String(), "up") {
+				// FRR 8.4: "peer 198.51.100.11 [multihop ]local-address ..." then "Status: up".
+				if !strings.Contains(peers, "peer "+a.String()+" ") {
 					return false
 				}
 			}
-			return true
+			return strings.Count(peers, "Status: up") == len(all) && strings.Count(peers, " multihop ") == map[bool]int{true: len(all)}[multihop]
 		})
 		route, frozen, took := e.freezeNodeA(router.NS, all)
 		out, err := frr.Vtysh("show bgp neighbors " + e.node("node-a").IPv4.Addr().String())
@@ -177,7 +190,7 @@ func TestBFDFRR(t *testing.T) {
 		if !strings.Contains(out, "Cease/BFD Down") { // FRR 8.4: "Last reset ..., Notification sent (Cease/BFD Down)"
 			t.Fatalf("node-a's route left FRR, but not because of BFD:\n%s", out)
 		}
-		t.Logf("SIGSTOP of node-a's speaker to its route leaving FRR's kernel table: %v (BGP hold time 9s)", took)
+		t.Logf("SIGSTOP of node-a's speaker to its route leaving FRR's kernel table: %v (BGP hold time 9s, multihop BFD %v)", took, multihop)
 		must(t, frozen.Signal(syscall.SIGCONT))
 		e.expectRoute(router.NS, route, e.nodeIPs(false, all...), 30*time.Second)
 	})

@@ -16,20 +16,24 @@ func peerBFD(bp *v1alpha1.BGPPeer, profiles []v1alpha1.BFDProfile) (bfd.Config, 
 	if name == "" {
 		return bfd.Config{}, nil
 	}
-	if bp.Spec.EBGPMultiHop {
-		return bfd.Config{}, fmt.Errorf("bfdProfile %s: BFD is single-hop only (RFC 5881) and this peer is ebgpMultiHop", name)
+	if bp.Spec.Interface != "" {
+		return bfd.Config{}, fmt.Errorf("bfdProfile %s: BFD with an unnumbered (interface) peer is not supported", name)
 	}
 	for i := range profiles {
 		if profiles[i].Name != string(name) {
 			continue
 		}
 		s := &profiles[i].Spec
-		return bfd.Config{
+		cfg := bfd.Config{
 			DesiredMinTx:  milliseconds(s.TransmitInterval, v1alpha1.DefaultBFDInterval),
 			RequiredMinRx: milliseconds(s.ReceiveInterval, v1alpha1.DefaultBFDInterval),
 			DetectMult:    uint8(orDefault(s.DetectMultiplier, v1alpha1.DefaultBFDMultiplier)),
 			Passive:       s.PassiveMode,
-		}, nil
+		}
+		if bp.Spec.EBGPMultiHop { // the router may be routers away: RFC 5883
+			cfg.Hops = bfd.Hops{Multihop: true, MinTTL: uint8(orDefault(s.MinimumTTL, v1alpha1.DefaultBFDMinimumTTL))}
+		}
+		return cfg, nil
 	}
 	return bfd.Config{}, fmt.Errorf("bfdProfile %s not found", name)
 }

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"net/netip"
 	"slices"
+	"strconv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -54,7 +55,7 @@ func planBGP(w World, me, lbClass string, pools []rules.Pool, ready map[string]m
 		if len(bp.Spec.NodeSelectors) > 0 && !w.selectors.MatchesAny(bp.Spec.NodeSelectors, node.Labels) {
 			continue
 		}
-		peer, err := resolvePeer(bp, mine, w.Secrets)
+		peer, err := resolvePeer(bp, node.Labels, mine, w.Secrets)
 		if err != nil {
 			p.Problems = append(p.Problems, fmt.Sprintf("BGPPeer %s: %v", bp.Name, err))
 			continue
@@ -126,12 +127,12 @@ func advertise(p *Plan, ad *v1alpha1.BGPAdvertisement, service string, ip netip.
 		if peer.IBGP() && s.LocalPref != nil {
 			a.LocalPref = *s.LocalPref
 		}
-		if peer.Address.Is4() != ip.Is4() {
+		if peer.IPv6Session() == ip.Is4() {
 			// The session's local address is of the other family: name this node's own.
 			a.NextHop = addressOfFamily(mine, ip.Is4())
 			if !a.NextHop.IsValid() {
 				p.Problems = append(p.Problems, fmt.Sprintf("BGPPeer %s: cannot advertise %s over an %s session: this node has no %s InternalIP for the next hop",
-					name, ip, familyName(peer.Address), familyName(ip)))
+					name, ip, familyName(!peer.IPv6Session()), familyName(ip.Is4())))
 				continue
 			}
 		}
@@ -182,16 +183,40 @@ func mergeAttrs(a, b bgp.Attrs) bgp.Attrs {
 	return out
 }
 
-// resolvePeer applies defaults and reads the password. Errors never contain the password.
-func resolvePeer(bp *v1alpha1.BGPPeer, mine map[netip.Addr]bool, secrets []corev1.Secret) (bgp.Peer, error) {
+// resolvePeer applies defaults, takes AS numbers from the node's labels where the peer says so
+// and reads the password. Errors never contain the password.
+func resolvePeer(bp *v1alpha1.BGPPeer, labels map[string]string, mine map[netip.Addr]bool, secrets []corev1.Secret) (bgp.Peer, error) {
 	s := &bp.Spec
-	peer := bgp.Peer{Name: bp.Name, MyASN: s.MyASN, PeerASN: s.PeerASN, Port: defaultBGPPort,
+	peer := bgp.Peer{Name: bp.Name, MyASN: s.MyASN, PeerASN: s.PeerASN, Port: defaultBGPPort, Interface: s.Interface,
 		HoldTime: defaultHoldTime, ConnectTime: defaultConnectTime, EBGPMultiHop: s.EBGPMultiHop, GracefulRestart: s.EnableGracefulRestart}
 	var err error
-	if peer.Address, err = netip.ParseAddr(string(s.PeerAddress)); err != nil {
-		return peer, fmt.Errorf("peerAddress: %v", err)
+	if s.MyASNFromNodeLabel != "" {
+		if peer.MyASN, err = asnFromLabel(labels, s.MyASNFromNodeLabel, "myASNFromNodeLabel"); err != nil {
+			return peer, err
+		}
 	}
-	peer.Address = peer.Address.Unmap()
+	switch {
+	case s.PeerASNFromNodeLabel != "":
+		if peer.PeerASN, err = asnFromLabel(labels, s.PeerASNFromNodeLabel, "peerASNFromNodeLabel"); err != nil {
+			return peer, err
+		}
+	case s.DynamicASN == v1alpha1.DynamicASNInternal:
+		peer.PeerASN = peer.MyASN // iBGP: the router can only be in this node's AS
+	case s.DynamicASN == v1alpha1.DynamicASNExternal:
+		peer.PeerASN, peer.ExternalOnly = 0, true // learned from the router's OPEN
+	}
+	if peer.MyASN == 0 {
+		return peer, fmt.Errorf("no local AS: set myASN or myASNFromNodeLabel")
+	}
+	if peer.PeerASN == 0 && !peer.ExternalOnly {
+		return peer, fmt.Errorf("no router AS: set peerASN, dynamicASN or peerASNFromNodeLabel")
+	}
+	if s.Interface == "" {
+		if peer.Address, err = netip.ParseAddr(string(s.PeerAddress)); err != nil {
+			return peer, fmt.Errorf("peerAddress: %v", err)
+		}
+		peer.Address = peer.Address.Unmap()
+	}
 	if s.PeerPort != 0 {
 		peer.Port = uint16(s.PeerPort)
 	}
@@ -226,6 +251,20 @@ func resolvePeer(bp *v1alpha1.BGPPeer, mine map[netip.Addr]bool, secrets []corev
 		peer.Password = pw
 	}
 	return peer, nil
+}
+
+// asnFromLabel reads an AS number from the node label key; field names the BGPPeer field that
+// points at it, for the error.
+func asnFromLabel(labels map[string]string, key, field string) (uint32, error) {
+	v, ok := labels[key]
+	if !ok {
+		return 0, fmt.Errorf("%s: this node has no label %s, so no session", field, key)
+	}
+	asn, err := strconv.ParseUint(v, 10, 32)
+	if err != nil || asn == 0 {
+		return 0, fmt.Errorf("%s: node label %s=%q is not an AS number (1 to 4294967295), so no session", field, key, v)
+	}
+	return uint32(asn), nil
 }
 
 func password(ref *v1alpha1.SecretKeyRef, secrets []corev1.Secret) (bgp.Password, error) {
@@ -269,8 +308,8 @@ func addressOfFamily(addrs map[netip.Addr]bool, v4 bool) netip.Addr {
 	return best
 }
 
-func familyName(a netip.Addr) string {
-	if a.Is4() {
+func familyName(v4 bool) string {
+	if v4 {
 		return "IPv4"
 	}
 	return "IPv6"

@@ -36,6 +36,7 @@ func (s *Speaker) report(plan Plan, answered map[netip.Addr][]string, sessions m
 		r.status.SelfChecks, r.status.OmittedSelfChecks = c.checks, c.omitted
 	}
 	r.status.Sessions, r.status.BGPPeersUp = sessionStatus(sessions)
+	r.status.BGP = bgpStatus(plan.BGP, sessions)
 	r.status.Interfaces, r.status.OmittedInterfaces = interfaceStatus(s.Announce.Interfaces())
 	r.strictARP = strictARPCondition(s.Announce.Interfaces(), "/proc/sys")
 	select {
@@ -172,9 +173,12 @@ func sessionStatus(states map[string]bgp.State) ([]v1alpha1.PeerSession, int32) 
 	for _, name := range slices.Sorted(maps.Keys(states)) {
 		st := states[name]
 		ps := v1alpha1.PeerSession{Peer: name, State: st.State, Since: &metav1.Time{Time: st.Since}}
-		if st.Established() {
+		switch {
+		case st.Established():
 			up++
-		} else {
+		case st.Message != "":
+			ps.Message = st.Message
+		default:
 			ps.Message = fmt.Sprintf("no session with %s yet (%s)", st.Address, st.State)
 		}
 		out = append(out, ps)

@@ -8,6 +8,7 @@ import (
 const (
 	DefaultBFDInterval   = 300 // milliseconds
 	DefaultBFDMultiplier = 3
+	DefaultBFDMinimumTTL = 254 // multihop: one router on the way
 )
 
 // BFDProfileSpec sets the timers of the BFD sessions (RFC 5880 asynchronous mode, RFC 5881 single
@@ -39,9 +40,9 @@ type BFDProfileSpec struct {
 	// +optional
 	PassiveMode bool `json:"passiveMode,omitempty"`
 
-	// MinimumTTL is the least TTL accepted on multihop sessions (RFC 5883), which are not
-	// supported yet: a single-hop session always sends and requires TTL 255. Accepted for
-	// MetalLB compatibility.
+	// MinimumTTL is the least TTL accepted on multihop sessions (RFC 5883: BGPPeers with
+	// ebgpMultiHop), default 254 (one router on the way). A single-hop session always requires
+	// TTL 255.
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=254
 	// +optional

@@ -16,24 +16,71 @@ type SecretKeyRef struct {
 	Key string `json:"key,omitempty"`
 }
 
+// DynamicASN lets the router's AS number be learned from its OPEN message.
+// +kubebuilder:validation:Enum=internal;external
+type DynamicASN string
+
+const (
+	// DynamicASNInternal: the router is in this node's AS (iBGP).
+	DynamicASNInternal DynamicASN = "internal"
+	// DynamicASNExternal: the router is in any other AS (eBGP).
+	DynamicASNExternal DynamicASN = "external"
+)
+
 // BGPPeerSpec describes one BGP session that matching nodes open to a router.
 //
 // +kubebuilder:validation:XValidation:rule="!has(self.holdTime) || !has(self.keepaliveTime) || duration(self.holdTime) == duration('0s') || duration(self.keepaliveTime) < duration(self.holdTime)",message="keepaliveTime must be shorter than holdTime",fieldPath=".keepaliveTime"
+// +kubebuilder:validation:XValidation:rule="(has(self.myASN) ? 1 : 0) + (has(self.myASNFromNodeLabel) ? 1 : 0) == 1",message="set exactly one of myASN and myASNFromNodeLabel"
+// +kubebuilder:validation:XValidation:rule="(has(self.peerASN) ? 1 : 0) + (has(self.dynamicASN) ? 1 : 0) + (has(self.peerASNFromNodeLabel) ? 1 : 0) == 1",message="set exactly one of peerASN, dynamicASN and peerASNFromNodeLabel"
+// +kubebuilder:validation:XValidation:rule="(has(self.peerAddress) ? 1 : 0) + (has(self.interface) ? 1 : 0) == 1",message="set exactly one of peerAddress and interface"
+// +kubebuilder:validation:XValidation:rule="!has(self.interface) || (!has(self.sourceAddress) && !has(self.ebgpMultiHop))",message="an interface peer is directly connected: no sourceAddress, no ebgpMultiHop"
 type BGPPeerSpec struct {
-	// MyASN is the speaker's autonomous system number.
+	// MyASN is the speaker's autonomous system number for this session (each BGPPeer may
+	// use another).
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=4294967295
 	// +kubebuilder:validation:Format=int64
-	MyASN uint32 `json:"myASN"`
+	// +optional
+	MyASN uint32 `json:"myASN,omitempty"`
+
+	// MyASNFromNodeLabel names a node label that holds the speaker's AS number, so the nodes
+	// of each rack take the rack's AS from one BGPPeer. A node whose label is missing or is
+	// not an AS number opens no session and says why in its Speaker status.
+	// +kubebuilder:validation:MaxLength=317
+	// +kubebuilder:validation:MinLength=1
+	// +optional
+	MyASNFromNodeLabel string `json:"myASNFromNodeLabel,omitempty"`
 
 	// PeerASN is the router's autonomous system number; equal to myASN means iBGP.
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=4294967295
 	// +kubebuilder:validation:Format=int64
-	PeerASN uint32 `json:"peerASN"`
+	// +optional
+	PeerASN uint32 `json:"peerASN,omitempty"`
+
+	// DynamicASN, instead of peerASN, takes the router's AS number from its OPEN: internal
+	// (it must be myASN: iBGP) or external (any other: eBGP).
+	// +optional
+	DynamicASN DynamicASN `json:"dynamicASN,omitempty"`
+
+	// PeerASNFromNodeLabel names a node label that holds the router's AS number (each rack's
+	// leaf in its own AS).
+	// +kubebuilder:validation:MaxLength=317
+	// +kubebuilder:validation:MinLength=1
+	// +optional
+	PeerASNFromNodeLabel string `json:"peerASNFromNodeLabel,omitempty"`
 
 	// PeerAddress is the router's address.
-	PeerAddress IPAddress `json:"peerAddress"`
+	// +optional
+	PeerAddress IPAddress `json:"peerAddress,omitempty"`
+
+	// Interface, instead of peerAddress, peers unnumbered: with the router at the other end of
+	// this point-to-point link, at the IPv6 link-local address it sends router advertisements
+	// from.
+	// +kubebuilder:validation:MaxLength=15
+	// +kubebuilder:validation:Pattern=`^[^/: ]+$`
+	// +optional
+	Interface string `json:"interface,omitempty"`
 
 	// PeerPort is the router's TCP port.
 	// +kubebuilder:default=179
@@ -137,6 +184,7 @@ type BGPPeerStatus struct {
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:scope=Cluster,categories=portico
 // +kubebuilder:printcolumn:name="Peer",type=string,JSONPath=`.spec.peerAddress`
+// +kubebuilder:printcolumn:name="Interface",type=string,JSONPath=`.spec.interface`,priority=1
 // +kubebuilder:printcolumn:name="Peer-ASN",type=integer,JSONPath=`.spec.peerASN`
 // +kubebuilder:printcolumn:name="My-ASN",type=integer,JSONPath=`.spec.myASN`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`

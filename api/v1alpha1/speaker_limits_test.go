@@ -64,3 +64,51 @@ func TestSelfCheckCaps(t *testing.T) {
 		}
 	}
 }
+
+// TestBGPRoutesCap: the apiserver stores a Speaker listing MaxBGPRoutes routes, each to three
+// peers with MaxRouteCommunities communities, and refuses one route more. Logs the size.
+func TestBGPRoutesCap(t *testing.T) {
+	ctx, c := context.Background(), cp.Client
+	sp := &v1alpha1.Speaker{ObjectMeta: metav1.ObjectMeta{Name: "bgp-routes-cap"}}
+	if err := c.Create(ctx, sp); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Delete(ctx, sp) })
+	communities := make([]string, v1alpha1.MaxRouteCommunities)
+	for i := range communities {
+		communities[i] = fmt.Sprintf("large:4294967295:4294967295:%d", 4294967280+i)
+	}
+	routes := make([]v1alpha1.AdvertisedRoute, v1alpha1.MaxBGPRoutes)
+	for i := range routes {
+		routes[i] = v1alpha1.AdvertisedRoute{Prefix: fmt.Sprintf("2001:db8:ffff:ffff:ffff:ffff:ffff:%04x/128", i),
+			Peers: []string{"leaf-a", "leaf-b", "route-server"}, LocalPref: 4294967295, Communities: communities}
+	}
+	sp.Status.BGP = &v1alpha1.SpeakerBGP{Routes: routes, OmittedRoutes: 1<<31 - 1,
+		Peers: []v1alpha1.BGPPeerInUse{{Peer: "leaf-a", Address: "fe80::1%eth1", MyASN: 64601, PeerASN: 65001}}}
+	if err := c.Status().Update(ctx, sp); err != nil {
+		t.Fatalf("a Speaker at the route cap: %v", err)
+	}
+	size, _ := json.Marshal(sp)
+	t.Logf("a Speaker with %d routes of %d large communities: %d bytes of JSON (%.1f%% of 1.5 MiB)",
+		len(routes), len(communities), len(size), 100*float64(len(size))/(1.5*(1<<20)))
+	for _, over := range []struct {
+		what, field string
+		edit        func(*v1alpha1.SpeakerBGP)
+		limit       int
+	}{
+		{"one route too many", "status.bgp.routes", func(b *v1alpha1.SpeakerBGP) {
+			b.Routes = append(b.Routes, v1alpha1.AdvertisedRoute{Prefix: "203.0.113.10/32", Peers: []string{"leaf-a"}})
+		}, v1alpha1.MaxBGPRoutes},
+		{"one community too many", "status.bgp.routes[0].communities", func(b *v1alpha1.SpeakerBGP) {
+			b.Routes[0].Communities = append(append([]string(nil), communities...), "no-export")
+		}, v1alpha1.MaxRouteCommunities},
+	} {
+		st := sp.DeepCopy()
+		over.edit(st.Status.BGP)
+		err := c.Status().Update(ctx, st)
+		want := fmt.Sprintf("must have at most %d items", over.limit)
+		if err == nil || !strings.Contains(err.Error(), over.field) || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: got %v, want a refusal at %s: %s", over.what, err, over.field, want)
+		}
+	}
+}

@@ -109,6 +109,9 @@ type SpeakerStatus struct {
 	// BGPPeersUp counts Established sessions, for `kubectl get speakers`.
 	// +optional
 	BGPPeersUp int32 `json:"bgpPeersUp,omitempty"`
+	// BGP is what the sessions carry: the AS numbers in use and the routes with their attributes.
+	// +optional
+	BGP *SpeakerBGP `json:"bgp,omitempty"`
 	// SelfChecks are the latest probe results, sorted by IP: at most 1024, those where
 	// something is wrong (not exactly one answer) first, the others counted in
 	// omittedSelfChecks.

@@ -1,4 +1,4 @@
-// Command kubectl-portico is Portico's kubectl plugin: `kubectl portico status|explain|plan|migrate`.
+// Command kubectl-portico is Portico's kubectl plugin: `kubectl portico status|explain|plan|routes|migrate`.
 // Each subcommand lives in its own package under plugin/; this main only dispatches.
 package main
 
@@ -12,6 +12,7 @@ import (
 	"github.com/portico-lb/portico/plugin/explain"
 	"github.com/portico-lb/portico/plugin/migrate"
 	"github.com/portico-lb/portico/plugin/plan"
+	"github.com/portico-lb/portico/plugin/routes"
 	"github.com/portico-lb/portico/plugin/status"
 )
 
@@ -37,6 +38,6 @@ func newRoot() *cobra.Command {
 		}
 		return e.Client, nil
 	}
-	root.AddCommand(status.Command(env), explain.Command(env), plan.Command(env), migrate.Command(connect))
+	root.AddCommand(status.Command(env), explain.Command(env), plan.Command(env), routes.Command(env), migrate.Command(connect))
 	return root
 }

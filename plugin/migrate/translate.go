@@ -280,29 +280,37 @@ func (t *translator) peer(o *unstructured.Unstructured) {
 	f.take("dynamicASN", &dyn)
 	f.take("peerASN", &p.Spec.PeerASN)
 	switch {
-	case addr == "" && iface != "":
-		t.whole(o, fmt.Sprintf("unnumbered BGP over interface %s: Portico peers with an address (spec.peerAddress) only", iface))
+	case addr == "" && iface == "":
+		t.whole(o, "neither spec.peerAddress nor spec.interface is set")
 		return
-	case addr == "":
-		t.whole(o, "spec.peerAddress is empty")
+	case p.Spec.PeerASN == 0 && dyn == "":
+		t.whole(o, "neither spec.peerASN nor spec.dynamicASN is set")
 		return
-	case p.Spec.PeerASN == 0 && dyn != "":
-		t.whole(o, fmt.Sprintf("dynamicASN %s: Portico needs the router's AS number in spec.peerASN", dyn))
+	case p.Spec.PeerASN == 0 && dyn != string(porticov1.DynamicASNInternal) && dyn != string(porticov1.DynamicASNExternal):
+		t.whole(o, fmt.Sprintf("dynamicASN %q is neither internal nor external", dyn))
 		return
 	}
-	if iface != "" {
-		f.skip("interface", "Portico peers with spec.peerAddress; the interface is not used")
+	if p.Spec.PeerASN == 0 {
+		p.Spec.DynamicASN = porticov1.DynamicASN(dyn)
+	} else if dyn != "" {
+		f.skip("dynamicASN", "spec.peerASN is set, and Portico takes one or the other")
 	}
-	if dyn != "" {
-		f.skip("dynamicASN", "Portico checks the router's AS number against spec.peerASN")
+	if addr != "" && iface != "" {
+		f.skip("interface", "spec.peerAddress is set, and Portico peers with one or the other")
+		iface = ""
 	}
+	p.Spec.Interface = iface
 	var ok bool
 	if p.ObjectMeta, ok = t.meta(o, "BGPPeer"); !ok {
 		return
 	}
 	p.Spec.PeerAddress = porticov1.IPAddress(addr)
 	f.take("myASN", &p.Spec.MyASN)
-	if f.take("sourceAddress", &src) {
+	if iface != "" {
+		// An unnumbered router is directly connected: the API refuses these with interface.
+		f.drop("sourceAddress", "an unnumbered session runs from the interface's link-local address", "")
+		f.drop("ebgpMultiHop", "an unnumbered router is directly connected", false)
+	} else if f.take("sourceAddress", &src) {
 		p.Spec.SourceAddress = porticov1.IPAddress(src)
 	}
 	var port int32
@@ -324,9 +332,10 @@ func (t *translator) peer(o *unstructured.Unstructured) {
 	f.take("ebgpMultiHop", &p.Spec.EBGPMultiHop)
 	f.take("enableGracefulRestart", &p.Spec.EnableGracefulRestart)
 	t.password(o, f, p)
-	if p.Spec.EBGPMultiHop {
-		f.drop("bfdProfile", "Portico's BFD is single hop (RFC 5881) and this peer is ebgpMultiHop: the session detects a dead peer through its holdTime", "")
-	} else {
+	switch {
+	case iface != "":
+		f.drop("bfdProfile", "Portico's BFD needs the router's address, and this peer is unnumbered: the session detects a dead peer through its holdTime", "")
+	default:
 		f.take("bfdProfile", &p.Spec.BFDProfile)
 	}
 	f.drop("vrf", "Portico opens sessions in the node's default VRF only", "")

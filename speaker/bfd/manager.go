@@ -18,20 +18,27 @@ type Manager struct {
 	metrics *metrics
 
 	mu        sync.Mutex
-	listeners map[bool]*listener // by "is IPv4"
+	listeners map[listenerKey]*listener
 	peers     map[netip.Addr]*Peer
 	lastDisc  uint32
 }
 
+// listenerKey names one receiving socket: an address family and a port.
+type listenerKey struct {
+	v4   bool
+	port uint16
+}
+
 // NewManager makes a Manager; it opens no socket until the first session starts.
 func NewManager(log logr.Logger) *Manager {
-	return &Manager{log: log, metrics: newMetrics(), listeners: map[bool]*listener{}, peers: map[netip.Addr]*Peer{}}
+	return &Manager{log: log, metrics: newMetrics(), listeners: map[listenerKey]*listener{}, peers: map[netip.Addr]*Peer{}}
 }
 
 // Peer is one running session with one neighbour.
 type Peer struct {
 	name     string
 	addr     netip.Addr
+	hops     Hops
 	m        *Manager
 	conn     *net.UDPConn
 	rx       chan Packet
@@ -49,21 +56,22 @@ func (m *Manager) Start(name string, addr, src netip.Addr, cfg Config, onChange 
 	if _, dup := m.peers[addr]; dup {
 		return nil, fmt.Errorf("a BFD session with %s is already running", addr)
 	}
-	if m.listeners[addr.Is4()] == nil {
-		l, err := listen(addr.Is4())
+	key := listenerKey{addr.Is4(), cfg.Hops.port()}
+	if m.listeners[key] == nil {
+		l, err := listen(key.v4, key.port)
 		if err != nil {
 			return nil, err
 		}
-		m.listeners[addr.Is4()] = l
-		go l.serve(m.deliver)
+		m.listeners[key] = l
+		go l.serve(func(r received) { m.deliver(r, key.port) })
 	}
-	conn, err := dialPeer(addr, src)
+	conn, err := dialPeer(addr, src, key.port)
 	if err != nil {
 		return nil, err
 	}
 	m.lastDisc++
 	disc := m.lastDisc
-	p := &Peer{name: name, addr: addr, m: m, conn: conn, rx: make(chan Packet, 16), reconfig: make(chan Config),
+	p := &Peer{name: name, addr: addr, hops: cfg.Hops, m: m, conn: conn, rx: make(chan Packet, 16), reconfig: make(chan Config),
 		stop: make(chan struct{}), done: make(chan struct{})}
 	m.peers[addr] = p
 	jitter := func() float64 {
@@ -75,30 +83,31 @@ func (m *Manager) Start(name string, addr, src netip.Addr, cfg Config, onChange 
 	s := NewSession(time.Now(), cfg, disc, jitter)
 	m.metrics.up.WithLabelValues(name).Set(0)
 	m.log.Info("starting BFD session", "peer", name, "address", addr, "discriminator", disc,
-		"desiredMinTx", cfg.DesiredMinTx, "requiredMinRx", cfg.RequiredMinRx, "multiplier", cfg.DetectMult, "passive", cfg.Passive)
+		"desiredMinTx", cfg.DesiredMinTx, "requiredMinRx", cfg.RequiredMinRx, "multiplier", cfg.DetectMult, "passive", cfg.Passive, "multihop", cfg.Hops.Multihop)
 	go p.run(s, onChange)
 	return p, nil
 }
 
-// deliver hands a received datagram to the session of its source address.
-func (m *Manager) deliver(r received) {
-	if r.ttl != gtsmTTL {
+// deliver hands a datagram received on port to the session of its source address, if that
+// session is of the port's kind and the packet's TTL is one the session accepts.
+func (m *Manager) deliver(r received, port uint16) {
+	m.mu.Lock()
+	p := m.peers[r.from]
+	m.mu.Unlock()
+	if p == nil || p.hops.port() != port {
+		m.metrics.dropped.WithLabelValues("unknown-peer").Inc()
+		m.log.V(1).Info("dropping a BFD packet from an address with no session on this port", "from", r.from, "port", port)
+		return
+	}
+	if !p.hops.accepts(r.ttl) {
 		m.metrics.dropped.WithLabelValues("ttl").Inc()
-		m.log.V(1).Info("dropping a BFD packet whose TTL is not 255", "from", r.from, "ttl", r.ttl)
+		m.log.V(1).Info("dropping a BFD packet whose TTL the session does not accept", "from", r.from, "ttl", r.ttl, "multihop", p.hops.Multihop)
 		return
 	}
 	pkt, err := Unmarshal(r.data)
 	if err != nil {
 		m.metrics.dropped.WithLabelValues("malformed").Inc()
 		m.log.V(1).Info("dropping a BFD packet", "from", r.from, "error", err.Error())
-		return
-	}
-	m.mu.Lock()
-	p := m.peers[r.from]
-	m.mu.Unlock()
-	if p == nil {
-		m.metrics.dropped.WithLabelValues("unknown-peer").Inc()
-		m.log.V(1).Info("dropping a BFD packet from an address with no session", "from", r.from)
 		return
 	}
 	select {

@@ -15,6 +15,25 @@ import (
 // Port is the single-hop control port (RFC 5881 §4).
 const Port = 3784
 
+// MultihopPort is the UDP port of multihop BFD control packets (RFC 5883 §5).
+const MultihopPort = 4784
+
+// port is the UDP port of h's control packets.
+func (h Hops) port() uint16 {
+	if h.Multihop {
+		return MultihopPort
+	}
+	return Port
+}
+
+// accepts reports whether a packet that arrived with ttl may belong to a session of kind h.
+func (h Hops) accepts(ttl int) bool {
+	if h.Multihop {
+		return ttl >= int(h.MinTTL)
+	}
+	return ttl == gtsmTTL
+}
+
 // gtsmTTL is the only TTL (hop limit) a single-hop packet may be sent or received with: a packet
 // that crossed a router arrives with less (RFC 5881 §5, the Generalized TTL Security Mechanism).
 const gtsmTTL = 255
@@ -26,20 +45,20 @@ type received struct {
 	data []byte
 }
 
-// listener reads control packets of one address family from port 3784, with each packet's TTL.
+// listener reads control packets of one address family from one port, with each packet's TTL.
 type listener struct {
 	conn *net.UDPConn
 	read func(b []byte) (n, ttl int, from netip.Addr, err error)
 }
 
-func listen(v4 bool) (*listener, error) {
+func listen(v4 bool, port uint16) (*listener, error) {
 	network, wildcard := "udp6", netip.IPv6Unspecified()
 	if v4 {
 		network, wildcard = "udp4", netip.IPv4Unspecified()
 	}
-	c, err := net.ListenUDP(network, net.UDPAddrFromAddrPort(netip.AddrPortFrom(wildcard, Port)))
+	c, err := net.ListenUDP(network, net.UDPAddrFromAddrPort(netip.AddrPortFrom(wildcard, port)))
 	if err != nil {
-		return nil, fmt.Errorf("listening on BFD port %d/%s: %w", Port, network, err)
+		return nil, fmt.Errorf("listening on BFD port %d/%s: %w", port, network, err)
 	}
 	l := &listener{conn: c}
 	if v4 {
@@ -94,9 +113,10 @@ func (l *listener) serve(deliver func(received)) {
 	}
 }
 
-// dialPeer opens the socket one session sends from: to the peer's port 3784, from a source port
-// in 49152–65535 (RFC 5881 §4), with TTL 255. src may be zero (the kernel picks the address).
-func dialPeer(peer, src netip.Addr) (*net.UDPConn, error) {
+// dialPeer opens the socket one session sends from: to the peer's port (3784, or 4784 for
+// multihop), from a source port in 49152–65535 (RFC 5881 §4, RFC 5883 §5), with TTL 255. src
+// may be zero (the kernel picks the address).
+func dialPeer(peer, src netip.Addr, dport uint16) (*net.UDPConn, error) {
 	network := "udp6"
 	if peer.Is4() {
 		network = "udp4"
@@ -107,7 +127,7 @@ func dialPeer(peer, src netip.Addr) (*net.UDPConn, error) {
 			src = netip.IPv4Unspecified()
 		}
 	}
-	raddr := net.UDPAddrFromAddrPort(netip.AddrPortFrom(peer, Port))
+	raddr := net.UDPAddrFromAddrPort(netip.AddrPortFrom(peer, dport))
 	var lastErr error
 	for range 32 {
 		port := uint16(49152 + rand.IntN(65536-49152))

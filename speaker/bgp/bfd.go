@@ -28,6 +28,10 @@ func (s *Sessions) guard(ss *session, cfg bfd.Config) error {
 		}
 		ss.peer.BFD = cfg
 		return nil
+	case ss.bfd != nil && cfg.Hops != ss.peer.BFD.Hops:
+		ss.bfd.Stop() // another minimum TTL: a fresh session
+		ss.bfd = nil
+		return s.guard(ss, cfg)
 	case ss.bfd != nil:
 		if cfg != ss.peer.BFD {
 			ss.bfd.Reconfigure(cfg)
@@ -66,7 +70,7 @@ func (s *Sessions) bfdDown(ss *session, tr bfd.Transition) {
 		"bfdState", tr.To, "diagnostic", tr.Diag)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	err := ss.srv.ResetPeer(ctx, &api.ResetPeerRequest{Address: ss.peer.Address.String(),
+	err := ss.srv.ResetPeer(ctx, &api.ResetPeerRequest{Address: ss.addr.String(),
 		Communication: "BFD session down: " + tr.Diag.String()})
 	if err != nil {
 		s.Log.Error(err, "resetting the BGP session after BFD went down", "peer", ss.peer.Name)

@@ -60,7 +60,7 @@ func TestPasswordNeverPrinted(t *testing.T) {
 			t.Fatalf("password printed: %s", s)
 		}
 	}
-	if string(apiPeer(p).Conf.AuthPassword) != "s3cret" {
+	if string(apiPeer(p, p.Address).Conf.AuthPassword) != "s3cret" {
 		t.Fatal("the password does not reach GoBGP")
 	}
 }

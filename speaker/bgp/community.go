@@ -21,6 +21,19 @@ func (a *Attrs) AddCommunity(c v1alpha1.Community) error {
 	return nil
 }
 
+// CommunityStrings are the route's communities as the API writes them: standard (well-known
+// ones by name) then large.
+func (a Attrs) CommunityStrings() []string {
+	out := make([]string, 0, len(a.Communities)+len(a.Large))
+	for _, c := range a.Communities {
+		out = append(out, communityString(c))
+	}
+	for _, c := range a.Large {
+		out = append(out, c.String())
+	}
+	return out
+}
+
 func communityString(c uint32) string {
 	for name, v := range v1alpha1.WellKnownCommunities {
 		if v == c {

@@ -21,10 +21,15 @@ func (Password) GoString() string { return "<redacted>" }
 // Peer is one session this node should hold, resolved from a BGPPeer: defaults applied, the
 // password read from its Secret.
 type Peer struct {
-	Name            string // the BGPPeer's name
-	Address         netip.Addr
-	Port            uint16
-	MyASN, PeerASN  uint32
+	Name    string     // the BGPPeer's name
+	Address netip.Addr // zero for an Interface peer
+	// Interface names the point-to-point link of an unnumbered peer: the router is the IPv6
+	// link-local neighbour that sends router advertisements on it.
+	Interface      string
+	Port           uint16
+	MyASN, PeerASN uint32 // PeerASN 0: learned from the router's OPEN
+	// ExternalOnly (dynamicASN external): a router that turns out to be in MyASN is refused.
+	ExternalOnly    bool
 	RouterID        netip.Addr
 	Source          netip.Addr // zero: the kernel picks
 	HoldTime        time.Duration
@@ -42,6 +47,17 @@ func (p Peer) WantsBFD() bool { return p.BFD.DetectMult != 0 }
 
 // IBGP reports whether the session stays inside one AS.
 func (p Peer) IBGP() bool { return p.MyASN == p.PeerASN }
+
+// IPv6Session reports whether the session runs over IPv6 (an Interface peer always does).
+func (p Peer) IPv6Session() bool { return p.Interface != "" || p.Address.Is6() }
+
+// Where names the router: its address, or the interface of an unnumbered peer.
+func (p Peer) Where() string {
+	if p.Interface != "" {
+		return "interface " + p.Interface
+	}
+	return p.Address.String()
+}
 
 // LargeCommunity is an RFC 8092 community.
 type LargeCommunity struct{ Global, Local1, Local2 uint32 }
@@ -83,7 +99,11 @@ func (d Desired) String() string {
 	var b strings.Builder
 	for _, name := range slices.Sorted(maps.Keys(d.Peers)) {
 		p := d.Peers[name]
-		fmt.Fprintf(&b, "peer %s: %s as %d port %d, my as %d, router-id %s", name, p.Address, p.PeerASN, p.Port, p.MyASN, p.RouterID)
+		peerAS := fmt.Sprint(p.PeerASN)
+		if p.ExternalOnly {
+			peerAS = "learned (external)"
+		}
+		fmt.Fprintf(&b, "peer %s: %s as %s port %d, my as %d, router-id %s", name, p.Where(), peerAS, p.Port, p.MyASN, p.RouterID)
 		if p.Source.IsValid() {
 			fmt.Fprintf(&b, ", source %s", p.Source)
 		}
@@ -102,6 +122,9 @@ func (d Desired) String() string {
 			if p.BFD.Passive {
 				b.WriteString(" passive")
 			}
+			if p.BFD.Hops.Multihop {
+				fmt.Fprintf(&b, " multihop min-ttl %d", p.BFD.Hops.MinTTL)
+			}
 		}
 		b.WriteString("\n")
 		routes := d.Routes[name]
@@ -119,10 +142,7 @@ func (d Desired) String() string {
 			if r.Attrs.LocalPref != 0 {
 				fmt.Fprintf(&b, " local-pref %d", r.Attrs.LocalPref)
 			}
-			for _, c := range r.Attrs.Communities {
-				fmt.Fprintf(&b, " %s", communityString(c))
-			}
-			for _, c := range r.Attrs.Large {
+			for _, c := range r.Attrs.CommunityStrings() {
 				fmt.Fprintf(&b, " %s", c)
 			}
 			fmt.Fprintf(&b, " (%s)\n", strings.Join(r.Services, ", "))

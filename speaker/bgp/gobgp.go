@@ -25,11 +25,13 @@ func familyOf(a netip.Addr) bgp.Family {
 
 func seconds(d time.Duration) uint64 { return uint64(d / time.Second) }
 
-// apiPeer is the GoBGP neighbour for p. Both unicast families are enabled on every session, so
-// IPv6 prefixes travel over an IPv4 session and the reverse (MP-BGP).
-func apiPeer(p Peer) *api.Peer {
+// apiPeer is the GoBGP neighbour for p at addr (p.Address, or the link-local router found on
+// p.Interface, zone included: GoBGP then opens the session from the interface's own
+// link-local address). Both unicast families are enabled on every session, so IPv6 prefixes
+// travel over an IPv4 session and the reverse (MP-BGP).
+func apiPeer(p Peer, addr netip.Addr) *api.Peer {
 	ap := &api.Peer{
-		Conf: &api.PeerConf{NeighborAddress: p.Address.String(), PeerAsn: p.PeerASN, LocalAsn: p.MyASN,
+		Conf: &api.PeerConf{NeighborAddress: addr.String(), PeerAsn: p.PeerASN, LocalAsn: p.MyASN,
 			AuthPassword: string(p.Password), Description: p.Name},
 		Timers: &api.Timers{Config: &api.TimersConfig{
 			ConnectRetry: max(seconds(p.ConnectTime), 1), HoldTime: seconds(p.HoldTime), KeepaliveInterval: seconds(p.KeepaliveTime),

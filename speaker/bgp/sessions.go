@@ -25,7 +25,9 @@ type State struct {
 	Address netip.Addr
 	State   string // Idle, Connect, Active, OpenSent, OpenConfirm, Established
 	Since   time.Time
-	Routes  int // routes this node advertises on the session
+	Routes  int    // routes this node advertises on the session
+	PeerASN uint32 // the router's AS as its OPEN gave it (dynamicASN); 0 before that
+	Message string // why the session cannot be opened or was refused; empty when nothing is wrong
 }
 
 // Established reports whether the session is up.
@@ -46,6 +48,7 @@ type Sessions struct {
 
 type session struct {
 	peer   Peer
+	addr   netip.Addr // the GoBGP neighbour: peer.Address, or the router found on peer.Interface
 	srv    *server.BgpServer
 	cancel context.CancelFunc // ends the state watch
 	routes map[netip.Prefix]Route
@@ -126,30 +129,33 @@ func (s *Sessions) start(ctx context.Context, p Peer) (*session, error) {
 		return nil, fmt.Errorf("starting BGP: %w", err)
 	}
 	wctx, cancel := context.WithCancel(context.Background())
-	ss := &session{peer: p, srv: srv, cancel: cancel, routes: map[netip.Prefix]Route{},
+	ss := &session{peer: p, addr: p.Address, srv: srv, cancel: cancel, routes: map[netip.Prefix]Route{},
 		state: State{Peer: p.Name, Address: p.Address, State: "Idle", Since: time.Now()}}
 	err := rejectImports(ctx, srv)
 	if err == nil {
 		err = srv.WatchEvent(wctx, server.WatchEventMessageCallbacks{OnPeerUpdate: func(pe *apiutil.WatchEventMessage_PeerEvent, _ time.Time) {
 			if pe.Type == apiutil.PEER_EVENT_STATE {
-				s.observe(ss, stateName(pe.Peer.State.SessionState))
+				s.observe(ss, stateName(pe.Peer.State.SessionState), pe.Peer.State.PeerASN)
 			}
 		}}, server.WatchPeer())
 	}
-	if err == nil {
-		err = srv.AddPeer(ctx, &api.AddPeerRequest{Peer: apiPeer(p)})
+	switch {
+	case err == nil && p.Interface != "":
+		go s.dialUnnumbered(wctx, ss) // the router's address is not known yet
+	case err == nil:
+		err = srv.AddPeer(ctx, &api.AddPeerRequest{Peer: apiPeer(p, p.Address)})
 	}
 	if err != nil {
 		cancel()
 		srv.Stop()
 		return nil, err
 	}
-	s.Log.Info("opening BGP session", "peer", p.Name, "address", p.Address, "peerASN", p.PeerASN, "myASN", p.MyASN,
+	s.Log.Info("opening BGP session", "peer", p.Name, "address", p.Where(), "peerASN", p.PeerASN, "myASN", p.MyASN,
 		"routerID", p.RouterID, "md5", p.Password != "")
 	return ss, nil
 }
 
-func (s *Sessions) observe(ss *session, state string) {
+func (s *Sessions) observe(ss *session, state string, peerASN uint32) {
 	s.mu.Lock()
 	before := ss.state
 	if before.State == state {
@@ -157,10 +163,17 @@ func (s *Sessions) observe(ss *session, state string) {
 		return
 	}
 	ss.state.State, ss.state.Since = state, time.Now()
+	if state == "Established" {
+		ss.state.PeerASN = peerASN
+	}
 	after := ss.state
 	before.Routes, after.Routes = len(ss.routes), len(ss.routes)
+	refused := ss.state.Message != ""
 	s.mu.Unlock()
-	if before.Established() && state == "Idle" {
+	switch {
+	case state == "Established" && ss.peer.ExternalOnly && peerASN == ss.peer.MyASN:
+		go s.refuseInternal(ss)
+	case before.Established() && state == "Idle" && !refused:
 		go s.redial(ss)
 	}
 	if s.OnChange != nil {
@@ -180,12 +193,30 @@ func (s *Sessions) redial(ss *session) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	err := ss.srv.DeletePeer(ctx, &api.DeletePeerRequest{Address: ss.peer.Address.String()})
+	err := ss.srv.DeletePeer(ctx, &api.DeletePeerRequest{Address: ss.addr.String()})
 	if err == nil {
-		err = ss.srv.AddPeer(ctx, &api.AddPeerRequest{Peer: apiPeer(ss.peer)})
+		err = ss.srv.AddPeer(ctx, &api.AddPeerRequest{Peer: apiPeer(ss.peer, ss.addr)})
 	}
 	if err != nil {
 		s.Log.Error(err, "re-creating a dropped BGP neighbour", "peer", ss.peer.Name)
+	}
+}
+
+// refuseInternal shuts down a dynamicASN external session whose router turned out to be in
+// this node's own AS: it stays down (administratively, so GoBGP does not redial) with the
+// reason in the Speaker status until the BGPPeer changes.
+func (s *Sessions) refuseInternal(ss *session) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.running[ss.peer.Name] != ss {
+		return
+	}
+	ss.state.Message = fmt.Sprintf("refused: the router is in AS %d, this node's own, and the BGPPeer's dynamicASN is external", ss.peer.MyASN)
+	s.Log.Info("BGP session refused", "peer", ss.peer.Name, "reason", ss.state.Message)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := ss.srv.ShutdownPeer(ctx, &api.ShutdownPeerRequest{Address: ss.addr.String(), Communication: ss.state.Message}); err != nil {
+		s.Log.Error(err, "shutting down a refused BGP session", "peer", ss.peer.Name)
 	}
 }
 
@@ -243,7 +274,11 @@ func (s *Sessions) Counters(ctx context.Context) map[string]Counters {
 	out := map[string]Counters{}
 	for name, ss := range s.running {
 		var c Counters
-		err := ss.srv.ListPeer(ctx, &api.ListPeerRequest{Address: ss.peer.Address.String()}, func(p *api.Peer) {
+		if !ss.addr.IsValid() {
+			out[name] = Counters{} // an unnumbered router not found yet
+			continue
+		}
+		err := ss.srv.ListPeer(ctx, &api.ListPeerRequest{Address: ss.addr.String()}, func(p *api.Peer) {
 			m := p.GetState().GetMessages()
 			c.UpdatesSent, c.UpdatesReceived = m.GetSent().GetUpdate(), m.GetReceived().GetUpdate()
 			for _, as := range p.GetAfiSafis() {
