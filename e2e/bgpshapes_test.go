@@ -220,7 +220,7 @@ func TestBGPPeeringShapes(t *testing.T) {
 						t.Logf("kubectl portico routes printed:\n%s", out.String())
 					}
 				}()
-				waitFor(t, "kubectl portico routes shows every node's peers and routes", 15*time.Second, func() bool {
+				waitFor(t, "kubectl portico routes shows every node's peers and routes", 30*time.Second, func() bool {
 					out.Reset()
 					must(t, routes.Run(context.Background(), &plugin.Env{Client: e.c, Out: &out}, ""))
 					for _, w := range want {

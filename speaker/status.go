@@ -22,6 +22,11 @@ import (
 // statusWriteInterval is the least time between two writes of the Speaker status.
 const statusWriteInterval = 500 * time.Millisecond
 
+// routesRefresh is how stale the routes in status.bgp may get. A Service change changes the
+// routes of every node that advertises it; written at once, each change would cost one write
+// per node, so a change to the routes alone waits until this long after the last write.
+const routesRefresh = 10 * time.Second
+
 type statusReport struct {
 	status    v1alpha1.SpeakerStatus
 	ready     metav1.Condition
@@ -82,6 +87,7 @@ func planStatus(plan Plan, answered map[netip.Addr][]string) statusReport {
 // newer report arrives first.
 func (s *Speaker) writeStatuses(ctx context.Context) {
 	var written *statusReport
+	var writtenAt time.Time
 	for {
 		var r statusReport
 		select {
@@ -93,9 +99,21 @@ func (s *Speaker) writeStatuses(ctx context.Context) {
 			if written != nil && sameStatus(*written, r) {
 				break
 			}
+			if wait := routesHold(written, writtenAt, r, time.Now()); wait > 0 {
+				t := time.NewTimer(wait)
+				select {
+				case <-ctx.Done():
+					t.Stop()
+					return
+				case r = <-s.reports: // judged again
+					t.Stop()
+					continue
+				case <-t.C:
+				}
+			}
 			err := s.writeStatus(ctx, r)
 			if err == nil {
-				written = &r
+				written, writtenAt = &r, time.Now()
 				// At most one write per statusWriteInterval: the status holds one entry per
 				// address, and while many Services change it would otherwise be rewritten
 				// (and sent through etcd) for every one of them. Newer reports replace the
@@ -142,6 +160,25 @@ func (s *Speaker) writeStatus(ctx context.Context, r statusReport) error {
 	}
 	sp.Status = st
 	return s.Client.Status().Update(ctx, sp)
+}
+
+// routesHold is how long the report waits before it is written: until routesRefresh after
+// the last write when it changes nothing but the routes, else not at all.
+func routesHold(written *statusReport, writtenAt time.Time, r statusReport, now time.Time) time.Duration {
+	if written == nil || !sameStatus(withoutRoutes(*written), withoutRoutes(r)) {
+		return 0
+	}
+	return max(0, routesRefresh-now.Sub(writtenAt))
+}
+
+// withoutRoutes is the report with status.bgp's routes left out.
+func withoutRoutes(r statusReport) statusReport {
+	if r.status.BGP != nil {
+		bgp := *r.status.BGP
+		bgp.Routes, bgp.OmittedRoutes = nil, 0
+		r.status.BGP = &bgp
+	}
+	return r
 }
 
 func sameStatus(a, b statusReport) bool {
