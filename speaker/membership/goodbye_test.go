@@ -1,12 +1,6 @@
 package membership
 
-import (
-	"slices"
-	"testing"
-	"time"
-
-	"github.com/hashicorp/memberlist"
-)
+import "testing"
 
 // TestGoodbyeIsHeardBeforeTheGossip: a member's goodbye alone (no memberlist leave yet) makes the
 // others see it gone while memberlist still counts it alive; a goodbye from an earlier life of
@@ -27,18 +21,11 @@ func TestGoodbyeIsHeardBeforeTheGossip(t *testing.T) {
 
 	b.sayGoodbye()
 	waitAlive(t, a, []string{"a"})
-	if !slices.ContainsFunc(a.ml.Members(), func(n *memberlist.Node) bool { return n.Name == "b" }) {
+	if !listed(a, "b") {
 		t.Fatal("memberlist already dropped b: the test did not isolate the goodbye")
 	}
-	for {
-		select {
-		case ch := <-a.Changes():
-			if ch.Name == "b" && !ch.Joined {
-				return
-			}
-		case <-time.After(5 * time.Second):
-			t.Fatal("no leave change for b")
-		}
+	if ch := lastChange(t, a, "b"); ch.Joined || ch.How != "goodbye" {
+		t.Fatalf("b's leaving was told as %+v, want the goodbye", ch)
 	}
 }
 
