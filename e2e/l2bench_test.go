@@ -4,12 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"maps"
-	"net"
 	"net/http"
 	"net/netip"
 	"os"
-	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -23,12 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
-	"github.com/mdlayher/arp"
-	"github.com/mdlayher/ethernet"
-	"github.com/mdlayher/packet"
-
 	"github.com/portico-lb/portico/api/v1alpha1"
-	"github.com/portico-lb/portico/internal/netlab"
 )
 
 // BenchmarkL2 measures failover at the client, dual answering after a partition heals, speaker
@@ -221,80 +213,6 @@ func (e *l2Env) metric(node, name string) float64 {
 	return 0
 }
 
-// partitionHeal cuts the owner off until the next node answers, heals, and returns how long
-// after the heal two MACs still answered.
-func (e *l2Env) partitionHeal(ip netip.Addr) time.Duration {
-	owner, next := ownerAndNext(ip)
-	e.settle(ip, owner)
-	port := e.node(owner).Port
-	run(e.t, "ip", "-n", e.Switch, "link", "set", port, "down")
-	waitFor(e.t, next+" takes over", 10*time.Second, func() bool { return netlab.Resolve(e.Client.NS, ip) == e.macOf(next) })
-	prober := e.arpProber()
-	defer prober.close()
-	heal := time.Now()
-	run(e.t, "ip", "-n", e.Switch, "link", "set", port, "up")
-	last := time.Duration(0)
-	for time.Since(heal) < 3*time.Second {
-		if macs := prober.ask(ip, 20*time.Millisecond); len(macs) > 1 {
-			last = time.Since(heal)
-		}
-	}
-	return last
-}
-
-type arpProber struct {
-	c   *packet.Conn
-	mac net.HardwareAddr
-	src netip.Addr
-	mu  sync.Mutex
-}
-
-// arpProber opens a raw ARP socket in the client namespace; it asks without touching the
-// client's neighbour table.
-func (e *l2Env) arpProber() *arpProber {
-	p := &arpProber{mac: e.Client.MAC, src: e.Client.IPv4.Addr()}
-	must(e.t, netlab.In(e.Client.NS, func() error {
-		ifi, err := net.InterfaceByName("eth0")
-		if err != nil {
-			return err
-		}
-		p.c, err = packet.Listen(ifi, packet.Raw, int(ethernet.EtherTypeARP), nil)
-		return err
-	}))
-	return p
-}
-
-func (p *arpProber) close() { _ = p.c.Close() }
-
-// ask broadcasts one request for ip and returns the MACs that answer within wait.
-func (p *arpProber) ask(ip netip.Addr, wait time.Duration) []string {
-	req, _ := arp.NewPacket(arp.OperationRequest, p.mac, p.src, ethernet.Broadcast, ip)
-	pb, _ := req.MarshalBinary()
-	fb, _ := (&ethernet.Frame{Destination: ethernet.Broadcast, Source: p.mac, EtherType: ethernet.EtherTypeARP, Payload: pb}).MarshalBinary()
-	_, _ = p.c.WriteTo(fb, &packet.Addr{HardwareAddr: ethernet.Broadcast})
-	deadline := time.Now().Add(wait)
-	_ = p.c.SetReadDeadline(deadline)
-	var macs []string
-	buf := make([]byte, 1514)
-	for time.Now().Before(deadline) {
-		n, _, err := p.c.ReadFrom(buf)
-		if err != nil {
-			break
-		}
-		var f ethernet.Frame
-		var a arp.Packet
-		if f.UnmarshalBinary(buf[:n]) != nil || a.UnmarshalBinary(f.Payload) != nil {
-			continue
-		}
-		// Only answers to this prober's own requests (another sender in the namespace, an ARP
-		// flood say, gets answers addressed to it).
-		if a.Operation == arp.OperationReply && a.SenderIP == ip && a.TargetIP == p.src && !slices.Contains(macs, a.SenderHardwareAddr.String()) {
-			macs = append(macs, a.SenderHardwareAddr.String())
-		}
-	}
-	return macs
-}
-
 func (e *l2Env) rssOf(node string) int {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", e.speakers[node].cmd.Process.Pid))
 	must(e.t, err)
@@ -403,60 +321,4 @@ func (e *l2Env) restartSpeakers(extra []string) {
 	for _, n := range e.Nodes {
 		e.startSpeaker(n.Name)
 	}
-}
-
-// falseLossesUnderLoad loads the CPUs with busy loops for d while nobody dies, and returns
-// how many member losses the speakers counted meanwhile, and which detector declared them (as
-// the speakers' logs say).
-func (e *l2Env) falseLossesUnderLoad(d time.Duration) (int, string) {
-	// Wait until the group is whole again after the restart or the last failover.
-	ip := netip.MustParseAddr("198.51.100.220")
-	e.settle(ip, hashOwner(ip, "node-a", "node-b", "node-c"))
-	before := 0.0
-	logged := map[string]int{}
-	for _, n := range e.Nodes {
-		before += e.metric(n.Name, "portico_memberlist_members_lost_total")
-		logged[n.Name] = len(e.speakerLog(n.Name))
-	}
-	// The load runs for d: the busy loops are killed when the context ends.
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	defer cancel()
-	var hogs []*exec.Cmd
-	for i := 0; i < 4; i++ {
-		c := exec.CommandContext(ctx, "sh", "-c", "while :; do :; done")
-		must(e.t, c.Start())
-		hogs = append(hogs, c)
-	}
-	for _, c := range hogs {
-		_ = c.Wait() // returns when the context's end has killed it
-	}
-	after := 0.0
-	by := map[string]int{}
-	for _, n := range e.Nodes {
-		after += e.metric(n.Name, "portico_memberlist_members_lost_total")
-		for _, line := range strings.Split(e.speakerLog(n.Name)[logged[n.Name]:], "\n") {
-			if strings.Contains(line, `"membership changed"`) && strings.Contains(line, `"alive":false`) {
-				by[detector(line)]++
-			}
-		}
-	}
-	var how []string
-	for _, k := range slices.Sorted(maps.Keys(by)) {
-		how = append(how, fmt.Sprintf("%s %d", k, by[k]))
-	}
-	if len(how) == 0 {
-		return int(after - before), ""
-	}
-	return int(after - before), "(" + strings.Join(how, ", ") + ")"
-}
-
-// detector names what declared a loss in a "membership changed" log line.
-func detector(line string) string {
-	switch {
-	case strings.Contains(line, `"how":"memberlist"`):
-		return "memberlist"
-	case strings.Contains(line, "refused a connection"), strings.Contains(line, "did not answer"):
-		return "fast path"
-	}
-	return "other"
 }
