@@ -8,7 +8,7 @@ export KUBEBUILDER_ASSETS := $(CONTROLPLANE_DIR)
 export CGO_ENABLED := 0
 CONTROLLER_GEN := go tool controller-gen
 
-.PHONY: all generate manifests image controlplane cluster bench-cluster test lab-packages vulncheck bench bench-l2 bench-dataplane bench-bgp bench-scale chaos fuzz demo build clean
+.PHONY: all generate manifests image controlplane cluster bench-cluster test lab-packages vulncheck bench bench-curve bench-l2 bench-dataplane bench-bgp bench-scale chaos fuzz demo build clean
 
 all: build
 
@@ -108,6 +108,15 @@ bench: controlplane
 	$(MAKE) bench-bgp
 	$(MAKE) bench-dataplane
 	$(MAKE) bench-scale BENCH_SCALE_SERVICES=$(BENCH_SERVICES)
+
+## bench-curve (BENCH_CURVE, default "1000 5000 20000"): the controller's backlog and restart
+## (BenchmarkBacklog) at each size, so the growth of time, writes and memory with the number of
+## Services shows; not part of `make bench` (20 000 Services take about ten minutes here).
+BENCH_CURVE ?= 1000 5000 20000
+bench-curve: controlplane
+	@for n in $(BENCH_CURVE); do \
+		PORTICO_BENCH_SERVICES=$$n go test -count=1 -run '^$$' -bench '^BenchmarkBacklog$$' -benchtime 1x -timeout 60m ./e2e/ || exit 1; \
+	done
 
 ## bench-scale (BENCH_SCALE_SERVICES, default 5000; BENCH_SCALE_NODES, default 3,10,30; 100 does
 ## not hold on two cores, see BENCHMARKS.md): the
