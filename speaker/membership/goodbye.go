@@ -57,7 +57,7 @@ func (g *Group) sendAll(kind []byte) {
 	g.mu.Lock()
 	for name, m := range g.members {
 		if name != self && m.wantsHeartbeats(now) {
-			to = append(to, memberlist.Address{Addr: m.gossip.String(), Name: name})
+			to = append(to, m.to)
 		}
 	}
 	g.mu.Unlock()

@@ -11,15 +11,16 @@ import (
 // fast path (watch.go) add to it. Each names the life it is about, so nothing said of one
 // process of a node sticks to the next one.
 type member struct {
-	inList    bool           // memberlist counts it alive (or suspects it)
-	dropped   time.Time      // when memberlist last stopped counting it
-	life      string         // the life it gossips
-	gossip    netip.AddrPort // where it gossips (heartbeats go there; the fast path dials it)
-	saidBye   string         // the life that said goodbye
-	foundDead string         // the life the fast path found dead
-	heard     time.Time      // its last heartbeat; zero: it sends none, so it is not watched
-	beating   bool           // its heartbeats arrive: alive even if memberlist dropped it
-	checking  bool           // a check of its kernel is under way
+	inList    bool               // memberlist counts it alive (or suspects it)
+	dropped   time.Time          // when memberlist last stopped counting it
+	life      string             // the life it gossips
+	gossip    netip.AddrPort     // where it gossips (the fast path dials it)
+	to        memberlist.Address // the same, as memberlist sends to it (heartbeats, goodbyes)
+	saidBye   string             // the life that said goodbye
+	foundDead string             // the life the fast path found dead
+	heard     time.Time          // its last heartbeat; zero: it sends none, so it is not watched
+	beating   bool               // its heartbeats arrive: alive even if memberlist dropped it
+	checking  bool               // a check of its kernel is under way
 }
 
 // alive: memberlist counts it, or its heartbeats prove it, and its life has neither said
@@ -38,7 +39,7 @@ func (m *member) wantsHeartbeats(now time.Time) bool {
 }
 
 func (m *member) listed(n *memberlist.Node) {
-	m.inList, m.life = true, string(n.Meta)
+	m.inList, m.life, m.to = true, string(n.Meta), memberlist.Address{Addr: n.Address(), Name: n.Name}
 	if addr, ok := netip.AddrFromSlice(n.Addr); ok {
 		m.gossip = netip.AddrPortFrom(addr.Unmap(), n.Port)
 	}
