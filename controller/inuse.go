@@ -80,7 +80,7 @@ func inUseCondition(inUse []porticov1.AddressInUse) metav1.Condition {
 		shown = append(shown, u.Address+" ("+u.MAC+")")
 	}
 	c.Status, c.Reason = metav1.ConditionTrue, porticov1.ReasonAddressInUse
-	c.Message = fmt.Sprintf("%d addresses are in use by foreign hosts and not handed out while they answer: %s", len(inUse), strings.Join(shown, ", "))
+	c.Message = fmt.Sprintf("in use by foreign hosts, not handed out while they answer (%d): %s", len(inUse), strings.Join(shown, ", "))
 	return c
 }
 
