@@ -64,7 +64,8 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	}
 
 	var speakers porticov1.SpeakerList
-	if err := r.Client.List(ctx, &speakers); err != nil {
+	// Read only: no deep copy of every Speaker on every pool reconcile.
+	if err := r.Client.List(ctx, &speakers, client.UnsafeDisableDeepCopy); err != nil {
 		return ctrl.Result{}, err
 	}
 	findings := foreignFindings(speakers.Items)
