@@ -41,13 +41,13 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if err := mgr.Add(w); err != nil {
 		return err
 	}
-	if err := (&PoolReconciler{Client: mgr.GetClient(), state: s, metrics: opts.Metrics}).setup(mgr); err != nil {
+	recorder := mgr.GetEventRecorder("portico-controller")
+	if err := (&PoolReconciler{Client: mgr.GetClient(), Recorder: recorder, state: s, metrics: opts.Metrics}).setup(mgr); err != nil {
 		return err
 	}
 	if err := (&BGPPeerReconciler{Client: mgr.GetClient()}).setup(mgr); err != nil {
 		return err
 	}
-	recorder := mgr.GetEventRecorder("portico-controller")
 	if err := (&AdvertisementReconciler{Client: mgr.GetClient(), Recorder: recorder}).setup(mgr); err != nil {
 		return err
 	}

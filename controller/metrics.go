@@ -13,6 +13,7 @@ type Metrics struct {
 	poolAddresses       *prometheus.GaugeVec
 	poolAddressesInUse  *prometheus.GaugeVec
 	poolServicesWaiting *prometheus.GaugeVec
+	poolForeign         *prometheus.GaugeVec
 	allocationFailures  *prometheus.CounterVec
 	allocations         prometheus.Counter
 	conditionChanges    *prometheus.CounterVec // the health conditions' changes on Services
@@ -29,6 +30,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "portico_pool_addresses_in_use",
 			Help: "Addresses of a pool held by Services, by family.",
 		}, []string{"pool", "family"}),
+		poolForeign: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "portico_pool_addresses_foreign",
+			Help: "Addresses of a pool a foreign host answered for when a speaker probed them (the pool's status.inUse); automatic allocation skips them.",
+		}, []string{"pool"}),
 		poolServicesWaiting: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "portico_pool_services_waiting",
 			Help: "Services that want an address from a pool and have none.",
@@ -46,7 +51,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Changes of a Service's EndpointsReady, Announced or Reachable condition, by type and new reason.",
 		}, []string{"condition", "reason"}),
 	}
-	reg.MustRegister(m.poolAddresses, m.poolAddressesInUse, m.poolServicesWaiting, m.allocationFailures, m.allocations, m.conditionChanges)
+	reg.MustRegister(m.poolAddresses, m.poolAddressesInUse, m.poolServicesWaiting, m.poolForeign, m.allocationFailures, m.allocations, m.conditionChanges)
 	return m
 }
 
@@ -63,6 +68,7 @@ func (m *Metrics) pool(name string, f poolFacts) {
 		m.poolAddressesInUse.WithLabelValues(name, fam).Set(float64(f.stats.Assigned[i]))
 	}
 	m.poolServicesWaiting.WithLabelValues(name).Set(float64(f.waiting))
+	m.poolForeign.WithLabelValues(name).Set(float64(len(f.inUse)))
 }
 
 // poolGone drops a deleted pool's series.
@@ -72,4 +78,5 @@ func (m *Metrics) poolGone(name string) {
 		m.poolAddressesInUse.DeleteLabelValues(name, fam)
 	}
 	m.poolServicesWaiting.DeleteLabelValues(name)
+	m.poolForeign.DeleteLabelValues(name)
 }

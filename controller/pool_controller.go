@@ -4,15 +4,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/big"
+	"net/netip"
 	"slices"
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/source"
@@ -27,11 +32,14 @@ import (
 const poolWriteInterval = time.Second
 
 // PoolReconciler feeds pool edits to the allocator and keeps each IPAddressPool's status true:
-// counts, waiting Services, and the Ready, Overlapping, Exhausted and OrphanedIPs conditions.
+// counts, waiting Services, the next addresses, those foreign hosts answer for (folded from the
+// Speakers, and given to the allocator to skip), and the Ready, Overlapping, Exhausted,
+// OrphanedIPs and AddressesInUse conditions.
 // Ready reports what the CRD's CEL rules cannot check (an IPv6 range that runs backwards,
 // entries of one pool that overlap, malformed label selectors).
 type PoolReconciler struct {
 	Client    client.Client
+	Recorder  events.EventRecorder
 	state     *state
 	metrics   *Metrics
 	lastWrite map[string]time.Time
@@ -43,6 +51,7 @@ func (r *PoolReconciler) setup(mgr ctrl.Manager) error {
 		For(&porticov1.IPAddressPool{}).
 		Named("ipaddresspool").
 		WatchesRawSource(source.Channel(r.state.dirty, &handler.EnqueueRequestForObject{})).
+		Watches(&porticov1.Speaker{}, handler.EnqueueRequestsFromMapFunc(everyPool(r.Client)), builder.WithPredicates(foreignAnswersChanged)).
 		Complete(r)
 }
 
@@ -54,14 +63,33 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 		return ctrl.Result{}, err
 	}
 
+	var speakers porticov1.SpeakerList
+	// Read only: no deep copy of every Speaker on every pool reconcile.
+	if err := r.Client.List(ctx, &speakers, client.UnsafeDisableDeepCopy); err != nil {
+		return ctrl.Result{}, err
+	}
+	findings := foreignFindings(speakers.Items)
 	var facts poolFacts
+	var inUseChanged bool
+	var retry, pools []string
 	if err := r.state.withLock(ctx, func(b *book) {
+		before := b.alloc.InUse()
+		released := b.alloc.SetInUse(findingAddrs(findings))
+		if inUseChanged = !slices.Equal(before, b.alloc.InUse()); inUseChanged {
+			pools = slices.Collect(maps.Keys(b.poolGen)) // their next addresses may change
+		}
+		if released {
+			retry = b.waitingServices()
+		}
 		if found {
 			facts = b.facts(pool.Name)
+			facts.inUse = b.inUseIn(pool.Name, findings)
 		}
 	}); err != nil {
 		return ctrl.Result{}, err
 	}
+	r.state.retryServices(retry)
+	r.state.poolsDirty(slices.DeleteFunc(pools, func(n string) bool { return n == req.Name }))
 	if !found {
 		r.metrics.poolGone(req.Name)
 		delete(r.lastWrite, req.Name)
@@ -78,7 +106,16 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 		return ctrl.Result{RequeueAfter: wait}, nil
 	}
 	r.lastWrite[pool.Name] = time.Now()
-	return ctrl.Result{}, r.Client.Status().Update(ctx, want)
+	if err := r.Client.Status().Update(ctx, want); err != nil {
+		return ctrl.Result{}, err
+	}
+	for _, u := range newlyInUse(pool.Status.InUse, want.Status.InUse) {
+		if r.Recorder != nil {
+			r.Recorder.Eventf(want, nil, corev1.EventTypeWarning, porticov1.ReasonAddressInUse, "Probe",
+				"%s is in use by a foreign host (MAC %s, heard by node %s): it is not handed out while it answers", u.Address, u.MAC, u.SeenBy)
+		}
+	}
+	return ctrl.Result{}, nil
 }
 
 // poolFacts is what the book knows of one pool, read under its lock.
@@ -86,7 +123,12 @@ type poolFacts struct {
 	stats   allocator.Stats
 	waiting int32
 	orphans []string
+	next    []netip.Addr
+	inUse   []porticov1.AddressInUse
 }
+
+// nextPerFamily is how many of each family's next addresses a pool's status lists.
+const nextPerFamily = 4
 
 func (b *book) facts(pool string) poolFacts {
 	f := poolFacts{}
@@ -102,6 +144,7 @@ func (b *book) facts(pool string) poolFacts {
 		}
 	}
 	slices.Sort(f.orphans)
+	f.next = b.alloc.NextAddresses(pool, nextPerFamily)
 	return f
 }
 
@@ -116,6 +159,11 @@ func (r *PoolReconciler) fill(ctx context.Context, pool *porticov1.IPAddressPool
 		st.Available = new(big.Int).Add(f.stats.Available[0], f.stats.Available[1]).String()
 	}
 	st.Waiting = f.waiting
+	st.NextAddresses = nil
+	for _, ip := range f.next {
+		st.NextAddresses = append(st.NextAddresses, ip.String())
+	}
+	st.InUse = f.inUse
 
 	set := func(c metav1.Condition) {
 		c.ObservedGeneration = pool.Generation
@@ -125,6 +173,7 @@ func (r *PoolReconciler) fill(ctx context.Context, pool *porticov1.IPAddressPool
 	set(r.overlapCondition(ctx, pool))
 	set(exhaustedCondition(f))
 	set(orphanCondition(f))
+	set(inUseCondition(f.inUse))
 }
 
 func decimalIf(size, n *big.Int) string {

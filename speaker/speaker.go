@@ -50,6 +50,8 @@ type Speaker struct {
 	IgnoreClassless bool
 	// SelfCheck paces the probes of addresses other nodes own; a zero Interval switches it off.
 	SelfCheck selfcheck.Options
+	// Conflicts paces the probes of the addresses pools hand out next (conflicts.go).
+	Conflicts ConflictProbing
 
 	kick    chan struct{}
 	cause   atomic.Value // string: why the next recomputation runs
@@ -61,8 +63,9 @@ type Speaker struct {
 	joining atomic.Bool
 	routed  map[netip.Addr]BGPClaim
 	secrets map[client.ObjectKey]cachedSecret
-	checks  atomic.Pointer[selfCheckReport] // the latest self-check results
-	loopAt  atomic.Int64                    // unix nanos of the main loop's latest turn; 0 until it starts (health.go)
+	checks  atomic.Pointer[selfCheckReport]          // the latest self-check results
+	foreign atomic.Pointer[[]v1alpha1.ForeignAnswer] // the latest conflict probe round's foreign answers
+	loopAt  atomic.Int64                             // unix nanos of the main loop's latest turn; 0 until it starts (health.go)
 
 	synced     atomic.Bool // the cache has synced: Admit can check claims
 	refused    refusals
@@ -120,6 +123,7 @@ func (s *Speaker) Start(ctx context.Context) error {
 	// so the first join completes before the first plan.
 	s.joinPeers(ctx, true)
 	go s.runSelfCheck(ctx)
+	go s.runConflictProbes(ctx)
 	rejoin := time.NewTicker(500 * time.Millisecond)
 	defer rejoin.Stop()
 	// Re-reads BGP password Secrets (they are not watched).

@@ -40,6 +40,9 @@ func (s *Speaker) report(plan Plan, answered map[netip.Addr][]string, sessions m
 	if c := s.checks.Load(); c != nil {
 		r.status.SelfChecks, r.status.OmittedSelfChecks = c.checks, c.omitted
 	}
+	if f := s.foreign.Load(); f != nil {
+		r.status.ForeignAnswers = *f
+	}
 	r.status.Sessions, r.status.BGPPeersUp = sessionStatus(sessions)
 	r.status.BGP = bgpStatus(plan.BGP, sessions)
 	r.status.Interfaces, r.status.OmittedInterfaces = interfaceStatus(s.Announce.Interfaces())

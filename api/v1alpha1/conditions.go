@@ -88,6 +88,16 @@ const (
 // contains (the pool was shrunk); they keep them until they let go.
 const ConditionOrphanedIPs = "OrphanedIPs"
 
+// ConditionAddressesInUse on a pool: a foreign host answers for some of its free addresses
+// (status.inUse), which are not handed out while it does.
+const ConditionAddressesInUse = "AddressesInUse"
+
+// Reasons of ConditionAddressesInUse; ReasonAddressInUse is also the Warning event's reason.
+const (
+	ReasonAddressInUse = "AddressInUse"
+	ReasonNoneInUse    = "NoneInUse"
+)
+
 // ConditionSessionsEstablished on a BGPPeer: every node that should hold a session with the
 // peer reports it Established.
 const ConditionSessionsEstablished = "SessionsEstablished"

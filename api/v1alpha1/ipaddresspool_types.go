@@ -82,6 +82,23 @@ type IPAddressPoolSpec struct {
 	AllowSharingAcrossNamespaces bool `json:"allowSharingAcrossNamespaces,omitempty"`
 }
 
+// MaxPoolAddressesInUse caps a pool's status.inUse: the answers come from anyone on the LAN.
+const MaxPoolAddressesInUse = 64
+
+// AddressInUse is a pool address a foreign host answered for.
+type AddressInUse struct {
+	// +kubebuilder:validation:MaxLength=39
+	Address string `json:"address"`
+	// MAC that answered (the lowest, when several did).
+	// +kubebuilder:validation:MaxLength=17
+	MAC string `json:"mac"`
+	// SeenBy is the node whose speaker heard the answer.
+	// +kubebuilder:validation:MaxLength=253
+	SeenBy string `json:"seenBy"`
+	// Since is when that speaker first heard it.
+	Since metav1.Time `json:"since"`
+}
+
 // IPAddressPoolStatus is written by the controller only.
 type IPAddressPoolStatus struct {
 	// ObservedGeneration is the spec generation the status describes.
@@ -111,7 +128,25 @@ type IPAddressPoolStatus struct {
 	// +optional
 	Waiting int32 `json:"waiting"`
 
-	// Conditions: Ready, Overlapping, Exhausted.
+	// NextAddresses are the addresses the controller hands out next from this pool, lowest
+	// first: at most 4 per family, none held by a Service and none listed in inUse. A speaker
+	// probes them (and those in inUse) so that an address a foreign host already uses is found
+	// before a Service gets it.
+	// +kubebuilder:validation:MaxItems=8
+	// +kubebuilder:validation:items:MaxLength=39
+	// +listType=atomic
+	// +optional
+	NextAddresses []string `json:"nextAddresses,omitempty"`
+
+	// InUse lists the pool's free addresses that a foreign host (a MAC no speaker answers with)
+	// answered for when a speaker probed them, at most 64. The allocator skips them while they
+	// are listed; an address leaves the list when a later probe round gets no answer.
+	// +kubebuilder:validation:MaxItems=64
+	// +listType=atomic
+	// +optional
+	InUse []AddressInUse `json:"inUse,omitempty"`
+
+	// Conditions: Ready, Overlapping, Exhausted, OrphanedIPs, AddressesInUse.
 	// +listType=map
 	// +listMapKey=type
 	// +optional

@@ -74,6 +74,23 @@ type SelfCheck struct {
 	Time metav1.Time `json:"time"`
 }
 
+// MaxForeignAnswers caps a Speaker's status.foreignAnswers: whoever is on the LAN can answer.
+const MaxForeignAnswers = 64
+
+// ForeignAnswer is a foreign host's answer to this speaker's probe of a pool address that no
+// Service holds yet (one of the pool's nextAddresses or inUse).
+type ForeignAnswer struct {
+	// +kubebuilder:validation:MaxLength=39
+	IP string `json:"ip"`
+	// +kubebuilder:validation:MaxLength=17
+	MAC string `json:"mac"`
+	// Interface the answer came in on.
+	// +kubebuilder:validation:MaxLength=15
+	Interface string `json:"interface"`
+	// Since is the first probe round that heard this MAC answer for ip.
+	Since metav1.Time `json:"since"`
+}
+
 // MaxSpeakerInterfaces caps the interfaces a Speaker status lists: a node with many pods has a
 // veth for each.
 const MaxSpeakerInterfaces = 64
@@ -123,6 +140,12 @@ type SpeakerStatus struct {
 	// +kubebuilder:validation:Minimum=0
 	// +optional
 	OmittedSelfChecks int32 `json:"omittedSelfChecks,omitempty"`
+	// ForeignAnswers are the latest probe round's answers from foreign hosts (MACs no speaker
+	// answers with) for pool addresses not yet handed out, at most 64, sorted by IP.
+	// +kubebuilder:validation:MaxItems=64
+	// +listType=atomic
+	// +optional
+	ForeignAnswers []ForeignAnswer `json:"foreignAnswers,omitempty"`
 	// HardwareAddrs are the MACs this speaker answers ARP/NDP with (its L2 interfaces'), so a
 	// probe's answer can be told apart from a foreign host's.
 	// +listType=atomic

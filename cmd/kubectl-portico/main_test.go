@@ -266,6 +266,22 @@ func homeLab(t *testing.T) {
 		var p porticov1.IPAddressPool
 		return c.Get(ctx, client.ObjectKey{Name: "home-lab"}, &p) == nil && p.Status.Assigned == 4
 	})
+
+	// The home router already uses .204, the pool's next address: worker-1's probe heard it.
+	w1 := &porticov1.Speaker{ObjectMeta: metav1.ObjectMeta{Name: "worker-1"}}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(w1), w1); err != nil {
+		t.Fatal(err)
+	}
+	w1.Status.ForeignAnswers = []porticov1.ForeignAnswer{{IP: "10.0.0.204", MAC: "52:54:00:12:34:56", Interface: "eth0",
+		Since: metav1.NewTime(time.Date(2026, 11, 30, 21, 0, 0, 0, time.UTC))}}
+	if err := c.Status().Update(ctx, w1); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "pool home-lab lists 10.0.0.204 in use", func() bool {
+		var p porticov1.IPAddressPool
+		return c.Get(ctx, client.ObjectKey{Name: "home-lab"}, &p) == nil && len(p.Status.InUse) == 1 &&
+			meta.IsStatusConditionTrue(p.Status.Conditions, porticov1.ConditionAddressesInUse)
+	})
 }
 
 // speaker writes what a node's speaker reports; it runs before the Services exist, as in a

@@ -39,6 +39,7 @@ type options struct {
 	keyRefresh                 time.Duration
 	detection                  membership.Detection
 	selfCheck                  selfcheck.Options
+	conflicts                  speaker.ConflictProbing
 	ignoreExcludeLabel         bool
 	ignoreClassless            bool
 }
@@ -66,6 +67,11 @@ func main() {
 	flag.DurationVar(&o.selfCheck.Interval, "self-check-interval", o.selfCheck.Interval, "how often the addresses other nodes answer for are probed (ARP) to report who answers; 0 switches the self-check off")
 	flag.Float64Var(&o.selfCheck.Rate, "self-check-rate", o.selfCheck.Rate, "self-check probes per second at most")
 	flag.DurationVar(&o.selfCheck.Wait, "self-check-wait", o.selfCheck.Wait, "how long answers to one self-check probe are collected")
+	o.conflicts = speaker.DefaultConflictProbing
+	flag.DurationVar(&o.conflicts.Interval, "conflict-probe-interval", o.conflicts.Interval,
+		"how often the addresses pools hand out next are probed (ARP probe from 0.0.0.0, DAD-style NDP) for foreign hosts already using them; 0 switches it off")
+	flag.IntVar(&o.conflicts.Probes, "conflict-probe-count", o.conflicts.Probes, "probes per address per round (RFC 5227: 3)")
+	flag.DurationVar(&o.conflicts.Spacing, "conflict-probe-spacing", o.conflicts.Spacing, "time between two probes of one address, during which answers are collected")
 	logOpts := zap.Options{}
 	logOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -95,7 +101,7 @@ func run(o options) error {
 	s := &speaker.Speaker{
 		Node: o.node, LBClass: o.lbClass, Cache: mgr.GetCache(), Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), MLPort: o.port,
 		Announce: l2.NewAnnouncer(log.WithName("l2"), metrics), BGP: sessions, Recorder: mgr.GetEventRecorderFor("portico-speaker"),
-		Metrics: metrics, Log: log, SelfCheck: o.selfCheck, KeyRefresh: o.keyRefresh,
+		Metrics: metrics, Log: log, SelfCheck: o.selfCheck, Conflicts: o.conflicts, KeyRefresh: o.keyRefresh,
 		IgnoreExcludeLabel: o.ignoreExcludeLabel, IgnoreClassless: o.ignoreClassless,
 	}
 	var keys membership.Keys

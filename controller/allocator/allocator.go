@@ -17,6 +17,7 @@ type Allocator struct {
 	ips      map[netip.Addr]*holding
 	byKey    map[string]map[netip.Addr]struct{} // sharing key → addresses used under it
 	services map[string]*assignment
+	inUse    map[netip.Addr]struct{} // answered for by a foreign host: skipped by automatic allocation
 }
 
 // assignment is what one Service holds and the request it was made for.

@@ -20,6 +20,8 @@ import (
 //	         [ports=(TCP/80,...)] [local] [selector=S] [selected=(P,...)]
 //	restore svc=NS/NAME ip=(...) [the same request arguments]
 //	release svc=NS/NAME
+//	inuse [ip=(...)]       the addresses foreign hosts answer for (SetInUse); none: no address
+//	next pool=P [n=N]      the pool's next addresses (NextAddresses; n defaults to 4)
 //	stats                  every pool's counts
 //	show                   every assignment
 func TestAllocator(t *testing.T) {
@@ -58,6 +60,19 @@ func runCommand(t *testing.T, a *Allocator, d *datadriven.TestData) string {
 			return "freed nothing\n"
 		}
 		return "freed " + commaAddrs(freed) + "\n"
+	case "inuse":
+		if a.SetInUse(parseRequest(t, d).IPs) {
+			return "released an address\n"
+		}
+		return "released nothing\n"
+	case "next":
+		var pool string
+		n := 4
+		d.ScanArgs(t, "pool", &pool)
+		if d.HasArg("n") {
+			d.ScanArgs(t, "n", &n)
+		}
+		return "next " + commaAddrs(a.NextAddresses(pool, n)) + "\n"
 	case "stats":
 		return stats(a)
 	case "show":

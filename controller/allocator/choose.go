@@ -137,17 +137,8 @@ func (a *Allocator) pickIn(p *poolState, fams []Family, req *Request) ([]netip.A
 }
 
 func (a *Allocator) lowestFree(p *poolState, f Family) (netip.Addr, bool) {
-	taken := a.taken
-	if p.AvoidBuggyIPs {
-		taken = a.takenBug
-	}
-	for _, r := range p.Ranges {
-		if FamilyOf(r.First) != f {
-			continue
-		}
-		if ip, ok := taken.firstFree(r); ok {
-			return ip, true
-		}
+	for ip := range a.free(p, f) {
+		return ip, true
 	}
 	return netip.Addr{}, false
 }
@@ -188,7 +179,11 @@ func (a *Allocator) describeFull(p *poolState, fams []Family) string {
 			}
 		}
 	}
-	return fmt.Sprintf("pool %s is exhausted: all %s usable %s addresses are assigned", p.Name, usable, familyList(fams))
+	msg := fmt.Sprintf("pool %s is exhausted: all %s usable %s addresses are assigned", p.Name, usable, familyList(fams))
+	if n := a.inUseFree(p); n > 0 {
+		msg = fmt.Sprintf("pool %s is exhausted: of its %s usable %s addresses, those no Service holds are in use by foreign hosts (%d, listed in the pool's status.inUse)", p.Name, usable, familyList(fams), n)
+	}
+	return msg
 }
 
 func familyList(fams []Family) string {

@@ -6,6 +6,8 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -54,6 +56,7 @@ func Run(ctx context.Context, e *plugin.Env) error {
 		plugin.Row(tw, "(none: no Service can get an address)")
 	}
 	tw.Flush()
+	printInUse(e, pools.Items)
 
 	fmt.Fprintln(e.Out, "\nSPEAKERS")
 	tw = plugin.Table(e.Out, "NODE", "READY", "L2", "BGP-PEERS-UP", "SELF-CHECKS", "PROBLEMS")
@@ -94,4 +97,22 @@ func poolProblems(p *porticov1.IPAddressPool) string {
 		}
 	}
 	return strings.Join(out, "; ")
+}
+
+// printInUse lists, per pool, the free addresses a foreign host answered for: they are not
+// handed out while it does.
+func printInUse(e *plugin.Env, pools []porticov1.IPAddressPool) {
+	var tw *tabwriter.Writer
+	for _, p := range pools {
+		for _, u := range p.Status.InUse {
+			if tw == nil {
+				fmt.Fprintln(e.Out, "\nADDRESSES IN USE BY FOREIGN HOSTS (not handed out while they answer)")
+				tw = plugin.Table(e.Out, "POOL", "ADDRESS", "MAC", "SEEN-BY", "SINCE")
+			}
+			plugin.Row(tw, p.Name, u.Address, u.MAC, u.SeenBy, u.Since.UTC().Format(time.RFC3339))
+		}
+	}
+	if tw != nil {
+		tw.Flush()
+	}
 }

@@ -1,0 +1,90 @@
+package l2
+
+import (
+	"bytes"
+	"encoding/binary"
+	"net"
+	"net/netip"
+
+	"github.com/mdlayher/ethernet"
+	"github.com/mdlayher/ndp"
+)
+
+const (
+	etherTypeIPv6 ethernet.EtherType = 0x86dd
+	ipv6HeaderLen                    = 40
+	protoICMPv6                      = 58
+)
+
+// NDPProbe returns a duplicate-address-detection neighbour solicitation for ip from mac (RFC
+// 4862 5.4.2), the IPv6 counterpart of ARPProbe: from the unspecified address ::, to ip's
+// solicited-node group, hop limit 255, with no source link-layer option (forbidden from ::).
+// Whoever holds ip answers with an advertisement to all nodes, and nobody's neighbour cache
+// learns anything from the probe. nil when ip is not an IPv6 address.
+func NDPProbe(mac net.HardwareAddr, ip netip.Addr) []byte {
+	if !ip.Is6() || ip.Is4In6() || len(mac) != 6 {
+		return nil
+	}
+	group, err := ndp.SolicitedNodeMulticast(ip)
+	if err != nil {
+		return nil
+	}
+	icmp, err := ndp.MarshalMessageChecksum(&ndp.NeighborSolicitation{TargetAddress: ip}, netip.IPv6Unspecified(), group)
+	if err != nil {
+		return nil
+	}
+	g := group.As16()
+	dst := net.HardwareAddr{0x33, 0x33, g[12], g[13], g[14], g[15]}
+	hdr := make([]byte, ipv6HeaderLen, ipv6HeaderLen+len(icmp))
+	hdr[0] = 6 << 4
+	binary.BigEndian.PutUint16(hdr[4:6], uint16(len(icmp)))
+	hdr[6], hdr[7] = protoICMPv6, 255
+	// source :: is the zero bytes already there
+	copy(hdr[24:40], g[:])
+	f := ethernet.Frame{Destination: dst, Source: mac, EtherType: etherTypeIPv6, Payload: append(hdr, icmp...)}
+	b, err := f.MarshalBinary()
+	if err != nil {
+		return nil
+	}
+	return b
+}
+
+// NDPAnswer reads frame as a neighbour advertisement for ip and returns the MAC it advertises
+// (its target link-layer address option, else the frame's source), or nil when it is anything
+// else: not IPv6 carrying ICMPv6 directly, a hop limit other than 255 (RFC 4861 7.1.2: it did
+// not come from the link), a truncated or malformed message, another target, or our own frame
+// (mac). The frames are untrusted input: see FuzzNDPAnswer.
+func NDPAnswer(frame []byte, mac net.HardwareAddr, ip netip.Addr) net.HardwareAddr {
+	var f ethernet.Frame
+	if err := f.UnmarshalBinary(frame); err != nil || f.EtherType != etherTypeIPv6 || bytes.Equal(f.Source, mac) {
+		return nil
+	}
+	p := f.Payload
+	if len(p) < ipv6HeaderLen || p[0]>>4 != 6 || p[6] != protoICMPv6 || p[7] != 255 {
+		return nil
+	}
+	n := int(binary.BigEndian.Uint16(p[4:6]))
+	if n > len(p)-ipv6HeaderLen {
+		return nil
+	}
+	m, err := ndp.ParseMessage(p[ipv6HeaderLen : ipv6HeaderLen+n])
+	if err != nil {
+		return nil
+	}
+	na, ok := m.(*ndp.NeighborAdvertisement)
+	if !ok || na.TargetAddress != ip {
+		return nil
+	}
+	for _, o := range na.Options {
+		if lla, ok := o.(*ndp.LinkLayerAddress); ok && lla.Direction == ndp.Target {
+			if len(lla.Addr) != 6 {
+				return nil
+			}
+			return lla.Addr
+		}
+	}
+	if len(f.Source) != 6 {
+		return nil
+	}
+	return f.Source
+}
