@@ -58,9 +58,9 @@ CLUSTER_IMAGE ?= portico.local/portico:dev
 cluster: controlplane
 	go run ./hack/cluster -out bin/cluster -image $(CLUSTER_IMAGE)
 
-## build: build Portico's binaries into bin/.
+## build: build Portico's binaries into bin/ (grpcnotrace: as the image, see docs/install.md).
 build:
-	go build -o bin/ ./cmd/...
+	go build -tags grpcnotrace -o bin/ ./cmd/...
 
 # What the root-only suites (L2, BGP, data plane, the router examples) need besides root; .ci/run
 # installs them (`make -s lab-packages` prints the list).
