@@ -84,6 +84,7 @@ func run(o options) error {
 	}
 	log := ctrl.Log.WithName("speaker").WithValues("node", o.node)
 	mgr, err := kube.NewManager(ctrl.Options{Metrics: metricsserver.Options{BindAddress: o.metricsAddr}, HealthProbeBindAddress: o.probeAddr,
+		Cache:            speaker.CacheOptions(),
 		PprofBindAddress: o.pprofAddr})
 	if err != nil {
 		return err
