@@ -30,9 +30,9 @@ func BenchmarkSpeakerMemory(b *testing.B) {
 			e.restartSpeakers([]string{"--pprof-bind-address", ":6060"})
 		}
 		var rep strings.Builder
-		fmt.Fprintf(&rep, "Measured %s on %d CPUs; three speakers in network namespaces on one bridge, real kube-apiserver. Each figure is the highest VmRSS of ten samples a second apart, with the Go runtime's own figures from the same moment.\n\n",
-			time.Now().UTC().Format("2006-01-02"), runtimeCPUs())
-		fmt.Fprintf(&rep, "| state | speaker | VmRSS | RssAnon | RssFile | Go heap in use | Go stacks | Go runtime total (sys) | goroutines |\n|---|---|---|---|---|---|---|---|---|\n")
+		fmt.Fprintf(&rep, "Measured %s on %d CPUs; three speakers in network namespaces on one bridge, real kube-apiserver. Each figure is the highest VmRSS of ten samples a second apart, with the Go runtime's own figures from the same moment. The speakers run with the DaemonSet's Go settings: %s.\n\n",
+			time.Now().UTC().Format("2006-01-02"), runtimeCPUs(), goSettings(e.Security.GoEnv))
+		fmt.Fprintf(&rep, "| state | speaker | VmRSS | RssAnon | RssFile | Go heap in use | Go stacks | Go runtime total (sys) | goroutines | GC cycles since start |\n|---|---|---|---|---|---|---|---|---|---|\n")
 		row := func(state, file string, nodes ...string) {
 			var worst memSample
 			for _, n := range nodes {
@@ -40,8 +40,8 @@ func BenchmarkSpeakerMemory(b *testing.B) {
 					worst = s
 				}
 			}
-			fmt.Fprintf(&rep, "| %s | %s | %s | %s | %s | %s | %s | %s | %d |\n", state, worst.node, mib(worst.rss), mib(worst.anon), mib(worst.file),
-				mibBytes(worst.heap), mibBytes(worst.stacks), mibBytes(worst.goSys), worst.goroutines)
+			fmt.Fprintf(&rep, "| %s | %s | %s | %s | %s | %s | %s | %s | %d | %.0f |\n", state, worst.node, mib(worst.rss), mib(worst.anon), mib(worst.file),
+				mibBytes(worst.heap), mibBytes(worst.stacks), mibBytes(worst.goSys), worst.goroutines, worst.gcCycles)
 			if profiles != "" {
 				e.saveHeapProfile(worst.node, filepath.Join(profiles, file+"-"+worst.node+".pb.gz"))
 			}
@@ -76,6 +76,7 @@ type memSample struct {
 	node                string
 	rss, anon, file     int
 	heap, stacks, goSys float64
+	gcCycles            float64 // garbage collections since the start
 	goroutines          int
 }
 
@@ -94,6 +95,7 @@ func (e *l2Env) memoryOf(node string) memSample {
 		s.stacks = e.metric(node, "go_memstats_stack_inuse_bytes")
 		s.goSys = e.metric(node, "go_memstats_sys_bytes")
 		s.goroutines = int(e.metric(node, "go_goroutines"))
+		s.gcCycles = e.metric(node, "go_gc_cycles_total_gc_cycles_total")
 		if s.rss > worst.rss {
 			worst = s
 		}
@@ -121,6 +123,13 @@ func (e *l2Env) saveHeapProfile(node, path string) {
 	body, err := io.ReadAll(resp.Body)
 	must(e.t, err)
 	must(e.t, os.WriteFile(path, body, 0o644))
+}
+
+func goSettings(env []string) string {
+	if len(env) == 0 {
+		return "none (Go's defaults)"
+	}
+	return strings.Join(env, " ")
 }
 
 func mibBytes(b float64) string { return fmt.Sprintf("%.1f MiB", b/(1<<20)) }
