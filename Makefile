@@ -8,7 +8,7 @@ export KUBEBUILDER_ASSETS := $(CONTROLPLANE_DIR)
 export CGO_ENABLED := 0
 CONTROLLER_GEN := go tool controller-gen
 
-.PHONY: all generate manifests image controlplane cluster bench-cluster test lab-packages vulncheck bench bench-curve bench-l2 bench-dataplane bench-bgp bench-scale chaos fuzz demo build clean
+.PHONY: all generate manifests image controlplane cluster bench-cluster test lab-packages vulncheck bench bench-curve bench-l2 bench-memory bench-dataplane bench-bgp bench-scale chaos fuzz demo build clean
 
 all: build
 
@@ -58,9 +58,9 @@ CLUSTER_IMAGE ?= portico.local/portico:dev
 cluster: controlplane
 	go run ./hack/cluster -out bin/cluster -image $(CLUSTER_IMAGE)
 
-## build: build Portico's binaries into bin/.
+## build: build Portico's binaries into bin/ (grpcnotrace: as the image, see docs/install.md).
 build:
-	go build -o bin/ ./cmd/...
+	go build -tags grpcnotrace -o bin/ ./cmd/...
 
 # What the root-only suites (L2, BGP, data plane, the router examples) need besides root; .ci/run
 # installs them (`make -s lab-packages` prints the list).
@@ -137,6 +137,14 @@ bench-l2: controlplane
 	@mkdir -p bin
 	PORTICO_BENCH_L2_RUNS=$(BENCH_L2_RUNS) PORTICO_BENCH_L2_OUT=$(CURDIR)/bin/bench-l2.md go test -count=1 -run '^$$' -bench '^BenchmarkL2$$' -benchtime 1x -timeout 30m ./e2e/
 	@cat bin/bench-l2.md
+
+## bench-memory: what a speaker's resident memory is made of (VmRSS, anonymous and file-backed,
+## the Go heap and stacks) idle, with 1000 addresses and with a BGP session, three speakers in
+## network namespaces (root); heap profiles go to bin/memory/, the report to bin/bench-memory.md.
+bench-memory: controlplane
+	@mkdir -p bin/memory
+	PORTICO_BENCH_MEMORY_PROFILES=$(CURDIR)/bin/memory PORTICO_BENCH_MEMORY_OUT=$(CURDIR)/bin/bench-memory.md go test -count=1 -run '^$$' -bench '^BenchmarkSpeakerMemory$$' -benchtime 1x -timeout 30m ./e2e/
+	@cat bin/bench-memory.md
 
 ## bench-bgp (BENCH_BGP_RUNS, default 21; BENCH_BGP_SERVICES, default 1000): status → route in
 ## the router's kernel table and delete → withdrawn (medians), convergence with many Services and

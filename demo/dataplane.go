@@ -73,7 +73,7 @@ func startDataPlane(ctx context.Context, cp *controlplane.ControlPlane, root, as
 		}
 	}
 	speaker := filepath.Join(logDir, "portico-speaker")
-	build := exec.CommandContext(ctx, "go", "build", "-o", speaker, "./cmd/portico-speaker")
+	build := exec.CommandContext(ctx, "go", "build", "-tags", "grpcnotrace", "-o", speaker, "./cmd/portico-speaker")
 	build.Dir = root
 	if out, err := build.CombinedOutput(); err != nil {
 		o.Fatalf("building portico-speaker: %v\n%s", err, out)

@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -115,15 +114,8 @@ func BenchmarkBGP(b *testing.B) {
 // peakRSS is the highest VmHWM among the running speakers, in KiB.
 func (e *l2Env) peakRSS() int {
 	m := 0
-	for _, p := range e.speakers {
-		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
-		must(e.t, err)
-		for _, l := range strings.Split(string(data), "\n") {
-			if strings.HasPrefix(l, "VmHWM:") {
-				kb, _ := strconv.Atoi(strings.Fields(l)[1])
-				m = max(m, kb)
-			}
-		}
+	for node := range e.speakers {
+		m = max(m, e.procStatus(node)["VmHWM"])
 	}
 	return m
 }

@@ -213,17 +213,7 @@ func (e *l2Env) metric(node, name string) float64 {
 	return 0
 }
 
-func (e *l2Env) rssOf(node string) int {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", e.speakers[node].cmd.Process.Pid))
-	must(e.t, err)
-	for _, l := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(l, "VmRSS:") {
-			kb, _ := strconv.Atoi(strings.Fields(l)[1])
-			return kb
-		}
-	}
-	return 0
-}
+func (e *l2Env) rssOf(node string) int { return e.procStatus(node)["VmRSS"] }
 
 func (e *l2Env) maxRSS() int {
 	m := 0

@@ -192,6 +192,7 @@ func (e *l2Env) startSpeaker(name string) {
 		"--memberlist-bind-address", n.IPv4.Addr().String(), "--metrics-bind-address", n.IPv4.Addr().String() + ":7474"}, e.extraArgs...)
 	cmd := exec.Command("ip", append([]string{"netns", "exec", n.NS}, e.Security.command(e.Speaker, args...)...)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.Env = append(os.Environ(), e.Security.GoEnv...)
 	if err := cmd.Start(); err != nil {
 		e.t.Fatal(err)
 	}

@@ -22,6 +22,9 @@ type speakerSecurity struct {
 	User, Group  int64
 	Capabilities []string // Kubernetes names: NET_RAW, ...
 	NoNewPrivs   bool
+	// GoEnv holds the container's Go runtime settings (GOGC, GOMEMLIMIT, ...) as NAME=value:
+	// the lab's speakers run with them, so the memory bench measures what a node runs.
+	GoEnv []string
 }
 
 // capabilityBits are the capabilities a speaker manifest may name.
@@ -49,6 +52,11 @@ func daemonSetSecurity(t testing.TB) speakerSecurity {
 			t.Fatalf("the lab does not know capability %s", c)
 		}
 		s.Capabilities = append(s.Capabilities, string(c))
+	}
+	for _, v := range ds.Spec.Template.Spec.Containers[0].Env {
+		if strings.HasPrefix(v.Name, "GO") && v.ValueFrom == nil {
+			s.GoEnv = append(s.GoEnv, v.Name+"="+v.Value)
+		}
 	}
 	return s
 }

@@ -33,6 +33,7 @@ import (
 type options struct {
 	node, lbClass, metricsAddr string
 	probeAddr                  string
+	pprofAddr                  string
 	bindAddr                   string
 	port                       int
 	secret                     string
@@ -50,6 +51,7 @@ func main() {
 	flag.StringVar(&o.lbClass, "load-balancer-class", v1alpha1.DefaultLoadBalancerClass, "spec.loadBalancerClass handled besides no class")
 	flag.StringVar(&o.metricsAddr, "metrics-bind-address", ":7474", "address the Prometheus metrics endpoint binds to; 0 disables it")
 	flag.StringVar(&o.probeAddr, "health-probe-bind-address", ":7475", "address the /healthz (main loop alive) and /readyz (synced and joined) endpoints bind to; 0 disables them")
+	flag.StringVar(&o.pprofAddr, "pprof-bind-address", "0", "address Go's /debug/pprof endpoints bind to, for memory and CPU profiles; 0 disables them")
 	flag.StringVar(&o.bindAddr, "memberlist-bind-address", os.Getenv("HOST_IP"),
 		"address memberlist gossip binds to (UDP and TCP), one of this node's InternalIP addresses (default $HOST_IP, from the downward API's status.hostIP; when empty, the Node's first InternalIP)")
 	flag.IntVar(&o.port, "memberlist-port", 7946, "memberlist port, the same on every node")
@@ -87,7 +89,9 @@ func run(o options) error {
 		return fmt.Errorf("no node name: set --node-name or NODE_NAME")
 	}
 	log := ctrl.Log.WithName("speaker").WithValues("node", o.node)
-	mgr, err := kube.NewManager(ctrl.Options{Metrics: metricsserver.Options{BindAddress: o.metricsAddr}, HealthProbeBindAddress: o.probeAddr})
+	mgr, err := kube.NewManager(ctrl.Options{Metrics: metricsserver.Options{BindAddress: o.metricsAddr}, HealthProbeBindAddress: o.probeAddr,
+		Cache:            speaker.CacheOptions(),
+		PprofBindAddress: o.pprofAddr})
 	if err != nil {
 		return err
 	}

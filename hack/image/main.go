@@ -114,13 +114,15 @@ func ParsePlatforms(list string) ([]Platform, error) {
 
 // Build compiles packages for p into dir. No -trimpath, and cgo is off as in every
 // other build of the project (the Makefile exports CGO_ENABLED=0), so this shares the compile
-// cache of the tests; -s drops the symbol table the image does not need.
+// cache of the tests; -s drops the symbol table the image does not need. The grpcnotrace tag
+// leaves out gRPC's request tracing (GoBGP links gRPC), whose HTML templates made the linker keep
+// every exported method of every type: 12 MB of code, most of it resident (docs/install.md).
 func Build(src string, p Platform, dir string, packages []string) error {
 	dir, err := filepath.Abs(dir)
 	if err != nil {
 		return err
 	}
-	args := []string{"build", "-ldflags=-s", "-o", dir + "/"}
+	args := []string{"build", "-tags", "grpcnotrace", "-ldflags=-s", "-o", dir + "/"}
 	args = append(args, packages...)
 	cmd := exec.Command("go", args...)
 	cmd.Dir = src

@@ -123,8 +123,11 @@ func (s *Sessions) States() map[string]State {
 func (s *Sessions) start(ctx context.Context, p Peer) (*session, error) {
 	srv := server.NewBgpServer(server.LoggerOption(gobgpLogger(s.Log.WithName("gobgp").WithValues("peer", p.Name)), nil))
 	go srv.Serve()
-	// ListenPort -1: connect out only; the speaker never listens on 179.
-	if err := srv.StartBgp(ctx, &api.StartBgpRequest{Global: &api.Global{Asn: p.MyASN, RouterId: p.RouterID.String(), ListenPort: -1}}); err != nil {
+	// ListenPort -1: connect out only; the speaker never listens on 179. Only the unicast
+	// families: GoBGP makes two RIB tables of 2048 shards per family it is given, and with none
+	// given it makes them for all of its twenty-odd families (about 13 MiB per session).
+	if err := srv.StartBgp(ctx, &api.StartBgpRequest{Global: &api.Global{Asn: p.MyASN, RouterId: p.RouterID.String(), ListenPort: -1,
+		Families: unicastFamilies}}); err != nil {
 		srv.Stop()
 		return nil, fmt.Errorf("starting BGP: %w", err)
 	}

@@ -1,0 +1,36 @@
+package speaker
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+)
+
+// CacheOptions are the speaker's informer cache settings: each object is trimmed by
+// TrimForCache before it is stored.
+func CacheOptions() cache.Options {
+	return cache.Options{DefaultTransform: TrimForCache}
+}
+
+// TrimForCache drops what the speaker never reads from an object before the informer cache keeps
+// it: every object's managedFields and kubectl's last-applied-configuration annotation (a copy
+// of the whole object as applied, often most of a Service's size), and a Node's list of
+// container images (tens of KiB on a busy node). Every speaker caches every Service and Node of
+// the cluster, so this is paid per object, on every node.
+func TrimForCache(obj any) (any, error) {
+	if m, err := meta.Accessor(obj); err == nil {
+		if m.GetManagedFields() != nil {
+			m.SetManagedFields(nil)
+		}
+		if a := m.GetAnnotations(); a != nil {
+			if _, ok := a[corev1.LastAppliedConfigAnnotation]; ok {
+				delete(a, corev1.LastAppliedConfigAnnotation)
+				m.SetAnnotations(a)
+			}
+		}
+	}
+	if n, ok := obj.(*corev1.Node); ok {
+		n.Status.Images = nil
+	}
+	return obj, nil
+}
