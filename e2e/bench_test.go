@@ -3,7 +3,10 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -192,6 +195,31 @@ func peakRSS(b *testing.B, pid int) float64 {
 	return 0
 }
 
+// heapProfiling, when PORTICO_BENCH_HEAP_DIR names a directory, gives the controller a pprof
+// endpoint (the flags to start it with) and returns a function that saves its heap profile
+// there; otherwise no flags and a function that does nothing.
+func heapProfiling(b *testing.B) (args []string, save func(name string)) {
+	dir := os.Getenv("PORTICO_BENCH_HEAP_DIR")
+	if dir == "" {
+		return nil, func(string) {}
+	}
+	addr := freeAddr(b)
+	return []string{"--pprof-bind-address", addr}, func(name string) {
+		resp, err := http.Get("http://" + addr + "/debug/pprof/heap")
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer resp.Body.Close()
+		profile, err := io.ReadAll(resp.Body)
+		if err == nil {
+			err = os.WriteFile(filepath.Join(dir, name+".heap"), profile, 0o644)
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // leaseWrites are the apiserver's own lease renewals, not the controller's.
 func leaseWrites(after, before map[string]float64) float64 {
 	return delta(after, before, "PUT leases", "POST leases", "PATCH leases")
@@ -276,8 +304,10 @@ func BenchmarkBacklog(b *testing.B) {
 	create(b, cp, "default", n, nil)
 	iw := watchIPs(b, cp, "default", n)
 	start := time.Now()
-	first := startController(b, cp, logFile(b, "first"))
+	pprof, profiled := heapProfiling(b)
+	first := startController(b, cp, logFile(b, "first"), pprof...)
 	took := iw.wait(b).Sub(start)
+	profiled(fmt.Sprintf("backlog-%d", n))
 	first.waitSettled(b, n)
 	waitPoolAssigned(b, cp, "bench", int64(n))
 	snap := takeSnapshot(b, cp)

@@ -22,6 +22,7 @@ import (
 func main() {
 	metricsAddr := flag.String("metrics-bind-address", ":7472", "address the Prometheus metrics endpoint binds to; 0 disables it")
 	probeAddr := flag.String("health-probe-bind-address", ":7473", "address the /healthz and /readyz endpoints bind to")
+	pprofAddr := flag.String("pprof-bind-address", "0", "address Go's /debug/pprof endpoints bind to (heap and CPU profiles); 0 disables them")
 	leaderElect := flag.Bool("leader-elect", false, "elect one active replica through a Lease, so two or more can run")
 	leaderNamespace := flag.String("leader-election-namespace", "", "namespace of the leader Lease (default: the pod's own)")
 	leaseDuration := flag.Duration("leader-elect-lease-duration", 15*time.Second, "how long followers wait before taking over from a leader that stopped renewing")
@@ -40,6 +41,7 @@ func main() {
 	opts := ctrl.Options{
 		Metrics:                 metricsserver.Options{BindAddress: *metricsAddr},
 		HealthProbeBindAddress:  *probeAddr,
+		PprofBindAddress:        *pprofAddr,
 		LeaderElection:          *leaderElect,
 		LeaderElectionID:        "portico-controller.portico.dev",
 		LeaderElectionNamespace: *leaderNamespace,
