@@ -47,7 +47,10 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if err := (&BGPPeerReconciler{Client: mgr.GetClient()}).setup(mgr); err != nil {
 		return err
 	}
-	recorder := mgr.GetEventRecorder("portico-controller")
+	recorder := newEventSender(mgr.GetClient(), mgr.GetScheme(), "portico-controller", w, opts.Metrics)
+	if err := mgr.Add(recorder); err != nil {
+		return err
+	}
 	if err := (&AdvertisementReconciler{Client: mgr.GetClient(), Recorder: recorder}).setup(mgr); err != nil {
 		return err
 	}
