@@ -5,6 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 
 	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
 )
@@ -22,6 +23,13 @@ type Options struct {
 	// IgnoreClassless leaves Services without a loadBalancerClass to another load balancer;
 	// the speakers must run with the same setting.
 	IgnoreClassless bool
+}
+
+// CacheOptions set what the manager's cache keeps: no object's managedFields, which nothing
+// here reads and which are about a third of a cached Service (and of every copy a List makes).
+// A status update sent from a copy without them leaves the stored ones as they are.
+func CacheOptions(o *ctrl.Options) {
+	o.Cache.DefaultTransform = cache.TransformStripManagedFields()
 }
 
 // Setup registers every Portico reconciler with the manager. They share one allocator, fed

@@ -52,6 +52,7 @@ func main() {
 		// waiting for the lease to expire.
 		LeaderElectionReleaseOnCancel: true,
 	}
+	controller.CacheOptions(&opts)
 	if err := run(opts, copts); err != nil {
 		fmt.Fprintln(os.Stderr, "portico-controller:", err)
 		os.Exit(1)
