@@ -8,6 +8,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/go-logr/logr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -36,7 +37,7 @@ func main() {
 	logOpts := zap.Options{}
 	logOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
-	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&logOpts)))
+	ctrl.SetLogger(logr.New(lazyValues{sink: zap.New(zap.UseFlagOptions(&logOpts)).GetSink()}))
 
 	opts := ctrl.Options{
 		Metrics:                 metricsserver.Options{BindAddress: *metricsAddr},
