@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime/debug"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -54,6 +55,12 @@ func main() {
 		LeaderElectionReleaseOnCancel: true,
 	}
 	controller.CacheOptions(&opts)
+	if os.Getenv("GOGC") == "" {
+		// The heap may grow to 1.5 times what is live before a collection, not twice: at
+		// 5000 Services about 30 MB is live and the collector's share of CPU stays near zero,
+		// so the headroom, not the live data, was most of the peak.
+		debug.SetGCPercent(50)
+	}
 	if err := run(opts, copts); err != nil {
 		fmt.Fprintln(os.Stderr, "portico-controller:", err)
 		os.Exit(1)
