@@ -5,6 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 
 	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
 )
@@ -24,6 +25,13 @@ type Options struct {
 	IgnoreClassless bool
 }
 
+// CacheOptions set what the manager's cache keeps: no object's managedFields, which nothing
+// here reads and which are about a third of a cached Service (and of every copy a List makes).
+// A status update sent from a copy without them leaves the stored ones as they are.
+func CacheOptions(o *ctrl.Options) {
+	o.Cache.DefaultTransform = cache.TransformStripManagedFields()
+}
+
 // Setup registers every Portico reconciler with the manager. They share one allocator, fed
 // first from the pools and every Service's status, so no address moves across restarts, and
 // one status writer, so their writes to a Service never fight.
@@ -41,7 +49,10 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if err := mgr.Add(w); err != nil {
 		return err
 	}
-	recorder := mgr.GetEventRecorder("portico-controller")
+	recorder := newEventSender(mgr.GetClient(), mgr.GetScheme(), "portico-controller", w, opts.Metrics)
+	if err := mgr.Add(recorder); err != nil {
+		return err
+	}
 	if err := (&PoolReconciler{Client: mgr.GetClient(), Recorder: recorder, state: s, metrics: opts.Metrics}).setup(mgr); err != nil {
 		return err
 	}

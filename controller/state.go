@@ -101,38 +101,45 @@ func (s *state) load(ctx context.Context, b *book) error {
 	// A new leader rebuilds from the apiserver, not from its cache: the cache may not yet have
 	// seen the old leader's last status writes (an address moved to another Service just before
 	// it died), and a rebuild without them gives those addresses away again.
-	services := s.reader
+	services, paged := s.reader, false
 	if s.live != nil {
-		services = s.live
+		services, paged = s.live, true
 	}
-	var svcs corev1.ServiceList
-	if err := services.List(ctx, &svcs); err != nil {
+	var pools porticov1.IPAddressPoolList
+	if err := s.reader.List(ctx, &pools); err != nil {
+		return err
+	}
+	// Only what the rebuild needs is kept of each Service, not the Service.
+	type held struct {
+		created time.Time
+		key     string
+		req     allocator.Request
+		ips     []netip.Addr
+	}
+	var all []held
+	err := eachService(ctx, services, paged, func(svc *corev1.Service) {
+		ips := porticov1.IngressAddrs(svc)
+		if !s.ours(svc) || len(ips) == 0 {
+			return
+		}
+		req, _ := s.requestFrom(ctx, svc, pools.Items) // a bad annotation does not stop the Service keeping its address
+		all = append(all, held{svc.CreationTimestamp.Time, svc.Namespace + "/" + svc.Name, req, ips})
+	})
+	if err != nil {
 		return err
 	}
 	// Oldest first: if two Services claim one address, the older keeps it.
-	slices.SortFunc(svcs.Items, func(a, b corev1.Service) int {
-		return cmp.Or(a.CreationTimestamp.Compare(b.CreationTimestamp.Time), cmp.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name))
-	})
+	slices.SortFunc(all, func(a, b held) int { return cmp.Or(a.created.Compare(b.created), cmp.Compare(a.key, b.key)) })
 	// Services whose status still meets their spec go first: one edited after its status was
 	// written (moved to another pool, say) may still list an address that was freed and given
 	// to another Service, whose write landed first (status writes go out in parallel) before
 	// the old leader died. The edited one is moving anyway; the other must keep its address.
-	type held struct {
-		req allocator.Request
-		ips []netip.Addr
-	}
 	var fit, stale []held
-	for i := range svcs.Items {
-		svc := &svcs.Items[i]
-		ips := porticov1.IngressAddrs(svc)
-		if !s.ours(svc) || len(ips) == 0 {
-			continue
-		}
-		req, _ := s.request(ctx, svc) // a bad annotation does not stop the Service keeping its address
-		if b.alloc.Satisfies(req, ips) {
-			fit = append(fit, held{req, ips})
+	for _, h := range all {
+		if b.alloc.Satisfies(h.req, h.ips) {
+			fit = append(fit, h)
 		} else {
-			stale = append(stale, held{req, ips})
+			stale = append(stale, h)
 		}
 	}
 	log := logf.FromContext(ctx)
@@ -148,6 +155,30 @@ func (s *state) load(ctx context.Context, b *book) error {
 	b.loaded = true
 	return nil
 }
+
+// eachService calls fn with every Service r lists, a page of servicesPage at a time when
+// paged (the apiserver's pages are one consistent list): a rebuild at 20 000 Services would
+// otherwise hold them all, and the response they came in, at once.
+func eachService(ctx context.Context, r client.Reader, paged bool, fn func(*corev1.Service)) error {
+	for next := ""; ; {
+		var page corev1.ServiceList
+		var opts []client.ListOption
+		if paged {
+			opts = []client.ListOption{client.Limit(servicesPage), client.Continue(next)}
+		}
+		if err := r.List(ctx, &page, opts...); err != nil {
+			return err
+		}
+		for i := range page.Items {
+			fn(&page.Items[i])
+		}
+		if next = page.Continue; !paged || next == "" {
+			return nil
+		}
+	}
+}
+
+const servicesPage = 500
 
 // withLock runs fn holding the book's lock, with the allocator loaded and fed the pools in the
 // cache. The lock is released however fn ends (guarded.Value.Do). When the pools changed, it

@@ -44,6 +44,8 @@ type statusWriter struct {
 	inflight map[string][]*writeJob // writes handed to a lane and not done yet, oldest first
 	written  map[string][]written   // our writes the cache may not show yet
 	failures map[string]int         // consecutive failures, for backoff
+	pending  int                    // writes submitted and not done
+	idle     chan struct{}          // closed while pending is 0: events wait for it (eventSender)
 }
 
 // written is a write of ours that landed, or whose fate is unknown (a timeout, a cut
@@ -76,7 +78,9 @@ const (
 
 func newStatusWriter(c client.Client, reader client.Reader) *statusWriter {
 	w := &statusWriter{client: c, reader: reader, stopped: make(chan struct{}),
-		inflight: map[string][]*writeJob{}, written: map[string][]written{}, failures: map[string]int{}}
+		inflight: map[string][]*writeJob{}, written: map[string][]written{}, failures: map[string]int{},
+		idle: make(chan struct{})}
+	close(w.idle)
 	for range writeLanes {
 		w.lanes = append(w.lanes, make(chan *writeJob, laneDepth))
 	}
@@ -127,6 +131,9 @@ func (w *statusWriter) submit(key string, cached *corev1.Service, p writePart) {
 	}
 	job := &writeJob{key: key, obj: want, ips: porticov1.IngressAddrs(want), part: p}
 	w.inflight[key] = append(w.inflight[key], job)
+	if w.pending++; w.pending == 1 {
+		w.idle = make(chan struct{})
+	}
 	w.mu.Unlock()
 	h := fnv.New32a()
 	h.Write([]byte(key))
@@ -141,11 +148,21 @@ func (w *statusWriter) submit(key string, cached *corev1.Service, p writePart) {
 
 // done forgets a write handed over: it is no longer on its way. Call with mu held.
 func (w *statusWriter) done(job *writeJob) {
+	if w.pending--; w.pending == 0 {
+		close(w.idle)
+	}
 	if js := slices.DeleteFunc(w.inflight[job.key], func(j *writeJob) bool { return j == job }); len(js) > 0 {
 		w.inflight[job.key] = js
 	} else {
 		delete(w.inflight, job.key)
 	}
+}
+
+// quiet returns a channel that is closed while no status write is pending.
+func (w *statusWriter) quiet() <-chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.idle
 }
 
 // unseen returns our writes to the Service that cached does not show, and forgets those it

@@ -1,9 +1,13 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -192,6 +196,53 @@ func peakRSS(b *testing.B, pid int) float64 {
 	return 0
 }
 
+// cpuSeconds reads the CPU time a process has used so far (user and system).
+func cpuSeconds(b *testing.B, pid int) float64 {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	// After the command's name, in parentheses: state is field 3, utime 14 and stime 15.
+	f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+	utime, _ := strconv.ParseFloat(f[11], 64)
+	stime, _ := strconv.ParseFloat(f[12], 64)
+	return (utime + stime) / 100 // USER_HZ is 100 on Linux
+}
+
+// profiling, when PORTICO_BENCH_PROFILE_DIR names a directory, gives the controller a pprof
+// endpoint (the flags to start it with), a function that saves its heap profile there, and
+// one that makes its log file there (kept after the run); otherwise no flags, a function that
+// does nothing and logFile.
+func profiling(b *testing.B) (args []string, save func(name string), log func(name string) io.Writer) {
+	dir := os.Getenv("PORTICO_BENCH_PROFILE_DIR")
+	if dir == "" {
+		return nil, func(string) {}, func(name string) io.Writer { return logFile(b, name) }
+	}
+	log = func(name string) io.Writer {
+		f, err := os.Create(filepath.Join(dir, name+".log"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { f.Close() })
+		return f
+	}
+	addr := freeAddr(b)
+	return []string{"--pprof-bind-address", addr}, func(name string) {
+		resp, err := http.Get("http://" + addr + "/debug/pprof/heap")
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer resp.Body.Close()
+		profile, err := io.ReadAll(resp.Body)
+		if err == nil {
+			err = os.WriteFile(filepath.Join(dir, name+".heap"), profile, 0o644)
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+	}, log
+}
+
 // leaseWrites are the apiserver's own lease renewals, not the controller's.
 func leaseWrites(after, before map[string]float64) float64 {
 	return delta(after, before, "PUT leases", "POST leases", "PATCH leases")
@@ -276,8 +327,11 @@ func BenchmarkBacklog(b *testing.B) {
 	create(b, cp, "default", n, nil)
 	iw := watchIPs(b, cp, "default", n)
 	start := time.Now()
-	first := startController(b, cp, logFile(b, "first"))
+	pprof, profiled, log := profiling(b)
+	first := startController(b, cp, log("first"), pprof...)
 	took := iw.wait(b).Sub(start)
+	cpu := cpuSeconds(b, first.cmd.Process.Pid)
+	profiled(fmt.Sprintf("backlog-%d", n))
 	first.waitSettled(b, n)
 	waitPoolAssigned(b, cp, "bench", int64(n))
 	snap := takeSnapshot(b, cp)
@@ -286,7 +340,7 @@ func BenchmarkBacklog(b *testing.B) {
 	first.stop(syscall.SIGKILL)
 	before := apiWrites(b, cp)
 	restart := time.Now()
-	second := startController(b, cp, logFile(b, "second"))
+	second := startController(b, cp, log("second"))
 	second.waitSettled(b, n)
 	settled := time.Since(restart)
 	after := apiWrites(b, cp)
@@ -302,6 +356,7 @@ func BenchmarkBacklog(b *testing.B) {
 	b.ReportMetric(floor.Seconds(), "s-floor")
 	b.ReportMetric(took.Seconds()/floor.Seconds(), "x-floor")
 	b.ReportMetric(rss, "MiB-peak-rss")
+	b.ReportMetric(cpu, "s-controller-cpu")
 	b.ReportMetric(settled.Seconds(), "s-restart-settle")
 	restartWrites := 0.0
 	for k := range after {

@@ -6,8 +6,10 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime/debug"
 	"time"
 
+	"github.com/go-logr/logr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -22,6 +24,7 @@ import (
 func main() {
 	metricsAddr := flag.String("metrics-bind-address", ":7472", "address the Prometheus metrics endpoint binds to; 0 disables it")
 	probeAddr := flag.String("health-probe-bind-address", ":7473", "address the /healthz and /readyz endpoints bind to")
+	pprofAddr := flag.String("pprof-bind-address", "0", "address Go's /debug/pprof endpoints bind to (heap and CPU profiles); 0 disables them")
 	leaderElect := flag.Bool("leader-elect", false, "elect one active replica through a Lease, so two or more can run")
 	leaderNamespace := flag.String("leader-election-namespace", "", "namespace of the leader Lease (default: the pod's own)")
 	leaseDuration := flag.Duration("leader-elect-lease-duration", 15*time.Second, "how long followers wait before taking over from a leader that stopped renewing")
@@ -35,11 +38,12 @@ func main() {
 	logOpts := zap.Options{}
 	logOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
-	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&logOpts)))
+	ctrl.SetLogger(logr.New(lazyValues{sink: zap.New(zap.UseFlagOptions(&logOpts)).GetSink()}))
 
 	opts := ctrl.Options{
 		Metrics:                 metricsserver.Options{BindAddress: *metricsAddr},
 		HealthProbeBindAddress:  *probeAddr,
+		PprofBindAddress:        *pprofAddr,
 		LeaderElection:          *leaderElect,
 		LeaderElectionID:        "portico-controller.portico.dev",
 		LeaderElectionNamespace: *leaderNamespace,
@@ -49,6 +53,13 @@ func main() {
 		// Stepping down at once on shutdown lets the other replica take over without
 		// waiting for the lease to expire.
 		LeaderElectionReleaseOnCancel: true,
+	}
+	controller.CacheOptions(&opts)
+	if os.Getenv("GOGC") == "" {
+		// The heap may grow to 1.5 times what is live before a collection, not twice: at
+		// 5000 Services about 30 MB is live and the collector's share of CPU stays near zero,
+		// so the headroom, not the live data, was most of the peak.
+		debug.SetGCPercent(50)
 	}
 	if err := run(opts, copts); err != nil {
 		fmt.Fprintln(os.Stderr, "portico-controller:", err)

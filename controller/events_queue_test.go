@@ -1,0 +1,43 @@
+package controller
+
+import (
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+)
+
+// TestEventQueue: identical events waiting together become one, sent as a series with their
+// count (the object's resourceVersion does not make them different); a different note is
+// another event; beyond maxPendingEvents the newest are dropped and counted.
+func TestEventQueue(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	s := newEventSender(nil, clientgoscheme.Scheme, "portico-controller", nil, NewMetrics(reg))
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "gitea", UID: "u1", ResourceVersion: "1"}}
+	s.Eventf(svc, nil, corev1.EventTypeWarning, "AllocationFailed", "Allocate", "%s", "pool home-lab is full")
+	svc.ResourceVersion = "2"
+	s.Eventf(svc, nil, corev1.EventTypeWarning, "AllocationFailed", "Allocate", "%s", "pool home-lab is full")
+	s.Eventf(svc, nil, corev1.EventTypeNormal, "IPAllocated", "Allocate", "%s", "10.0.0.200 from pool home-lab")
+
+	first := s.take()
+	if first.count != 2 || first.key.reason != "AllocationFailed" || first.regarding.ResourceVersion != "1" {
+		t.Errorf("first: %d × %s (regarding resourceVersion %s), want 2 × AllocationFailed at 1", first.count, first.key.reason, first.regarding.ResourceVersion)
+	}
+	if second := s.take(); second.count != 1 || second.key.note != "10.0.0.200 from pool home-lab" {
+		t.Errorf("second: %d × %q, want the allocation once", second.count, second.key.note)
+	}
+
+	for i := range maxPendingEvents + 3 {
+		s.Eventf(svc, nil, corev1.EventTypeNormal, "IPAllocated", "Allocate", "%d", i)
+	}
+	var dropped dto.Metric
+	if err := s.metrics.eventsDropped.Write(&dropped); err != nil {
+		t.Fatal(err)
+	}
+	if len(s.queue) != maxPendingEvents || dropped.GetCounter().GetValue() != 3 {
+		t.Errorf("%d waiting, %v dropped; want %d and 3", len(s.queue), dropped.GetCounter().GetValue(), maxPendingEvents)
+	}
+}
