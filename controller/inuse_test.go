@@ -108,3 +108,21 @@ func TestAddressesInUse(t *testing.T) {
 	})
 	waitIPs(t, ns, "first", "198.51.100.121")
 }
+
+// TestAddressesInUseKnownAtStart: a new leader learns what foreign hosts answer for while it
+// rebuilds, before it allocates anything, not from the pool reconciler that may run after the
+// first Service's: the pool's first address, in use, is never handed out in between.
+func TestAddressesInUseKnownAtStart(t *testing.T) {
+	ctx := context.Background()
+	pool := &porticov1.IPAddressPool{ObjectMeta: metav1.ObjectMeta{Name: "inuse-start"}, Spec: addresses("198.51.100.124-198.51.100.127")}
+	if err := cp.Client.Create(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cp.Client.Delete(ctx, pool) })
+	a := speakerWith(t, "inuse-start-a", "02:00:00:00:0c:01")
+	foreignAnswers(t, a, porticov1.ForeignAnswer{IP: "198.51.100.124", MAC: foreignMAC})
+	ns := namespace(t, nil)
+	createService(t, ns, "early")
+	startManager(t)
+	waitIPs(t, ns, "early", "198.51.100.125")
+}

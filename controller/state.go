@@ -109,6 +109,13 @@ func (s *state) load(ctx context.Context, b *book) error {
 	if err := s.reader.List(ctx, &pools); err != nil {
 		return err
 	}
+	// What foreign hosts answer for is known before anything is allocated: the pool
+	// reconciler, which keeps it up to date, may run after the first Service's.
+	var speakers porticov1.SpeakerList
+	if err := s.reader.List(ctx, &speakers, client.UnsafeDisableDeepCopy); err != nil {
+		return err
+	}
+	b.alloc.SetInUse(findingAddrs(foreignFindings(speakers.Items)))
 	// Only what the rebuild needs is kept of each Service, not the Service.
 	type held struct {
 		created time.Time
