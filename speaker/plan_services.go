@@ -1,0 +1,395 @@
+package speaker
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+
+	"github.com/portico-lb/portico/api/v1alpha1"
+	"github.com/portico-lb/portico/rules"
+	"github.com/portico-lb/portico/rules/election"
+	"github.com/portico-lb/portico/speaker/bgp"
+)
+
+// Planner keeps one node's plan between changes. Replan plans every Service again (what a
+// change to nodes, pools, advertisements, peers or the members needs); Update plans only the
+// Services it is given and combines again only the addresses and routes they list, so a
+// change to one Service costs that Service, not every Service in the cluster.
+type Planner struct {
+	me, lbClass string
+	w           World           // the cluster-wide objects of the latest Replan (its Services are not kept)
+	alive       map[string]bool // the members at the latest Replan, by node name
+	pools       []rules.Pool
+	mine        *bgpNode   // this node's sessions (nil: none)
+	earlier     []*bgpNode // the live nodes before me by name: the teller rule asks what they advertise
+	global      []string   // problems of the cluster-wide objects
+
+	services map[string]*servicePlan
+	byAddr   map[netip.Addr][]string // the Services listing each address, sorted
+	byRoute  map[routeKey][]string   // the Services routed to each peer's prefix, sorted
+	derived  map[any][]string        // problems found combining an address (netip.Addr) or a route (routeKey)
+	problems map[string]int          // every problem, with how many sources report it
+	plan     Plan
+	// Planned counts the Services planned since the Planner was made (the tests read it).
+	Planned int
+}
+
+// servicePlan is one Service's share of the plan.
+type servicePlan struct {
+	addrs    []netip.Addr            // its addresses that are in a pool
+	l2       map[netip.Addr]sharer   // per address, when an L2Advertisement covers it
+	routes   map[routeKey]bgp.Route  // its routes from this node, its advertisements merged
+	routed   map[netip.Addr]BGPClaim // per address this node advertises: its peers; Teller: no earlier node advertises it
+	problems []string
+}
+
+type routeKey struct {
+	peer   string
+	prefix netip.Prefix
+}
+
+// Changes says what a Replan or an Update changed in the plan, so that applying and reporting
+// it can cost the change.
+type Changes struct {
+	All      bool         // anything may have changed
+	Mine     []netip.Addr // addresses whose L2 claim changed (gained, lost or edited)
+	Routed   []netip.Addr // addresses whose BGP claim changed
+	Routes   bool         // some route changed
+	Problems bool         // the list of problems changed
+}
+
+// NewPlanner is node me's Planner, empty until its first Replan.
+func NewPlanner(me, lbClass string) *Planner {
+	return &Planner{me: me, lbClass: lbClass}
+}
+
+// Plan is the current plan. Its maps belong to the Planner and change with the next Replan or
+// Update.
+func (pl *Planner) Plan() Plan { return pl.plan }
+
+// Replan plans every Service in w with the members alive says are alive.
+func (pl *Planner) Replan(w World, alive func(node string) bool) Changes {
+	services, eps := w.Services, w.EndpointSlices
+	w.Services, w.EndpointSlices = nil, nil
+	w.selectors = rules.Selectors{}
+	pl.w = w
+	pl.alive = map[string]bool{}
+	for i := range w.Nodes {
+		pl.alive[w.Nodes[i].Name] = alive(w.Nodes[i].Name)
+	}
+	pl.services, pl.byAddr, pl.byRoute = map[string]*servicePlan{}, map[netip.Addr][]string{}, map[routeKey][]string{}
+	pl.derived, pl.problems = map[any][]string{}, map[string]int{}
+	pl.global = nil
+	pl.pools, pl.global = rules.ParsePools(w.Pools)
+	pl.mine = bgpNodeOf(&pl.w, pl.me, &pl.global)
+	pl.earlier = nil
+	names := make([]string, 0, len(w.Nodes))
+	for i := range w.Nodes {
+		names = append(names, w.Nodes[i].Name)
+	}
+	for _, n := range sortedStrings(names) {
+		if n < pl.me && pl.alive[n] {
+			var ignored []string // their problems are theirs to report
+			pl.earlier = append(pl.earlier, bgpNodeOf(&pl.w, n, &ignored))
+		}
+	}
+	pl.count(pl.global, 1)
+	pl.plan = Plan{Mine: map[netip.Addr]Claim{}, BGP: pl.mine.desired(), Routed: map[netip.Addr]BGPClaim{}}
+	pl.update(services, eps, nil)
+	pl.refreshProblems(true)
+	return Changes{All: true, Routes: true, Problems: true}
+}
+
+// Update plans again the Services named by keys (namespace/name) as svcs now holds them, with
+// slices holding their EndpointSlices; a key with no Service in svcs was deleted. Everything
+// else is taken from the latest Replan.
+func (pl *Planner) Update(svcs []corev1.Service, eps []discoveryv1.EndpointSlice, keys []string) Changes {
+	return pl.update(svcs, eps, keys)
+}
+
+func (pl *Planner) update(svcs []corev1.Service, eps []discoveryv1.EndpointSlice, gone []string) Changes {
+	ready := rules.LocalReadyNodes(svcs, eps)
+	dirtyAddrs := map[netip.Addr]bool{}
+	dirtyRoutes := map[routeKey]bool{}
+	before := len(pl.plan.Problems)
+	problemsChanged := false
+	replace := func(key string, now *servicePlan) {
+		if old := pl.services[key]; old != nil {
+			pl.unlist(key, old, dirtyAddrs, dirtyRoutes)
+			problemsChanged = problemsChanged || len(old.problems) > 0
+		}
+		delete(pl.services, key)
+		if now != nil {
+			pl.services[key] = now
+			pl.list(key, now, dirtyAddrs, dirtyRoutes)
+			problemsChanged = problemsChanged || len(now.problems) > 0
+		}
+	}
+	planned := map[string]bool{}
+	for i := range svcs {
+		svc := &svcs[i]
+		key := svc.Namespace + "/" + svc.Name
+		planned[key] = true
+		replace(key, pl.planService(svc, key, ready[key]))
+	}
+	for _, key := range gone {
+		if !planned[key] {
+			replace(key, nil)
+		}
+	}
+	ch := Changes{}
+	for _, ip := range sortedAddrs(dirtyAddrs) {
+		mine, routed := pl.combineAddress(ip)
+		if mine {
+			ch.Mine = append(ch.Mine, ip)
+		}
+		if routed {
+			ch.Routed = append(ch.Routed, ip)
+		}
+	}
+	for rk := range dirtyRoutes {
+		ch.Routes = pl.combineRoute(rk) || ch.Routes
+	}
+	ch.Problems = pl.refreshProblems(problemsChanged || len(dirtyAddrs) > 0 || len(dirtyRoutes) > 0) || before != len(pl.plan.Problems)
+	return ch
+}
+
+// planService is svc's share of the plan, nil when Portico does not handle it.
+func (pl *Planner) planService(svc *corev1.Service, key string, ready map[string]bool) *servicePlan {
+	if !rules.Handles(svc, pl.lbClass, !pl.w.IgnoreClassless) {
+		return nil
+	}
+	pl.Planned++
+	w := &pl.w
+	sp := &servicePlan{}
+	var own Plan // this Service's routes from this node
+	own.BGP, own.Routed = pl.mine.desired(), map[netip.Addr]BGPClaim{}
+	alive := func(n string) bool { return pl.alive[n] }
+	for _, ip := range v1alpha1.IngressAddrs(svc) {
+		pool, ok := rules.PoolOf(svc, ip, pl.pools)
+		if !ok {
+			sp.problems = append(sp.problems, fmt.Sprintf("%s: address %s is in no IPAddressPool", key, ip))
+			continue
+		}
+		sp.addrs = append(sp.addrs, ip)
+		if ads := w.selectors.L2AdvertisementsFor(w.Advertisements, pool, svc); len(ads) > 0 {
+			cands, myIfaces := w.selectors.Candidates(w.Nodes, ads, ready, pl.me, alive, w.IgnoreExcludeLabel)
+			eligible, _ := election.Eligible(cands, election.Policy{
+				LocalOnly: svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal,
+			})
+			if sp.l2 == nil {
+				sp.l2 = map[netip.Addr]sharer{}
+			}
+			sp.l2[ip] = sharer{service: key, eligible: eligible, ifaces: myIfaces, weights: election.Weights(cands)}
+		}
+		pl.mine.advertiseAddress(w, &own, svc, key, ip, pool, ready)
+		if c, ok := own.Routed[ip]; ok {
+			c.Teller = !pl.toldEarlier(svc, key, ip, pool, ready)
+			own.Routed[ip] = c
+		}
+	}
+	sp.problems = append(sp.problems, own.Problems...)
+	if len(own.Routed) > 0 {
+		sp.routed = own.Routed
+		sp.routes = map[routeKey]bgp.Route{}
+		for peer, routes := range own.BGP.Routes {
+			for prefix, r := range routes {
+				sp.routes[routeKey{peer, prefix}] = r
+			}
+		}
+	}
+	return sp
+}
+
+// toldEarlier reports whether a live node before this one by name advertises ip of svc: then
+// that node, not this one, tells of it (the teller is the first advertising node in name order,
+// so one Announced event and one Speaker status entry stand for every node, however many
+// advertise). It stops at the first such node.
+func (pl *Planner) toldEarlier(svc *corev1.Service, key string, ip netip.Addr, pool *v1alpha1.IPAddressPool, ready map[string]bool) bool {
+	for _, n := range pl.earlier {
+		var theirs Plan
+		theirs.BGP, theirs.Routed = n.desired(), map[netip.Addr]BGPClaim{}
+		n.advertiseAddress(&pl.w, &theirs, svc, key, ip, pool, ready)
+		if _, ok := theirs.Routed[ip]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+// list adds a Service's share to the indexes, marking what it touches.
+func (pl *Planner) list(key string, sp *servicePlan, addrs map[netip.Addr]bool, routes map[routeKey]bool) {
+	for _, ip := range sp.addrs {
+		pl.byAddr[ip] = insertSorted(pl.byAddr[ip], key)
+		addrs[ip] = true
+	}
+	for rk := range sp.routes {
+		pl.byRoute[rk] = insertSorted(pl.byRoute[rk], key)
+		routes[rk] = true
+	}
+	pl.count(sp.problems, 1)
+}
+
+// unlist removes a Service's share from the indexes, marking what it touched.
+func (pl *Planner) unlist(key string, sp *servicePlan, addrs map[netip.Addr]bool, routes map[routeKey]bool) {
+	for _, ip := range sp.addrs {
+		pl.byAddr[ip] = removeSorted(pl.byAddr[ip], key)
+		addrs[ip] = true
+	}
+	for rk := range sp.routes {
+		pl.byRoute[rk] = removeSorted(pl.byRoute[rk], key)
+		routes[rk] = true
+	}
+	pl.count(sp.problems, -1)
+}
+
+// combineAddress decides ip again from the Services that list it: its owner over L2 (Services
+// sharing an address have one owner) and this node's BGP claim. It reports which changed.
+func (pl *Planner) combineAddress(ip netip.Addr) (mineChanged, routedChanged bool) {
+	var ss []sharer
+	var routed BGPClaim
+	told := false
+	for _, key := range pl.byAddr[ip] {
+		sp := pl.services[key]
+		if s, ok := sp.l2[ip]; ok {
+			ss = append(ss, s)
+		}
+		if c, ok := sp.routed[ip]; ok {
+			routed.Services = unionSorted(routed.Services, c.Services)
+			routed.Peers = unionSorted(routed.Peers, c.Peers)
+			told = told || !c.Teller
+		}
+	}
+	routed.Teller = !told
+	var claim Claim
+	mine, problem := false, ""
+	if len(ss) > 0 {
+		var nodes []string
+		nodes, problem = answerers(ip, ss)
+		owner, ok := election.Owner(ip, election.Preferred(nodes, weightsOf(ss)))
+		if mine = ok && owner == pl.me; mine {
+			claim = claimOf(ss)
+		}
+	}
+	pl.setDerived(ip, problem)
+	old, had := pl.plan.Mine[ip]
+	mineChanged = had != mine || mine && !sameClaim(old, claim)
+	if mine {
+		pl.plan.Mine[ip] = claim
+	} else {
+		delete(pl.plan.Mine, ip)
+	}
+	oldRouted, hadRouted := pl.plan.Routed[ip]
+	isRouted := len(routed.Peers) > 0
+	routedChanged = hadRouted != isRouted || isRouted && !sameBGPClaim(oldRouted, routed)
+	if isRouted {
+		pl.plan.Routed[ip] = routed
+	} else {
+		delete(pl.plan.Routed, ip)
+	}
+	if len(pl.byAddr[ip]) == 0 {
+		delete(pl.byAddr, ip)
+	}
+	return mineChanged, routedChanged
+}
+
+// combineRoute folds the Services' routes to one peer's prefix (in Service order, so every
+// node reports the same conflicts) and reports whether the route changed.
+func (pl *Planner) combineRoute(rk routeKey) bool {
+	var r bgp.Route
+	had := false
+	var problems []string
+	for _, key := range pl.byRoute[rk] {
+		if problem := mergeRoute(&r, had, rk.peer, pl.services[key].routes[rk]); problem != "" {
+			problems = append(problems, problem)
+		}
+		had = true
+	}
+	pl.setDerived(rk, problems...)
+	routes := pl.plan.BGP.Routes[rk.peer]
+	old, existed := routes[rk.prefix]
+	if !had {
+		delete(routes, rk.prefix)
+		delete(pl.byRoute, rk)
+		return existed
+	}
+	routes[rk.prefix] = r
+	return !existed || !old.Attrs.Equal(r.Attrs) || !slices.Equal(old.Services, r.Services)
+}
+
+// setDerived replaces the problems found combining one address or route.
+func (pl *Planner) setDerived(at any, problems ...string) {
+	problems = slices.DeleteFunc(problems, func(p string) bool { return p == "" })
+	pl.count(pl.derived[at], -1)
+	if len(problems) == 0 {
+		delete(pl.derived, at)
+		return
+	}
+	pl.derived[at] = problems
+	pl.count(problems, 1)
+}
+
+func (pl *Planner) count(problems []string, delta int) {
+	for _, p := range problems {
+		if pl.problems[p] += delta; pl.problems[p] == 0 {
+			delete(pl.problems, p)
+		}
+	}
+}
+
+// refreshProblems lists the problems again when any source may have changed, and reports
+// whether the list did.
+func (pl *Planner) refreshProblems(maybe bool) bool {
+	if !maybe {
+		return false
+	}
+	now := make([]string, 0, len(pl.problems))
+	for p := range pl.problems {
+		now = append(now, p)
+	}
+	now = sortedStrings(now)
+	if slices.Equal(now, pl.plan.Problems) {
+		return false
+	}
+	pl.plan.Problems = now
+	return true
+}
+
+func sameClaim(a, b Claim) bool {
+	return slices.Equal(a.Services, b.Services) && slices.Equal(a.Interfaces, b.Interfaces) && (a.Interfaces == nil) == (b.Interfaces == nil)
+}
+
+func sameBGPClaim(a, b BGPClaim) bool {
+	return a.Teller == b.Teller && slices.Equal(a.Services, b.Services) && slices.Equal(a.Peers, b.Peers)
+}
+
+func insertSorted(list []string, s string) []string {
+	if i, found := slices.BinarySearch(list, s); !found {
+		return slices.Insert(list, i, s)
+	}
+	return list
+}
+
+func removeSorted(list []string, s string) []string {
+	if i, found := slices.BinarySearch(list, s); found {
+		return slices.Delete(list, i, i+1)
+	}
+	return list
+}
+
+func sortedStrings(s []string) []string {
+	slices.Sort(s)
+	return slices.Compact(s)
+}
+
+func sortedAddrs(set map[netip.Addr]bool) []netip.Addr {
+	out := make([]netip.Addr, 0, len(set))
+	for ip := range set {
+		out = append(out, ip)
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return out
+}
