@@ -132,4 +132,3 @@ func claimOf(ss []sharer) Claim {
 	}
 	return c
 }
-
