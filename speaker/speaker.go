@@ -13,7 +13,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/types"
-	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -26,8 +25,9 @@ import (
 )
 
 // Speaker answers on this node for the addresses it owns and reports them in its Speaker
-// object. It is a controller-runtime Runnable: every watched change and every membership change
-// triggers one recomputation of the whole plan (cheap: a hash per address and node).
+// object. It is a controller-runtime Runnable: a change to Services or their EndpointSlices
+// replans those Services (Planner.Update), any other watched change and every membership change
+// the whole plan; changes arriving together are planned in one pass.
 type Speaker struct {
 	Node    string
 	LBClass string
@@ -57,6 +57,10 @@ type Speaker struct {
 	joined  atomic.Bool  // a member joined since the latest recomputation
 	owned   map[netip.Addr]Claim
 	ifaces  map[netip.Addr][]string
+	pending pendingChanges
+	planner *Planner
+	applied appliedPlan
+	view    statusView
 	reports chan statusReport // the latest status to write; a newer one replaces an unwritten one
 	joining atomic.Bool
 	routed  map[netip.Addr]BGPClaim
@@ -105,9 +109,7 @@ func (s *Speaker) Start(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		trigger := func(any) { s.trigger("config") }
-		if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{AddFunc: trigger, DeleteFunc: trigger,
-			UpdateFunc: func(_, _ any) { s.trigger("config") }}); err != nil {
+		if _, err := inf.AddEventHandler(s.changeHandler(obj)); err != nil {
 			return err
 		}
 	}
@@ -131,7 +133,7 @@ func (s *Speaker) Start(ctx context.Context) error {
 		defer t.Stop()
 		reloadKeys = t.C
 	}
-	s.trigger("config")
+	s.replanAll("config")
 	for {
 		s.turned()
 		select {
@@ -142,11 +144,11 @@ func (s *Speaker) Start(ctx context.Context) error {
 			s.Log.Info("membership changed", "member", ch.Name, "alive", ch.Joined, "how", ch.How)
 			if ch.Joined {
 				s.joined.Store(true)
-				s.trigger("member-joined")
+				s.replanAll("member-joined")
 			} else {
 				s.Metrics.membersLost.Inc()
 				s.lostAt.CompareAndSwap(0, ch.At.UnixNano())
-				s.trigger("member-lost")
+				s.replanAll("member-lost")
 			}
 		case <-rejoin.C:
 			// Rejoining nodes that are not members heals a partition within half a second
@@ -160,7 +162,7 @@ func (s *Speaker) Start(ctx context.Context) error {
 			s.reloadKeys(ctx)
 		case <-refresh.C:
 			if len(s.secrets) > 0 {
-				s.trigger("secret-refresh")
+				s.replanAll("secret-refresh")
 			}
 		case <-s.kick:
 			s.reconcile(ctx)
@@ -255,68 +257,153 @@ func (s *Speaker) reconcile(ctx context.Context) {
 	defer func() { s.Metrics.reconcile.Observe(time.Since(start).Seconds()) }()
 	cause, _ := s.cause.Swap("config").(string)
 	lostAt := s.lostAt.Swap(0)
-	w, err := s.world(ctx)
+	ch, err := s.replan(ctx)
 	if err != nil {
 		s.Log.Error(err, "reading the cache")
 		return
 	}
-	plan := MakePlan(w, s.Node, s.LBClass, s.Group.IsAlive)
-	want := l2.Want{}
-	for ip, c := range plan.Mine {
-		want[ip] = c.Interfaces
+	plan := s.planner.Plan()
+	mine := s.applyL2(ch)
+	if lostAt != 0 && s.gained(mine) > 0 {
+		// Set has sent the first gratuitous frames when it returns.
+		s.Metrics.failover.Observe(time.Since(time.Unix(0, lostAt)).Seconds())
 	}
-	answered, problems := s.Announce.Set(want)
-	if s.joined.Swap(false) {
+	s.ownersChanged(ctx, mine, cause)
+	s.Metrics.announced.Set(float64(len(plan.Mine)))
+	routed := ch.Routed
+	if ch.All {
+		routed = keysOf(plan.Routed, s.routed)
+	}
+	if ch.All || ch.Routes || len(s.applied.bgp) > 0 {
+		s.applied.bgp = s.BGP.Apply(ctx, plan.BGP)
+	}
+	s.routesChanged(ctx, plan.Routed, routed, cause)
+	problems := slices.Clone(plan.Problems)
+	for _, p := range append(s.applied.l2, s.applied.bgp...) {
+		problems = append(problems, p.Error())
+	}
+	problems = append(problems, s.refusalProblems()...)
+	if s.keyProblem != "" {
+		problems = append(problems, s.keyProblem)
+	}
+	slices.Sort(problems)
+	s.report(plan, problems, mine, routed, ch.All || ch.Routes, s.BGP.States())
+}
+
+// replan brings the plan up to date: the changed Services, or everything.
+func (s *Speaker) replan(ctx context.Context) (Changes, error) {
+	keys, all := s.pending.take()
+	if all || s.planner == nil {
+		w, err := s.world(ctx)
+		if err != nil {
+			s.pending.everything()
+			return Changes{}, err
+		}
+		if s.planner == nil {
+			s.planner = NewPlanner(s.Node, s.LBClass)
+		}
+		return s.planner.Replan(w, s.Group.IsAlive), nil
+	}
+	if len(keys) == 0 {
+		return Changes{}, nil
+	}
+	svcs, eps, err := s.changedServices(ctx, keys)
+	if err != nil {
+		for _, k := range keys {
+			s.pending.service(k)
+		}
+		return Changes{}, err
+	}
+	return s.planner.Update(svcs, eps, keys), nil
+}
+
+// appliedPlan is what the latest applications of the plan reported.
+type appliedPlan struct {
+	l2, bgp []error
+}
+
+// applyL2 hands the L2 addresses to the announcer when they changed, and returns the addresses
+// whose claim or interfaces changed.
+func (s *Speaker) applyL2(ch Changes) []netip.Addr {
+	plan := s.planner.Plan()
+	changed := ch.Mine
+	if ch.All {
+		changed = keysOf(plan.Mine, s.owned)
+	}
+	joined := s.joined.Swap(false)
+	if len(changed) > 0 || s.ifaces == nil {
+		want := make(l2.Want, len(plan.Mine))
+		for ip, c := range plan.Mine {
+			want[ip] = c.Interfaces
+		}
+		var answered map[netip.Addr][]string
+		answered, s.applied.l2 = s.Announce.Set(want)
+		// Interfaces come and go: an address that kept its claim may now answer elsewhere.
+		for ip, on := range answered {
+			if !slices.Equal(on, s.ifaces[ip]) {
+				changed = append(changed, ip)
+			}
+		}
+		s.ifaces = answered
+		slices.SortFunc(changed, netip.Addr.Compare)
+		changed = slices.Compact(changed)
+	}
+	if joined {
 		// A partition healed (or a node came): another node may have answered for what this
 		// one kept, and clients keep that node's MAC while it still forwards their traffic.
 		s.Announce.Reannounce()
 	}
-	if lostAt != 0 && gained(s.owned, plan.Mine) > 0 {
-		// Set has sent the first gratuitous frames when it returns.
-		s.Metrics.failover.Observe(time.Since(time.Unix(0, lostAt)).Seconds())
-	}
-	for ip, c := range plan.Mine {
-		if _, had := s.owned[ip]; !had {
-			s.Metrics.ownerChanges.WithLabelValues(cause, "gained").Inc()
-			s.Log.Info("answering", "ip", ip, "services", c.Services, "interfaces", answered[ip], "cause", cause)
-			where := strings.Join(answered[ip], ",")
-			if where == "" {
-				where = "no interface"
-			}
-			s.event(ctx, c.Services, "announcing %s from node %s on %s", ip, s.Node, where)
-		}
-	}
-	for ip := range s.owned {
-		if _, keep := plan.Mine[ip]; !keep {
-			s.Metrics.ownerChanges.WithLabelValues(cause, "lost").Inc()
-			s.Log.Info("stopped answering", "ip", ip, "cause", cause)
-		}
-	}
-	s.owned, s.ifaces = plan.Mine, answered
-	s.Metrics.announced.Set(float64(len(plan.Mine)))
-	for _, p := range problems {
-		plan.Problems = append(plan.Problems, p.Error())
-	}
-	plan.Problems = append(plan.Problems, s.refusalProblems()...)
-	if s.keyProblem != "" {
-		plan.Problems = append(plan.Problems, s.keyProblem)
-	}
-	for _, err := range s.BGP.Apply(ctx, plan.BGP) {
-		plan.Problems = append(plan.Problems, err.Error())
-	}
-	s.routesChanged(ctx, plan.Routed, cause)
-	slices.Sort(plan.Problems)
-	s.report(plan, answered, s.BGP.States())
+	return changed
 }
 
-func gained(old, now map[netip.Addr]Claim) int {
+func (s *Speaker) gained(changed []netip.Addr) int {
 	n := 0
-	for ip := range now {
-		if _, had := old[ip]; !had {
+	for _, ip := range changed {
+		_, had := s.owned[ip]
+		if _, now := s.planner.Plan().Mine[ip]; now && !had {
 			n++
 		}
 	}
 	return n
+}
+
+// ownersChanged logs, counts and tells each address this node starts or stops answering for,
+// and remembers the claims.
+func (s *Speaker) ownersChanged(ctx context.Context, changed []netip.Addr, cause string) {
+	for _, ip := range changed {
+		c, now := s.planner.Plan().Mine[ip]
+		_, had := s.owned[ip]
+		switch {
+		case now && !had:
+			s.Metrics.ownerChanges.WithLabelValues(cause, "gained").Inc()
+			s.Log.Info("answering", "ip", ip, "services", c.Services, "interfaces", s.ifaces[ip], "cause", cause)
+			where := strings.Join(s.ifaces[ip], ",")
+			if where == "" {
+				where = "no interface"
+			}
+			s.event(ctx, c.Services, "announcing %s from node %s on %s", ip, s.Node, where)
+		case had && !now:
+			s.Metrics.ownerChanges.WithLabelValues(cause, "lost").Inc()
+			s.Log.Info("stopped answering", "ip", ip, "cause", cause)
+		}
+		if now {
+			s.owned[ip] = c
+		} else {
+			delete(s.owned, ip)
+		}
+	}
+}
+
+// keysOf is every address of either map, sorted.
+func keysOf[A, B any](a map[netip.Addr]A, b map[netip.Addr]B) []netip.Addr {
+	set := make(map[netip.Addr]bool, len(a)+len(b))
+	for ip := range a {
+		set[ip] = true
+	}
+	for ip := range b {
+		set[ip] = true
+	}
+	return sortedAddrs(set)
 }
 
 // event tells each of the Services, by a Normal "Announced" event, what this node does for them.

@@ -31,17 +31,23 @@ type statusReport struct {
 	status    v1alpha1.SpeakerStatus
 	ready     metav1.Condition
 	strictARP *metav1.Condition // nil: no kube-ipvs0 here
+	listed    uint64            // the statusView generation of status.Announcements (0: unknown)
 }
 
-// report queues the status for plan, replacing any report not yet written.
-func (s *Speaker) report(plan Plan, answered map[netip.Addr][]string, sessions map[string]bgp.State) {
-	r := planStatus(plan, answered)
+// report queues the status of the plan with this reconcile's problems, replacing any report
+// not yet written. mine and routed are the addresses whose L2 or BGP entries may have
+// changed, routes whether any route did.
+func (s *Speaker) report(plan Plan, problems []string, mine, routed []netip.Addr, routes bool, sessions map[string]bgp.State) {
+	s.view.update(plan, s.ifaces, mine, routed)
+	r := s.view.report(plan, problems)
 	r.status.HardwareAddrs = hardwareAddrs()
 	if c := s.checks.Load(); c != nil {
 		r.status.SelfChecks, r.status.OmittedSelfChecks = c.checks, c.omitted
 	}
 	r.status.Sessions, r.status.BGPPeersUp = sessionStatus(sessions)
-	r.status.BGP = bgpStatus(plan.BGP, sessions)
+	r.status.BGP = s.view.bgpStatus(plan.BGP, sessions, routes, time.Now(), func(d time.Duration) {
+		time.AfterFunc(d, func() { s.trigger(causeStatus) })
+	})
 	r.status.Interfaces, r.status.OmittedInterfaces = interfaceStatus(s.Announce.Interfaces())
 	r.strictARP = strictARPCondition(s.Announce.Interfaces(), "/proc/sys")
 	select {
@@ -51,36 +57,89 @@ func (s *Speaker) report(plan Plan, answered map[netip.Addr][]string, sessions m
 	s.reports <- r
 }
 
+// statusView is the Speaker status's announcements, kept between reports: a change rewrites
+// the entries of the addresses it touched, not every entry, and a list that did not change is
+// the same list (gen tells the status writer so without comparing the lists).
+type statusView struct {
+	l2, bgp []listedEntry
+	list    []v1alpha1.Announcement
+	gen     uint64
+	routes  routesView
+}
+
+type listedEntry struct {
+	ip netip.Addr
+	a  v1alpha1.Announcement
+}
+
 // planStatus is what the Speaker status says of a plan: its announcements (L2 on the
 // interfaces answered, then BGP), its problems, and Ready. It reads nothing else, so the L2
 // transcripts print exactly what a node writes.
 func planStatus(plan Plan, answered map[netip.Addr][]string) statusReport {
-	st := v1alpha1.SpeakerStatus{ConfigErrors: plan.Problems}
-	// One entry per Service: Services sharing an address each find themselves.
-	for _, ip := range slices.SortedFunc(maps.Keys(plan.Mine), netip.Addr.Compare) {
-		for _, svc := range plan.Mine[ip].Services {
-			st.Announcements = append(st.Announcements, v1alpha1.Announcement{IP: ip.String(), Service: svc,
-				Protocol: v1alpha1.ProtocolL2, Interfaces: answered[ip]})
-		}
+	var v statusView
+	v.update(plan, answered, keysOf(plan.Mine, plan.Mine), keysOf(plan.Routed, plan.Routed))
+	return v.report(plan, plan.Problems)
+}
+
+// update rewrites the entries of the addresses in mine (L2) and routed (BGP), both sorted.
+func (v *statusView) update(plan Plan, answered map[netip.Addr][]string, mine, routed []netip.Addr) {
+	if len(mine) == 0 && len(routed) == 0 && v.gen > 0 {
+		return
 	}
-	st.L2Announcements = int32(len(plan.Mine))
+	// One entry per Service: Services sharing an address each find themselves.
+	v.l2 = spliceEntries(v.l2, mine, func(ip netip.Addr) (out []v1alpha1.Announcement) {
+		for _, svc := range plan.Mine[ip].Services {
+			out = append(out, v1alpha1.Announcement{IP: ip.String(), Service: svc, Protocol: v1alpha1.ProtocolL2, Interfaces: answered[ip]})
+		}
+		return out
+	})
 	// BGP: every advertising node advertises the same, so only the teller lists an address;
 	// one Service changing rewrites one Speaker, however many nodes advertise it.
-	for _, ip := range slices.SortedFunc(maps.Keys(plan.Routed), netip.Addr.Compare) {
-		c := plan.Routed[ip]
-		if !c.Teller {
-			continue
+	v.bgp = spliceEntries(v.bgp, routed, func(ip netip.Addr) (out []v1alpha1.Announcement) {
+		if c := plan.Routed[ip]; c.Teller {
+			for _, svc := range c.Services {
+				out = append(out, v1alpha1.Announcement{IP: ip.String(), Service: svc, Protocol: v1alpha1.ProtocolBGP, Peers: c.Peers})
+			}
 		}
-		for _, svc := range c.Services {
-			st.Announcements = append(st.Announcements, v1alpha1.Announcement{IP: ip.String(), Service: svc,
-				Protocol: v1alpha1.ProtocolBGP, Peers: c.Peers})
+		return out
+	})
+	v.list = make([]v1alpha1.Announcement, 0, len(v.l2)+len(v.bgp))
+	for _, e := range append(v.l2, v.bgp...) {
+		v.list = append(v.list, e.a)
+	}
+	v.gen++
+}
+
+// spliceEntries is list (sorted by address) with the entries of the addresses in changed
+// (sorted) replaced by entriesOf's: one pass, and a new list, since a queued report holds the
+// old one.
+func spliceEntries(list []listedEntry, changed []netip.Addr, entriesOf func(netip.Addr) []v1alpha1.Announcement) []listedEntry {
+	if len(changed) == 0 {
+		return list
+	}
+	out := make([]listedEntry, 0, len(list)+len(changed))
+	i := 0
+	for _, ip := range changed {
+		for ; i < len(list) && list[i].ip.Less(ip); i++ {
+			out = append(out, list[i])
+		}
+		for ; i < len(list) && list[i].ip == ip; i++ {
+		}
+		for _, a := range entriesOf(ip) {
+			out = append(out, listedEntry{ip, a})
 		}
 	}
+	return append(out, list[i:]...)
+}
+
+// report is the status of the listed announcements, with problems and the Ready they make.
+func (v *statusView) report(plan Plan, problems []string) statusReport {
+	st := v1alpha1.SpeakerStatus{ConfigErrors: problems, Announcements: v.list, L2Announcements: int32(len(plan.Mine))}
 	ready := metav1.Condition{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Running", Message: "answering for its addresses"}
-	if len(plan.Problems) > 0 {
-		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, "ConfigErrors", plan.Problems[0]
+	if len(problems) > 0 {
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, "ConfigErrors", problems[0]
 	}
-	return statusReport{status: st, ready: ready}
+	return statusReport{status: st, ready: ready, listed: v.gen}
 }
 
 // writeStatuses writes reports until ctx ends, retrying a failed write every 500 ms unless a
@@ -181,7 +240,11 @@ func withoutRoutes(r statusReport) statusReport {
 	return r
 }
 
+// sameStatus compares two reports; the announcements by their generation when both have one.
 func sameStatus(a, b statusReport) bool {
+	if a.listed != 0 && a.listed == b.listed {
+		a.status.Announcements, b.status.Announcements = nil, nil
+	}
 	return a.ready.Status == b.ready.Status && a.ready.Message == b.ready.Message && apiequality.Semantic.DeepEqual(a.status, b.status) &&
 		apiequality.Semantic.DeepEqual(a.strictARP, b.strictARP)
 }
