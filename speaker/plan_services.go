@@ -346,7 +346,7 @@ func (pl *Planner) refreshProblems(maybe bool) bool {
 	if !maybe {
 		return false
 	}
-	now := make([]string, 0, len(pl.problems))
+	var now []string
 	for p := range pl.problems {
 		now = append(now, p)
 	}

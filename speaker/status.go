@@ -6,6 +6,7 @@ import (
 	"maps"
 	"net/netip"
 	"slices"
+	"sync"
 	"time"
 
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
@@ -57,19 +58,16 @@ func (s *Speaker) report(plan Plan, problems []string, mine, routed []netip.Addr
 	s.reports <- r
 }
 
-// statusView is the Speaker status's announcements, kept between reports: a change rewrites
-// the entries of the addresses it touched, not every entry, and a list that did not change is
-// the same list (gen tells the status writer so without comparing the lists).
+// statusView is the Speaker status's announcements, kept between reports by address: a
+// change rewrites the entries of the addresses it touched, and the list is made only when the
+// status is written (at most twice a second), not on every change; gen counts the changes, so
+// the status writer tells a changed list without comparing lists. The status writer reads it
+// from its own goroutine, hence the lock.
 type statusView struct {
-	l2, bgp []listedEntry
-	list    []v1alpha1.Announcement
+	mu      sync.Mutex
+	l2, bgp map[netip.Addr][]v1alpha1.Announcement
 	gen     uint64
-	routes  routesView
-}
-
-type listedEntry struct {
-	ip netip.Addr
-	a  v1alpha1.Announcement
+	routes  routesView // the main loop's alone
 }
 
 // planStatus is what the Speaker status says of a plan: its announcements (L2 on the
@@ -78,67 +76,64 @@ type listedEntry struct {
 func planStatus(plan Plan, answered map[netip.Addr][]string) statusReport {
 	var v statusView
 	v.update(plan, answered, keysOf(plan.Mine, plan.Mine), keysOf(plan.Routed, plan.Routed))
-	return v.report(plan, plan.Problems)
+	r := v.report(plan, plan.Problems)
+	r.status.Announcements, r.listed = v.list()
+	return r
 }
 
-// update rewrites the entries of the addresses in mine (L2) and routed (BGP), both sorted.
+// update rewrites the entries of the addresses in mine (L2) and routed (BGP).
 func (v *statusView) update(plan Plan, answered map[netip.Addr][]string, mine, routed []netip.Addr) {
-	if len(mine) == 0 && len(routed) == 0 && v.gen > 0 {
-		return
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.l2 == nil {
+		v.l2, v.bgp = map[netip.Addr][]v1alpha1.Announcement{}, map[netip.Addr][]v1alpha1.Announcement{}
+	}
+	if len(mine) > 0 || len(routed) > 0 || v.gen == 0 {
+		v.gen++
 	}
 	// One entry per Service: Services sharing an address each find themselves.
-	v.l2 = spliceEntries(v.l2, mine, func(ip netip.Addr) (out []v1alpha1.Announcement) {
+	for _, ip := range mine {
+		delete(v.l2, ip)
 		for _, svc := range plan.Mine[ip].Services {
-			out = append(out, v1alpha1.Announcement{IP: ip.String(), Service: svc, Protocol: v1alpha1.ProtocolL2, Interfaces: answered[ip]})
+			v.l2[ip] = append(v.l2[ip], v1alpha1.Announcement{IP: ip.String(), Service: svc, Protocol: v1alpha1.ProtocolL2, Interfaces: answered[ip]})
 		}
-		return out
-	})
+	}
 	// BGP: every advertising node advertises the same, so only the teller lists an address;
 	// one Service changing rewrites one Speaker, however many nodes advertise it.
-	v.bgp = spliceEntries(v.bgp, routed, func(ip netip.Addr) (out []v1alpha1.Announcement) {
+	for _, ip := range routed {
+		delete(v.bgp, ip)
 		if c := plan.Routed[ip]; c.Teller {
 			for _, svc := range c.Services {
-				out = append(out, v1alpha1.Announcement{IP: ip.String(), Service: svc, Protocol: v1alpha1.ProtocolBGP, Peers: c.Peers})
+				v.bgp[ip] = append(v.bgp[ip], v1alpha1.Announcement{IP: ip.String(), Service: svc, Protocol: v1alpha1.ProtocolBGP, Peers: c.Peers})
 			}
 		}
-		return out
-	})
-	v.list = make([]v1alpha1.Announcement, 0, len(v.l2)+len(v.bgp))
-	for _, e := range append(v.l2, v.bgp...) {
-		v.list = append(v.list, e.a)
 	}
-	v.gen++
 }
 
-// spliceEntries is list (sorted by address) with the entries of the addresses in changed
-// (sorted) replaced by entriesOf's: one pass, and a new list, since a queued report holds the
-// old one.
-func spliceEntries(list []listedEntry, changed []netip.Addr, entriesOf func(netip.Addr) []v1alpha1.Announcement) []listedEntry {
-	if len(changed) == 0 {
-		return list
-	}
-	out := make([]listedEntry, 0, len(list)+len(changed))
-	i := 0
-	for _, ip := range changed {
-		for ; i < len(list) && list[i].ip.Less(ip); i++ {
-			out = append(out, list[i])
-		}
-		for ; i < len(list) && list[i].ip == ip; i++ {
-		}
-		for _, a := range entriesOf(ip) {
-			out = append(out, listedEntry{ip, a})
+// list is the announcements as the status lists them (L2 by address, then BGP by address)
+// and their generation.
+func (v *statusView) list() ([]v1alpha1.Announcement, uint64) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	var out []v1alpha1.Announcement
+	for _, m := range []map[netip.Addr][]v1alpha1.Announcement{v.l2, v.bgp} {
+		for _, ip := range keysOf(m, m) {
+			out = append(out, m[ip]...)
 		}
 	}
-	return append(out, list[i:]...)
+	return out, v.gen
 }
 
-// report is the status of the listed announcements, with problems and the Ready they make.
+// report is the status of the announcements of generation listed (the list itself is made
+// when it is written), with problems and the Ready they make.
 func (v *statusView) report(plan Plan, problems []string) statusReport {
-	st := v1alpha1.SpeakerStatus{ConfigErrors: problems, Announcements: v.list, L2Announcements: int32(len(plan.Mine))}
+	st := v1alpha1.SpeakerStatus{ConfigErrors: problems, L2Announcements: int32(len(plan.Mine))}
 	ready := metav1.Condition{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Running", Message: "answering for its addresses"}
 	if len(problems) > 0 {
 		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, "ConfigErrors", problems[0]
 	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
 	return statusReport{status: st, ready: ready, listed: v.gen}
 }
 
@@ -169,6 +164,9 @@ func (s *Speaker) writeStatuses(ctx context.Context) {
 					continue
 				case <-t.C:
 				}
+			}
+			if r.listed != 0 {
+				r.status.Announcements, r.listed = s.view.list()
 			}
 			err := s.writeStatus(ctx, r)
 			if err == nil {
