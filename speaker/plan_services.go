@@ -54,11 +54,11 @@ type routeKey struct {
 // Changes says what a Replan or an Update changed in the plan, so that applying and reporting
 // it can cost the change.
 type Changes struct {
-	All      bool         // anything may have changed
-	Mine     []netip.Addr // addresses whose L2 claim changed (gained, lost or edited)
-	Routed   []netip.Addr // addresses whose BGP claim changed
-	Routes   bool         // some route changed
-	Problems bool         // the list of problems changed
+	All      bool                      // anything may have changed
+	Mine     []netip.Addr              // addresses whose L2 claim changed (gained, lost or edited)
+	Routed   []netip.Addr              // addresses whose BGP claim changed
+	Routes   map[string][]netip.Prefix // the routes that changed, by BGPPeer name (nil with All)
+	Problems bool                      // the list of problems changed
 }
 
 // NewPlanner is node me's Planner, empty until its first Replan.
@@ -100,7 +100,7 @@ func (pl *Planner) Replan(w World, alive func(node string) bool) Changes {
 	pl.plan = Plan{Mine: map[netip.Addr]Claim{}, BGP: pl.mine.desired(), Routed: map[netip.Addr]BGPClaim{}}
 	pl.update(services, eps, nil)
 	pl.refreshProblems(true)
-	return Changes{All: true, Routes: true, Problems: true}
+	return Changes{All: true, Problems: true}
 }
 
 // Update plans again the Services named by keys (namespace/name) as svcs now holds them, with
@@ -151,7 +151,12 @@ func (pl *Planner) update(svcs []corev1.Service, eps []discoveryv1.EndpointSlice
 		}
 	}
 	for rk := range dirtyRoutes {
-		ch.Routes = pl.combineRoute(rk) || ch.Routes
+		if pl.combineRoute(rk) {
+			if ch.Routes == nil {
+				ch.Routes = map[string][]netip.Prefix{}
+			}
+			ch.Routes[rk.peer] = append(ch.Routes[rk.peer], rk.prefix)
+		}
 	}
 	ch.Problems = pl.refreshProblems(problemsChanged || len(dirtyAddrs) > 0 || len(dirtyRoutes) > 0) || before != len(pl.plan.Problems)
 	return ch

@@ -274,8 +274,12 @@ func (s *Speaker) reconcile(ctx context.Context) {
 	if ch.All {
 		routed = keysOf(plan.Routed, s.routed)
 	}
-	if ch.All || ch.Routes || len(s.applied.bgp) > 0 {
-		s.applied.bgp = s.BGP.Apply(ctx, plan.BGP)
+	if ch.All || len(ch.Routes) > 0 || len(s.applied.bgp) > 0 {
+		d := plan.BGP
+		if !ch.All && len(s.applied.bgp) == 0 {
+			d.Changed = ch.Routes // the routes compared; after a problem, every route
+		}
+		s.applied.bgp = s.BGP.Apply(ctx, d)
 	}
 	s.routesChanged(ctx, plan.Routed, routed, cause)
 	problems := slices.Clone(plan.Problems)
@@ -287,7 +291,7 @@ func (s *Speaker) reconcile(ctx context.Context) {
 		problems = append(problems, s.keyProblem)
 	}
 	slices.Sort(problems)
-	s.report(plan, problems, mine, routed, ch.All || ch.Routes, s.BGP.States())
+	s.report(plan, problems, mine, routed, ch.All || len(ch.Routes) > 0, s.BGP.States())
 }
 
 // replan brings the plan up to date: the changed Services, or everything.
