@@ -61,6 +61,8 @@ type Speaker struct {
 	planner *Planner
 	applied appliedPlan
 	view    statusView
+	macs    []string // hardwareAddrs as read at macsAt
+	macsAt  time.Time
 	reports chan statusReport // the latest status to write; a newer one replaces an unwritten one
 	joining atomic.Bool
 	routed  map[netip.Addr]BGPClaim

@@ -41,7 +41,11 @@ type statusReport struct {
 func (s *Speaker) report(plan Plan, problems []string, mine, routed []netip.Addr, routes bool, sessions map[string]bgp.State) {
 	s.view.update(plan, s.ifaces, mine, routed)
 	r := s.view.report(plan, problems)
-	r.status.HardwareAddrs = hardwareAddrs()
+	if now := time.Now(); now.Sub(s.macsAt) >= time.Second {
+		// Reading every link costs more than planning a change, so not on every change.
+		s.macs, s.macsAt = hardwareAddrs(), now
+	}
+	r.status.HardwareAddrs = s.macs
 	if c := s.checks.Load(); c != nil {
 		r.status.SelfChecks, r.status.OmittedSelfChecks = c.checks, c.omitted
 	}
