@@ -51,24 +51,25 @@ type Speaker struct {
 	// SelfCheck paces the probes of addresses other nodes own; a zero Interval switches it off.
 	SelfCheck selfcheck.Options
 
-	kick    chan struct{}
-	cause   atomic.Value // string: why the next recomputation runs
-	lostAt  atomic.Int64 // unix nanos of the latest member loss not yet acted upon
-	joined  atomic.Bool  // a member joined since the latest recomputation
-	owned   map[netip.Addr]Claim
-	ifaces  map[netip.Addr][]string
-	pending pendingChanges
-	planner *Planner
-	applied appliedPlan
-	view    statusView
-	macs    []string // hardwareAddrs as read at macsAt
-	macsAt  time.Time
-	reports chan statusReport // the latest status to write; a newer one replaces an unwritten one
-	joining atomic.Bool
-	routed  map[netip.Addr]BGPClaim
-	secrets map[client.ObjectKey]cachedSecret
-	checks  atomic.Pointer[selfCheckReport] // the latest self-check results
-	loopAt  atomic.Int64                    // unix nanos of the main loop's latest turn; 0 until it starts (health.go)
+	kick      chan struct{}
+	cause     atomic.Value // string: why the next recomputation runs
+	lostAt    atomic.Int64 // unix nanos of the latest member loss not yet acted upon
+	joined    atomic.Bool  // a member joined since the latest recomputation
+	owned     map[netip.Addr]Claim
+	ifaces    map[netip.Addr][]string
+	pending   pendingChanges
+	planner   *Planner
+	applied   appliedPlan
+	view      statusView
+	macs      []string // hardwareAddrs as read at macsAt
+	macsAt    time.Time
+	macsAgain bool              // a re-read is on its way
+	reports   chan statusReport // the latest status to write; a newer one replaces an unwritten one
+	joining   atomic.Bool
+	routed    map[netip.Addr]BGPClaim
+	secrets   map[client.ObjectKey]cachedSecret
+	checks    atomic.Pointer[selfCheckReport] // the latest self-check results
+	loopAt    atomic.Int64                    // unix nanos of the main loop's latest turn; 0 until it starts (health.go)
 
 	synced     atomic.Bool // the cache has synced: Admit can check claims
 	refused    refusals

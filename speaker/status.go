@@ -41,9 +41,13 @@ type statusReport struct {
 func (s *Speaker) report(plan Plan, problems []string, mine, routed []netip.Addr, routes bool, sessions map[string]bgp.State) {
 	s.view.update(plan, s.ifaces, mine, routed)
 	r := s.view.report(plan, problems)
+	// Reading every link costs more than planning a change, so it is done at most once a
+	// second, and once more a second after a change that found them fresh.
 	if now := time.Now(); now.Sub(s.macsAt) >= time.Second {
-		// Reading every link costs more than planning a change, so not on every change.
-		s.macs, s.macsAt = hardwareAddrs(), now
+		s.macs, s.macsAt, s.macsAgain = hardwareAddrs(), now, false
+	} else if !s.macsAgain {
+		s.macsAgain = true
+		time.AfterFunc(s.macsAt.Add(time.Second).Sub(now), func() { s.trigger(causeStatus) })
 	}
 	r.status.HardwareAddrs = s.macs
 	if c := s.checks.Load(); c != nil {
