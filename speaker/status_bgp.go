@@ -69,42 +69,46 @@ func bgpPeersStatus(d bgp.Desired, states map[string]bgp.State) *v1alpha1.Speake
 }
 
 // bgpRoutes are the routes with the attributes the routers get, one entry per prefix and
-// attributes naming all its peers, capped at MaxBGPRoutes (the rest counted).
+// attributes naming all its peers, by prefix, capped at MaxBGPRoutes (the rest counted). Only
+// the entries listed are rendered.
 func bgpRoutes(d bgp.Desired) ([]v1alpha1.AdvertisedRoute, int32) {
-	type key struct {
-		prefix netip.Prefix
-		attrs  string
+	type entry struct {
+		attrs bgp.Attrs
+		peers []string
 	}
-	routes := map[key]*v1alpha1.AdvertisedRoute{}
+	byPrefix := map[netip.Prefix][]entry{}
 	for _, name := range slices.Sorted(maps.Keys(d.Peers)) {
 		for pfx, r := range d.Routes[name] {
-			k := key{pfx, fmt.Sprint(r.Attrs)}
-			if ar := routes[k]; ar != nil {
-				ar.Peers = append(ar.Peers, name) // names come sorted
+			es := byPrefix[pfx]
+			if i := slices.IndexFunc(es, func(e entry) bool { return e.attrs.Equal(r.Attrs) }); i >= 0 {
+				es[i].peers = append(es[i].peers, name) // names come sorted
 				continue
 			}
-			ar := &v1alpha1.AdvertisedRoute{Prefix: pfx.String(), Peers: []string{name}, LocalPref: r.Attrs.LocalPref,
-				Communities: capCommunities(r.Attrs.CommunityStrings())}
-			if r.Attrs.NextHop.IsValid() {
-				ar.NextHop = r.Attrs.NextHop.String()
-			}
-			routes[k] = ar
+			byPrefix[pfx] = append(es, entry{r.Attrs, []string{name}})
 		}
 	}
-	keys := slices.SortedFunc(maps.Keys(routes), func(a, b key) int {
-		if c := a.prefix.Addr().Compare(b.prefix.Addr()); c != 0 {
-			return c
-		}
-		return cmp.Or(a.prefix.Bits()-b.prefix.Bits(), strings.Compare(a.attrs, b.attrs))
+	prefixes := slices.SortedFunc(maps.Keys(byPrefix), func(a, b netip.Prefix) int {
+		return cmp.Or(a.Addr().Compare(b.Addr()), a.Bits()-b.Bits())
 	})
 	var out []v1alpha1.AdvertisedRoute
-	for i, k := range keys {
-		if i == v1alpha1.MaxBGPRoutes {
-			return out, int32(len(keys) - i)
+	total := 0
+	for _, pfx := range prefixes {
+		es := byPrefix[pfx]
+		total += len(es)
+		if len(out) == v1alpha1.MaxBGPRoutes {
+			continue
 		}
-		out = append(out, *routes[k])
+		slices.SortFunc(es, func(a, b entry) int { return strings.Compare(fmt.Sprint(a.attrs), fmt.Sprint(b.attrs)) })
+		for _, e := range es[:min(len(es), v1alpha1.MaxBGPRoutes-len(out))] {
+			ar := v1alpha1.AdvertisedRoute{Prefix: pfx.String(), Peers: e.peers, LocalPref: e.attrs.LocalPref,
+				Communities: capCommunities(e.attrs.CommunityStrings())}
+			if e.attrs.NextHop.IsValid() {
+				ar.NextHop = e.attrs.NextHop.String()
+			}
+			out = append(out, ar)
+		}
 	}
-	return out, 0
+	return out, int32(total - len(out))
 }
 
 func capCommunities(cs []string) []string {
