@@ -27,6 +27,7 @@ type Planner struct {
 	earlier     []*bgpNode // the live nodes before me by name: the teller rule asks what they advertise
 	global      []string   // problems of the cluster-wide objects
 
+	scratch  map[*bgpNode]*Plan // one node's routes for one Service, cleared for each
 	services map[string]*servicePlan
 	byAddr   map[netip.Addr][]string // the Services listing each address, sorted
 	byRoute  map[routeKey][]string   // the Services routed to each peer's prefix, sorted
@@ -37,13 +38,39 @@ type Planner struct {
 	Planned int
 }
 
-// servicePlan is one Service's share of the plan.
+// servicePlan is one Service's share of the plan. A Service lists an address or two, so its
+// shares are short lists, not maps.
 type servicePlan struct {
-	addrs    []netip.Addr            // its addresses that are in a pool
-	l2       map[netip.Addr]sharer   // per address, when an L2Advertisement covers it
-	routes   map[routeKey]bgp.Route  // its routes from this node, its advertisements merged
-	routed   map[netip.Addr]BGPClaim // per address this node advertises: its peers; Teller: no earlier node advertises it
+	addrs    []netip.Addr // its addresses that are in a pool
+	l2       []sharerAt   // per address an L2Advertisement covers
+	routes   []routeAt    // its routes from this node, its advertisements merged
+	routed   []routedAt   // per address this node advertises: its peers; Teller: no earlier node advertises it
 	problems []string
+}
+
+type sharerAt struct {
+	ip netip.Addr
+	sharer
+}
+
+type routeAt struct {
+	routeKey
+	bgp.Route
+}
+
+type routedAt struct {
+	ip netip.Addr
+	BGPClaim
+}
+
+// find returns the entry of list whose key is k.
+func find[T any, K comparable](list []T, key func(*T) K, k K) (*T, bool) {
+	for i := range list {
+		if key(&list[i]) == k {
+			return &list[i], true
+		}
+	}
+	return nil, false
 }
 
 type routeKey struct {
@@ -81,7 +108,7 @@ func (pl *Planner) Replan(w World, alive func(node string) bool) Changes {
 		pl.alive[w.Nodes[i].Name] = alive(w.Nodes[i].Name)
 	}
 	pl.services, pl.byAddr, pl.byRoute = map[string]*servicePlan{}, map[netip.Addr][]string{}, map[routeKey][]string{}
-	pl.derived, pl.problems = map[any][]string{}, map[string]int{}
+	pl.derived, pl.problems, pl.scratch = map[any][]string{}, map[string]int{}, map[*bgpNode]*Plan{}
 	pl.global = nil
 	pl.pools, pl.global = rules.ParsePools(w.Pools)
 	pl.mine = bgpNodeOf(&pl.w, pl.me, &pl.global)
@@ -170,8 +197,7 @@ func (pl *Planner) planService(svc *corev1.Service, key string, ready map[string
 	pl.Planned++
 	w := &pl.w
 	sp := &servicePlan{}
-	var own Plan // this Service's routes from this node
-	own.BGP, own.Routed = pl.mine.desired(), map[netip.Addr]BGPClaim{}
+	own := pl.scratchFor(pl.mine) // this Service's routes from this node
 	alive := func(n string) bool { return pl.alive[n] }
 	for _, ip := range v1alpha1.IngressAddrs(svc) {
 		pool, ok := rules.PoolOf(svc, ip, pl.pools)
@@ -185,28 +211,36 @@ func (pl *Planner) planService(svc *corev1.Service, key string, ready map[string
 			eligible, _ := election.Eligible(cands, election.Policy{
 				LocalOnly: svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal,
 			})
-			if sp.l2 == nil {
-				sp.l2 = map[netip.Addr]sharer{}
-			}
-			sp.l2[ip] = sharer{service: key, eligible: eligible, ifaces: myIfaces, weights: election.Weights(cands)}
+			sp.l2 = append(sp.l2, sharerAt{ip, sharer{service: key, eligible: eligible, ifaces: myIfaces, weights: election.Weights(cands)}})
 		}
-		pl.mine.advertiseAddress(w, &own, svc, key, ip, pool, ready)
+		pl.mine.advertiseAddress(w, own, svc, key, ip, pool, ready)
 		if c, ok := own.Routed[ip]; ok {
 			c.Teller = !pl.toldEarlier(svc, key, ip, pool, ready)
-			own.Routed[ip] = c
+			sp.routed = append(sp.routed, routedAt{ip, c})
 		}
 	}
 	sp.problems = append(sp.problems, own.Problems...)
-	if len(own.Routed) > 0 {
-		sp.routed = own.Routed
-		sp.routes = map[routeKey]bgp.Route{}
-		for peer, routes := range own.BGP.Routes {
-			for prefix, r := range routes {
-				sp.routes[routeKey{peer, prefix}] = r
-			}
+	for peer, routes := range own.BGP.Routes {
+		for prefix, r := range routes {
+			sp.routes = append(sp.routes, routeAt{routeKey{peer, prefix}, r})
 		}
 	}
 	return sp
+}
+
+// scratchFor is node n's scratch plan, emptied: its sessions, no route.
+func (pl *Planner) scratchFor(n *bgpNode) *Plan {
+	p, ok := pl.scratch[n]
+	if !ok {
+		p = &Plan{BGP: n.desired(), Routed: map[netip.Addr]BGPClaim{}}
+		pl.scratch[n] = p
+	}
+	for _, routes := range p.BGP.Routes {
+		clear(routes)
+	}
+	clear(p.Routed)
+	p.Problems = p.Problems[:0]
+	return p
 }
 
 // toldEarlier reports whether a live node before this one by name advertises ip of svc: then
@@ -215,9 +249,8 @@ func (pl *Planner) planService(svc *corev1.Service, key string, ready map[string
 // advertise). It stops at the first such node.
 func (pl *Planner) toldEarlier(svc *corev1.Service, key string, ip netip.Addr, pool *v1alpha1.IPAddressPool, ready map[string]bool) bool {
 	for _, n := range pl.earlier {
-		var theirs Plan
-		theirs.BGP, theirs.Routed = n.desired(), map[netip.Addr]BGPClaim{}
-		n.advertiseAddress(&pl.w, &theirs, svc, key, ip, pool, ready)
+		theirs := pl.scratchFor(n)
+		n.advertiseAddress(&pl.w, theirs, svc, key, ip, pool, ready)
 		if _, ok := theirs.Routed[ip]; ok {
 			return true
 		}
@@ -231,9 +264,9 @@ func (pl *Planner) list(key string, sp *servicePlan, addrs map[netip.Addr]bool, 
 		pl.byAddr[ip] = insertSorted(pl.byAddr[ip], key)
 		addrs[ip] = true
 	}
-	for rk := range sp.routes {
-		pl.byRoute[rk] = insertSorted(pl.byRoute[rk], key)
-		routes[rk] = true
+	for _, r := range sp.routes {
+		pl.byRoute[r.routeKey] = insertSorted(pl.byRoute[r.routeKey], key)
+		routes[r.routeKey] = true
 	}
 	pl.count(sp.problems, 1)
 }
@@ -244,9 +277,9 @@ func (pl *Planner) unlist(key string, sp *servicePlan, addrs map[netip.Addr]bool
 		pl.byAddr[ip] = removeSorted(pl.byAddr[ip], key)
 		addrs[ip] = true
 	}
-	for rk := range sp.routes {
-		pl.byRoute[rk] = removeSorted(pl.byRoute[rk], key)
-		routes[rk] = true
+	for _, r := range sp.routes {
+		pl.byRoute[r.routeKey] = removeSorted(pl.byRoute[r.routeKey], key)
+		routes[r.routeKey] = true
 	}
 	pl.count(sp.problems, -1)
 }
@@ -259,10 +292,10 @@ func (pl *Planner) combineAddress(ip netip.Addr) (mineChanged, routedChanged boo
 	told := false
 	for _, key := range pl.byAddr[ip] {
 		sp := pl.services[key]
-		if s, ok := sp.l2[ip]; ok {
-			ss = append(ss, s)
+		if s, ok := find(sp.l2, func(s *sharerAt) netip.Addr { return s.ip }, ip); ok {
+			ss = append(ss, s.sharer)
 		}
-		if c, ok := sp.routed[ip]; ok {
+		if c, ok := find(sp.routed, func(r *routedAt) netip.Addr { return r.ip }, ip); ok {
 			routed.Services = unionSorted(routed.Services, c.Services)
 			routed.Peers = unionSorted(routed.Peers, c.Peers)
 			told = told || !c.Teller
@@ -308,7 +341,8 @@ func (pl *Planner) combineRoute(rk routeKey) bool {
 	had := false
 	var problems []string
 	for _, key := range pl.byRoute[rk] {
-		if problem := mergeRoute(&r, had, rk.peer, pl.services[key].routes[rk]); problem != "" {
+		theirs, _ := find(pl.services[key].routes, func(r *routeAt) routeKey { return r.routeKey }, rk)
+		if problem := mergeRoute(&r, had, rk.peer, theirs.Route); problem != "" {
 			problems = append(problems, problem)
 		}
 		had = true
