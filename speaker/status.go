@@ -89,32 +89,45 @@ func planStatus(plan Plan, answered map[netip.Addr][]string) statusReport {
 	return r
 }
 
-// update rewrites the entries of the addresses in mine (L2) and routed (BGP).
+// update rewrites the entries of the addresses in mine (L2) and routed (BGP); the generation
+// moves when an entry changed.
 func (v *statusView) update(plan Plan, answered map[netip.Addr][]string, mine, routed []netip.Addr) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if v.l2 == nil {
 		v.l2, v.bgp = map[netip.Addr][]v1alpha1.Announcement{}, map[netip.Addr][]v1alpha1.Announcement{}
-	}
-	if len(mine) > 0 || len(routed) > 0 || v.gen == 0 {
 		v.gen++
 	}
 	// One entry per Service: Services sharing an address each find themselves.
 	for _, ip := range mine {
-		delete(v.l2, ip)
+		var entries []v1alpha1.Announcement
 		for _, svc := range plan.Mine[ip].Services {
-			v.l2[ip] = append(v.l2[ip], v1alpha1.Announcement{IP: ip.String(), Service: svc, Protocol: v1alpha1.ProtocolL2, Interfaces: answered[ip]})
+			entries = append(entries, v1alpha1.Announcement{IP: ip.String(), Service: svc, Protocol: v1alpha1.ProtocolL2, Interfaces: answered[ip]})
 		}
+		v.set(v.l2, ip, entries)
 	}
 	// BGP: every advertising node advertises the same, so only the teller lists an address;
 	// one Service changing rewrites one Speaker, however many nodes advertise it.
 	for _, ip := range routed {
-		delete(v.bgp, ip)
+		var entries []v1alpha1.Announcement
 		if c := plan.Routed[ip]; c.Teller {
 			for _, svc := range c.Services {
-				v.bgp[ip] = append(v.bgp[ip], v1alpha1.Announcement{IP: ip.String(), Service: svc, Protocol: v1alpha1.ProtocolBGP, Peers: c.Peers})
+				entries = append(entries, v1alpha1.Announcement{IP: ip.String(), Service: svc, Protocol: v1alpha1.ProtocolBGP, Peers: c.Peers})
 			}
 		}
+		v.set(v.bgp, ip, entries)
+	}
+}
+
+func (v *statusView) set(m map[netip.Addr][]v1alpha1.Announcement, ip netip.Addr, entries []v1alpha1.Announcement) {
+	if apiequality.Semantic.DeepEqual(m[ip], entries) {
+		return
+	}
+	v.gen++
+	if len(entries) == 0 {
+		delete(m, ip)
+	} else {
+		m[ip] = entries
 	}
 }
 
@@ -246,9 +259,13 @@ func withoutRoutes(r statusReport) statusReport {
 	return r
 }
 
-// sameStatus compares two reports; the announcements by their generation when both have one.
+// sameStatus compares two reports; the announcements by their generation when both have one
+// (one of them may not be listed yet).
 func sameStatus(a, b statusReport) bool {
-	if a.listed != 0 && a.listed == b.listed {
+	if a.listed != 0 && b.listed != 0 {
+		if a.listed != b.listed {
+			return false
+		}
 		a.status.Announcements, b.status.Announcements = nil, nil
 	}
 	return a.ready.Status == b.ready.Status && a.ready.Message == b.ready.Message && apiequality.Semantic.DeepEqual(a.status, b.status) &&

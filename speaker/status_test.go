@@ -65,3 +65,28 @@ func TestRoutesListing(t *testing.T) {
 		t.Errorf("third entry %+v, want 198.51.100.1/32 to a and b", r)
 	}
 }
+
+// TestAListChangeIsWritten: a report whose announcements changed since the last write is
+// written at once, also when the written list was empty and the new one is not made yet (the
+// writer makes it); a report of the same list is not written again.
+func TestAListChangeIsWritten(t *testing.T) {
+	var v statusView
+	plan := Plan{Mine: map[netip.Addr]Claim{}, Routed: map[netip.Addr]BGPClaim{}}
+	v.update(plan, nil, nil, nil)
+	written := v.report(plan, nil)
+	written.status.Announcements, written.listed = v.list()
+	ip := netip.MustParseAddr("203.0.113.10")
+	plan.Routed[ip] = BGPClaim{Services: []string{"default/web"}, Peers: []string{"tor"}, Teller: true}
+	v.update(plan, nil, nil, []netip.Addr{ip})
+	r := v.report(plan, nil)
+	at := time.Unix(1_800_000_000, 0)
+	if sameStatus(written, r) || routesHold(&written, at, r, at) != 0 {
+		t.Fatalf("a new announcement is not written at once (same %v, held %v)", sameStatus(written, r), routesHold(&written, at, r, at))
+	}
+	// The same address again without a change is no news.
+	r.status.Announcements, r.listed = v.list()
+	v.update(plan, nil, nil, []netip.Addr{ip})
+	if again := v.report(plan, nil); !sameStatus(r, again) {
+		t.Errorf("an unchanged list is written again")
+	}
+}
