@@ -13,6 +13,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -171,18 +172,32 @@ func (sim *simulation) reported(b *testing.B) int {
 // memberLosses counts the member losses all the simulated speakers saw.
 func (sim *simulation) memberLosses(b *testing.B) float64 {
 	n := 0.0
+	sim.each(b, "portico_memberlist_members_lost_total", func(m *dto.Metric) { n += m.GetCounter().GetValue() })
+	return n
+}
+
+// reconciles sums the simulated speakers' reconciles: how many, and their seconds.
+func (sim *simulation) reconciles(b *testing.B) (count, seconds float64) {
+	sim.each(b, "portico_speaker_reconcile_seconds", func(m *dto.Metric) {
+		count += float64(m.GetHistogram().GetSampleCount())
+		seconds += m.GetHistogram().GetSampleSum()
+	})
+	return count, seconds
+}
+
+// each calls fn with every simulated speaker's samples of the metric name.
+func (sim *simulation) each(b *testing.B, name string, fn func(*dto.Metric)) {
 	for _, reg := range sim.metrics {
 		families, err := reg.Gather()
 		must(b, err)
 		for _, f := range families {
-			if f.GetName() == "portico_memberlist_members_lost_total" {
+			if f.GetName() == name {
 				for _, m := range f.GetMetric() {
-					n += m.GetCounter().GetValue()
+					fn(m)
 				}
 			}
 		}
 	}
-	return n
 }
 
 // speakerWrites are the writes the speakers make: their Speaker objects and their events.
@@ -242,7 +257,7 @@ func BenchmarkSpeakerScale(b *testing.B) {
 	}
 	const singles = 10
 	var rep strings.Builder
-	fmt.Fprintf(&rep, "| mode | nodes | burst of %d: converged (first create → every address listed) | after the last create | Speaker writes / Service | events / Service | one more Service: Speaker writes | events | member losses seen |\n|---|---|---|---|---|---|---|---|---|\n", services)
+	fmt.Fprintf(&rep, "| mode | nodes | burst of %d: converged (first create → every address listed) | after the last create | Speaker writes / Service | events / Service | one more Service: Speaker writes | events | a speaker's reconcile (mean, single Services) | member losses seen |\n|---|---|---|---|---|---|---|---|---|---|\n", services)
 	for _, mode := range []string{"L2", "BGP"} {
 		for _, n := range counts {
 			b.Run(fmt.Sprintf("%s/nodes=%d", mode, n), func(b *testing.B) {
@@ -260,6 +275,7 @@ func BenchmarkSpeakerScale(b *testing.B) {
 					converged := time.Now()
 					after := quiet(b, sim, "after the burst")
 					st, ev := speakerWrites(after, before)
+					n0, s0 := sim.reconciles(b)
 					write := floorWrite(cp)
 					for i := range singles {
 						svc := benchService(ns, services+i)
@@ -269,6 +285,8 @@ func BenchmarkSpeakerScale(b *testing.B) {
 					}
 					last := quiet(b, sim, "after the single Services")
 					st1, ev1 := speakerWrites(last, after)
+					n1, s1 := sim.reconciles(b)
+					perChange := (s1 - s0) / max(n1-n0, 1)
 					b.ReportMetric(converged.Sub(start).Seconds(), "converged-s")
 					b.ReportMetric(converged.Sub(created).Seconds(), "s-after-last-create")
 					b.ReportMetric(sim.memberLosses(b), "member-losses")
@@ -276,8 +294,9 @@ func BenchmarkSpeakerScale(b *testing.B) {
 					b.ReportMetric(ev/float64(services), "events/svc")
 					b.ReportMetric(st1/singles, "speaker-writes/change")
 					b.ReportMetric(ev1/singles, "events/change")
-					fmt.Fprintf(&rep, "| %s | %d | %.1f s | %.1f s | %.3f | %.3f | %.1f | %.1f | %.0f |\n", mode, n, converged.Sub(start).Seconds(),
-						converged.Sub(created).Seconds(), st/float64(services), ev/float64(services), st1/singles, ev1/singles, sim.memberLosses(b))
+					b.ReportMetric(perChange*1000, "ms/reconcile")
+					fmt.Fprintf(&rep, "| %s | %d | %.1f s | %.1f s | %.3f | %.3f | %.1f | %.1f | %.2f ms | %.0f |\n", mode, n, converged.Sub(start).Seconds(),
+						converged.Sub(created).Seconds(), st/float64(services), ev/float64(services), st1/singles, ev1/singles, perChange*1000, sim.memberLosses(b))
 				}
 			})
 		}

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
-	"sort"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -12,7 +11,6 @@ import (
 
 	"github.com/portico-lb/portico/api/v1alpha1"
 	"github.com/portico-lb/portico/rules"
-	"github.com/portico-lb/portico/rules/election"
 	"github.com/portico-lb/portico/speaker/bgp"
 )
 
@@ -61,38 +59,11 @@ type Plan struct {
 
 // MakePlan decides, from the cluster's objects and the live members, which addresses node me
 // answers for. Every speaker runs it on the same inputs and election.Owner makes them agree.
+// It is a Planner's first plan: the speaker keeps the Planner and replans only what changes.
 func MakePlan(w World, me, lbClass string, alive func(node string) bool) Plan {
-	p := Plan{Mine: map[netip.Addr]Claim{}}
-	w.selectors = rules.Selectors{}
-	pools, problems := rules.ParsePools(w.Pools)
-	p.Problems = append(p.Problems, problems...)
-	ready := rules.LocalReadyNodes(w.Services, w.EndpointSlices)
-	sharers := map[netip.Addr][]sharer{}
-	forEachAddress(w, lbClass, pools, &p, func(svc *corev1.Service, key string, ip netip.Addr, pool *v1alpha1.IPAddressPool) {
-		ads := w.selectors.L2AdvertisementsFor(w.Advertisements, pool, svc)
-		if len(ads) == 0 {
-			return // not announced over L2; the controller reports NoAdvertisement
-		}
-		cands, myIfaces := w.selectors.Candidates(w.Nodes, ads, ready[key], me, alive, w.IgnoreExcludeLabel)
-		eligible, _ := election.Eligible(cands, election.Policy{
-			LocalOnly: svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal,
-		})
-		sharers[ip] = append(sharers[ip], sharer{service: key, eligible: eligible, ifaces: myIfaces, weights: election.Weights(cands)})
-	})
-	for ip, ss := range sharers {
-		nodes, problem := answerers(ip, ss)
-		if problem != "" {
-			p.Problems = append(p.Problems, problem)
-		}
-		if owner, ok := election.Owner(ip, election.Preferred(nodes, weightsOf(ss))); ok && owner == me {
-			p.Mine[ip] = claimOf(ss)
-		}
-	}
-	planBGP(w, me, lbClass, pools, ready, &p)
-	markBGPTellers(w, me, lbClass, pools, ready, alive, &p)
-	sort.Strings(p.Problems)
-	p.Problems = slices.Compact(p.Problems)
-	return p
+	pl := NewPlanner(me, lbClass)
+	pl.Replan(w, alive)
+	return pl.Plan()
 }
 
 // sharer is one Service that lists an address, as the L2 rules see it.
@@ -160,58 +131,4 @@ func claimOf(ss []sharer) Claim {
 		c.Interfaces = slices.Compact(c.Interfaces)
 	}
 	return c
-}
-
-// forEachAddress calls fn for every address in the status of a Service Portico handles
-// (rules.Handles), with the pool it came from; an address in no pool is a problem.
-func forEachAddress(w World, lbClass string, pools []rules.Pool, p *Plan, fn func(svc *corev1.Service, key string, ip netip.Addr, pool *v1alpha1.IPAddressPool)) {
-	for i := range w.Services {
-		svc := &w.Services[i]
-		if !rules.Handles(svc, lbClass, !w.IgnoreClassless) {
-			continue
-		}
-		key := svc.Namespace + "/" + svc.Name
-		for _, ip := range v1alpha1.IngressAddrs(svc) {
-			pool, ok := rules.PoolOf(svc, ip, pools)
-			if !ok {
-				p.Problems = append(p.Problems, fmt.Sprintf("%s: address %s is in no IPAddressPool", key, ip))
-				continue
-			}
-			fn(svc, key, ip, pool)
-		}
-	}
-}
-
-// markBGPTellers marks the addresses node me tells of: those no live node before it by name
-// advertises (the teller is the first advertising node in name order, so one Announced
-// event and one Speaker status entry stand for every node, however many advertise). Only the
-// nodes before me are planned, and only until every address has found an earlier teller.
-func markBGPTellers(w World, me, lbClass string, pools []rules.Pool, ready map[string]map[string]bool, alive func(string) bool, p *Plan) {
-	pending := map[netip.Addr]bool{}
-	for ip := range p.Routed {
-		pending[ip] = true
-	}
-	names := make([]string, 0, len(w.Nodes))
-	for i := range w.Nodes {
-		names = append(names, w.Nodes[i].Name)
-	}
-	slices.Sort(names)
-	for _, n := range names {
-		if n >= me || len(pending) == 0 {
-			break
-		}
-		if !alive(n) {
-			continue
-		}
-		var theirs Plan
-		planBGP(w, n, lbClass, pools, ready, &theirs)
-		for ip := range theirs.Routed {
-			delete(pending, ip)
-		}
-	}
-	for ip := range pending {
-		c := p.Routed[ip]
-		c.Teller = true
-		p.Routed[ip] = c
-	}
 }

@@ -31,62 +31,83 @@ const (
 	defaultConnectTime = 5 * time.Second
 )
 
-// planBGP fills p.BGP and p.Routed: the sessions node me holds (BGPPeers whose nodeSelectors
-// match it) and, per session, the prefixes it advertises. Unlike L2 there is no owner: every
-// selected node advertises (ECMP at the router), except that externalTrafficPolicy Local
-// needs a ready endpoint on this node.
-func planBGP(w World, me, lbClass string, pools []rules.Pool, ready map[string]map[string]bool, p *Plan) {
-	p.BGP = bgp.Desired{Peers: map[string]bgp.Peer{}, Routes: map[string]map[netip.Prefix]bgp.Route{}}
-	p.Routed = map[netip.Addr]BGPClaim{}
+// bgpNode is what the BGP plan needs of one node: the sessions it holds (BGPPeers whose
+// nodeSelectors match it) and its InternalIPs (router ID and next hops). Unlike L2 there is no
+// owner: every selected node advertises (ECMP at the router), except that
+// externalTrafficPolicy Local needs a ready endpoint on the node.
+type bgpNode struct {
+	name     string
+	node     *corev1.Node
+	peers    map[string]bgp.Peer
+	mine     map[netip.Addr]bool
+	excluded bool
+}
+
+// bgpNodeOf resolves node name's sessions, adding what is wrong with them to problems; nil
+// when the cluster has no BGPPeer.
+func bgpNodeOf(w *World, name string, problems *[]string) *bgpNode {
 	if len(w.BGPPeers) == 0 {
-		return
+		return nil
 	}
-	node := findNode(w.Nodes, me)
+	node := findNode(w.Nodes, name)
 	if node == nil {
-		p.Problems = append(p.Problems, fmt.Sprintf("BGP: node %s not found, so no BGPPeer can select it", me))
-		return
+		*problems = append(*problems, fmt.Sprintf("BGP: node %s not found, so no BGPPeer can select it", name))
+		return nil
 	}
-	mine := map[netip.Addr]bool{} // this node's InternalIPs: router ID and next hops
+	n := &bgpNode{name: name, node: node, peers: map[string]bgp.Peer{}, mine: map[netip.Addr]bool{},
+		excluded: rules.ExcludedFromLB(node, w.IgnoreExcludeLabel)}
 	for _, ip := range rules.InternalIPs(node) {
-		mine[ip] = true
+		n.mine[ip] = true
 	}
 	for i := range w.BGPPeers {
 		bp := &w.BGPPeers[i]
 		if len(bp.Spec.NodeSelectors) > 0 && !w.selectors.MatchesAny(bp.Spec.NodeSelectors, node.Labels) {
 			continue
 		}
-		peer, err := resolvePeer(bp, node.Labels, mine, w.Secrets)
+		peer, err := resolvePeer(bp, node.Labels, n.mine, w.Secrets)
 		if err != nil {
-			p.Problems = append(p.Problems, fmt.Sprintf("BGPPeer %s: %v", bp.Name, err))
+			*problems = append(*problems, fmt.Sprintf("BGPPeer %s: %v", bp.Name, err))
 			continue
 		}
 		if peer.BFD, err = peerBFD(bp, w.BFDProfiles); err != nil {
-			p.Problems = append(p.Problems, fmt.Sprintf("BGPPeer %s: %v; the session runs without BFD", bp.Name, err))
+			*problems = append(*problems, fmt.Sprintf("BGPPeer %s: %v; the session runs without BFD", bp.Name, err))
 		}
-		p.BGP.Peers[bp.Name] = peer
-		p.BGP.Routes[bp.Name] = map[netip.Prefix]bgp.Route{}
+		n.peers[bp.Name] = peer
 	}
-	if len(p.BGP.Peers) == 0 {
+	return n
+}
+
+// desired is the node's sessions with no route yet.
+func (n *bgpNode) desired() bgp.Desired {
+	d := bgp.Desired{Peers: map[string]bgp.Peer{}, Routes: map[string]map[netip.Prefix]bgp.Route{}}
+	if n == nil {
+		return d
+	}
+	for name, peer := range n.peers {
+		d.Peers[name] = peer
+		d.Routes[name] = map[netip.Prefix]bgp.Route{}
+	}
+	return d
+}
+
+// advertiseAddress adds ip of svc (from pool) to p's routes, to every session of the node's
+// that an advertisement covering it sends to.
+func (n *bgpNode) advertiseAddress(w *World, p *Plan, svc *corev1.Service, key string, ip netip.Addr, pool *v1alpha1.IPAddressPool, ready map[string]bool) {
+	if n == nil || len(n.peers) == 0 || n.excluded {
 		return
 	}
-	excluded := rules.ExcludedFromLB(node, w.IgnoreExcludeLabel)
-	forEachAddress(w, lbClass, pools, p, func(svc *corev1.Service, key string, ip netip.Addr, pool *v1alpha1.IPAddressPool) {
-		if excluded {
-			return
+	if svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal && !ready[n.name] {
+		return
+	}
+	for i := range w.BGPAds {
+		ad := &w.BGPAds[i]
+		s := &ad.Spec
+		if !w.selectors.Covers(s.IPAddressPools, s.IPAddressPoolSelectors, s.ServiceSelectors, pool, svc) ||
+			len(s.NodeSelectors) > 0 && !w.selectors.MatchesAny(s.NodeSelectors, n.node.Labels) {
+			continue
 		}
-		if svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal && !ready[key][me] {
-			return
-		}
-		for i := range w.BGPAds {
-			ad := &w.BGPAds[i]
-			s := &ad.Spec
-			if !w.selectors.Covers(s.IPAddressPools, s.IPAddressPoolSelectors, s.ServiceSelectors, pool, svc) ||
-				len(s.NodeSelectors) > 0 && !w.selectors.MatchesAny(s.NodeSelectors, node.Labels) {
-				continue
-			}
-			advertise(p, ad, key, ip, mine)
-		}
-	})
+		advertise(p, ad, key, ip, n.mine)
+	}
 }
 
 // advertise adds ip (or its aggregate) to every session ad sends to.
@@ -138,17 +159,8 @@ func advertise(p *Plan, ad *v1alpha1.BGPAdvertisement, service string, ip netip.
 		}
 		routes := p.BGP.Routes[name]
 		r, had := routes[prefix]
-		if had {
-			if r.Attrs.LocalPref != a.LocalPref && r.Attrs.LocalPref != 0 && a.LocalPref != 0 {
-				p.Problems = append(p.Problems, fmt.Sprintf("%s to BGPPeer %s: advertisements ask for local-pref %d and %d; using the higher",
-					prefix, name, r.Attrs.LocalPref, a.LocalPref))
-			}
-			a = mergeAttrs(r.Attrs, a)
-		}
-		r.Prefix, r.Attrs = prefix, a
-		if !slices.Contains(r.Services, service) {
-			r.Services = append(r.Services, service)
-			slices.Sort(r.Services)
+		if problem := mergeRoute(&r, had, name, bgp.Route{Prefix: prefix, Attrs: a, Services: []string{service}}); problem != "" {
+			p.Problems = append(p.Problems, problem)
 		}
 		routes[prefix] = r
 		if !slices.Contains(claim.Peers, name) {
@@ -159,6 +171,36 @@ func advertise(p *Plan, ad *v1alpha1.BGPAdvertisement, service string, ip netip.
 	if len(claim.Peers) > 0 {
 		p.Routed[ip] = claim
 	}
+}
+
+// mergeRoute adds add to the route r to BGPPeer peer (had: r holds one already), and says
+// when the two ask for different local-prefs.
+func mergeRoute(r *bgp.Route, had bool, peer string, add bgp.Route) (problem string) {
+	if !had {
+		*r = bgp.Route{Prefix: add.Prefix, Attrs: add.Attrs, Services: slices.Clone(add.Services)}
+		return ""
+	}
+	if r.Attrs.LocalPref != add.Attrs.LocalPref && r.Attrs.LocalPref != 0 && add.Attrs.LocalPref != 0 {
+		problem = fmt.Sprintf("%s to BGPPeer %s: advertisements ask for local-pref %d and %d; using the higher",
+			add.Prefix, peer, r.Attrs.LocalPref, add.Attrs.LocalPref)
+	}
+	r.Attrs = mergeAttrs(r.Attrs, add.Attrs)
+	r.Services = unionSorted(r.Services, add.Services)
+	return problem
+}
+
+// unionSorted is the sorted union of two sorted lists (a new list when b adds to a).
+func unionSorted(a, b []string) []string {
+	out := a
+	for _, s := range b {
+		if i, found := slices.BinarySearch(out, s); !found {
+			if len(out) == len(a) {
+				out = slices.Clone(a)
+			}
+			out = slices.Insert(out, i, s)
+		}
+	}
+	return out
 }
 
 // mergeAttrs combines two advertisements of one prefix to one peer: the union of communities,

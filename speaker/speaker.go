@@ -13,7 +13,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/types"
-	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -26,8 +25,9 @@ import (
 )
 
 // Speaker answers on this node for the addresses it owns and reports them in its Speaker
-// object. It is a controller-runtime Runnable: every watched change and every membership change
-// triggers one recomputation of the whole plan (cheap: a hash per address and node).
+// object. It is a controller-runtime Runnable: a change to Services or their EndpointSlices
+// replans those Services (Planner.Update), any other watched change and every membership change
+// the whole plan; changes arriving together are planned in one pass.
 type Speaker struct {
 	Node    string
 	LBClass string
@@ -53,19 +53,26 @@ type Speaker struct {
 	// Conflicts paces the probes of the addresses pools hand out next (conflicts.go).
 	Conflicts ConflictProbing
 
-	kick    chan struct{}
-	cause   atomic.Value // string: why the next recomputation runs
-	lostAt  atomic.Int64 // unix nanos of the latest member loss not yet acted upon
-	joined  atomic.Bool  // a member joined since the latest recomputation
-	owned   map[netip.Addr]Claim
-	ifaces  map[netip.Addr][]string
-	reports chan statusReport // the latest status to write; a newer one replaces an unwritten one
-	joining atomic.Bool
-	routed  map[netip.Addr]BGPClaim
-	secrets map[client.ObjectKey]cachedSecret
-	checks  atomic.Pointer[selfCheckReport]          // the latest self-check results
-	foreign atomic.Pointer[[]v1alpha1.ForeignAnswer] // the latest conflict probe round's foreign answers
-	loopAt  atomic.Int64                             // unix nanos of the main loop's latest turn; 0 until it starts (health.go)
+	kick      chan struct{}
+	cause     atomic.Value // string: why the next recomputation runs
+	lostAt    atomic.Int64 // unix nanos of the latest member loss not yet acted upon
+	joined    atomic.Bool  // a member joined since the latest recomputation
+	owned     map[netip.Addr]Claim
+	ifaces    map[netip.Addr][]string
+	pending   pendingChanges
+	planner   *Planner
+	applied   appliedPlan
+	view      statusView
+	macs      []string // hardwareAddrs as read at macsAt
+	macsAt    time.Time
+	macsAgain bool              // a re-read is on its way
+	reports   chan statusReport // the latest status to write; a newer one replaces an unwritten one
+	joining   atomic.Bool
+	routed    map[netip.Addr]BGPClaim
+	secrets   map[client.ObjectKey]cachedSecret
+	checks    atomic.Pointer[selfCheckReport]          // the latest self-check results
+	foreign   atomic.Pointer[[]v1alpha1.ForeignAnswer] // the latest conflict probe round's foreign answers
+	loopAt    atomic.Int64                             // unix nanos of the main loop's latest turn; 0 until it starts (health.go)
 
 	synced     atomic.Bool // the cache has synced: Admit can check claims
 	refused    refusals
@@ -108,9 +115,7 @@ func (s *Speaker) Start(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		trigger := func(any) { s.trigger("config") }
-		if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{AddFunc: trigger, DeleteFunc: trigger,
-			UpdateFunc: func(_, _ any) { s.trigger("config") }}); err != nil {
+		if _, err := inf.AddEventHandler(s.changeHandler(obj)); err != nil {
 			return err
 		}
 	}
@@ -135,7 +140,7 @@ func (s *Speaker) Start(ctx context.Context) error {
 		defer t.Stop()
 		reloadKeys = t.C
 	}
-	s.trigger("config")
+	s.replanAll("config")
 	for {
 		s.turned()
 		select {
@@ -146,11 +151,11 @@ func (s *Speaker) Start(ctx context.Context) error {
 			s.Log.Info("membership changed", "member", ch.Name, "alive", ch.Joined, "how", ch.How)
 			if ch.Joined {
 				s.joined.Store(true)
-				s.trigger("member-joined")
+				s.replanAll("member-joined")
 			} else {
 				s.Metrics.membersLost.Inc()
 				s.lostAt.CompareAndSwap(0, ch.At.UnixNano())
-				s.trigger("member-lost")
+				s.replanAll("member-lost")
 			}
 		case <-rejoin.C:
 			// Rejoining nodes that are not members heals a partition within half a second
@@ -164,7 +169,7 @@ func (s *Speaker) Start(ctx context.Context) error {
 			s.reloadKeys(ctx)
 		case <-refresh.C:
 			if len(s.secrets) > 0 {
-				s.trigger("secret-refresh")
+				s.replanAll("secret-refresh")
 			}
 		case <-s.kick:
 			s.reconcile(ctx)
@@ -259,68 +264,41 @@ func (s *Speaker) reconcile(ctx context.Context) {
 	defer func() { s.Metrics.reconcile.Observe(time.Since(start).Seconds()) }()
 	cause, _ := s.cause.Swap("config").(string)
 	lostAt := s.lostAt.Swap(0)
-	w, err := s.world(ctx)
+	ch, err := s.replan(ctx)
 	if err != nil {
 		s.Log.Error(err, "reading the cache")
 		return
 	}
-	plan := MakePlan(w, s.Node, s.LBClass, s.Group.IsAlive)
-	want := l2.Want{}
-	for ip, c := range plan.Mine {
-		want[ip] = c.Interfaces
-	}
-	answered, problems := s.Announce.Set(want)
-	if s.joined.Swap(false) {
-		// A partition healed (or a node came): another node may have answered for what this
-		// one kept, and clients keep that node's MAC while it still forwards their traffic.
-		s.Announce.Reannounce()
-	}
-	if lostAt != 0 && gained(s.owned, plan.Mine) > 0 {
+	plan := s.planner.Plan()
+	mine := s.applyL2(ch)
+	if lostAt != 0 && s.gained(mine) > 0 {
 		// Set has sent the first gratuitous frames when it returns.
 		s.Metrics.failover.Observe(time.Since(time.Unix(0, lostAt)).Seconds())
 	}
-	for ip, c := range plan.Mine {
-		if _, had := s.owned[ip]; !had {
-			s.Metrics.ownerChanges.WithLabelValues(cause, "gained").Inc()
-			s.Log.Info("answering", "ip", ip, "services", c.Services, "interfaces", answered[ip], "cause", cause)
-			where := strings.Join(answered[ip], ",")
-			if where == "" {
-				where = "no interface"
-			}
-			s.event(ctx, c.Services, "announcing %s from node %s on %s", ip, s.Node, where)
-		}
-	}
-	for ip := range s.owned {
-		if _, keep := plan.Mine[ip]; !keep {
-			s.Metrics.ownerChanges.WithLabelValues(cause, "lost").Inc()
-			s.Log.Info("stopped answering", "ip", ip, "cause", cause)
-		}
-	}
-	s.owned, s.ifaces = plan.Mine, answered
+	s.ownersChanged(ctx, mine, cause)
 	s.Metrics.announced.Set(float64(len(plan.Mine)))
-	for _, p := range problems {
-		plan.Problems = append(plan.Problems, p.Error())
+	routed := ch.Routed
+	if ch.All {
+		routed = keysOf(plan.Routed, s.routed)
 	}
-	plan.Problems = append(plan.Problems, s.refusalProblems()...)
-	if s.keyProblem != "" {
-		plan.Problems = append(plan.Problems, s.keyProblem)
-	}
-	for _, err := range s.BGP.Apply(ctx, plan.BGP) {
-		plan.Problems = append(plan.Problems, err.Error())
-	}
-	s.routesChanged(ctx, plan.Routed, cause)
-	slices.Sort(plan.Problems)
-	s.report(plan, answered, s.BGP.States())
-}
-
-func gained(old, now map[netip.Addr]Claim) int {
-	n := 0
-	for ip := range now {
-		if _, had := old[ip]; !had {
-			n++
+	if ch.All || len(ch.Routes) > 0 || len(s.applied.bgp) > 0 {
+		d := plan.BGP
+		if !ch.All && len(s.applied.bgp) == 0 {
+			d.Changed = ch.Routes // the routes compared; after a problem, every route
 		}
+		s.applied.bgp = s.BGP.Apply(ctx, d)
 	}
-	return n
+	s.routesChanged(ctx, plan.Routed, routed, cause)
+	problems := slices.Clone(plan.Problems)
+	for _, p := range append(s.applied.l2, s.applied.bgp...) {
+		problems = append(problems, p.Error())
+	}
+	problems = append(problems, s.refusalProblems()...)
+	if s.keyProblem != "" {
+		problems = append(problems, s.keyProblem)
+	}
+	slices.Sort(problems)
+	s.report(plan, problems, mine, routed, ch.All || len(ch.Routes) > 0, s.BGP.States())
 }
 
 // event tells each of the Services, by a Normal "Announced" event, what this node does for them.

@@ -13,12 +13,20 @@ import (
 	"github.com/portico-lb/portico/speaker/bgp"
 )
 
-// routesChanged runs after the BGP routes were applied: it logs each address this node starts
-// or stops advertising, tells its Service by an event when it starts (if it is the teller),
-// and remembers the routes.
-func (s *Speaker) routesChanged(ctx context.Context, now map[netip.Addr]BGPClaim, cause string) {
-	for ip, c := range now {
+// routesChanged runs after the BGP routes were applied: for each address whose claim changed
+// it logs whether this node starts or stops advertising it, tells its Service by an event when
+// it starts (if it is the teller), and remembers the claim.
+func (s *Speaker) routesChanged(ctx context.Context, now map[netip.Addr]BGPClaim, changed []netip.Addr, cause string) {
+	for _, ip := range changed {
+		c, routed := now[ip]
 		old, had := s.routed[ip]
+		if !routed {
+			if had {
+				s.Log.Info("withdrawn from BGP", "ip", ip, "services", old.Services, "cause", cause)
+				delete(s.routed, ip)
+			}
+			continue
+		}
 		if !had || !slices.Equal(old.Peers, c.Peers) {
 			s.Log.Info("advertising over BGP", "ip", ip, "services", c.Services, "peers", c.Peers, "cause", cause)
 		}
@@ -26,13 +34,8 @@ func (s *Speaker) routesChanged(ctx context.Context, now map[netip.Addr]BGPClaim
 		if c.Teller && (!had || !old.Teller || !slices.Equal(old.Peers, c.Peers)) {
 			s.event(ctx, c.Services, "advertising %s to BGP peers %s (told by node %s for every node that advertises it)", ip, strings.Join(c.Peers, ","), s.Node)
 		}
+		s.routed[ip] = c
 	}
-	for ip, c := range s.routed {
-		if _, keep := now[ip]; !keep {
-			s.Log.Info("withdrawn from BGP", "ip", ip, "services", c.Services, "cause", cause)
-		}
-	}
-	s.routed = now
 }
 
 // sessionChanged runs when a BGP session changes state: it logs, counts, tells the BGPPeer by

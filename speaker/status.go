@@ -6,6 +6,7 @@ import (
 	"maps"
 	"net/netip"
 	"slices"
+	"sync"
 	"time"
 
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
@@ -31,12 +32,24 @@ type statusReport struct {
 	status    v1alpha1.SpeakerStatus
 	ready     metav1.Condition
 	strictARP *metav1.Condition // nil: no kube-ipvs0 here
+	listed    uint64            // the statusView generation of status.Announcements (0: unknown)
 }
 
-// report queues the status for plan, replacing any report not yet written.
-func (s *Speaker) report(plan Plan, answered map[netip.Addr][]string, sessions map[string]bgp.State) {
-	r := planStatus(plan, answered)
-	r.status.HardwareAddrs = hardwareAddrs()
+// report queues the status of the plan with this reconcile's problems, replacing any report
+// not yet written. mine and routed are the addresses whose L2 or BGP entries may have
+// changed, routes whether any route did.
+func (s *Speaker) report(plan Plan, problems []string, mine, routed []netip.Addr, routes bool, sessions map[string]bgp.State) {
+	s.view.update(plan, s.ifaces, mine, routed)
+	r := s.view.report(plan, problems)
+	// Reading every link costs more than planning a change, so it is done at most once a
+	// second, and once more a second after a change that found them fresh.
+	if now := time.Now(); now.Sub(s.macsAt) >= time.Second {
+		s.macs, s.macsAt, s.macsAgain = hardwareAddrs(), now, false
+	} else if !s.macsAgain {
+		s.macsAgain = true
+		time.AfterFunc(s.macsAt.Add(time.Second).Sub(now), func() { s.trigger(causeStatus) })
+	}
+	r.status.HardwareAddrs = s.macs
 	if c := s.checks.Load(); c != nil {
 		r.status.SelfChecks, r.status.OmittedSelfChecks = c.checks, c.omitted
 	}
@@ -44,7 +57,9 @@ func (s *Speaker) report(plan Plan, answered map[netip.Addr][]string, sessions m
 		r.status.ForeignAnswers = *f
 	}
 	r.status.Sessions, r.status.BGPPeersUp = sessionStatus(sessions)
-	r.status.BGP = bgpStatus(plan.BGP, sessions)
+	r.status.BGP = s.view.bgpStatus(plan.BGP, sessions, routes, time.Now(), func(d time.Duration) {
+		time.AfterFunc(d, func() { s.trigger(causeStatus) })
+	})
 	r.status.Interfaces, r.status.OmittedInterfaces = interfaceStatus(s.Announce.Interfaces())
 	r.strictARP = strictARPCondition(s.Announce.Interfaces(), "/proc/sys")
 	select {
@@ -54,36 +69,96 @@ func (s *Speaker) report(plan Plan, answered map[netip.Addr][]string, sessions m
 	s.reports <- r
 }
 
+// statusView is the Speaker status's announcements, kept between reports by address: a
+// change rewrites the entries of the addresses it touched, and the list is made only when the
+// status is written (at most twice a second), not on every change; gen counts the changes, so
+// the status writer tells a changed list without comparing lists. The status writer reads it
+// from its own goroutine, hence the lock.
+type statusView struct {
+	mu      sync.Mutex
+	l2, bgp map[netip.Addr][]v1alpha1.Announcement
+	gen     uint64
+	routes  routesView // the main loop's alone
+}
+
 // planStatus is what the Speaker status says of a plan: its announcements (L2 on the
 // interfaces answered, then BGP), its problems, and Ready. It reads nothing else, so the L2
 // transcripts print exactly what a node writes.
 func planStatus(plan Plan, answered map[netip.Addr][]string) statusReport {
-	st := v1alpha1.SpeakerStatus{ConfigErrors: plan.Problems}
-	// One entry per Service: Services sharing an address each find themselves.
-	for _, ip := range slices.SortedFunc(maps.Keys(plan.Mine), netip.Addr.Compare) {
-		for _, svc := range plan.Mine[ip].Services {
-			st.Announcements = append(st.Announcements, v1alpha1.Announcement{IP: ip.String(), Service: svc,
-				Protocol: v1alpha1.ProtocolL2, Interfaces: answered[ip]})
-		}
+	var v statusView
+	v.update(plan, answered, keysOf(plan.Mine, plan.Mine), keysOf(plan.Routed, plan.Routed))
+	r := v.report(plan, plan.Problems)
+	r.status.Announcements, r.listed = v.list()
+	return r
+}
+
+// update rewrites the entries of the addresses in mine (L2) and routed (BGP); the generation
+// moves when an entry changed.
+func (v *statusView) update(plan Plan, answered map[netip.Addr][]string, mine, routed []netip.Addr) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.l2 == nil {
+		v.l2, v.bgp = map[netip.Addr][]v1alpha1.Announcement{}, map[netip.Addr][]v1alpha1.Announcement{}
+		v.gen++
 	}
-	st.L2Announcements = int32(len(plan.Mine))
+	// One entry per Service: Services sharing an address each find themselves.
+	for _, ip := range mine {
+		var entries []v1alpha1.Announcement
+		for _, svc := range plan.Mine[ip].Services {
+			entries = append(entries, v1alpha1.Announcement{IP: ip.String(), Service: svc, Protocol: v1alpha1.ProtocolL2, Interfaces: answered[ip]})
+		}
+		v.set(v.l2, ip, entries)
+	}
 	// BGP: every advertising node advertises the same, so only the teller lists an address;
 	// one Service changing rewrites one Speaker, however many nodes advertise it.
-	for _, ip := range slices.SortedFunc(maps.Keys(plan.Routed), netip.Addr.Compare) {
-		c := plan.Routed[ip]
-		if !c.Teller {
-			continue
+	for _, ip := range routed {
+		var entries []v1alpha1.Announcement
+		if c := plan.Routed[ip]; c.Teller {
+			for _, svc := range c.Services {
+				entries = append(entries, v1alpha1.Announcement{IP: ip.String(), Service: svc, Protocol: v1alpha1.ProtocolBGP, Peers: c.Peers})
+			}
 		}
-		for _, svc := range c.Services {
-			st.Announcements = append(st.Announcements, v1alpha1.Announcement{IP: ip.String(), Service: svc,
-				Protocol: v1alpha1.ProtocolBGP, Peers: c.Peers})
+		v.set(v.bgp, ip, entries)
+	}
+}
+
+func (v *statusView) set(m map[netip.Addr][]v1alpha1.Announcement, ip netip.Addr, entries []v1alpha1.Announcement) {
+	if apiequality.Semantic.DeepEqual(m[ip], entries) {
+		return
+	}
+	v.gen++
+	if len(entries) == 0 {
+		delete(m, ip)
+	} else {
+		m[ip] = entries
+	}
+}
+
+// list is the announcements as the status lists them (L2 by address, then BGP by address)
+// and their generation.
+func (v *statusView) list() ([]v1alpha1.Announcement, uint64) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	var out []v1alpha1.Announcement
+	for _, m := range []map[netip.Addr][]v1alpha1.Announcement{v.l2, v.bgp} {
+		for _, ip := range keysOf(m, m) {
+			out = append(out, m[ip]...)
 		}
 	}
+	return out, v.gen
+}
+
+// report is the status of the announcements of generation listed (the list itself is made
+// when it is written), with problems and the Ready they make.
+func (v *statusView) report(plan Plan, problems []string) statusReport {
+	st := v1alpha1.SpeakerStatus{ConfigErrors: problems, L2Announcements: int32(len(plan.Mine))}
 	ready := metav1.Condition{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Running", Message: "answering for its addresses"}
-	if len(plan.Problems) > 0 {
-		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, "ConfigErrors", plan.Problems[0]
+	if len(problems) > 0 {
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, "ConfigErrors", problems[0]
 	}
-	return statusReport{status: st, ready: ready}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return statusReport{status: st, ready: ready, listed: v.gen}
 }
 
 // writeStatuses writes reports until ctx ends, retrying a failed write every 500 ms unless a
@@ -113,6 +188,9 @@ func (s *Speaker) writeStatuses(ctx context.Context) {
 					continue
 				case <-t.C:
 				}
+			}
+			if r.listed != 0 {
+				r.status.Announcements, r.listed = s.view.list()
 			}
 			err := s.writeStatus(ctx, r)
 			if err == nil {
@@ -184,7 +262,15 @@ func withoutRoutes(r statusReport) statusReport {
 	return r
 }
 
+// sameStatus compares two reports; the announcements by their generation when both have one
+// (one of them may not be listed yet).
 func sameStatus(a, b statusReport) bool {
+	if a.listed != 0 && b.listed != 0 {
+		if a.listed != b.listed {
+			return false
+		}
+		a.status.Announcements, b.status.Announcements = nil, nil
+	}
 	return a.ready.Status == b.ready.Status && a.ready.Message == b.ready.Message && apiequality.Semantic.DeepEqual(a.status, b.status) &&
 		apiequality.Semantic.DeepEqual(a.strictARP, b.strictARP)
 }

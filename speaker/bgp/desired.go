@@ -92,6 +92,9 @@ type Route struct {
 type Desired struct {
 	Peers  map[string]Peer                   // by BGPPeer name
 	Routes map[string]map[netip.Prefix]Route // by BGPPeer name, then prefix
+	// Changed, when not nil, names the only routes that may differ from the last Apply (by
+	// BGPPeer name), so a running session compares those and not every route.
+	Changed map[string][]netip.Prefix
 }
 
 // String renders the state deterministically (transcripts compare it), without passwords.

@@ -79,7 +79,9 @@ func (s *Sessions) Apply(ctx context.Context, d Desired) []error {
 	}
 	for _, name := range slices.Sorted(maps.Keys(d.Peers)) {
 		ss := s.running[name]
+		changed, some := d.Changed[name], d.Changed != nil
 		if ss == nil {
+			some = false // a new session gets every route
 			var err error
 			if ss, err = s.start(ctx, d.Peers[name]); err != nil {
 				errs = append(errs, fmt.Errorf("BGPPeer %s: %w", name, err))
@@ -89,6 +91,10 @@ func (s *Sessions) Apply(ctx context.Context, d Desired) []error {
 		}
 		if err := s.guard(ss, d.Peers[name].BFD); err != nil {
 			errs = append(errs, fmt.Errorf("BGPPeer %s: %w", name, err))
+		}
+		if some {
+			errs = append(errs, ss.syncSome(d.Routes[name], changed)...)
+			continue
 		}
 		errs = append(errs, ss.sync(d.Routes[name])...)
 	}
@@ -235,26 +241,44 @@ func (s *Sessions) stop(ss *session) {
 // sync makes the session's RIB hold exactly want.
 func (ss *session) sync(want map[netip.Prefix]Route) []error {
 	var errs []error
-	for pfx, r := range ss.routes {
-		if _, keep := want[pfx]; keep {
-			continue
+	for pfx := range ss.routes {
+		if _, keep := want[pfx]; !keep {
+			errs = ss.syncPrefix(want, pfx, errs)
 		}
-		if err := ss.srv.DeletePath(apiutil.DeletePathRequest{Paths: []*apiutil.Path{apiPath(r)}}); err != nil {
-			errs = append(errs, fmt.Errorf("withdrawing %s from BGPPeer %s: %w", pfx, ss.peer.Name, err))
-			continue
+	}
+	for pfx := range want {
+		errs = ss.syncPrefix(want, pfx, errs)
+	}
+	return errs
+}
+
+// syncSome is sync for the prefixes that may have changed alone.
+func (ss *session) syncSome(want map[netip.Prefix]Route, changed []netip.Prefix) []error {
+	var errs []error
+	for _, pfx := range changed {
+		errs = ss.syncPrefix(want, pfx, errs)
+	}
+	return errs
+}
+
+// syncPrefix withdraws, adds or replaces the path of one prefix as want says.
+func (ss *session) syncPrefix(want map[netip.Prefix]Route, pfx netip.Prefix, errs []error) []error {
+	r, wanted := want[pfx]
+	old, had := ss.routes[pfx]
+	switch {
+	case !wanted && had:
+		if err := ss.srv.DeletePath(apiutil.DeletePathRequest{Paths: []*apiutil.Path{apiPath(old)}}); err != nil {
+			return append(errs, fmt.Errorf("withdrawing %s from BGPPeer %s: %w", pfx, ss.peer.Name, err))
 		}
 		delete(ss.routes, pfx)
-	}
-	for pfx, r := range want {
-		if old, had := ss.routes[pfx]; had && old.Attrs.Equal(r.Attrs) {
-			ss.routes[pfx] = r // the Services it carries may have changed
-			continue
-		}
+	case !wanted:
+	case had && old.Attrs.Equal(r.Attrs):
+		ss.routes[pfx] = r // the Services it carries may have changed
+	default:
 		// Adding a path for a prefix this server already originates replaces it (an implicit
 		// withdraw at the router), so changed attributes need no explicit withdraw.
 		if _, err := ss.srv.AddPath(apiutil.AddPathRequest{Paths: []*apiutil.Path{apiPath(r)}}); err != nil {
-			errs = append(errs, fmt.Errorf("advertising %s to BGPPeer %s: %w", pfx, ss.peer.Name, err))
-			continue
+			return append(errs, fmt.Errorf("advertising %s to BGPPeer %s: %w", pfx, ss.peer.Name, err))
 		}
 		ss.routes[pfx] = r
 	}

@@ -1,0 +1,158 @@
+package speaker
+
+import (
+	"net/netip"
+	"slices"
+
+	"github.com/portico-lb/portico/rules/election"
+	"github.com/portico-lb/portico/speaker/bgp"
+)
+
+// combineAddress decides ip again from the Services that list it: its owner over L2 (Services
+// sharing an address have one owner) and this node's BGP claim. It reports which changed.
+func (pl *Planner) combineAddress(ip netip.Addr) (mineChanged, routedChanged bool) {
+	var ss []sharer
+	var routed BGPClaim
+	told := false
+	for _, key := range pl.byAddr[ip] {
+		sp := pl.services[key]
+		if s, ok := find(sp.l2, func(s *sharerAt) netip.Addr { return s.ip }, ip); ok {
+			ss = append(ss, s.sharer)
+		}
+		if c, ok := find(sp.routed, func(r *routedAt) netip.Addr { return r.ip }, ip); ok {
+			routed.Services = unionSorted(routed.Services, c.Services)
+			routed.Peers = unionSorted(routed.Peers, c.Peers)
+			told = told || !c.Teller
+		}
+	}
+	routed.Teller = !told
+	var claim Claim
+	mine, problem := false, ""
+	if len(ss) > 0 {
+		var nodes []string
+		nodes, problem = answerers(ip, ss)
+		owner, ok := election.Owner(ip, election.Preferred(nodes, weightsOf(ss)))
+		if mine = ok && owner == pl.me; mine {
+			claim = claimOf(ss)
+		}
+	}
+	pl.setDerived(ip, problem)
+	old, had := pl.plan.Mine[ip]
+	mineChanged = had != mine || mine && !sameClaim(old, claim)
+	if mine {
+		pl.plan.Mine[ip] = claim
+	} else {
+		delete(pl.plan.Mine, ip)
+	}
+	oldRouted, hadRouted := pl.plan.Routed[ip]
+	isRouted := len(routed.Peers) > 0
+	routedChanged = hadRouted != isRouted || isRouted && !sameBGPClaim(oldRouted, routed)
+	if isRouted {
+		pl.plan.Routed[ip] = routed
+	} else {
+		delete(pl.plan.Routed, ip)
+	}
+	if len(pl.byAddr[ip]) == 0 {
+		delete(pl.byAddr, ip)
+	}
+	return mineChanged, routedChanged
+}
+
+// combineRoute folds the Services' routes to one peer's prefix (in Service order, so every
+// node reports the same conflicts) and reports whether the route changed.
+func (pl *Planner) combineRoute(rk routeKey) bool {
+	var r bgp.Route
+	had := false
+	var problems []string
+	for _, key := range pl.byRoute[rk] {
+		theirs, _ := find(pl.services[key].routes, func(r *routeAt) routeKey { return r.routeKey }, rk)
+		if problem := mergeRoute(&r, had, rk.peer, theirs.Route); problem != "" {
+			problems = append(problems, problem)
+		}
+		had = true
+	}
+	pl.setDerived(rk, problems...)
+	routes := pl.plan.BGP.Routes[rk.peer]
+	old, existed := routes[rk.prefix]
+	if !had {
+		delete(routes, rk.prefix)
+		delete(pl.byRoute, rk)
+		return existed
+	}
+	routes[rk.prefix] = r
+	return !existed || !old.Attrs.Equal(r.Attrs) || !slices.Equal(old.Services, r.Services)
+}
+
+// setDerived replaces the problems found combining one address or route.
+func (pl *Planner) setDerived(at any, problems ...string) {
+	problems = slices.DeleteFunc(problems, func(p string) bool { return p == "" })
+	pl.count(pl.derived[at], -1)
+	if len(problems) == 0 {
+		delete(pl.derived, at)
+		return
+	}
+	pl.derived[at] = problems
+	pl.count(problems, 1)
+}
+
+func (pl *Planner) count(problems []string, delta int) {
+	for _, p := range problems {
+		if pl.problems[p] += delta; pl.problems[p] == 0 {
+			delete(pl.problems, p)
+		}
+	}
+}
+
+// refreshProblems lists the problems again when any source may have changed, and reports
+// whether the list did.
+func (pl *Planner) refreshProblems(maybe bool) bool {
+	if !maybe {
+		return false
+	}
+	var now []string
+	for p := range pl.problems {
+		now = append(now, p)
+	}
+	now = sortedStrings(now)
+	if slices.Equal(now, pl.plan.Problems) {
+		return false
+	}
+	pl.plan.Problems = now
+	return true
+}
+
+func sameClaim(a, b Claim) bool {
+	return slices.Equal(a.Services, b.Services) && slices.Equal(a.Interfaces, b.Interfaces) && (a.Interfaces == nil) == (b.Interfaces == nil)
+}
+
+func sameBGPClaim(a, b BGPClaim) bool {
+	return a.Teller == b.Teller && slices.Equal(a.Services, b.Services) && slices.Equal(a.Peers, b.Peers)
+}
+
+func insertSorted(list []string, s string) []string {
+	if i, found := slices.BinarySearch(list, s); !found {
+		return slices.Insert(list, i, s)
+	}
+	return list
+}
+
+func removeSorted(list []string, s string) []string {
+	if i, found := slices.BinarySearch(list, s); found {
+		return slices.Delete(list, i, i+1)
+	}
+	return list
+}
+
+func sortedStrings(s []string) []string {
+	slices.Sort(s)
+	return slices.Compact(s)
+}
+
+func sortedAddrs(set map[netip.Addr]bool) []netip.Addr {
+	out := make([]netip.Addr, 0, len(set))
+	for ip := range set {
+		out = append(out, ip)
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return out
+}

@@ -1,0 +1,284 @@
+package speaker
+
+import (
+	"fmt"
+	"net/netip"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+
+	"github.com/portico-lb/portico/api/v1alpha1"
+	"github.com/portico-lb/portico/rules"
+	"github.com/portico-lb/portico/rules/election"
+	"github.com/portico-lb/portico/speaker/bgp"
+)
+
+// Planner keeps one node's plan between changes. Replan plans every Service again (what a
+// change to nodes, pools, advertisements, peers or the members needs); Update plans only the
+// Services it is given and combines again only the addresses and routes they list, so a
+// change to one Service costs that Service, not every Service in the cluster.
+type Planner struct {
+	me, lbClass string
+	w           World           // the cluster-wide objects of the latest Replan (its Services are not kept)
+	alive       map[string]bool // the members at the latest Replan, by node name
+	pools       []rules.Pool
+	mine        *bgpNode   // this node's sessions (nil: none)
+	earlier     []*bgpNode // the live nodes before me by name: the teller rule asks what they advertise
+	global      []string   // problems of the cluster-wide objects
+
+	scratch  map[*bgpNode]*Plan // one node's routes for one Service, cleared for each
+	services map[string]*servicePlan
+	byAddr   map[netip.Addr][]string // the Services listing each address, sorted
+	byRoute  map[routeKey][]string   // the Services routed to each peer's prefix, sorted
+	derived  map[any][]string        // problems found combining an address (netip.Addr) or a route (routeKey)
+	problems map[string]int          // every problem, with how many sources report it
+	plan     Plan
+	// Planned counts the Services planned since the Planner was made (the tests read it).
+	Planned int
+}
+
+// servicePlan is one Service's share of the plan. A Service lists an address or two, so its
+// shares are short lists, not maps.
+type servicePlan struct {
+	addrs    []netip.Addr // its addresses that are in a pool
+	l2       []sharerAt   // per address an L2Advertisement covers
+	routes   []routeAt    // its routes from this node, its advertisements merged
+	routed   []routedAt   // per address this node advertises: its peers; Teller: no earlier node advertises it
+	problems []string
+}
+
+type sharerAt struct {
+	ip netip.Addr
+	sharer
+}
+
+type routeAt struct {
+	routeKey
+	bgp.Route
+}
+
+type routedAt struct {
+	ip netip.Addr
+	BGPClaim
+}
+
+// find returns the entry of list whose key is k.
+func find[T any, K comparable](list []T, key func(*T) K, k K) (*T, bool) {
+	for i := range list {
+		if key(&list[i]) == k {
+			return &list[i], true
+		}
+	}
+	return nil, false
+}
+
+type routeKey struct {
+	peer   string
+	prefix netip.Prefix
+}
+
+// Changes says what a Replan or an Update changed in the plan, so that applying and reporting
+// it can cost the change.
+type Changes struct {
+	All      bool                      // anything may have changed
+	Mine     []netip.Addr              // addresses whose L2 claim changed (gained, lost or edited)
+	Routed   []netip.Addr              // addresses whose BGP claim changed
+	Routes   map[string][]netip.Prefix // the routes that changed, by BGPPeer name (nil with All)
+	Problems bool                      // the list of problems changed
+}
+
+// NewPlanner is node me's Planner, empty until its first Replan.
+func NewPlanner(me, lbClass string) *Planner {
+	return &Planner{me: me, lbClass: lbClass}
+}
+
+// Plan is the current plan. Its maps belong to the Planner and change with the next Replan or
+// Update.
+func (pl *Planner) Plan() Plan { return pl.plan }
+
+// Replan plans every Service in w with the members alive says are alive.
+func (pl *Planner) Replan(w World, alive func(node string) bool) Changes {
+	services, eps := w.Services, w.EndpointSlices
+	w.Services, w.EndpointSlices = nil, nil
+	w.selectors = rules.Selectors{}
+	pl.w = w
+	pl.alive = map[string]bool{}
+	for i := range w.Nodes {
+		pl.alive[w.Nodes[i].Name] = alive(w.Nodes[i].Name)
+	}
+	pl.services, pl.byAddr, pl.byRoute = map[string]*servicePlan{}, map[netip.Addr][]string{}, map[routeKey][]string{}
+	pl.derived, pl.problems, pl.scratch = map[any][]string{}, map[string]int{}, map[*bgpNode]*Plan{}
+	pl.global = nil
+	pl.pools, pl.global = rules.ParsePools(w.Pools)
+	pl.mine = bgpNodeOf(&pl.w, pl.me, &pl.global)
+	pl.earlier = nil
+	names := make([]string, 0, len(w.Nodes))
+	for i := range w.Nodes {
+		names = append(names, w.Nodes[i].Name)
+	}
+	for _, n := range sortedStrings(names) {
+		if n < pl.me && pl.alive[n] {
+			var ignored []string // their problems are theirs to report
+			pl.earlier = append(pl.earlier, bgpNodeOf(&pl.w, n, &ignored))
+		}
+	}
+	pl.count(pl.global, 1)
+	pl.plan = Plan{Mine: map[netip.Addr]Claim{}, BGP: pl.mine.desired(), Routed: map[netip.Addr]BGPClaim{}}
+	pl.update(services, eps, nil)
+	pl.refreshProblems(true)
+	return Changes{All: true, Problems: true}
+}
+
+// Update plans again the Services named by keys (namespace/name) as svcs now holds them, with
+// slices holding their EndpointSlices; a key with no Service in svcs was deleted. Everything
+// else is taken from the latest Replan.
+func (pl *Planner) Update(svcs []corev1.Service, eps []discoveryv1.EndpointSlice, keys []string) Changes {
+	return pl.update(svcs, eps, keys)
+}
+
+func (pl *Planner) update(svcs []corev1.Service, eps []discoveryv1.EndpointSlice, gone []string) Changes {
+	ready := rules.LocalReadyNodes(svcs, eps)
+	dirtyAddrs := map[netip.Addr]bool{}
+	dirtyRoutes := map[routeKey]bool{}
+	before := len(pl.plan.Problems)
+	problemsChanged := false
+	replace := func(key string, now *servicePlan) {
+		if old := pl.services[key]; old != nil {
+			pl.unlist(key, old, dirtyAddrs, dirtyRoutes)
+			problemsChanged = problemsChanged || len(old.problems) > 0
+		}
+		delete(pl.services, key)
+		if now != nil {
+			pl.services[key] = now
+			pl.list(key, now, dirtyAddrs, dirtyRoutes)
+			problemsChanged = problemsChanged || len(now.problems) > 0
+		}
+	}
+	planned := map[string]bool{}
+	for i := range svcs {
+		svc := &svcs[i]
+		key := svc.Namespace + "/" + svc.Name
+		planned[key] = true
+		replace(key, pl.planService(svc, key, ready[key]))
+	}
+	for _, key := range gone {
+		if !planned[key] {
+			replace(key, nil)
+		}
+	}
+	ch := Changes{}
+	for _, ip := range sortedAddrs(dirtyAddrs) {
+		mine, routed := pl.combineAddress(ip)
+		if mine {
+			ch.Mine = append(ch.Mine, ip)
+		}
+		if routed {
+			ch.Routed = append(ch.Routed, ip)
+		}
+	}
+	for rk := range dirtyRoutes {
+		if pl.combineRoute(rk) {
+			if ch.Routes == nil {
+				ch.Routes = map[string][]netip.Prefix{}
+			}
+			ch.Routes[rk.peer] = append(ch.Routes[rk.peer], rk.prefix)
+		}
+	}
+	ch.Problems = pl.refreshProblems(problemsChanged || len(dirtyAddrs) > 0 || len(dirtyRoutes) > 0) || before != len(pl.plan.Problems)
+	return ch
+}
+
+// planService is svc's share of the plan, nil when Portico does not handle it.
+func (pl *Planner) planService(svc *corev1.Service, key string, ready map[string]bool) *servicePlan {
+	if !rules.Handles(svc, pl.lbClass, !pl.w.IgnoreClassless) {
+		return nil
+	}
+	pl.Planned++
+	w := &pl.w
+	sp := &servicePlan{}
+	own := pl.scratchFor(pl.mine) // this Service's routes from this node
+	alive := func(n string) bool { return pl.alive[n] }
+	for _, ip := range v1alpha1.IngressAddrs(svc) {
+		pool, ok := rules.PoolOf(svc, ip, pl.pools)
+		if !ok {
+			sp.problems = append(sp.problems, fmt.Sprintf("%s: address %s is in no IPAddressPool", key, ip))
+			continue
+		}
+		sp.addrs = append(sp.addrs, ip)
+		if ads := w.selectors.L2AdvertisementsFor(w.Advertisements, pool, svc); len(ads) > 0 {
+			cands, myIfaces := w.selectors.Candidates(w.Nodes, ads, ready, pl.me, alive, w.IgnoreExcludeLabel)
+			eligible, _ := election.Eligible(cands, election.Policy{
+				LocalOnly: svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal,
+			})
+			sp.l2 = append(sp.l2, sharerAt{ip, sharer{service: key, eligible: eligible, ifaces: myIfaces, weights: election.Weights(cands)}})
+		}
+		pl.mine.advertiseAddress(w, own, svc, key, ip, pool, ready)
+		if c, ok := own.Routed[ip]; ok {
+			c.Teller = !pl.toldEarlier(svc, key, ip, pool, ready)
+			sp.routed = append(sp.routed, routedAt{ip, c})
+		}
+	}
+	sp.problems = append(sp.problems, own.Problems...)
+	for peer, routes := range own.BGP.Routes {
+		for prefix, r := range routes {
+			sp.routes = append(sp.routes, routeAt{routeKey{peer, prefix}, r})
+		}
+	}
+	return sp
+}
+
+// scratchFor is node n's scratch plan, emptied: its sessions, no route.
+func (pl *Planner) scratchFor(n *bgpNode) *Plan {
+	p, ok := pl.scratch[n]
+	if !ok {
+		p = &Plan{BGP: n.desired(), Routed: map[netip.Addr]BGPClaim{}}
+		pl.scratch[n] = p
+	}
+	for _, routes := range p.BGP.Routes {
+		clear(routes)
+	}
+	clear(p.Routed)
+	p.Problems = p.Problems[:0]
+	return p
+}
+
+// toldEarlier reports whether a live node before this one by name advertises ip of svc: then
+// that node, not this one, tells of it (the teller is the first advertising node in name order,
+// so one Announced event and one Speaker status entry stand for every node, however many
+// advertise). It stops at the first such node.
+func (pl *Planner) toldEarlier(svc *corev1.Service, key string, ip netip.Addr, pool *v1alpha1.IPAddressPool, ready map[string]bool) bool {
+	for _, n := range pl.earlier {
+		theirs := pl.scratchFor(n)
+		n.advertiseAddress(&pl.w, theirs, svc, key, ip, pool, ready)
+		if _, ok := theirs.Routed[ip]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+// list adds a Service's share to the indexes, marking what it touches.
+func (pl *Planner) list(key string, sp *servicePlan, addrs map[netip.Addr]bool, routes map[routeKey]bool) {
+	for _, ip := range sp.addrs {
+		pl.byAddr[ip] = insertSorted(pl.byAddr[ip], key)
+		addrs[ip] = true
+	}
+	for _, r := range sp.routes {
+		pl.byRoute[r.routeKey] = insertSorted(pl.byRoute[r.routeKey], key)
+		routes[r.routeKey] = true
+	}
+	pl.count(sp.problems, 1)
+}
+
+// unlist removes a Service's share from the indexes, marking what it touched.
+func (pl *Planner) unlist(key string, sp *servicePlan, addrs map[netip.Addr]bool, routes map[routeKey]bool) {
+	for _, ip := range sp.addrs {
+		pl.byAddr[ip] = removeSorted(pl.byAddr[ip], key)
+		addrs[ip] = true
+	}
+	for _, r := range sp.routes {
+		pl.byRoute[r.routeKey] = removeSorted(pl.byRoute[r.routeKey], key)
+		routes[r.routeKey] = true
+	}
+	pl.count(sp.problems, -1)
+}

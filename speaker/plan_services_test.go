@@ -1,0 +1,151 @@
+package speaker
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"reflect"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/portico-lb/portico/api/v1alpha1"
+)
+
+// planWorld is the cluster of the incremental tests: three nodes with InternalIPs, L2 for
+// the pool labelled l2=yes, BGP with /30 aggregation (Services share routes) and a
+// serviceSelectors advertisement with its own local-pref (conflicts are reported).
+func planWorld() World {
+	w := world()
+	for i := range w.Nodes {
+		w.Nodes[i].Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: fmt.Sprintf("192.168.0.%d", i+1)}}
+	}
+	w.BGPPeers = []v1alpha1.BGPPeer{{ObjectMeta: metav1.ObjectMeta{Name: "tor"}, Spec: v1alpha1.BGPPeerSpec{MyASN: 64500, PeerASN: 64500, PeerAddress: "192.168.0.254"}}}
+	w.BGPAds = []v1alpha1.BGPAdvertisement{
+		{ObjectMeta: metav1.ObjectMeta{Name: "agg"}, Spec: v1alpha1.BGPAdvertisementSpec{AggregationLength: ptr.To(int32(30)), LocalPref: ptr.To(uint32(100))}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "gold"}, Spec: v1alpha1.BGPAdvertisementSpec{AggregationLength: ptr.To(int32(30)), LocalPref: ptr.To(uint32(200)),
+			ServiceSelectors: []metav1.LabelSelector{{MatchLabels: map[string]string{"tier": "gold"}}}}},
+	}
+	w.Advertisements[0].Spec.NodeSelectors = []metav1.LabelSelector{{MatchExpressions: []metav1.LabelSelectorRequirement{
+		{Key: "zone", Operator: metav1.LabelSelectorOpNotIn, Values: []string{"node-c"}}}}}
+	return w
+}
+
+// randomService is one of a few Services with a random address of a few (so they share
+// addresses and aggregated routes), policy, labels and endpoints; nil: deleted.
+func randomService(r *rand.Rand, i int) (*corev1.Service, *discoveryv1.EndpointSlice) {
+	if r.IntN(5) == 0 {
+		return nil, nil
+	}
+	name := fmt.Sprintf("s%d", i)
+	svc := lbService(name, fmt.Sprintf("198.51.100.%d", 10+r.IntN(6)))
+	if r.IntN(4) == 0 {
+		svc.Status.LoadBalancer.Ingress = append(svc.Status.LoadBalancer.Ingress, corev1.LoadBalancerIngress{IP: "2001:db8:1::" + fmt.Sprint(r.IntN(3))})
+	}
+	if r.IntN(6) == 0 {
+		svc.Status.LoadBalancer.Ingress[0].IP = "203.0.113.1" // in no pool
+	}
+	if r.IntN(3) == 0 {
+		svc.Labels = map[string]string{"tier": "gold"}
+	}
+	if r.IntN(3) == 0 {
+		svc.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+	}
+	node, ready := nodeNames[r.IntN(len(nodeNames))], r.IntN(4) > 0
+	return &svc, &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name + "-x", Labels: map[string]string{discoveryv1.LabelServiceName: name}},
+		Endpoints:  []discoveryv1.Endpoint{{Addresses: []string{"10.244.0.1"}, NodeName: &node, Conditions: discoveryv1.EndpointConditions{Ready: &ready}}},
+	}
+}
+
+// TestUpdateIsMakePlan: after every random batch of Service changes (new, edited, deleted;
+// addresses shared, routes aggregated, Local policy, a conflicting local-pref, an address in no
+// pool), each node's Planner.Update gives the plan MakePlan gives from scratch, and its
+// status lists the same announcements, with one node dead.
+func TestUpdateIsMakePlan(t *testing.T) {
+	r := rand.New(rand.NewPCG(17, 4))
+	const services = 8
+	svcs := map[int]*corev1.Service{}
+	eps := map[int]*discoveryv1.EndpointSlice{}
+	alive := func(n string) bool { return n != "node-b" }
+	current := func() World {
+		w := planWorld()
+		for i := range services {
+			if svcs[i] != nil {
+				w.Services = append(w.Services, *svcs[i])
+				w.EndpointSlices = append(w.EndpointSlices, *eps[i])
+			}
+		}
+		return w
+	}
+	planners := map[string]*Planner{}
+	views := map[string]*statusView{}
+	for _, n := range nodeNames {
+		planners[n], views[n] = NewPlanner(n, v1alpha1.DefaultLoadBalancerClass), &statusView{}
+		planners[n].Replan(current(), alive)
+	}
+	for step := range 300 {
+		var changed []corev1.Service
+		var slices []discoveryv1.EndpointSlice
+		var keys []string
+		for range 1 + r.IntN(3) {
+			i := r.IntN(services)
+			svcs[i], eps[i] = randomService(r, i)
+			keys = append(keys, fmt.Sprintf("ns/s%d", i))
+		}
+		for _, key := range sortedStrings(keys) {
+			var i int
+			fmt.Sscanf(key, "ns/s%d", &i)
+			if svcs[i] != nil {
+				changed = append(changed, *svcs[i])
+				slices = append(slices, *eps[i])
+			}
+		}
+		w := current()
+		for _, n := range nodeNames {
+			ch := planners[n].Update(changed, slices, sortedStrings(keys))
+			got, want := planners[n].Plan(), MakePlan(w, n, v1alpha1.DefaultLoadBalancerClass, alive)
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("step %d, node %s: Update gives\n%+v\nMakePlan gives\n%+v", step, n, got, want)
+			}
+			views[n].update(got, nil, ch.Mine, ch.Routed)
+			st := views[n].report(got, got.Problems)
+			st.status.Announcements, _ = views[n].list()
+			if wantSt := planStatus(want, nil); !reflect.DeepEqual(st.status, wantSt.status) {
+				t.Fatalf("step %d, node %s: the status updated by the changes lists\n%+v\nfrom scratch\n%+v", step, n, st.status, wantSt.status)
+			}
+		}
+	}
+}
+
+// TestUpdatePlansTheChangedServicesOnly: with 2000 Services planned, a change to one plans
+// that one Service, and a batch of three plans three.
+func TestUpdatePlansTheChangedServicesOnly(t *testing.T) {
+	w := planWorld()
+	ip := netip.MustParseAddr("198.51.100.0")
+	w.Pools[0].Spec.Addresses = []v1alpha1.AddressRange{"198.51.100.0/20"}
+	for i := range 2000 {
+		w.Services = append(w.Services, lbService(fmt.Sprintf("s%04d", i), ip.String()))
+		ip = ip.Next()
+	}
+	pl := NewPlanner("node-a", v1alpha1.DefaultLoadBalancerClass)
+	pl.Replan(w, allAlive)
+	if pl.Planned != 2000 {
+		t.Fatalf("the first plan planned %d Services, want 2000", pl.Planned)
+	}
+	edited := lbService("s0007", ip.String())
+	pl.Update([]corev1.Service{edited}, nil, []string{"ns/s0007"})
+	if pl.Planned != 2001 {
+		t.Fatalf("one change planned %d Services, want 1", pl.Planned-2000)
+	}
+	pl.Update([]corev1.Service{lbService("s0001", "198.51.100.1"), lbService("new", ip.Next().String())}, nil, []string{"ns/new", "ns/s0001", "ns/s0002"})
+	if pl.Planned != 2003 {
+		t.Fatalf("a batch of three changes (one deletion) planned %d Services, want 2", pl.Planned-2001)
+	}
+	if _, ok := pl.Plan().Routed[netip.MustParseAddr("198.51.100.2")]; ok {
+		t.Errorf("the deleted Service's address is still routed")
+	}
+}
