@@ -259,26 +259,24 @@ func (pl *Planner) toldEarlier(svc *corev1.Service, key string, ip netip.Addr, p
 
 // list adds a Service's share to the indexes, marking what it touches.
 func (pl *Planner) list(key string, sp *servicePlan, addrs map[netip.Addr]bool, routes map[routeKey]bool) {
-	for _, ip := range sp.addrs {
-		pl.byAddr[ip] = insertSorted(pl.byAddr[ip], key)
-		addrs[ip] = true
-	}
-	for _, r := range sp.routes {
-		pl.byRoute[r.routeKey] = insertSorted(pl.byRoute[r.routeKey], key)
-		routes[r.routeKey] = true
-	}
-	pl.count(sp.problems, 1)
+	pl.index(key, sp, addrs, routes, insertSorted, 1)
 }
 
 // unlist removes a Service's share from the indexes, marking what it touched.
 func (pl *Planner) unlist(key string, sp *servicePlan, addrs map[netip.Addr]bool, routes map[routeKey]bool) {
+	pl.index(key, sp, addrs, routes, removeSorted, -1)
+}
+
+// index applies edit (insertSorted or removeSorted) to the index entries of a Service's share,
+// and counts its problems in (+1) or out (-1).
+func (pl *Planner) index(key string, sp *servicePlan, addrs map[netip.Addr]bool, routes map[routeKey]bool, edit func([]string, string) []string, sign int) {
 	for _, ip := range sp.addrs {
-		pl.byAddr[ip] = removeSorted(pl.byAddr[ip], key)
+		pl.byAddr[ip] = edit(pl.byAddr[ip], key)
 		addrs[ip] = true
 	}
 	for _, r := range sp.routes {
-		pl.byRoute[r.routeKey] = removeSorted(pl.byRoute[r.routeKey], key)
+		pl.byRoute[r.routeKey] = edit(pl.byRoute[r.routeKey], key)
 		routes[r.routeKey] = true
 	}
-	pl.count(sp.problems, -1)
+	pl.count(sp.problems, sign)
 }
