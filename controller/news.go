@@ -15,7 +15,8 @@ import (
 const defaultNewsAfter = 30 * time.Second
 
 // newsDesk decides which health conditions deserve an event: a problem (False, per reason)
-// once it has lasted `after`, once; the end of a problem only if it was told.
+// once it has lasted `after`, once; the end of a problem only if it was told (or an earlier
+// reason of the same False was: whoever read that warning learns that it is over).
 type newsDesk struct {
 	after   time.Duration
 	started time.Time // a problem due before this was told by the leader before this one
@@ -29,6 +30,7 @@ type problem struct {
 	reason string
 	since  time.Time // when it began: lastTransitionTime, or when its reason was first seen
 	told   bool
+	owed   bool // an earlier reason of the same False was told: its end is news
 }
 
 // newNewsDesk makes a desk; started may be zero, and is then set by the first review (a
@@ -59,14 +61,14 @@ func (d *newsDesk) review(key string, stored []metav1.Condition, types []string,
 		}
 		p, ok := known[typ]
 		if c.Status != metav1.ConditionFalse {
-			if p.told {
+			if p.told || p.owed {
 				tell = append(tell, *c) // the end of a problem that was told
 			}
 			delete(known, typ)
 			continue
 		}
 		if !ok || p.reason != c.Reason {
-			p = problem{reason: c.Reason, since: c.LastTransitionTime.Time}
+			p = problem{reason: c.Reason, since: c.LastTransitionTime.Time, owed: ok && (p.told || p.owed)}
 			if ok { // the same False, for another reason: that one begins now
 				p.since = now
 			}
