@@ -326,8 +326,10 @@ func BenchmarkBacklog(b *testing.B) {
 	createPool(b, cp, "bench", "198.18.0.0/16")
 	create(b, cp, "default", n, nil)
 	iw := watchIPs(b, cp, "default", n)
-	start := time.Now()
 	pprof, profiled, log := profiling(b)
+	// Built before the clock starts: the time is the controller's, not the linker's.
+	buildBinary(b, "./cmd/portico-controller")
+	start := time.Now()
 	first := startController(b, cp, log("first"), pprof...)
 	took := iw.wait(b).Sub(start)
 	cpu := cpuSeconds(b, first.cmd.Process.Pid)
