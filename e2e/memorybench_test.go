@@ -84,9 +84,12 @@ type memSample struct {
 // VmRSS: the garbage collector's cycle moves RSS by a few MiB either way.
 func (e *l2Env) memoryOf(node string) memSample {
 	var worst memSample
+	// Samples are taken on a ticker: a sampling cadence, there is no condition to wait for.
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
 	for i := 0; i < 10; i++ {
 		if i > 0 {
-			time.Sleep(time.Second) // a sampling interval, not a wait for a condition
+			<-tick.C
 		}
 		s := memSample{node: node}
 		status := e.procStatus(node)
