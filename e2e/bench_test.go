@@ -84,6 +84,19 @@ func (iw *ipWatch) wait(b *testing.B) time.Time {
 	return last
 }
 
+// first is when the first Service showed an address.
+func (iw *ipWatch) first() time.Time {
+	iw.mu.Lock()
+	defer iw.mu.Unlock()
+	var first time.Time
+	for _, t := range iw.seen {
+		if first.IsZero() || t.Before(first) {
+			first = t
+		}
+	}
+	return first
+}
+
 // create makes n Services from 8 goroutines; write, when set, is called right after each
 // creation (the floor's single status write). It returns each Service's creation time.
 func create(b *testing.B, cp *controlplane.ControlPlane, ns string, n int, write func(*corev1.Service, int) error) map[string]time.Time {
@@ -227,7 +240,7 @@ func profiling(b *testing.B) (args []string, save func(name string), log func(na
 		return f
 	}
 	addr := freeAddr(b)
-	return []string{"--pprof-bind-address", addr}, func(name string) {
+	return []string{"--pprof-bind-address", addr, "--zap-time-encoding=rfc3339nano"}, func(name string) {
 		resp, err := http.Get("http://" + addr + "/debug/pprof/heap")
 		if err != nil {
 			b.Fatal(err)
@@ -329,10 +342,13 @@ func BenchmarkBacklog(b *testing.B) {
 	pprof, profiled, log := profiling(b)
 	// Built before the clock starts: the time is the controller's, not the linker's.
 	buildBinary(b, "./cmd/portico-controller")
+	beforeFirst := apiWrites(b, cp)
 	start := time.Now()
 	first := startController(b, cp, log("first"), pprof...)
 	took := iw.wait(b).Sub(start)
+	firstIP := iw.first().Sub(start)
 	cpu := cpuSeconds(b, first.cmd.Process.Pid)
+	allocated := apiWrites(b, cp)
 	profiled(fmt.Sprintf("backlog-%d", n))
 	first.waitSettled(b, n)
 	waitPoolAssigned(b, cp, "bench", int64(n))
@@ -359,6 +375,12 @@ func BenchmarkBacklog(b *testing.B) {
 	b.ReportMetric(took.Seconds()/floor.Seconds(), "x-floor")
 	b.ReportMetric(rss, "MiB-peak-rss")
 	b.ReportMetric(cpu, "s-controller-cpu")
+	b.ReportMetric(firstIP.Seconds(), "s-first-allocated")
+	firstWrites := 0.0
+	for k := range allocated {
+		firstWrites += allocated[k] - beforeFirst[k]
+	}
+	b.ReportMetric((firstWrites-leaseWrites(allocated, beforeFirst))/float64(n), "writes/svc-until-allocated")
 	b.ReportMetric(settled.Seconds(), "s-restart-settle")
 	restartWrites := 0.0
 	for k := range after {
