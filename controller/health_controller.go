@@ -40,6 +40,15 @@ type HealthReconciler struct {
 
 func (r *HealthReconciler) setup(mgr ctrl.Manager) error {
 	r.retries = make(chan event.GenericEvent, 1024)
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &discoveryv1.EndpointSlice{}, sliceServiceIndex,
+		func(o client.Object) []string {
+			if name := o.GetLabels()[discoveryv1.LabelServiceName]; name != "" {
+				return []string{name}
+			}
+			return nil
+		}); err != nil {
+		return err
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&corev1.Service{}).
 		Named("service-health").
@@ -161,12 +170,18 @@ func (r *HealthReconciler) write(svc *corev1.Service, rd ready) {
 	}
 }
 
-// gatherHealth reads what the Service's health conditions are folded from.
+// sliceServiceIndex indexes the cached EndpointSlices by their Service's name: a label
+// selector would make the cache test every slice of the namespace, for every reconcile.
+const sliceServiceIndex = "portico.dev/service-name"
+
+// gatherHealth reads what the Service's health conditions are folded from. The cluster-wide
+// lists are read without copies (UnsafeDisableDeepCopy): they are read only, and the Speakers
+// carry an entry per address, which copying for every Service made cost O(Services²).
 func gatherHealth(ctx context.Context, c client.Reader, svc *corev1.Service) (healthFacts, error) {
 	var f healthFacts
 	var slices discoveryv1.EndpointSliceList
 	if err := c.List(ctx, &slices, client.InNamespace(svc.Namespace),
-		client.MatchingLabels{discoveryv1.LabelServiceName: svc.Name}); err != nil {
+		client.MatchingFields{sliceServiceIndex: svc.Name}); err != nil {
 		return f, err
 	}
 	f.EndpointSlices = slices.Items
@@ -188,7 +203,7 @@ func gatherHealth(ctx context.Context, c client.Reader, svc *corev1.Service) (he
 	var pools porticov1.IPAddressPoolList
 	var nodes corev1.NodeList
 	for _, l := range []client.ObjectList{&speakers, &ads, &bgpAds, &pools, &nodes} {
-		if err := c.List(ctx, l); err != nil {
+		if err := c.List(ctx, l, client.UnsafeDisableDeepCopy); err != nil {
 			return f, err
 		}
 	}

@@ -220,7 +220,7 @@ func (s *state) withLock(ctx context.Context, fn func(*book)) error {
 // Services whose pool changed as a result.
 func (s *state) syncPools(ctx context.Context, b *book) (changed bool, moved []string, err error) {
 	var list porticov1.IPAddressPoolList
-	if err := s.reader.List(ctx, &list); err != nil {
+	if err := s.reader.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil { // read only
 		return false, nil, err
 	}
 	gen := make(map[string]int64, len(list.Items))
@@ -259,7 +259,7 @@ func allocatorPool(p *porticov1.IPAddressPool) allocator.Pool {
 // request builds the allocator request for a Service, evaluating pools' serviceAllocation.
 func (s *state) request(ctx context.Context, svc *corev1.Service) (allocator.Request, error) {
 	var pools porticov1.IPAddressPoolList
-	if err := s.reader.List(ctx, &pools); err != nil {
+	if err := s.reader.List(ctx, &pools, client.UnsafeDisableDeepCopy); err != nil { // read only
 		return allocator.Request{}, err
 	}
 	return s.requestFrom(ctx, svc, pools.Items)
