@@ -21,3 +21,6 @@ func (w *statusWriter) SetCondition(svc *corev1.Service, cond metav1.Condition, 
 		meta.SetStatusCondition(&want.Status.Conditions, cond)
 	}})
 }
+
+// SpeakerChange is speakerChange, for the package's tests.
+var SpeakerChange = speakerChange

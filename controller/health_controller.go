@@ -60,7 +60,7 @@ func (r *HealthReconciler) setup(mgr ctrl.Manager) error {
 		// Who announces, and who may: the speakers' reports and the configuration.
 		// Only what changes the answer: a pool's status (rewritten with every allocation) and
 		// a node's heartbeats would otherwise re-run every Service.
-		Watches(&porticov1.Speaker{}, handler.EnqueueRequestsFromMapFunc(r.addressed)).
+		Watches(&porticov1.Speaker{}, r.speakerChanges()).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.addressed),
 			builder.WithPredicates(predicate.Or[client.Object](predicate.LabelChangedPredicate{}, nodeHealthChanged))).
 		Watches(&porticov1.L2Advertisement{}, handler.EnqueueRequestsFromMapFunc(r.addressed),
@@ -114,7 +114,7 @@ func (r *HealthReconciler) servicesIn(ctx context.Context, pod client.Object) []
 // Announced condition may change with it.
 func (r *HealthReconciler) addressed(ctx context.Context, _ client.Object) []reconcile.Request {
 	var svcs corev1.ServiceList
-	if err := r.Client.List(ctx, &svcs); err != nil {
+	if err := r.Client.List(ctx, &svcs, client.UnsafeDisableDeepCopy); err != nil { // read only
 		return nil
 	}
 	var reqs []reconcile.Request
