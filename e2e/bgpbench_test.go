@@ -82,11 +82,11 @@ func BenchmarkBGP(b *testing.B) {
 		// covers, so the speakers have nothing to advertise or report.
 		e.createObject(&v1alpha1.IPAddressPool{ObjectMeta: metav1.ObjectMeta{Name: "floor", Labels: map[string]string{"advertise": "no"}},
 			Spec: v1alpha1.IPAddressPoolSpec{Addresses: []v1alpha1.AddressRange{"10.201.0.0/16"}}})
-		w0 := apiWrites(b, e.cp)
+		w0, cpu0 := apiWrites(b, e.cp), e.speakersCPU(b)
 		start := time.Now()
 		e.createLBServices("floor", netip.MustParseAddr("10.201.0.1"), many, true)
 		floor := time.Since(start)
-		w1 := apiWrites(b, e.cp)
+		w1, cpu1 := apiWrites(b, e.cp), e.speakersCPU(b)
 		start = time.Now()
 		e.createLBServices("many", netip.MustParseAddr("10.200.0.1"), many, true)
 		written := time.Since(start)
@@ -94,7 +94,7 @@ func BenchmarkBGP(b *testing.B) {
 			return routeCount(router.NS, "10.200.") >= many
 		})
 		converged := time.Since(start)
-		w2 := apiWrites(b, e.cp)
+		w2, cpu2 := apiWrites(b, e.cp), e.speakersCPU(b)
 		// A fresh monitor: the burst's thousands of route changes, unread while the routes were
 		// counted, overflow the old one's netlink socket, and it then misses changes.
 		mon.stop()
@@ -108,6 +108,7 @@ func BenchmarkBGP(b *testing.B) {
 		fmt.Fprintf(&rep, "| advertised — all %d routes in the router's kernel table (ECMP over 3 nodes) | %s (%.2f × floor) |\n",
 			many, ms(converged), float64(converged)/float64(floor))
 		fmt.Fprintf(&rep, "\nThe apiserver's write requests (verb resource: floor; advertised, until the last route):\n\n%s", writesTable(w0, w1, w2))
+		fmt.Fprintf(&rep, "\nThe three speakers' CPU time (user and system, summed): %.1f s during the floor; %.1f s advertised, until the last route.\n", cpu1-cpu0, cpu2-cpu1)
 		fmt.Fprintf(&rep, "\nA speaker's reaction to one change with %d Services and their EndpointSlices in the cluster (portico_speaker_reconcile_seconds, mean over the three during those runs): %.1f ms over %.0f reconciles.\n",
 			many+many, 1000*(sum1-sum0)/max(n1-n0, 1), n1-n0)
 		fmt.Fprintf(&rep, "\nSpeaker peak memory (VmHWM, max over the three): %s idle with one session; %s after advertising %d routes.\n",
@@ -117,6 +118,15 @@ func BenchmarkBGP(b *testing.B) {
 			must(b, os.WriteFile(out, []byte(rep.String()), 0o644))
 		}
 	})
+}
+
+// speakersCPU is the CPU time the running speakers have used so far, in seconds.
+func (e *l2Env) speakersCPU(b *testing.B) float64 {
+	total := 0.0
+	for _, p := range e.speakers {
+		total += cpuSeconds(b, p.cmd.Process.Pid)
+	}
+	return total
 }
 
 // peakRSS is the highest VmHWM among the running speakers, in KiB.
