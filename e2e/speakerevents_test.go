@@ -29,7 +29,7 @@ func TestSpeakerEventsTrail(t *testing.T) {
 	must(t, err)
 	defer w.Stop()
 
-	sim := startSimulation(t, cp, 1, true)
+	sim := startSimulation(t, cp, 1, true, eventsSimPort)
 	select {
 	case <-w.ResultChan():
 	case <-time.After(2 * time.Minute):

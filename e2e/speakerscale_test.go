@@ -27,8 +27,12 @@ import (
 )
 
 // simPort is the memberlist port of the simulated nodes, each on its own loopback address
-// (127.0.1.x, routed to lo without adding anything), away from the unit tests' 17946-17950.
-const simPort = 27946
+// (127.0.1.x, routed to lo without adding anything), away from the unit tests' 17946-17950;
+// eventsSimPort is TestSpeakerEventsTrail's, so the test and the benchmark can run at once.
+const (
+	simPort       = 27946
+	eventsSimPort = 27947
+)
 
 // networkRecorder is a simulated node's network side: it answers and advertises nothing (the
 // API load is what the simulation measures), says every wanted address is answered on eth0
@@ -88,7 +92,7 @@ type simulation struct {
 	metrics []*prometheus.Registry // each speaker's
 }
 
-func startSimulation(b testing.TB, cp *controlplane.ControlPlane, n int, bgpMode bool) *simulation {
+func startSimulation(b testing.TB, cp *controlplane.ControlPlane, n int, bgpMode bool, port int) *simulation {
 	ctx, cancel := context.WithCancel(context.Background())
 	b.Cleanup(cancel)
 	sim := &simulation{cp: cp}
@@ -116,12 +120,12 @@ func startSimulation(b testing.TB, cp *controlplane.ControlPlane, n int, bgpMode
 		reg := prometheus.NewRegistry()
 		sim.metrics = append(sim.metrics, reg)
 		s := &speaker.Speaker{Node: name, LBClass: porticov1.DefaultLoadBalancerClass, Cache: c, Client: cp.Client, Reader: cp.Client,
-			MLPort: simPort, Announce: l2Side{rec}, BGP: bgpSide{rec},
+			MLPort: port, Announce: l2Side{rec}, BGP: bgpSide{rec},
 			Metrics: speaker.NewMetrics(reg), Log: logr.Discard()}
 		// memberlist's LAN timing, not Portico's faster default: a hundred groups share two
 		// cores here, and a false member loss would move addresses (and their events), which
 		// is not the load one Service change causes.
-		s.Group, err = membership.Start(membership.Config{Name: name, BindAddr: simAddr(i).String(), BindPort: simPort,
+		s.Group, err = membership.Start(membership.Config{Name: name, BindAddr: simAddr(i).String(), BindPort: port,
 			Detection: membership.Detection{ProbeInterval: time.Second, ProbeTimeout: 500 * time.Millisecond, SuspicionMult: 4}, Admit: s.Admit})
 		must(b, err)
 		groups = append(groups, s.Group)
@@ -256,7 +260,7 @@ func BenchmarkSpeakerScale(b *testing.B) {
 			b.Run(fmt.Sprintf("%s/nodes=%d", mode, n), func(b *testing.B) {
 				for b.Loop() {
 					cp := startControlPlane(b)
-					sim := startSimulation(b, cp, n, mode == "BGP")
+					sim := startSimulation(b, cp, n, mode == "BGP", simPort)
 					ns := "default"
 					before := quiet(b, sim, "before the burst")
 					start := time.Now()
