@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"os"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -8,6 +9,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 
 	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
+	"github.com/portico-lb/portico/internal/events"
 )
 
 // Options configure the controller.
@@ -49,7 +51,11 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if err := mgr.Add(w); err != nil {
 		return err
 	}
-	recorder := newEventSender(mgr.GetClient(), mgr.GetScheme(), "portico-controller", w, opts.Metrics)
+	// Events wait behind the Services' status writes. The sender runs on the leader only, with
+	// the reconcilers whose events it sends (a Runnable the manager starts after election).
+	host, _ := os.Hostname()
+	recorder := events.NewSender(events.Options{Client: mgr.GetClient(), Scheme: mgr.GetScheme(), Controller: "portico-controller",
+		Instance: "portico-controller-" + host, Quiet: w.quiet, Metrics: opts.Metrics.events})
 	if err := mgr.Add(recorder); err != nil {
 		return err
 	}

@@ -4,6 +4,8 @@ import (
 	"math/big"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/portico-lb/portico/internal/events"
 )
 
 // Metrics are the controller's Prometheus series, all prefixed portico_. They are registered
@@ -17,8 +19,7 @@ type Metrics struct {
 	allocationFailures  *prometheus.CounterVec
 	allocations         prometheus.Counter
 	conditionChanges    *prometheus.CounterVec // the health conditions' changes on Services
-	eventsPending       prometheus.Gauge
-	eventsDropped       prometheus.Counter
+	events              events.Metrics
 }
 
 // NewMetrics creates the series and registers them with reg.
@@ -52,17 +53,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "portico_service_condition_changes_total",
 			Help: "Changes of a Service's EndpointsReady, Announced or Reachable condition, by type and new reason.",
 		}, []string{"condition", "reason"}),
-		eventsPending: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "portico_events_pending",
-			Help: "Events waiting to be sent: they wait while Service status writes are pending.",
-		}),
-		eventsDropped: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "portico_events_dropped_total",
-			Help: "Events not sent because too many were already waiting.",
-		}),
+		events: events.NewMetrics(reg),
 	}
-	reg.MustRegister(m.poolAddresses, m.poolAddressesInUse, m.poolServicesWaiting, m.poolForeign, m.allocationFailures, m.allocations, m.conditionChanges,
-		m.eventsPending, m.eventsDropped)
+	reg.MustRegister(m.poolAddresses, m.poolAddressesInUse, m.poolServicesWaiting, m.poolForeign, m.allocationFailures, m.allocations, m.conditionChanges)
 	return m
 }
 

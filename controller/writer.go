@@ -45,7 +45,7 @@ type statusWriter struct {
 	written  map[string][]written   // our writes the cache may not show yet
 	failures map[string]int         // consecutive failures, for backoff
 	pending  int                    // writes submitted and not done
-	idle     chan struct{}          // closed while pending is 0: events wait for it (eventSender)
+	idle     chan struct{}          // closed while pending is 0: events wait for it (the event sender)
 }
 
 // written is a write of ours that landed, or whose fate is unknown (a timeout, a cut

@@ -99,7 +99,7 @@ func (iw *ipWatch) first() time.Time {
 
 // create makes n Services from 8 goroutines; write, when set, is called right after each
 // creation (the floor's single status write). It returns each Service's creation time.
-func create(b *testing.B, cp *controlplane.ControlPlane, ns string, n int, write func(*corev1.Service, int) error) map[string]time.Time {
+func create(b testing.TB, cp *controlplane.ControlPlane, ns string, n int, write func(*corev1.Service, int) error) map[string]time.Time {
 	var mu sync.Mutex
 	created := map[string]time.Time{}
 	next := make(chan int)

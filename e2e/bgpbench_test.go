@@ -82,9 +82,11 @@ func BenchmarkBGP(b *testing.B) {
 		// covers, so the speakers have nothing to advertise or report.
 		e.createObject(&v1alpha1.IPAddressPool{ObjectMeta: metav1.ObjectMeta{Name: "floor", Labels: map[string]string{"advertise": "no"}},
 			Spec: v1alpha1.IPAddressPoolSpec{Addresses: []v1alpha1.AddressRange{"10.201.0.0/16"}}})
+		w0, cpu0 := apiWrites(b, e.cp), e.speakersCPU(b)
 		start := time.Now()
 		e.createLBServices("floor", netip.MustParseAddr("10.201.0.1"), many, true)
 		floor := time.Since(start)
+		w1, cpu1 := apiWrites(b, e.cp), e.speakersCPU(b)
 		start = time.Now()
 		e.createLBServices("many", netip.MustParseAddr("10.200.0.1"), many, true)
 		written := time.Since(start)
@@ -92,6 +94,7 @@ func BenchmarkBGP(b *testing.B) {
 			return routeCount(router.NS, "10.200.") >= many
 		})
 		converged := time.Since(start)
+		w2, cpu2 := apiWrites(b, e.cp), e.speakersCPU(b)
 		// A fresh monitor: the burst's thousands of route changes, unread while the routes were
 		// counted, overflow the old one's netlink socket, and it then misses changes.
 		mon.stop()
@@ -104,6 +107,8 @@ func BenchmarkBGP(b *testing.B) {
 		fmt.Fprintf(&rep, "| advertised — all statuses written | %s (%.2f × floor) |\n", ms(written), float64(written)/float64(floor))
 		fmt.Fprintf(&rep, "| advertised — all %d routes in the router's kernel table (ECMP over 3 nodes) | %s (%.2f × floor) |\n",
 			many, ms(converged), float64(converged)/float64(floor))
+		fmt.Fprintf(&rep, "\nThe apiserver's write requests (verb resource: floor; advertised, until the last route):\n\n%s", writesTable(w0, w1, w2))
+		fmt.Fprintf(&rep, "\nThe three speakers' CPU time (user and system, summed): %.1f s during the floor; %.1f s advertised, until the last route.\n", cpu1-cpu0, cpu2-cpu1)
 		fmt.Fprintf(&rep, "\nA speaker's reaction to one change with %d Services and their EndpointSlices in the cluster (portico_speaker_reconcile_seconds, mean over the three during those runs): %.1f ms over %.0f reconciles.\n",
 			many+many, 1000*(sum1-sum0)/max(n1-n0, 1), n1-n0)
 		fmt.Fprintf(&rep, "\nSpeaker peak memory (VmHWM, max over the three): %s idle with one session; %s after advertising %d routes.\n",
@@ -113,6 +118,15 @@ func BenchmarkBGP(b *testing.B) {
 			must(b, os.WriteFile(out, []byte(rep.String()), 0o644))
 		}
 	})
+}
+
+// speakersCPU is the CPU time the running speakers have used so far, in seconds.
+func (e *l2Env) speakersCPU(b *testing.B) float64 {
+	total := 0.0
+	for _, p := range e.speakers {
+		total += cpuSeconds(b, p.cmd.Process.Pid)
+	}
+	return total
 }
 
 // peakRSS is the highest VmHWM among the running speakers, in KiB.
@@ -191,4 +205,21 @@ func (e *l2Env) reconcileTotals() (sum, count float64) {
 		count += e.metric(n.Name, "portico_speaker_reconcile_seconds_count")
 	}
 	return sum, count
+}
+
+// writesTable lists the write requests of two phases side by side, one line per verb and
+// resource that either phase sent: a's between a0 and a1, b's between a1 and b1.
+func writesTable(a0, a1, b1 map[string]float64) string {
+	var keys []string
+	for k := range b1 {
+		if b1[k]-a0[k] > 0 {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	var out strings.Builder
+	for _, k := range keys {
+		fmt.Fprintf(&out, "- %s: %.0f; %.0f\n", k, a1[k]-a0[k], b1[k]-a1[k])
+	}
+	return out.String()
 }

@@ -2,6 +2,8 @@ package speaker
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/portico-lb/portico/internal/events"
 )
 
 // Metrics are the speaker's Prometheus series (portico_ prefix).
@@ -19,6 +21,7 @@ type Metrics struct {
 	keyChanges     prometheus.Counter
 	reconcile      prometheus.Histogram
 	probes         *prometheus.CounterVec // self-check outcomes (selfcheck.go)
+	events         events.Metrics
 }
 
 // NewMetrics creates the series and registers them with reg.
@@ -53,6 +56,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	reg.MustRegister(m.requests, m.replies, m.gratuitous, m.ownerChanges, m.failover, m.announced, m.membersLost, m.reconcile,
 		m.membersRefused, m.keys, m.keyChanges)
 	m.probes = newProbeCounter(reg)
+	m.events = events.NewMetrics(reg)
 	return m
 }
 

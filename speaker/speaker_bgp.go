@@ -47,9 +47,9 @@ func (s *Speaker) sessionChanged(ctx context.Context, before, after bgp.State) {
 		var peer v1alpha1.BGPPeer
 		if err := s.Cache.Get(ctx, types.NamespacedName{Name: after.Peer}, &peer); err == nil {
 			if up {
-				s.Recorder.Eventf(&peer, corev1.EventTypeNormal, "SessionUp", "node %s: BGP session with %s established", s.Node, after.Address)
+				s.events.Eventf(&peer, nil, corev1.EventTypeNormal, "SessionUp", "Peer", "node %s: BGP session with %s established", s.Node, after.Address)
 			} else {
-				s.Recorder.Eventf(&peer, corev1.EventTypeWarning, "SessionDown", "node %s: BGP session with %s down (now %s)", s.Node, after.Address, after.State)
+				s.events.Eventf(&peer, nil, corev1.EventTypeWarning, "SessionDown", "Peer", "node %s: BGP session with %s down (now %s)", s.Node, after.Address, after.State)
 			}
 		}
 	}

@@ -192,7 +192,9 @@ func (s *Speaker) writeStatuses(ctx context.Context) {
 			if r.listed != 0 {
 				r.status.Announcements, r.listed = s.view.list()
 			}
+			s.busy.Stir() // events wait for the write and a lull after it
 			err := s.writeStatus(ctx, r)
+			s.busy.Stir()
 			if err == nil {
 				written, writtenAt = &r, time.Now()
 				// At most one write per statusWriteInterval: the status holds one entry per

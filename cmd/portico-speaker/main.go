@@ -104,7 +104,7 @@ func run(o options) error {
 	crmetrics.Registry.MustRegister(sessions, sessions.BFD)
 	s := &speaker.Speaker{
 		Node: o.node, LBClass: o.lbClass, Cache: mgr.GetCache(), Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), MLPort: o.port,
-		Announce: l2.NewAnnouncer(log.WithName("l2"), metrics), BGP: sessions, Recorder: mgr.GetEventRecorderFor("portico-speaker"),
+		Announce: l2.NewAnnouncer(log.WithName("l2"), metrics), BGP: sessions,
 		Metrics: metrics, Log: log, SelfCheck: o.selfCheck, Conflicts: o.conflicts, KeyRefresh: o.keyRefresh,
 		IgnoreExcludeLabel: o.ignoreExcludeLabel, IgnoreClassless: o.ignoreClassless,
 	}

@@ -1,13 +1,17 @@
-package controller
+// Package events sends a binary's Kubernetes events behind its more urgent writes. Both the
+// controller and the speaker use it: an address in a Service's status, a route to a router or
+// a Speaker's status is what users wait for; the event that tells it is read later (`kubectl
+// get events`, alerting) and costs the apiserver as much as a write.
+package events
 
 import (
 	"context"
 	"fmt"
-	"os"
 	"slices"
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -19,37 +23,60 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 )
 
-// eventSender sends the controller's events behind its status writes. A Service's address is
-// what its user waits for; the event that tells it is read later (`kubectl get events`,
-// alerting), and costs the apiserver as much as the write. So an event waits while status
-// writes are pending, and events go out one request at a time. One that has waited
-// eventPatience goes out anyway, at most one per overdueGap, so a steady stream of writes
-// cannot hold the news back for ever.
+// Sender is an events.EventRecorder whose events wait until its user is quiet, then go out one
+// request at a time. One that has waited patience goes out anyway, at most one per overdueGap,
+// so a steady stream of work cannot hold the news back for ever.
 //
 // Identical events that wait together are sent once, as a series with their count, as
-// Kubernetes' own recorder aggregates them. At most maxPendingEvents wait: memory stays bounded
+// Kubernetes' own recorder aggregates them. At most maxPending wait: memory stays bounded
 // whatever the backlog, and the newest beyond it are dropped and counted.
-type eventSender struct {
-	client     client.Client
-	scheme     *runtime.Scheme
-	controller string // reportingController
-	instance   string // reportingInstance
-	writes     *statusWriter
-	metrics    *Metrics
+type Sender struct {
+	o Options
 
 	mu      sync.Mutex
-	queue   []*pendingEvent // oldest first
-	byKey   map[eventKey]*pendingEvent
+	queue   []*pending // oldest first
+	byKey   map[eventKey]*pending
 	queued  chan struct{} // holds a token when something was queued since the sender last looked
 	overdue time.Time     // when the last event that did not wait for quiet was sent
 }
 
+// Options are what a Sender's user supplies.
+type Options struct {
+	Client     client.Client // nil: nothing can be sent (a test of the queue alone)
+	Scheme     *runtime.Scheme
+	Controller string // reportingController
+	Instance   string // reportingInstance
+	// Quiet returns a channel that is closed while its user has nothing more urgent under way;
+	// the oldest event waits for it (or for patience).
+	Quiet   func() <-chan struct{}
+	Metrics Metrics
+}
+
+// Metrics are a Sender's series. The controller and the speaker register the same names, each
+// in its own process.
+type Metrics struct {
+	Pending prometheus.Gauge   // events waiting
+	Dropped prometheus.Counter // events not queued because maxPending were waiting
+}
+
+// NewMetrics creates the series and registers them with reg.
+func NewMetrics(reg prometheus.Registerer) Metrics {
+	m := Metrics{
+		Pending: prometheus.NewGauge(prometheus.GaugeOpts{Name: "portico_events_pending",
+			Help: "Events waiting to be sent: they wait while more urgent writes are under way, so addresses and routes come first."}),
+		Dropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "portico_events_dropped_total",
+			Help: "Events not sent because 10 000 were already waiting."}),
+	}
+	reg.MustRegister(m.Pending, m.Dropped)
+	return m
+}
+
 const (
-	maxPendingEvents = 10000
-	eventPatience    = 10 * time.Second
-	overdueGap       = 100 * time.Millisecond
-	eventTries       = 3
-	maxNoteBytes     = 1024 // the events API's limit
+	maxPending   = 10000
+	patience     = 10 * time.Second
+	overdueGap   = 100 * time.Millisecond
+	tries        = 3
+	maxNoteBytes = 1024 // the events API's limit
 )
 
 // eventKey is what makes two events identical (Kubernetes' recorder also ignores the
@@ -59,8 +86,8 @@ type eventKey struct {
 	eventType, reason, action, note string
 }
 
-// pendingEvent is an event waiting to be sent, with how often it happened meanwhile.
-type pendingEvent struct {
+// pending is an event waiting to be sent, with how often it happened meanwhile.
+type pending struct {
 	key         eventKey
 	regarding   corev1.ObjectReference
 	related     *corev1.ObjectReference
@@ -68,16 +95,15 @@ type pendingEvent struct {
 	count       int32
 }
 
-func newEventSender(c client.Client, scheme *runtime.Scheme, controller string, writes *statusWriter, m *Metrics) *eventSender {
-	host, _ := os.Hostname()
-	return &eventSender{client: c, scheme: scheme, controller: controller, instance: controller + "-" + host,
-		writes: writes, metrics: m, byKey: map[eventKey]*pendingEvent{}, queued: make(chan struct{}, 1)}
+// NewSender returns a Sender; Start sends what it queues.
+func NewSender(o Options) *Sender {
+	return &Sender{o: o, byKey: map[eventKey]*pending{}, queued: make(chan struct{}, 1)}
 }
 
 // Eventf queues an event (events.EventRecorder); it never waits.
-func (s *eventSender) Eventf(regarding, related runtime.Object, eventType, reason, action, note string, args ...any) {
+func (s *Sender) Eventf(regarding, related runtime.Object, eventType, reason, action, note string, args ...any) {
 	log := logf.Log.WithName("events")
-	ref, err := reference.GetReference(s.scheme, regarding)
+	ref, err := reference.GetReference(s.o.Scheme, regarding)
 	if err != nil {
 		log.Error(err, "no event: the object has no reference", "reason", reason)
 		return
@@ -88,7 +114,7 @@ func (s *eventSender) Eventf(regarding, related runtime.Object, eventType, reaso
 	}
 	var relatedRef *corev1.ObjectReference
 	if related != nil {
-		relatedRef, _ = reference.GetReference(s.scheme, related)
+		relatedRef, _ = reference.GetReference(s.o.Scheme, related)
 	}
 	note = fmt.Sprintf(note, args...)
 	if len(note) > maxNoteBytes {
@@ -105,25 +131,22 @@ func (s *eventSender) Eventf(regarding, related runtime.Object, eventType, reaso
 		p.last = now
 		return
 	}
-	if len(s.queue) >= maxPendingEvents {
-		s.metrics.eventsDropped.Inc()
+	if len(s.queue) >= maxPending {
+		s.o.Metrics.Dropped.Inc()
 		return
 	}
-	p := &pendingEvent{key: key, regarding: *ref, related: relatedRef, first: now, last: now, count: 1}
+	p := &pending{key: key, regarding: *ref, related: relatedRef, first: now, last: now, count: 1}
 	s.queue = append(s.queue, p)
 	s.byKey[key] = p
-	s.metrics.eventsPending.Set(float64(len(s.queue)))
+	s.o.Metrics.Pending.Set(float64(len(s.queue)))
 	select {
 	case s.queued <- struct{}{}:
 	default:
 	}
 }
 
-// NeedLeaderElection: events come from the reconcilers, which run on the leader only.
-func (s *eventSender) NeedLeaderElection() bool { return true }
-
 // Start sends events until ctx ends; those still waiting then are dropped.
-func (s *eventSender) Start(ctx context.Context) error {
+func (s *Sender) Start(ctx context.Context) error {
 	for {
 		p := s.next(ctx)
 		if p == nil {
@@ -135,16 +158,16 @@ func (s *eventSender) Start(ctx context.Context) error {
 
 // next waits for the oldest event's turn, takes it off the queue and returns it; nil once ctx
 // ends.
-func (s *eventSender) next(ctx context.Context) *pendingEvent {
+func (s *Sender) next(ctx context.Context) *pending {
 	for {
 		s.mu.Lock()
-		var oldest *pendingEvent
+		var oldest *pending
 		if len(s.queue) > 0 {
 			oldest = s.queue[0]
 		}
 		overdueAt := time.Time{}
 		if oldest != nil {
-			overdueAt = oldest.first.Add(eventPatience)
+			overdueAt = oldest.first.Add(patience)
 			if next := s.overdue.Add(overdueGap); next.After(overdueAt) {
 				overdueAt = next
 			}
@@ -160,7 +183,7 @@ func (s *eventSender) next(ctx context.Context) *pendingEvent {
 		}
 		wait := time.NewTimer(time.Until(overdueAt))
 		select {
-		case <-s.writes.quiet():
+		case <-s.o.Quiet():
 		case <-wait.C:
 			s.mu.Lock()
 			s.overdue = time.Now()
@@ -175,18 +198,18 @@ func (s *eventSender) next(ctx context.Context) *pendingEvent {
 }
 
 // take removes the oldest waiting event from the queue.
-func (s *eventSender) take() *pendingEvent {
+func (s *Sender) take() *pending {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	p := s.queue[0]
 	s.queue = slices.Delete(s.queue, 0, 1)
 	delete(s.byKey, p.key)
-	s.metrics.eventsPending.Set(float64(len(s.queue)))
+	s.o.Metrics.Pending.Set(float64(len(s.queue)))
 	return p
 }
 
 // send creates the event, trying again a few times while the apiserver fails.
-func (s *eventSender) send(ctx context.Context, p *pendingEvent) {
+func (s *Sender) send(ctx context.Context, p *pending) {
 	namespace := p.regarding.Namespace
 	if namespace == "" {
 		namespace = metav1.NamespaceDefault
@@ -194,8 +217,8 @@ func (s *eventSender) send(ctx context.Context, p *pendingEvent) {
 	ev := &eventsv1.Event{
 		ObjectMeta:          metav1.ObjectMeta{Name: util.GenerateEventName(p.regarding.Name, p.first.UnixNano()), Namespace: namespace},
 		EventTime:           metav1.NewMicroTime(p.first),
-		ReportingController: s.controller,
-		ReportingInstance:   s.instance,
+		ReportingController: s.o.Controller,
+		ReportingInstance:   s.o.Instance,
 		Action:              p.key.action,
 		Reason:              p.key.reason,
 		Regarding:           p.regarding,
@@ -208,8 +231,8 @@ func (s *eventSender) send(ctx context.Context, p *pendingEvent) {
 	}
 	var err error
 	for try := 1; ; try++ {
-		err = s.client.Create(ctx, ev.DeepCopy())
-		if err == nil || apierrors.IsAlreadyExists(err) || apierrors.IsInvalid(err) || try == eventTries {
+		err = s.o.Client.Create(ctx, ev.DeepCopy())
+		if err == nil || apierrors.IsAlreadyExists(err) || apierrors.IsInvalid(err) || try == tries {
 			break
 		}
 		backoff := time.NewTimer(time.Duration(try) * time.Second)

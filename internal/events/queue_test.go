@@ -1,7 +1,8 @@
-package controller
+package events
 
 import (
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -12,10 +13,9 @@ import (
 
 // TestEventQueue: identical events waiting together become one, sent as a series with their
 // count (the object's resourceVersion does not make them different); a different note is
-// another event; beyond maxPendingEvents the newest are dropped and counted.
+// another event; beyond maxPending the newest are dropped and counted.
 func TestEventQueue(t *testing.T) {
-	reg := prometheus.NewRegistry()
-	s := newEventSender(nil, clientgoscheme.Scheme, "portico-controller", nil, NewMetrics(reg))
+	s := NewSender(Options{Scheme: clientgoscheme.Scheme, Controller: "portico-controller", Metrics: NewMetrics(prometheus.NewRegistry())})
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "gitea", UID: "u1", ResourceVersion: "1"}}
 	s.Eventf(svc, nil, corev1.EventTypeWarning, "AllocationFailed", "Allocate", "%s", "pool home-lab is full")
 	svc.ResourceVersion = "2"
@@ -30,14 +30,46 @@ func TestEventQueue(t *testing.T) {
 		t.Errorf("second: %d × %q, want the allocation once", second.count, second.key.note)
 	}
 
-	for i := range maxPendingEvents + 3 {
+	for i := range maxPending + 3 {
 		s.Eventf(svc, nil, corev1.EventTypeNormal, "IPAllocated", "Allocate", "%d", i)
 	}
 	var dropped dto.Metric
-	if err := s.metrics.eventsDropped.Write(&dropped); err != nil {
+	if err := s.o.Metrics.Dropped.Write(&dropped); err != nil {
 		t.Fatal(err)
 	}
-	if len(s.queue) != maxPendingEvents || dropped.GetCounter().GetValue() != 3 {
-		t.Errorf("%d waiting, %v dropped; want %d and 3", len(s.queue), dropped.GetCounter().GetValue(), maxPendingEvents)
+	if len(s.queue) != maxPending || dropped.GetCounter().GetValue() != 3 {
+		t.Errorf("%d waiting, %v dropped; want %d and 3", len(s.queue), dropped.GetCounter().GetValue(), maxPending)
+	}
+}
+
+// TestLull: quiet before any work, not quiet once stirred (a lull of an hour cannot end during
+// the test), and quiet again once the stirring stops for the lull's length.
+func TestLull(t *testing.T) {
+	long := NewLull(time.Hour)
+	if !closed(long.Quiet()) {
+		t.Fatal("a lull never stirred is not quiet")
+	}
+	long.Stir()
+	if closed(long.Quiet()) {
+		t.Fatal("quiet right after a stir")
+	}
+
+	short := NewLull(time.Millisecond)
+	for range 3 {
+		short.Stir()
+		select {
+		case <-short.Quiet():
+		case <-time.After(10 * time.Second):
+			t.Fatal("still not quiet 10 s after the last stir")
+		}
+	}
+}
+
+func closed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
 	}
 }
