@@ -29,7 +29,10 @@ type Options struct {
 
 // CacheOptions set what the manager's cache keeps: no object's managedFields, which nothing
 // here reads and which are about a third of a cached Service (and of every copy a List makes).
-// A status update sent from a copy without them leaves the stored ones as they are.
+// A status update sent from a copy without them leaves the stored ones as they are. Unlike the
+// speaker's cache (speaker.TrimForCache), it keeps kubectl's last-applied annotation: the
+// controller writes Services, and a status update also stores the annotations it carries, so
+// a copy without it would delete it from the Service.
 func CacheOptions(o *ctrl.Options) {
 	o.Cache.DefaultTransform = cache.TransformStripManagedFields()
 }
