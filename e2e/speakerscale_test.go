@@ -16,7 +16,9 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
 	"github.com/portico-lb/portico/internal/controlplane"
@@ -85,7 +87,8 @@ func (r bgpSide) States() map[string]bgp.State {
 
 // simulation is n speakers of the real speaker code in this process, against a real
 // apiserver: one shared informer cache (the simulation's only shortcut on the read side), a
-// gossip group on loopback, an event recorder each, and a network recorder each.
+// gossip group on loopback, and each its own API client (as a node has: no client-side rate
+// limit, as the speaker binary's config has), event recorder and network recorder.
 type simulation struct {
 	cp      *controlplane.ControlPlane
 	nodes   []string
@@ -119,7 +122,11 @@ func startSimulation(b testing.TB, cp *controlplane.ControlPlane, n int, bgpMode
 		rec := &networkRecorder{}
 		reg := prometheus.NewRegistry()
 		sim.metrics = append(sim.metrics, reg)
-		s := &speaker.Speaker{Node: name, LBClass: porticov1.DefaultLoadBalancerClass, Cache: c, Client: cp.Client, Reader: cp.Client,
+		cfg := rest.CopyConfig(cp.Config)
+		cfg.QPS = -1 // ctrl.GetConfig's setting in the speaker binary
+		cl, err := client.New(cfg, client.Options{Scheme: cp.Scheme})
+		must(b, err)
+		s := &speaker.Speaker{Node: name, LBClass: porticov1.DefaultLoadBalancerClass, Cache: c, Client: cl, Reader: cl,
 			MLPort: port, Announce: l2Side{rec}, BGP: bgpSide{rec},
 			Metrics: speaker.NewMetrics(reg), Log: logr.Discard()}
 		// memberlist's LAN timing, not Portico's faster default: a hundred groups share two

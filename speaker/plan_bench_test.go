@@ -42,7 +42,7 @@ func BenchmarkPlanChange(b *testing.B) {
 				pl := NewPlanner(node, v1alpha1.DefaultLoadBalancerClass)
 				pl.Replan(w, allAlive)
 				v := &statusView{}
-				v.update(pl.Plan(), nil, keysOf(pl.Plan().Mine, pl.Plan().Mine), keysOf(pl.Plan().Routed, pl.Plan().Routed))
+				v.update(pl.Plan(), nil, keysOf(pl.Plan().Mine, pl.Plan().Mine), keysOf(pl.Plan().Routed, pl.Plan().Routed), nil, true)
 				svc := w.Services[n/2]
 				key := []string{svc.Namespace + "/" + svc.Name}
 				addrs := []string{svc.Status.LoadBalancer.Ingress[0].IP, "198.51.200.1"}
@@ -52,7 +52,7 @@ func BenchmarkPlanChange(b *testing.B) {
 					i++
 					svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: addrs[i%2]}}
 					ch := pl.Update([]corev1.Service{svc}, nil, key)
-					v.update(pl.Plan(), nil, ch.Mine, ch.Routed)
+					v.update(pl.Plan(), nil, ch.Mine, ch.Routed, ch.prefixes(), false)
 					if len(ch.Routed) != 2 {
 						b.Fatalf("%d routed addresses changed, want 2", len(ch.Routed))
 					}

@@ -22,6 +22,10 @@ type BGPClaim struct {
 	// Teller: this node tells the address's Services (an Announced event and its Speaker
 	// status): every advertising node advertises the same, so one of them speaks for all.
 	Teller bool
+	// FirstTo are the peers of Peers no live node before this one by name sends the address
+	// to: this node's status.bgp lists the address's routes to them, so each route to each
+	// peer is listed by one node (all of Peers for the teller).
+	FirstTo []string
 }
 
 // BGP session defaults (BGPPeer's documented defaults).

@@ -25,8 +25,9 @@ import (
 //	             of the same kind, namespace and name
 //	delete       one "Kind namespace/name" (or "Kind name") per line
 //	plan node=N [dead=A,B]  the sessions and routes node N wants, the addresses it
-//	             reports (", tells": it is the teller, see markBGPTellers), its problems, with
-//	             the speakers of the dead nodes gone from the gossip group
+//	             reports (", tells": it is the teller; ", lists routes to P": not the teller,
+//	             but the first to send the address to peers P, see BGPClaim), its problems,
+//	             with the speakers of the dead nodes gone from the gossip group
 func TestBGPTranscripts(t *testing.T) {
 	datadriven.Walk(t, "testdata/bgp", func(t *testing.T, path string) {
 		objs := map[string]any{} // "Kind ns/name" → object
@@ -145,6 +146,8 @@ func renderBGPPlan(p Plan) string {
 		tells := ""
 		if c.Teller {
 			tells = ", tells"
+		} else if len(c.FirstTo) > 0 {
+			tells = ", lists routes to " + strings.Join(c.FirstTo, ", ")
 		}
 		fmt.Fprintf(&b, "announces %s (%s) to %s%s\n", ip, strings.Join(c.Services, ", "), strings.Join(c.Peers, ", "), tells)
 	}
@@ -157,8 +160,9 @@ func renderBGPPlan(p Plan) string {
 	return b.String()
 }
 
-// TestBGPStatusListsOnlyTheTeller: of three nodes advertising one address, one lists it in its
-// Speaker status, so a Service change rewrites one Speaker, not every advertising node's.
+// TestBGPStatusListsOnlyTheTeller: of three nodes advertising one address, one lists it and its
+// route in its Speaker status, so a Service change rewrites one Speaker, not every advertising
+// node's.
 func TestBGPStatusListsOnlyTheTeller(t *testing.T) {
 	w := world(lbService("web", "198.51.100.10"))
 	w.Advertisements = nil
@@ -173,11 +177,15 @@ func TestBGPStatusListsOnlyTheTeller(t *testing.T) {
 		if len(p.Routed) != 1 {
 			t.Fatalf("%s routes %d addresses, want 1 (%v)", n, len(p.Routed), p.Problems)
 		}
-		for _, a := range planStatus(p, nil).status.Announcements {
+		st := planStatus(p, nil).status
+		for _, a := range st.Announcements {
 			listed = append(listed, n+" "+a.IP+" "+a.Service)
 		}
+		for _, r := range st.BGP.Routes {
+			listed = append(listed, n+" "+r.Prefix+" to "+strings.Join(r.Peers, ","))
+		}
 	}
-	if want := []string{"node-a 198.51.100.10 ns/web"}; !slices.Equal(listed, want) {
+	if want := []string{"node-a 198.51.100.10 ns/web", "node-a 198.51.100.10/32 to router"}; !slices.Equal(listed, want) {
 		t.Fatalf("Speaker statuses list %q, want %q", listed, want)
 	}
 }

@@ -14,6 +14,7 @@ func (pl *Planner) combineAddress(ip netip.Addr) (mineChanged, routedChanged boo
 	var ss []sharer
 	var routed BGPClaim
 	told := false
+	var first, sentEarlier []string
 	for _, key := range pl.byAddr[ip] {
 		sp := pl.services[key]
 		if s, ok := find(sp.l2, func(s *sharerAt) netip.Addr { return s.ip }, ip); ok {
@@ -23,9 +24,17 @@ func (pl *Planner) combineAddress(ip netip.Addr) (mineChanged, routedChanged boo
 			routed.Services = unionSorted(routed.Services, c.Services)
 			routed.Peers = unionSorted(routed.Peers, c.Peers)
 			told = told || !c.Teller
+			first = unionSorted(first, c.FirstTo)
+			for _, p := range c.Peers {
+				if !slices.Contains(c.FirstTo, p) {
+					sentEarlier = insertSorted(sentEarlier, p)
+				}
+			}
 		}
 	}
 	routed.Teller = !told
+	// A peer an earlier node sends the address to for any of its Services hears it from there.
+	routed.FirstTo = slices.DeleteFunc(first, func(p string) bool { return slices.Contains(sentEarlier, p) })
 	var claim Claim
 	mine, problem := false, ""
 	if len(ss) > 0 {
@@ -126,7 +135,7 @@ func sameClaim(a, b Claim) bool {
 }
 
 func sameBGPClaim(a, b BGPClaim) bool {
-	return a.Teller == b.Teller && slices.Equal(a.Services, b.Services) && slices.Equal(a.Peers, b.Peers)
+	return a.Teller == b.Teller && slices.Equal(a.Services, b.Services) && slices.Equal(a.Peers, b.Peers) && slices.Equal(a.FirstTo, b.FirstTo)
 }
 
 func insertSorted(list []string, s string) []string {

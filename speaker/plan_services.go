@@ -3,6 +3,7 @@ package speaker
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -85,6 +86,15 @@ type Changes struct {
 	Routed   []netip.Addr              // addresses whose BGP claim changed
 	Routes   map[string][]netip.Prefix // the routes that changed, by BGPPeer name (nil with All)
 	Problems bool                      // the list of problems changed
+}
+
+// prefixes are the prefixes of the routes that changed, to any peer.
+func (ch Changes) prefixes() []netip.Prefix {
+	var out []netip.Prefix
+	for _, ps := range ch.Routes {
+		out = append(out, ps...)
+	}
+	return out
 }
 
 // NewPlanner is node me's Planner, empty until its first Replan.
@@ -214,7 +224,7 @@ func (pl *Planner) planService(svc *corev1.Service, key string, ready map[string
 		}
 		pl.mine.advertiseAddress(w, own, svc, key, ip, pool, ready)
 		if c, ok := own.Routed[ip]; ok {
-			c.Teller = !pl.toldEarlier(svc, key, ip, pool, ready)
+			c.Teller, c.FirstTo = pl.sentEarlier(svc, key, ip, pool, ready, c.Peers)
 			sp.routed = append(sp.routed, routedAt{ip, c})
 		}
 	}
@@ -242,19 +252,28 @@ func (pl *Planner) scratchFor(n *bgpNode) *Plan {
 	return p
 }
 
-// toldEarlier reports whether a live node before this one by name advertises ip of svc: then
-// that node, not this one, tells of it (the teller is the first advertising node in name order,
-// so one Announced event and one Speaker status entry stand for every node, however many
-// advertise). It stops at the first such node.
-func (pl *Planner) toldEarlier(svc *corev1.Service, key string, ip netip.Addr, pool *v1alpha1.IPAddressPool, ready map[string]bool) bool {
+// sentEarlier asks the live nodes before this one by name what they do with ip of svc: teller
+// when none advertises it (the teller is the first advertising node in name order, so one
+// Announced event and one Speaker status entry stand for every node, however many advertise),
+// and firstTo, the peers of mine none of them sends it to (whose routes this node lists). It
+// stops once earlier nodes cover every peer of mine: with peers shared by all nodes, at the
+// first advertising one.
+func (pl *Planner) sentEarlier(svc *corev1.Service, key string, ip netip.Addr, pool *v1alpha1.IPAddressPool, ready map[string]bool, mine []string) (teller bool, firstTo []string) {
+	teller, firstTo = true, mine
 	for _, n := range pl.earlier {
 		theirs := pl.scratchFor(n)
 		n.advertiseAddress(&pl.w, theirs, svc, key, ip, pool, ready)
-		if _, ok := theirs.Routed[ip]; ok {
-			return true
+		c, ok := theirs.Routed[ip]
+		if !ok {
+			continue
+		}
+		teller = false
+		firstTo = slices.DeleteFunc(slices.Clone(firstTo), func(p string) bool { return slices.Contains(c.Peers, p) })
+		if len(firstTo) == 0 {
+			return false, nil
 		}
 	}
-	return false
+	return teller, firstTo
 }
 
 // list adds a Service's share to the indexes, marking what it touches.

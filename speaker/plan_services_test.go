@@ -16,14 +16,21 @@ import (
 )
 
 // planWorld is the cluster of the incremental tests: three nodes with InternalIPs, L2 for
-// the pool labelled l2=yes, BGP with /30 aggregation (Services share routes) and a
-// serviceSelectors advertisement with its own local-pref (conflicts are reported).
+// the pool labelled l2=yes, BGP with /30 aggregation (Services share routes), a
+// serviceSelectors advertisement with its own local-pref (conflicts are reported) and a second
+// peer that node-a does not hold.
 func planWorld() World {
 	w := world()
 	for i := range w.Nodes {
 		w.Nodes[i].Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: fmt.Sprintf("192.168.0.%d", i+1)}}
 	}
-	w.BGPPeers = []v1alpha1.BGPPeer{{ObjectMeta: metav1.ObjectMeta{Name: "tor"}, Spec: v1alpha1.BGPPeerSpec{MyASN: 64500, PeerASN: 64500, PeerAddress: "192.168.0.254"}}}
+	w.BGPPeers = []v1alpha1.BGPPeer{
+		{ObjectMeta: metav1.ObjectMeta{Name: "tor"}, Spec: v1alpha1.BGPPeerSpec{MyASN: 64500, PeerASN: 64500, PeerAddress: "192.168.0.254"}},
+		// Not on node-a: node-a tells, and the next node lists the routes to spine.
+		{ObjectMeta: metav1.ObjectMeta{Name: "spine"}, Spec: v1alpha1.BGPPeerSpec{MyASN: 64500, PeerASN: 64501, PeerAddress: "192.168.0.253",
+			NodeSelectors: []metav1.LabelSelector{{MatchExpressions: []metav1.LabelSelectorRequirement{
+				{Key: "zone", Operator: metav1.LabelSelectorOpNotIn, Values: []string{"node-a"}}}}}}},
+	}
 	w.BGPAds = []v1alpha1.BGPAdvertisement{
 		{ObjectMeta: metav1.ObjectMeta{Name: "agg"}, Spec: v1alpha1.BGPAdvertisementSpec{AggregationLength: ptr.To(int32(30)), LocalPref: ptr.To(uint32(100))}},
 		{ObjectMeta: metav1.ObjectMeta{Name: "gold"}, Spec: v1alpha1.BGPAdvertisementSpec{AggregationLength: ptr.To(int32(30)), LocalPref: ptr.To(uint32(200)),
@@ -111,9 +118,10 @@ func TestUpdateIsMakePlan(t *testing.T) {
 			if !reflect.DeepEqual(got, want) {
 				t.Fatalf("step %d, node %s: Update gives\n%+v\nMakePlan gives\n%+v", step, n, got, want)
 			}
-			views[n].update(got, nil, ch.Mine, ch.Routed)
+			views[n].update(got, nil, ch.Mine, ch.Routed, ch.prefixes(), false)
 			st := views[n].report(got, got.Problems)
-			st.status.Announcements, _ = views[n].list()
+			st.status.BGP = bgpPeersStatus(got.BGP, nil)
+			views[n].fill(&st.status)
 			if wantSt := planStatus(want, nil); !reflect.DeepEqual(st.status, wantSt.status) {
 				t.Fatalf("step %d, node %s: the status updated by the changes lists\n%+v\nfrom scratch\n%+v", step, n, st.status, wantSt.status)
 			}

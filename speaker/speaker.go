@@ -313,7 +313,7 @@ func (s *Speaker) reconcile(ctx context.Context) {
 		problems = append(problems, s.keyProblem)
 	}
 	slices.Sort(problems)
-	s.report(plan, problems, mine, routed, ch.All || len(ch.Routes) > 0, s.BGP.States())
+	s.report(plan, problems, mine, routed, ch.prefixes(), ch.All, s.BGP.States())
 }
 
 // event tells each of the Services, by a Normal "Announced" event, what this node does for them.

@@ -23,23 +23,18 @@ import (
 // statusWriteInterval is the least time between two writes of the Speaker status.
 const statusWriteInterval = 500 * time.Millisecond
 
-// routesRefresh is how stale the routes in status.bgp may get. A Service change changes the
-// routes of every node that advertises it; written at once, each change would cost one write
-// per node, so a change to the routes alone waits until this long after the last write.
-const routesRefresh = 10 * time.Second
-
 type statusReport struct {
 	status    v1alpha1.SpeakerStatus
 	ready     metav1.Condition
 	strictARP *metav1.Condition // nil: no kube-ipvs0 here
-	listed    uint64            // the statusView generation of status.Announcements (0: unknown)
+	listed    uint64            // the statusView generation of the announcements and routes (0: unknown)
 }
 
 // report queues the status of the plan with this reconcile's problems, replacing any report
 // not yet written. mine and routed are the addresses whose L2 or BGP entries may have
-// changed, routes whether any route did.
-func (s *Speaker) report(plan Plan, problems []string, mine, routed []netip.Addr, routes bool, sessions map[string]bgp.State) {
-	s.view.update(plan, s.ifaces, mine, routed)
+// changed, prefixes the routes that did (all: every one may have).
+func (s *Speaker) report(plan Plan, problems []string, mine, routed []netip.Addr, prefixes []netip.Prefix, all bool, sessions map[string]bgp.State) {
+	s.view.update(plan, s.ifaces, mine, routed, prefixes, all)
 	r := s.view.report(plan, problems)
 	// Reading every link costs more than planning a change, so it is done at most once a
 	// second, and once more a second after a change that found them fresh.
@@ -57,9 +52,7 @@ func (s *Speaker) report(plan Plan, problems []string, mine, routed []netip.Addr
 		r.status.ForeignAnswers = *f
 	}
 	r.status.Sessions, r.status.BGPPeersUp = sessionStatus(sessions)
-	r.status.BGP = s.view.bgpStatus(plan.BGP, sessions, routes, time.Now(), func(d time.Duration) {
-		time.AfterFunc(d, func() { s.trigger(causeStatus) })
-	})
+	r.status.BGP = bgpPeersStatus(plan.BGP, sessions) // its routes are listed when it is written
 	r.status.Interfaces, r.status.OmittedInterfaces = interfaceStatus(s.Announce.Interfaces())
 	r.strictARP = strictARPCondition(s.Announce.Interfaces(), "/proc/sys")
 	select {
@@ -69,16 +62,17 @@ func (s *Speaker) report(plan Plan, problems []string, mine, routed []netip.Addr
 	s.reports <- r
 }
 
-// statusView is the Speaker status's announcements, kept between reports by address: a
-// change rewrites the entries of the addresses it touched, and the list is made only when the
-// status is written (at most twice a second), not on every change; gen counts the changes, so
-// the status writer tells a changed list without comparing lists. The status writer reads it
-// from its own goroutine, hence the lock.
+// statusView is the Speaker status's announcements, kept between reports by address, and its
+// BGP routes, by prefix: a change rewrites the entries it touched, and the lists are made only
+// when the status is written (at most twice a second), not on every change; gen counts the
+// changes, so the status writer tells changed lists without comparing them. The status writer
+// reads it from its own goroutine, hence the lock.
 type statusView struct {
-	mu      sync.Mutex
-	l2, bgp map[netip.Addr][]v1alpha1.Announcement
-	gen     uint64
-	routes  routesView // the main loop's alone
+	mu         sync.Mutex
+	l2, bgp    map[netip.Addr][]v1alpha1.Announcement
+	routes     map[netip.Prefix][]v1alpha1.AdvertisedRoute
+	aggregates map[netip.Prefix]bool // the prefixes in routes (or routed, not listed here) that are not one address
+	gen        uint64
 }
 
 // planStatus is what the Speaker status says of a plan: its announcements (L2 on the
@@ -86,21 +80,24 @@ type statusView struct {
 // transcripts print exactly what a node writes.
 func planStatus(plan Plan, answered map[netip.Addr][]string) statusReport {
 	var v statusView
-	v.update(plan, answered, keysOf(plan.Mine, plan.Mine), keysOf(plan.Routed, plan.Routed))
+	v.update(plan, answered, keysOf(plan.Mine, plan.Mine), keysOf(plan.Routed, plan.Routed), nil, true)
 	r := v.report(plan, plan.Problems)
-	r.status.Announcements, r.listed = v.list()
+	r.status.BGP = bgpPeersStatus(plan.BGP, nil)
+	r.listed = v.fill(&r.status)
 	return r
 }
 
-// update rewrites the entries of the addresses in mine (L2) and routed (BGP); the generation
-// moves when an entry changed.
-func (v *statusView) update(plan Plan, answered map[netip.Addr][]string, mine, routed []netip.Addr) {
+// update rewrites the entries of the addresses in mine (L2) and routed (BGP) and of the routes
+// (see updateRoutes); the generation moves when an entry changed.
+func (v *statusView) update(plan Plan, answered map[netip.Addr][]string, mine, routed []netip.Addr, prefixes []netip.Prefix, all bool) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if v.l2 == nil {
 		v.l2, v.bgp = map[netip.Addr][]v1alpha1.Announcement{}, map[netip.Addr][]v1alpha1.Announcement{}
+		v.routes, v.aggregates = map[netip.Prefix][]v1alpha1.AdvertisedRoute{}, map[netip.Prefix]bool{}
 		v.gen++
 	}
+	v.updateRoutes(plan, routed, prefixes, all)
 	// One entry per Service: Services sharing an address each find themselves.
 	for _, ip := range mine {
 		var entries []v1alpha1.Announcement
@@ -134,9 +131,9 @@ func (v *statusView) set(m map[netip.Addr][]v1alpha1.Announcement, ip netip.Addr
 	}
 }
 
-// list is the announcements as the status lists them (L2 by address, then BGP by address)
-// and their generation.
-func (v *statusView) list() ([]v1alpha1.Announcement, uint64) {
+// fill sets st's announcements as the status lists them (L2 by address, then BGP by address)
+// and, when st has a BGP part, its routes, and returns their generation.
+func (v *statusView) fill(st *v1alpha1.SpeakerStatus) uint64 {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	var out []v1alpha1.Announcement
@@ -145,7 +142,13 @@ func (v *statusView) list() ([]v1alpha1.Announcement, uint64) {
 			out = append(out, m[ip]...)
 		}
 	}
-	return out, v.gen
+	st.Announcements = out
+	if st.BGP != nil {
+		b := *st.BGP
+		b.Routes, b.OmittedRoutes = v.listRoutes()
+		st.BGP = &b
+	}
+	return v.gen
 }
 
 // report is the status of the announcements of generation listed (the list itself is made
@@ -165,7 +168,6 @@ func (v *statusView) report(plan Plan, problems []string) statusReport {
 // newer report arrives first.
 func (s *Speaker) writeStatuses(ctx context.Context) {
 	var written *statusReport
-	var writtenAt time.Time
 	for {
 		var r statusReport
 		select {
@@ -177,26 +179,14 @@ func (s *Speaker) writeStatuses(ctx context.Context) {
 			if written != nil && sameStatus(*written, r) {
 				break
 			}
-			if wait := routesHold(written, writtenAt, r, time.Now()); wait > 0 {
-				t := time.NewTimer(wait)
-				select {
-				case <-ctx.Done():
-					t.Stop()
-					return
-				case r = <-s.reports: // judged again
-					t.Stop()
-					continue
-				case <-t.C:
-				}
-			}
 			if r.listed != 0 {
-				r.status.Announcements, r.listed = s.view.list()
+				r.listed = s.view.fill(&r.status)
 			}
 			s.busy.Stir() // events wait for the write and a lull after it
 			err := s.writeStatus(ctx, r)
 			s.busy.Stir()
 			if err == nil {
-				written, writtenAt = &r, time.Now()
+				written = &r
 				// At most one write per statusWriteInterval: the status holds one entry per
 				// address, and while many Services change it would otherwise be rewritten
 				// (and sent through etcd) for every one of them. Newer reports replace the
@@ -245,36 +235,28 @@ func (s *Speaker) writeStatus(ctx context.Context, r statusReport) error {
 	return s.Client.Status().Update(ctx, sp)
 }
 
-// routesHold is how long the report waits before it is written: until routesRefresh after
-// the last write when it changes nothing but the routes, else not at all.
-func routesHold(written *statusReport, writtenAt time.Time, r statusReport, now time.Time) time.Duration {
-	if written == nil || !sameStatus(withoutRoutes(*written), withoutRoutes(r)) {
-		return 0
-	}
-	return max(0, routesRefresh-now.Sub(writtenAt))
-}
-
-// withoutRoutes is the report with status.bgp's routes left out.
-func withoutRoutes(r statusReport) statusReport {
-	if r.status.BGP != nil {
-		bgp := *r.status.BGP
-		bgp.Routes, bgp.OmittedRoutes = nil, 0
-		r.status.BGP = &bgp
-	}
-	return r
-}
-
-// sameStatus compares two reports; the announcements by their generation when both have one
-// (one of them may not be listed yet).
+// sameStatus compares two reports; the announcements and routes by their generation when both
+// have one (one of them may not be listed yet).
 func sameStatus(a, b statusReport) bool {
 	if a.listed != 0 && b.listed != 0 {
 		if a.listed != b.listed {
 			return false
 		}
-		a.status.Announcements, b.status.Announcements = nil, nil
+		a.status, b.status = unlisted(a.status), unlisted(b.status)
 	}
 	return a.ready.Status == b.ready.Status && a.ready.Message == b.ready.Message && apiequality.Semantic.DeepEqual(a.status, b.status) &&
 		apiequality.Semantic.DeepEqual(a.strictARP, b.strictARP)
+}
+
+// unlisted is st without the lists statusView makes.
+func unlisted(st v1alpha1.SpeakerStatus) v1alpha1.SpeakerStatus {
+	st.Announcements = nil
+	if st.BGP != nil {
+		b := *st.BGP
+		b.Routes, b.OmittedRoutes = nil, 0
+		st.BGP = &b
+	}
+	return st
 }
 
 // interfaceStatus lists the interfaces that answer first, then those left out with the reason,

@@ -7,42 +7,12 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
-	"time"
+
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 
 	"github.com/portico-lb/portico/api/v1alpha1"
 	"github.com/portico-lb/portico/speaker/bgp"
 )
-
-// routesView is status.bgp's routes as last listed. Listing them reads every route, so while
-// routes change they are listed again at most once per routesRefresh (the status writer holds a
-// change to them alone that long anyway), the last listing standing meanwhile.
-type routesView struct {
-	routes    []v1alpha1.AdvertisedRoute
-	omitted   int32
-	at        time.Time
-	stale     bool // the routes changed since they were listed
-	scheduled bool // a re-report is on its way for them
-}
-
-// bgpStatus is the Speaker status's view of the BGP side (see bgpPeersStatus) with the routes
-// of the latest listing: listed again now when they changed (changed) and the last listing is
-// routesRefresh old, else at that time, when later calls the re-report.
-func (v *statusView) bgpStatus(d bgp.Desired, states map[string]bgp.State, changed bool, now time.Time, later func(time.Duration)) *v1alpha1.SpeakerBGP {
-	out := bgpPeersStatus(d, states)
-	rv := &v.routes
-	rv.stale = rv.stale || changed
-	if due := rv.at.Add(routesRefresh).Sub(now); rv.stale && (due <= 0 || rv.at.IsZero()) {
-		rv.routes, rv.omitted = bgpRoutes(d)
-		rv.at, rv.stale, rv.scheduled = now, false, false
-	} else if rv.stale && !rv.scheduled {
-		rv.scheduled = true
-		later(due)
-	}
-	if out != nil {
-		out.Routes, out.OmittedRoutes = rv.routes, rv.omitted
-	}
-	return out
-}
 
 // bgpPeersStatus is the Speaker status's view of the BGP side: each peer's AS numbers and
 // address as resolved here (learned ones from the running sessions). Nil when this node holds
@@ -68,45 +38,125 @@ func bgpPeersStatus(d bgp.Desired, states map[string]bgp.State) *v1alpha1.Speake
 	return out
 }
 
-// bgpRoutes are the routes with the attributes the routers get, one entry per prefix and
-// attributes naming all its peers, by prefix, capped at MaxBGPRoutes (the rest counted). Only
-// the entries listed are rendered.
-func bgpRoutes(d bgp.Desired) ([]v1alpha1.AdvertisedRoute, int32) {
+// Each route to each peer is listed by one node, the first live one by name that sends it
+// there (BGPClaim.FirstTo): every node sends the same, so one Service change rewrites one
+// Speaker's routes (the teller's, with the same write as its announcement), however many nodes
+// advertise it.
+
+// updateRoutes rewrites the entries of the prefixes that changed: those given, the host routes
+// of the addresses in routed and the aggregates holding them (whose lister may have changed
+// with an address's FirstTo), every prefix when all. The caller holds v.mu.
+func (v *statusView) updateRoutes(plan Plan, routed []netip.Addr, prefixes []netip.Prefix, all bool) {
+	touched := map[netip.Prefix]bool{}
+	for _, p := range prefixes {
+		touched[p] = true
+	}
+	if all {
+		for p := range v.routes {
+			touched[p] = true
+		}
+		for _, routes := range plan.BGP.Routes {
+			for p := range routes {
+				touched[p] = true
+			}
+		}
+	}
+	for _, ip := range routed {
+		touched[netip.PrefixFrom(ip, ip.BitLen())] = true
+		for p := range v.aggregates {
+			if p.Contains(ip) {
+				touched[p] = true
+			}
+		}
+	}
+	for p := range touched {
+		if !p.IsSingleIP() && routedAnywhere(plan, p) {
+			v.aggregates[p] = true
+		} else {
+			delete(v.aggregates, p)
+		}
+		entries := routeEntries(plan, p)
+		if apiequality.Semantic.DeepEqual(v.routes[p], entries) {
+			continue
+		}
+		v.gen++
+		if len(entries) == 0 {
+			delete(v.routes, p)
+		} else {
+			v.routes[p] = entries
+		}
+	}
+}
+
+func routedAnywhere(plan Plan, p netip.Prefix) bool {
+	for _, routes := range plan.BGP.Routes {
+		if _, ok := routes[p]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+// listFirstTo are the peers this node lists the routes of prefix p to: its address's FirstTo,
+// or for an aggregate those of the addresses in it (aggregates are few: reading every address
+// for one is the price of aggregation).
+func listFirstTo(plan Plan, p netip.Prefix) []string {
+	if p.IsSingleIP() {
+		return plan.Routed[p.Addr()].FirstTo
+	}
+	var peers []string
+	for ip, c := range plan.Routed {
+		if p.Contains(ip) {
+			peers = unionSorted(peers, c.FirstTo)
+		}
+	}
+	return peers
+}
+
+// routeEntries are prefix p's entries in status.bgp.routes: one per set of attributes, naming
+// the peers (of those this node lists it to) that get it, ordered by attributes.
+func routeEntries(plan Plan, p netip.Prefix) []v1alpha1.AdvertisedRoute {
 	type entry struct {
 		attrs bgp.Attrs
 		peers []string
 	}
-	byPrefix := map[netip.Prefix][]entry{}
-	for _, name := range slices.Sorted(maps.Keys(d.Peers)) {
-		for pfx, r := range d.Routes[name] {
-			es := byPrefix[pfx]
-			if i := slices.IndexFunc(es, func(e entry) bool { return e.attrs.Equal(r.Attrs) }); i >= 0 {
-				es[i].peers = append(es[i].peers, name) // names come sorted
-				continue
-			}
-			byPrefix[pfx] = append(es, entry{r.Attrs, []string{name}})
+	var es []entry
+	for _, name := range listFirstTo(plan, p) {
+		r, ok := plan.BGP.Routes[name][p]
+		if !ok {
+			continue
 		}
+		if i := slices.IndexFunc(es, func(e entry) bool { return e.attrs.Equal(r.Attrs) }); i >= 0 {
+			es[i].peers = append(es[i].peers, name) // names come sorted
+			continue
+		}
+		es = append(es, entry{r.Attrs, []string{name}})
 	}
-	prefixes := slices.SortedFunc(maps.Keys(byPrefix), func(a, b netip.Prefix) int {
+	slices.SortFunc(es, func(a, b entry) int { return strings.Compare(fmt.Sprint(a.attrs), fmt.Sprint(b.attrs)) })
+	var out []v1alpha1.AdvertisedRoute
+	for _, e := range es {
+		ar := v1alpha1.AdvertisedRoute{Prefix: p.String(), Peers: e.peers, LocalPref: e.attrs.LocalPref,
+			Communities: capCommunities(e.attrs.CommunityStrings())}
+		if e.attrs.NextHop.IsValid() {
+			ar.NextHop = e.attrs.NextHop.String()
+		}
+		out = append(out, ar)
+	}
+	return out
+}
+
+// listRoutes is status.bgp.routes: the entries by prefix, at most MaxBGPRoutes, and how many
+// were left out. The caller holds v.mu.
+func (v *statusView) listRoutes() ([]v1alpha1.AdvertisedRoute, int32) {
+	prefixes := slices.SortedFunc(maps.Keys(v.routes), func(a, b netip.Prefix) int {
 		return cmp.Or(a.Addr().Compare(b.Addr()), a.Bits()-b.Bits())
 	})
 	var out []v1alpha1.AdvertisedRoute
 	total := 0
-	for _, pfx := range prefixes {
-		es := byPrefix[pfx]
+	for _, p := range prefixes {
+		es := v.routes[p]
 		total += len(es)
-		if len(out) == v1alpha1.MaxBGPRoutes {
-			continue
-		}
-		slices.SortFunc(es, func(a, b entry) int { return strings.Compare(fmt.Sprint(a.attrs), fmt.Sprint(b.attrs)) })
-		for _, e := range es[:min(len(es), v1alpha1.MaxBGPRoutes-len(out))] {
-			ar := v1alpha1.AdvertisedRoute{Prefix: pfx.String(), Peers: e.peers, LocalPref: e.attrs.LocalPref,
-				Communities: capCommunities(e.attrs.CommunityStrings())}
-			if e.attrs.NextHop.IsValid() {
-				ar.NextHop = e.attrs.NextHop.String()
-			}
-			out = append(out, ar)
-		}
+		out = append(out, es[:min(len(es), v1alpha1.MaxBGPRoutes-len(out))]...)
 	}
 	return out, int32(total - len(out))
 }

@@ -1,6 +1,7 @@
 // Package routes is `kubectl portico routes`: per node and BGP peer, what is advertised and
 // with which next hop, local-pref and communities, as the speakers report it in their Speaker
-// status (like `cilium bgp routes`).
+// status (like `cilium bgp routes`). Each route to a peer is reported once, by the first node
+// by name that sends it there, so that one Service change rewrites one Speaker.
 package routes
 
 import (
@@ -42,7 +43,7 @@ func Run(ctx context.Context, e *plugin.Env, node string) error {
 	}
 	tw := plugin.Table(e.Out, "NODE", "PEER", "ADDRESS", "MY-AS", "PEER-AS", "PREFIX", "NEXT-HOP", "LOCAL-PREF", "COMMUNITIES")
 	var notes []string
-	rows := 0
+	rows, unlisted := 0, false
 	for _, s := range speakers.Items {
 		b := s.Status.BGP
 		if (node != "" && s.Name != node) || b == nil {
@@ -62,7 +63,8 @@ func Run(ctx context.Context, e *plugin.Env, node string) error {
 				n++
 			}
 			if n == 0 {
-				plugin.Row(tw, s.Name, p.Peer, p.Address, asn(p.MyASN), peerAS, "(nothing advertised)")
+				plugin.Row(tw, s.Name, p.Peer, p.Address, asn(p.MyASN), peerAS, "(none listed by this node)")
+				unlisted = true
 			}
 			rows++
 		}
@@ -75,6 +77,9 @@ func Run(ctx context.Context, e *plugin.Env, node string) error {
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	if unlisted {
+		notes = append(notes, "A route to a peer is listed by one node, the first by name that sends it there; other nodes with a session to that peer that advertise the Service send it too, from their own address.")
 	}
 	for _, n := range notes {
 		fmt.Fprintln(e.Out, n)
