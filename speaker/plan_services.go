@@ -23,9 +23,10 @@ type Planner struct {
 	w           World           // the cluster-wide objects of the latest Replan (its Services are not kept)
 	alive       map[string]bool // the members at the latest Replan, by node name
 	pools       []rules.Pool
-	mine        *bgpNode   // this node's sessions (nil: none)
-	earlier     []*bgpNode // the live nodes before me by name: the teller rule asks what they advertise
-	global      []string   // problems of the cluster-wide objects
+	mine        *bgpNode              // this node's sessions (nil: none)
+	earlier     []*bgpNode            // the live nodes before me by name: the teller rule asks what they advertise
+	earlierWith map[string][]*bgpNode // of those, the ones holding each BGPPeer, by name
+	global      []string              // problems of the cluster-wide objects
 
 	scratch  map[*bgpNode]*Plan // one node's routes for one Service, cleared for each
 	services map[string]*servicePlan
@@ -121,7 +122,7 @@ func (pl *Planner) Replan(w World, alive func(node string) bool) Changes {
 	pl.global = nil
 	pl.pools, pl.global = rules.ParsePools(w.Pools)
 	pl.mine = bgpNodeOf(&pl.w, pl.me, &pl.global)
-	pl.earlier = nil
+	pl.earlier, pl.earlierWith = nil, map[string][]*bgpNode{}
 	names := make([]string, 0, len(w.Nodes))
 	for i := range w.Nodes {
 		names = append(names, w.Nodes[i].Name)
@@ -129,7 +130,13 @@ func (pl *Planner) Replan(w World, alive func(node string) bool) Changes {
 	for _, n := range sortedStrings(names) {
 		if n < pl.me && pl.alive[n] {
 			var ignored []string // their problems are theirs to report
-			pl.earlier = append(pl.earlier, bgpNodeOf(&pl.w, n, &ignored))
+			bn := bgpNodeOf(&pl.w, n, &ignored)
+			pl.earlier = append(pl.earlier, bn)
+			if bn != nil {
+				for peer := range bn.peers {
+					pl.earlierWith[peer] = append(pl.earlierWith[peer], bn)
+				}
+			}
 		}
 	}
 	pl.count(pl.global, 1)
@@ -255,25 +262,29 @@ func (pl *Planner) scratchFor(n *bgpNode) *Plan {
 // sentEarlier asks the live nodes before this one by name what they do with ip of svc: teller
 // when none advertises it (the teller is the first advertising node in name order, so one
 // Announced event and one Speaker status entry stand for every node, however many advertise),
-// and firstTo, the peers of mine none of them sends it to (whose routes this node lists). It
-// stops once earlier nodes cover every peer of mine: with peers shared by all nodes, at the
-// first advertising one.
+// and firstTo, the peers of mine none of them sends it to (whose routes this node lists). Each
+// question stops at the first earlier node that answers it, and for a peer only the earlier
+// nodes holding that peer are asked: with peers per rack, the rack's nodes, not the cluster's.
 func (pl *Planner) sentEarlier(svc *corev1.Service, key string, ip netip.Addr, pool *v1alpha1.IPAddressPool, ready map[string]bool, mine []string) (teller bool, firstTo []string) {
-	teller, firstTo = true, mine
-	for _, n := range pl.earlier {
+	asked := map[*bgpNode][]string{} // the peers each node asked sends ip to (nil: none)
+	sends := func(n *bgpNode) []string {
+		if peers, ok := asked[n]; ok {
+			return peers
+		}
 		theirs := pl.scratchFor(n)
 		n.advertiseAddress(&pl.w, theirs, svc, key, ip, pool, ready)
-		c, ok := theirs.Routed[ip]
-		if !ok {
-			continue
-		}
-		teller = false
-		firstTo = slices.DeleteFunc(slices.Clone(firstTo), func(p string) bool { return slices.Contains(c.Peers, p) })
-		if len(firstTo) == 0 {
-			return false, nil
+		asked[n] = theirs.Routed[ip].Peers
+		return asked[n]
+	}
+	if !slices.ContainsFunc(pl.earlier, func(n *bgpNode) bool { return len(sends(n)) > 0 }) {
+		return true, mine
+	}
+	for _, peer := range mine {
+		if !slices.ContainsFunc(pl.earlierWith[peer], func(n *bgpNode) bool { return slices.Contains(sends(n), peer) }) {
+			firstTo = append(firstTo, peer)
 		}
 	}
-	return teller, firstTo
+	return false, firstTo
 }
 
 // list adds a Service's share to the indexes, marking what it touches.
