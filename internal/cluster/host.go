@@ -154,6 +154,15 @@ func restoreSysctls() func() {
 // its containerd's socket, and outlives a containerd stopped before its containers.
 func processesNaming(dir string) []string {
 	var found []string
+	for pid, cmdline := range commandLinesNaming(dir + "/") {
+		found = append(found, fmt.Sprintf("process %d: %s", pid, cmdline))
+	}
+	return found
+}
+
+// commandLinesNaming are the command lines, by process, that contain s.
+func commandLinesNaming(s string) map[int]string {
+	found := map[int]string{}
 	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
 	for _, f := range procs {
 		b, err := os.ReadFile(f)
@@ -161,8 +170,8 @@ func processesNaming(dir string) []string {
 			continue
 		}
 		cmdline := strings.ReplaceAll(string(b), "\x00", " ")
-		if strings.Contains(cmdline, dir+"/") {
-			found = append(found, fmt.Sprintf("process %s: %s", filepath.Base(filepath.Dir(f)), cmdline))
+		if pid, err := strconv.Atoi(filepath.Base(filepath.Dir(f))); err == nil && strings.Contains(cmdline, s) {
+			found[pid] = cmdline
 		}
 	}
 	return found

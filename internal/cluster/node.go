@@ -3,11 +3,13 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -98,7 +100,9 @@ func waitContainerd(n *Node) error {
 
 // removeContainers deletes every task (container process) of the node's containerd while it
 // still runs, so their shims exit and clean up after themselves: a kubelet leaves its pods
-// running when it stops.
+// running when it stops. A shim exits a moment after its task is deleted; one whose deletion
+// raced the CRI's own handling of the exit ("ttrpc: closed" in containerd's log) stays, so
+// what is left after a wait is killed.
 func removeContainers(n *Node) {
 	out, err := n.ctr("tasks", "list", "--quiet").Output()
 	if err != nil {
@@ -106,6 +110,16 @@ func removeContainers(n *Node) {
 	}
 	for _, id := range strings.Fields(string(out)) {
 		_ = n.ctr("tasks", "delete", "--force", id).Run()
+	}
+	shims := func() map[int]string {
+		found := commandLinesNaming("-address " + n.socket + " ")
+		maps.DeleteFunc(found, func(_ int, cmdline string) bool { return !strings.Contains(cmdline, "containerd-shim") })
+		return found
+	}
+	_ = wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 10*time.Second, true,
+		func(context.Context) (bool, error) { return len(shims()) == 0, nil })
+	for pid := range shims() {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
 }
 
