@@ -206,14 +206,15 @@ func TestBGPPeeringShapes(t *testing.T) {
 			// report, as kubectl portico routes prints it: per node and peer the
 			// AS numbers in use (a label's, a learned one), the router's address (the link-local
 			// one found on the interface) and each route's local-pref and communities, each
-			// route to a peer listed by the first node sending it there (node-c's route to leaf
-			// is node-a's to list).
+			// route to a peer listed by the first node sending it there (node-b's and node-c's
+			// routes are node-a's to list).
 			t.Run("kubectl portico routes", func(t *testing.T) {
 				e.t = t
 				want := [][]string{
 					{"node-a", "leaf", "198.51.100.3", "64601", "64520", "203.0.113.10/32", "-", "-", "65000:100,large:64512:1:2"},
 					{"node-c", "leaf", "198.51.100.3", "64603", "64520", "(none", "listed", "by", "this", "node)"},
-					{"node-b", "spine", "198.51.100.4", "64512", "64512", "203.0.113.10/32", "-", "300", "65000:100,large:64512:1:2"},
+					{"node-a", "spine", "198.51.100.4", "64512", "64512", "203.0.113.10/32", "-", "300", "65000:100,large:64512:1:2"},
+					{"node-b", "spine", "198.51.100.4", "64512", "64512", "(none", "listed", "by", "this", "node)"},
 					{"node-a", "unnumbered", "fe80::1%uplink0", "64701", "64530", "2001:db8:ff::10/128", "-", "-", "-"},
 				}
 				var out bytes.Buffer
