@@ -148,8 +148,9 @@ bench-memory: controlplane
 
 ## bench-bgp (BENCH_BGP_RUNS, default 21; BENCH_BGP_SERVICES, default 1000): status → route in
 ## the router's kernel table and delete → withdrawn (medians), convergence with many Services and
-## speaker peak memory, with three speakers and bird2 in network namespaces (root); the report
-## goes to bin/bench-bgp.md (its section of BENCHMARKS.md).
+## speaker peak memory, the CPU time of every program per phase, with three speakers and bird2 in
+## network namespaces (root); the report goes to bin/bench-bgp.md (its section of BENCHMARKS.md).
+## PORTICO_BENCH_BGP_PROFILES=dir also saves node-b's CPU profiles of the burst's phases there.
 bench-bgp: controlplane
 	@mkdir -p bin
 	PORTICO_BENCH_BGP_RUNS=$(BENCH_BGP_RUNS) PORTICO_BENCH_BGP_SERVICES=$(BENCH_BGP_SERVICES) PORTICO_BENCH_BGP_OUT=$(CURDIR)/bin/bench-bgp.md go test -count=1 -run '^$$' -bench '^BenchmarkBGP$$' -benchtime 1x -timeout 30m ./e2e/

@@ -215,11 +215,24 @@ func cpuSeconds(b *testing.B, pid int) float64 {
 	if err != nil {
 		b.Fatal(err)
 	}
+	_, seconds := statCPU(stat)
+	return seconds
+}
+
+// statCPU reads a /proc/PID/stat: the command's name and the CPU time (user and system) used.
+func statCPU(stat []byte) (comm string, seconds float64) {
+	open, end := bytes.IndexByte(stat, '('), bytes.LastIndexByte(stat, ')')
+	if open < 0 || end < open {
+		return "", 0
+	}
 	// After the command's name, in parentheses: state is field 3, utime 14 and stime 15.
-	f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+	f := strings.Fields(string(stat[end+1:]))
+	if len(f) < 13 {
+		return "", 0
+	}
 	utime, _ := strconv.ParseFloat(f[11], 64)
 	stime, _ := strconv.ParseFloat(f[12], 64)
-	return (utime + stime) / 100 // USER_HZ is 100 on Linux
+	return string(stat[open+1 : end]), (utime + stime) / 100 // USER_HZ is 100 on Linux
 }
 
 // profiling, when PORTICO_BENCH_PROFILE_DIR names a directory, gives the controller a pprof

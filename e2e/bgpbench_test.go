@@ -1,11 +1,13 @@
 package e2e
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/netip"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -28,6 +30,26 @@ func BenchmarkBGP(b *testing.B) {
 	many := envSize(b, "PORTICO_BENCH_BGP_SERVICES", 1000, 1)
 	inBGPLab(b, 1, func(b *testing.B, e *l2Env) {
 		all := []string{"node-a", "node-b", "node-c"}
+		// With PORTICO_BENCH_BGP_PROFILES set to a directory, node-b's CPU profile of the first
+		// 10 s of the floor and of the advertised burst are saved there.
+		profiles := os.Getenv("PORTICO_BENCH_BGP_PROFILES")
+		if profiles != "" {
+			e.restartSpeakers([]string{"--pprof-bind-address", ":6060"})
+		}
+		cpuProfile := func(phase string) (wait func()) {
+			if profiles == "" {
+				return func() {}
+			}
+			done := make(chan error, 1)
+			go func() {
+				done <- e.saveProfile("node-b", "profile?seconds=10", filepath.Join(profiles, phase+"-node-b.cpu.pb.gz"))
+			}()
+			return func() {
+				if err := <-done; err != nil {
+					b.Errorf("CPU profile of node-b, %s: %v", phase, err)
+				}
+			}
+		}
 		router := e.Routers[0]
 		netlab.StartBird(b, router.NS, birdConfig(router.IPv4.Addr(), e.Nodes, clusterASN, ""))
 		e.createObject(bgpPeer("tor", router.IPv4.Addr(), clusterASN, routerASN))
@@ -82,11 +104,14 @@ func BenchmarkBGP(b *testing.B) {
 		// covers, so the speakers have nothing to advertise or report.
 		e.createObject(&v1alpha1.IPAddressPool{ObjectMeta: metav1.ObjectMeta{Name: "floor", Labels: map[string]string{"advertise": "no"}},
 			Spec: v1alpha1.IPAddressPoolSpec{Addresses: []v1alpha1.AddressRange{"10.201.0.0/16"}}})
-		w0, cpu0 := apiWrites(b, e.cp), e.speakersCPU(b)
+		w0, cpu0, all0 := apiWrites(b, e.cp), e.speakersCPU(b), cpuByCommand()
+		profiled := cpuProfile("floor")
 		start := time.Now()
 		e.createLBServices("floor", netip.MustParseAddr("10.201.0.1"), many, true)
 		floor := time.Since(start)
-		w1, cpu1 := apiWrites(b, e.cp), e.speakersCPU(b)
+		w1, cpu1, all1 := apiWrites(b, e.cp), e.speakersCPU(b), cpuByCommand()
+		profiled() // the floor's profile covers its first 10 s
+		profiled = cpuProfile("advertised")
 		start = time.Now()
 		e.createLBServices("many", netip.MustParseAddr("10.200.0.1"), many, true)
 		written := time.Since(start)
@@ -94,7 +119,8 @@ func BenchmarkBGP(b *testing.B) {
 			return routeCount(router.NS, "10.200.") >= many
 		})
 		converged := time.Since(start)
-		w2, cpu2 := apiWrites(b, e.cp), e.speakersCPU(b)
+		w2, cpu2, all2 := apiWrites(b, e.cp), e.speakersCPU(b), cpuByCommand()
+		profiled()
 		// A fresh monitor: the burst's thousands of route changes, unread while the routes were
 		// counted, overflow the old one's netlink socket, and it then misses changes.
 		mon.stop()
@@ -109,6 +135,7 @@ func BenchmarkBGP(b *testing.B) {
 			many, ms(converged), float64(converged)/float64(floor))
 		fmt.Fprintf(&rep, "\nThe apiserver's write requests (verb resource: floor; advertised, until the last route):\n\n%s", writesTable(w0, w1, w2))
 		fmt.Fprintf(&rep, "\nThe three speakers' CPU time (user and system, summed): %.1f s during the floor; %.1f s advertised, until the last route.\n", cpu1-cpu0, cpu2-cpu1)
+		fmt.Fprintf(&rep, "\nCPU time by program on the machine (seconds, floor; advertised): %s.\n", cpuTable(all0, all1, all2))
 		fmt.Fprintf(&rep, "\nA speaker's reaction to one change with %d Services and their EndpointSlices in the cluster (portico_speaker_reconcile_seconds, mean over the three during those runs): %.1f ms over %.0f reconciles.\n",
 			many+many, 1000*(sum1-sum0)/max(n1-n0, 1), n1-n0)
 		fmt.Fprintf(&rep, "\nSpeaker peak memory (VmHWM, max over the three): %s idle with one session; %s after advertising %d routes.\n",
@@ -118,6 +145,44 @@ func BenchmarkBGP(b *testing.B) {
 			must(b, os.WriteFile(out, []byte(rep.String()), 0o644))
 		}
 	})
+}
+
+// cpuByCommand sums the CPU time every process on the machine has used so far by its command
+// name (exited processes are not counted: a phase's figure is of the processes that ran through it).
+func cpuByCommand() map[string]float64 {
+	out := map[string]float64{}
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, f := range stats {
+		stat, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		if comm, seconds := statCPU(stat); comm != "" {
+			out[comm] += seconds
+		}
+	}
+	return out
+}
+
+// cpuTable lists the programs that used at least 0.1 s in either phase, the busiest first.
+func cpuTable(a0, a1, a2 map[string]float64) string {
+	type row struct {
+		name         string
+		floor, burst float64
+	}
+	var rows []row
+	for name := range a2 {
+		r := row{name, a1[name] - a0[name], a2[name] - a1[name]}
+		if r.floor >= 0.1 || r.burst >= 0.1 {
+			rows = append(rows, r)
+		}
+	}
+	slices.SortFunc(rows, func(x, y row) int { return cmp.Compare(y.floor+y.burst, x.floor+x.burst) })
+	var parts []string
+	for _, r := range rows {
+		parts = append(parts, fmt.Sprintf("%s %.1f; %.1f", r.name, r.floor, r.burst))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // speakersCPU is the CPU time the running speakers have used so far, in seconds.

@@ -120,12 +120,25 @@ func (e *l2Env) procStatus(node string) map[string]int {
 }
 
 func (e *l2Env) saveHeapProfile(node, path string) {
-	resp, err := http.Get("http://" + e.node(node).IPv4.Addr().String() + ":6060/debug/pprof/heap")
-	must(e.t, err)
+	must(e.t, e.saveProfile(node, "heap", path))
+}
+
+// saveProfile saves a speaker's /debug/pprof/<which> (started with --pprof-bind-address :6060)
+// to path.
+func (e *l2Env) saveProfile(node, which, path string) error {
+	resp, err := http.Get("http://" + e.node(node).IPv4.Addr().String() + ":6060/debug/pprof/" + which)
+	if err != nil {
+		return err
+	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
-	must(e.t, err)
-	must(e.t, os.WriteFile(path, body, 0o644))
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", resp.Status, body)
+	}
+	return os.WriteFile(path, body, 0o644)
 }
 
 func goSettings(env []string) string {

@@ -20,8 +20,26 @@ import (
 	"github.com/portico-lb/portico/speaker/l2"
 )
 
-// statusWriteInterval is the least time between two writes of the Speaker status.
-const statusWriteInterval = 500 * time.Millisecond
+// statusWriteInterval is the least time between two writes of the Speaker status. A status
+// listing many entries waits longer, statusWritePerEntry more for each (up to
+// statusWriteMaxInterval): the apiserver decodes, validates and stores a CRD's status whole, in
+// JSON, so during a burst a node listing 1000 addresses cost the apiserver more than the
+// burst's own writes (BENCHMARKS.md, "BGP speaker"). A change after a quiet spell is written
+// at once; only a burst waits.
+const (
+	statusWriteInterval    = 500 * time.Millisecond
+	statusWritePerEntry    = time.Millisecond
+	statusWriteMaxInterval = 10 * time.Second
+)
+
+// writePause is the least time from a write of st to the next write.
+func writePause(st v1alpha1.SpeakerStatus) time.Duration {
+	n := len(st.Announcements) + len(st.SelfChecks) + len(st.ForeignAnswers)
+	if st.BGP != nil {
+		n += len(st.BGP.Routes)
+	}
+	return min(statusWriteInterval+time.Duration(n)*statusWritePerEntry, statusWriteMaxInterval)
+}
 
 type statusReport struct {
 	status    v1alpha1.SpeakerStatus
@@ -187,11 +205,11 @@ func (s *Speaker) writeStatuses(ctx context.Context) {
 			s.busy.Stir()
 			if err == nil {
 				written = &r
-				// At most one write per statusWriteInterval: the status holds one entry per
-				// address, and while many Services change it would otherwise be rewritten
-				// (and sent through etcd) for every one of them. Newer reports replace the
-				// waiting one meanwhile.
-				t := time.NewTimer(statusWriteInterval)
+				// At most one write per writePause: the status holds one entry per address,
+				// and while many Services change it would otherwise be rewritten (and sent
+				// through etcd) for every one of them. Newer reports replace the waiting one
+				// meanwhile.
+				t := time.NewTimer(writePause(r.status))
 				select {
 				case <-ctx.Done():
 					t.Stop()

@@ -4,6 +4,7 @@ import (
 	"net/netip"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/portico-lb/portico/api/v1alpha1"
 	"github.com/portico-lb/portico/speaker/bgp"
@@ -76,5 +77,22 @@ func TestAListChangeIsWritten(t *testing.T) {
 	v.update(plan, nil, nil, []netip.Addr{ip}, nil, false)
 	if again := v.report(plan, nil); !sameStatus(r, again) {
 		t.Errorf("an unchanged list is written again")
+	}
+}
+
+// TestWritePause: a small status may be written twice a second; one listing 1000 addresses
+// and 256 routes waits 1.756 s after its write, and no status waits more than 10 s.
+func TestWritePause(t *testing.T) {
+	if got := writePause(v1alpha1.SpeakerStatus{}); got != statusWriteInterval {
+		t.Errorf("an empty status waits %v, want %v", got, statusWriteInterval)
+	}
+	big := v1alpha1.SpeakerStatus{Announcements: make([]v1alpha1.Announcement, 1000),
+		BGP: &v1alpha1.SpeakerBGP{Routes: make([]v1alpha1.AdvertisedRoute, v1alpha1.MaxBGPRoutes)}}
+	if got, want := writePause(big), 1756*time.Millisecond; got != want {
+		t.Errorf("1000 announcements and 256 routes wait %v, want %v", got, want)
+	}
+	big.Announcements = make([]v1alpha1.Announcement, 20000)
+	if got := writePause(big); got != statusWriteMaxInterval {
+		t.Errorf("20 000 announcements wait %v, want the cap %v", got, statusWriteMaxInterval)
 	}
 }
