@@ -23,6 +23,8 @@ type cachedSecret struct {
 // secretsFor returns the Secrets the peers reference, read fresh when older than
 // secretRefresh. A Secret that cannot be read is left out (the plan reports it).
 func (s *Speaker) secretsFor(ctx context.Context, peers []v1alpha1.BGPPeer) []corev1.Secret {
+	s.secretsMu.Lock()
+	defer s.secretsMu.Unlock()
 	if s.secrets == nil {
 		s.secrets = map[client.ObjectKey]cachedSecret{}
 	}
@@ -59,4 +61,11 @@ func (s *Speaker) secretsFor(ctx context.Context, peers []v1alpha1.BGPPeer) []co
 		}
 	}
 	return out
+}
+
+// holdsSecrets reports whether any BGPPeer's password Secret is in use (and so due a re-read).
+func (s *Speaker) holdsSecrets() bool {
+	s.secretsMu.Lock()
+	defer s.secretsMu.Unlock()
+	return len(s.secrets) > 0
 }

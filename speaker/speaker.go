@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -70,6 +71,7 @@ type Speaker struct {
 	reports   chan statusReport // the latest status to write; a newer one replaces an unwritten one
 	joining   atomic.Bool
 	routed    map[netip.Addr]BGPClaim
+	secretsMu sync.Mutex // the self-check and conflict probes read the world from their own goroutines
 	secrets   map[client.ObjectKey]cachedSecret
 	checks    atomic.Pointer[selfCheckReport]          // the latest self-check results
 	foreign   atomic.Pointer[[]v1alpha1.ForeignAnswer] // the latest conflict probe round's foreign answers
@@ -173,7 +175,7 @@ func (s *Speaker) Start(ctx context.Context) error {
 		case <-reloadKeys:
 			s.reloadKeys(ctx)
 		case <-refresh.C:
-			if len(s.secrets) > 0 {
+			if s.holdsSecrets() {
 				s.replanAll("secret-refresh")
 			}
 		case <-s.kick:
