@@ -78,17 +78,7 @@ func speakerChange(before, after *porticov1.Speaker) (services []string, probed 
 		}
 		return m
 	}
-	old, cur := announced(before), announced(after)
-	for key := range old {
-		if !equality.Semantic.DeepEqual(old[key], cur[key]) {
-			services = append(services, key)
-		}
-	}
-	for key := range cur {
-		if _, seen := old[key]; !seen {
-			services = append(services, key)
-		}
-	}
+	services = changedKeys(announced(before), announced(after))
 	answers := func(s *porticov1.Speaker) map[string]porticov1.SelfCheck {
 		m := map[string]porticov1.SelfCheck{}
 		for _, sc := range s.Status.SelfChecks {
@@ -97,24 +87,30 @@ func speakerChange(before, after *porticov1.Speaker) (services []string, probed 
 		}
 		return m
 	}
-	oldAnswers, curAnswers := answers(before), answers(after)
-	changed := func(ip string) {
-		if a, err := netip.ParseAddr(ip); err == nil && !slices.Contains(probed, a) {
+	for _, ip := range changedKeys(answers(before), answers(after)) {
+		if a, err := netip.ParseAddr(ip); err == nil {
 			probed = append(probed, a)
 		}
 	}
-	for ip, sc := range oldAnswers {
-		if !equality.Semantic.DeepEqual(sc, curAnswers[ip]) {
-			changed(ip)
-		}
-	}
-	for ip := range curAnswers {
-		if _, seen := oldAnswers[ip]; !seen {
-			changed(ip)
-		}
-	}
-	slices.Sort(services)
 	return services, probed, false
+}
+
+// changedKeys are the keys, sorted, whose values differ between a and b, those in one only
+// included.
+func changedKeys[V any](a, b map[string]V) []string {
+	var out []string
+	for k, va := range a {
+		if vb, ok := b[k]; !ok || !equality.Semantic.DeepEqual(va, vb) {
+			out = append(out, k)
+		}
+	}
+	for k := range b {
+		if _, ok := a[k]; !ok {
+			out = append(out, k)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // unlisted is a Speaker's status without the per-Service and per-address lists speakerChange

@@ -185,12 +185,12 @@ func (s *Speaker) Start(ctx context.Context) error {
 }
 
 // eventLull is how long the speaker must have had no change to react to and no Speaker status
-// to write before its events go out. A burst of Service changes arrives milliseconds apart
-// (BenchmarkBGP's 3000 writes: 4 to 10 ms apart on average), and during one the status is
-// written at most every writePause (statusWriteInterval or more), and a change comes every few
-// milliseconds, so twice statusWriteInterval without either means the burst is over; the events then no longer compete with the writes that bring the addresses
-// and routes. Measured there: during the burst only the overdue events went (about ten a
-// second after the first 10 s), the rest after it.
+// to write before its events go out. A burst's changes arrive milliseconds apart (BenchmarkBGP's
+// 3000 writes: 4 to 10 ms apart on average), and during one the status is written at least
+// statusWriteInterval apart, so twice that interval without either means the burst is over;
+// the events then no longer compete with the writes that bring the addresses and routes.
+// Measured there: during the burst only the overdue events went (about ten a second after the
+// first 10 s), the rest after it.
 const eventLull = 2 * statusWriteInterval
 
 func (s *Speaker) trigger(cause string) {

@@ -24,8 +24,8 @@ import (
 // listing many entries waits longer, statusWritePerEntry more for each (up to
 // statusWriteMaxInterval): the apiserver decodes, validates and stores a CRD's status whole, in
 // JSON, so during a burst a node listing 1000 addresses cost the apiserver more than the
-// burst's own writes (BENCHMARKS.md, "BGP speaker"). A change after a quiet spell is written
-// at once; only a burst waits.
+// burst's own writes (BENCHMARKS.md, "The Speaker status paced by its size"). A change after a
+// quiet spell is written at once; only a burst waits.
 const (
 	statusWriteInterval    = 500 * time.Millisecond
 	statusWritePerEntry    = time.Millisecond
@@ -82,14 +82,14 @@ func (s *Speaker) report(plan Plan, problems []string, mine, routed []netip.Addr
 
 // statusView is the Speaker status's announcements, kept between reports by address, and its
 // BGP routes, by prefix: a change rewrites the entries it touched, and the lists are made only
-// when the status is written (at most twice a second), not on every change; gen counts the
+// when the status is written (at most once per writePause), not on every change; gen counts the
 // changes, so the status writer tells changed lists without comparing them. The status writer
 // reads it from its own goroutine, hence the lock.
 type statusView struct {
 	mu         sync.Mutex
 	l2, bgp    map[netip.Addr][]v1alpha1.Announcement
 	routes     map[netip.Prefix][]v1alpha1.AdvertisedRoute
-	aggregates map[netip.Prefix]bool // the prefixes in routes (or routed, not listed here) that are not one address
+	aggregates map[netip.Prefix]bool // the routed prefixes of more than one address, listed here or not
 	gen        uint64
 }
 
@@ -122,7 +122,7 @@ func (v *statusView) update(plan Plan, answered map[netip.Addr][]string, mine, r
 		for _, svc := range plan.Mine[ip].Services {
 			entries = append(entries, v1alpha1.Announcement{IP: ip.String(), Service: svc, Protocol: v1alpha1.ProtocolL2, Interfaces: answered[ip]})
 		}
-		v.set(v.l2, ip, entries)
+		setEntries(v, v.l2, ip, entries)
 	}
 	// BGP: every advertising node advertises the same, so only the teller lists an address;
 	// one Service changing rewrites one Speaker, however many nodes advertise it.
@@ -133,19 +133,21 @@ func (v *statusView) update(plan Plan, answered map[netip.Addr][]string, mine, r
 				entries = append(entries, v1alpha1.Announcement{IP: ip.String(), Service: svc, Protocol: v1alpha1.ProtocolBGP, Peers: c.Peers})
 			}
 		}
-		v.set(v.bgp, ip, entries)
+		setEntries(v, v.bgp, ip, entries)
 	}
 }
 
-func (v *statusView) set(m map[netip.Addr][]v1alpha1.Announcement, ip netip.Addr, entries []v1alpha1.Announcement) {
-	if apiequality.Semantic.DeepEqual(m[ip], entries) {
+// setEntries replaces the entries of k in m (none: k goes), moving v's generation when they
+// changed. The caller holds v.mu.
+func setEntries[K comparable, E any](v *statusView, m map[K][]E, k K, entries []E) {
+	if apiequality.Semantic.DeepEqual(m[k], entries) {
 		return
 	}
 	v.gen++
 	if len(entries) == 0 {
-		delete(m, ip)
+		delete(m, k)
 	} else {
-		m[ip] = entries
+		m[k] = entries
 	}
 }
 

@@ -8,8 +8,6 @@ import (
 	"slices"
 	"strings"
 
-	apiequality "k8s.io/apimachinery/pkg/api/equality"
-
 	"github.com/portico-lb/portico/api/v1alpha1"
 	"github.com/portico-lb/portico/speaker/bgp"
 )
@@ -75,16 +73,7 @@ func (v *statusView) updateRoutes(plan Plan, routed []netip.Addr, prefixes []net
 		} else {
 			delete(v.aggregates, p)
 		}
-		entries := routeEntries(plan, p)
-		if apiequality.Semantic.DeepEqual(v.routes[p], entries) {
-			continue
-		}
-		v.gen++
-		if len(entries) == 0 {
-			delete(v.routes, p)
-		} else {
-			v.routes[p] = entries
-		}
+		setEntries(v, v.routes, p, routeEntries(plan, p))
 	}
 }
 
