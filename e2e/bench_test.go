@@ -24,6 +24,7 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 
+	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
 	"github.com/portico-lb/portico/internal/controlplane"
 )
 
@@ -33,6 +34,7 @@ type ipWatch struct {
 	seen map[string]time.Time
 	n    int
 	all  chan struct{} // closed when n Services have an address
+	stop func()        // stops the informer (also at the benchmark's end)
 }
 
 func watchIPs(b *testing.B, cp *controlplane.ControlPlane, ns string, n int) *ipWatch {
@@ -63,7 +65,8 @@ func watchIPs(b *testing.B, cp *controlplane.ControlPlane, ns string, n int) *ip
 	stop := make(chan struct{})
 	factory.Start(stop)
 	factory.WaitForCacheSync(stop)
-	b.Cleanup(func() { close(stop) })
+	iw.stop = sync.OnceFunc(func() { close(stop); factory.Shutdown() })
+	b.Cleanup(iw.stop)
 	return iw
 }
 
@@ -149,8 +152,52 @@ func benchService(ns string, i int) *corev1.Service {
 func floorWrite(cp *controlplane.ControlPlane) func(*corev1.Service, int) error {
 	return func(svc *corev1.Service, i int) error {
 		svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{
-			IP: fmt.Sprintf("198.18.%d.%d", i/256, i%256), IPMode: ptr.To(corev1.LoadBalancerIPModeVIP)}}
+			IP: floorAddr(i), IPMode: ptr.To(corev1.LoadBalancerIPModeVIP)}}
 		return cp.Client.Status().Update(context.Background(), svc)
+	}
+}
+
+func floorAddr(i int) string { return fmt.Sprintf("198.18.%d.%d", i/256, i%256) }
+
+// explainedFloorWrite writes, in one request, what the controller's first write carries in
+// these benchmarks (no pods, no speakers): the address, the allocated-from-pool annotation and
+// the four conditions with the controller's reasons and messages. Against this floor the
+// controller's cost is its own work, not the size of what it explains.
+func explainedFloorWrite(cp *controlplane.ControlPlane) func(*corev1.Service, int) error {
+	return func(svc *corev1.Service, i int) error {
+		ip := floorAddr(i)
+		svc.Annotations = map[string]string{porticov1.AnnotationAllocatedFromPool: "bench"}
+		now := metav1.Now()
+		condition := func(t string, status metav1.ConditionStatus, reason, message string) metav1.Condition {
+			return metav1.Condition{Type: t, Status: status, Reason: reason, Message: message, LastTransitionTime: now}
+		}
+		svc.Status.Conditions = []metav1.Condition{
+			condition(porticov1.ConditionIPAllocated, metav1.ConditionTrue, "Allocated", ip+" from pool bench"),
+			condition(porticov1.ConditionEndpointsReady, metav1.ConditionUnknown, "NoSelector",
+				"the Service has no selector, so Kubernetes does not manage its endpoints; no EndpointSlice labelled kubernetes.io/service-name="+svc.Name+" lists a ready endpoint"),
+			condition(porticov1.ConditionAnnounced, metav1.ConditionFalse, "NoSpeakers",
+				"no speaker has reported (no Speaker objects): is the portico-speaker DaemonSet running?"),
+			condition(porticov1.ConditionReachable, metav1.ConditionUnknown, "NotProbed",
+				"no speaker reports a probe of "+ip+" (self-check switched off, or no node besides the owner)"),
+		}
+		return floorWrite(cp)(svc, i)
+	}
+}
+
+// A floor is the same Services' addresses written by the benchmark itself, one status write
+// each, with no controller: what the apiserver cannot go below.
+type floor struct {
+	name  string // "floor" or "floor-explained", the prefix of its metrics
+	write func(*controlplane.ControlPlane) func(*corev1.Service, int) error
+}
+
+var floors = []floor{{"floor", floorWrite}, {"floor-explained", explainedFloorWrite}}
+
+// reportFloors reports each floor's time and the controller's time against it.
+func reportFloors(b *testing.B, took time.Duration, measured map[string]time.Duration) {
+	for _, f := range floors {
+		b.ReportMetric(measured[f.name].Seconds(), "s-"+f.name)
+		b.ReportMetric(took.Seconds()/measured[f.name].Seconds(), "x-"+f.name)
 	}
 }
 
@@ -219,6 +266,26 @@ func cpuSeconds(b *testing.B, pid int) float64 {
 	return seconds
 }
 
+// planeCPU is the CPU time a control plane's kube-apiserver and etcd, and this benchmark's own
+// process (its writes in a floor, its watch in every phase), have used so far.
+type planeCPU struct{ apiserver, etcd, bench float64 }
+
+func readPlaneCPU(b *testing.B, cp *controlplane.ControlPlane) planeCPU {
+	apiserver, etcd, err := cp.PIDs()
+	if err != nil {
+		b.Fatal(err)
+	}
+	return planeCPU{cpuSeconds(b, apiserver), cpuSeconds(b, etcd), cpuSeconds(b, os.Getpid())}
+}
+
+// report gives the CPU used since start, each metric's name prefixed ("floor-" for the floor).
+func (start planeCPU) report(b *testing.B, cp *controlplane.ControlPlane, prefix string) {
+	now := readPlaneCPU(b, cp)
+	b.ReportMetric(now.apiserver-start.apiserver, "s-"+prefix+"apiserver-cpu")
+	b.ReportMetric(now.etcd-start.etcd, "s-"+prefix+"etcd-cpu")
+	b.ReportMetric(now.bench-start.bench, "s-"+prefix+"bench-cpu")
+}
+
 // statCPU reads a /proc/PID/stat: the command's name and the CPU time (user and system) used.
 func statCPU(stat []byte) (comm string, seconds float64) {
 	open, end := bytes.IndexByte(stat, '('), bytes.LastIndexByte(stat, ')')
@@ -235,38 +302,118 @@ func statCPU(stat []byte) (comm string, seconds float64) {
 	return string(stat[open+1 : end]), (utime + stime) / 100 // USER_HZ is 100 on Linux
 }
 
-// profiling, when PORTICO_BENCH_PROFILE_DIR names a directory, gives the controller a pprof
-// endpoint (the flags to start it with), a function that saves its heap profile there, and
-// one that makes its log file there (kept after the run); otherwise no flags, a function that
-// does nothing and logFile.
-func profiling(b *testing.B) (args []string, save func(name string), log func(name string) io.Writer) {
-	dir := os.Getenv("PORTICO_BENCH_PROFILE_DIR")
-	if dir == "" {
-		return nil, func(string) {}, func(name string) io.Writer { return logFile(b, name) }
+// profiler saves a benchmark's profiles and the controller's logs to the directory
+// PORTICO_BENCH_PROFILE_DIR names; without it, it records nothing and logs go to logFile.
+type profiler struct {
+	b    *testing.B
+	dir  string
+	addr string // the controller's pprof endpoint
+}
+
+func newProfiler(b *testing.B) *profiler {
+	p := &profiler{b: b, dir: os.Getenv("PORTICO_BENCH_PROFILE_DIR")}
+	if p.dir != "" {
+		p.addr = freeAddr(b)
 	}
-	log = func(name string) io.Writer {
-		f, err := os.Create(filepath.Join(dir, name+".log"))
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { f.Close() })
-		return f
+	return p
+}
+
+// args are the flags that give the controller its pprof endpoint.
+func (p *profiler) args() []string {
+	if p.dir == "" {
+		return nil
 	}
-	addr := freeAddr(b)
-	return []string{"--pprof-bind-address", addr, "--zap-time-encoding=rfc3339nano"}, func(name string) {
-		resp, err := http.Get("http://" + addr + "/debug/pprof/heap")
-		if err != nil {
-			b.Fatal(err)
+	return []string{"--pprof-bind-address", p.addr, "--zap-time-encoding=rfc3339nano"}
+}
+
+// log is where the controller named name logs (kept after the run when profiling).
+func (p *profiler) log(name string) io.Writer {
+	if p.dir == "" {
+		return logFile(p.b, name)
+	}
+	f, err := os.Create(filepath.Join(p.dir, name+".log"))
+	if err != nil {
+		p.b.Fatal(err)
+	}
+	p.b.Cleanup(func() { f.Close() })
+	return f
+}
+
+// heap saves the controller's heap profile as name.heap.
+func (p *profiler) heap(name string) {
+	if p.dir == "" {
+		return
+	}
+	if err := p.save(name+".heap", p.controllerProfile("heap")); err != nil {
+		p.b.Fatal(err)
+	}
+}
+
+// apiserverCPU records the apiserver's CPU profile for the next seconds in the background
+// (kube-apiserver serves pprof by default); the function it returns waits for it and saves it
+// as name.apiserver.cpu.
+func (p *profiler) apiserverCPU(cp *controlplane.ControlPlane, name string, seconds int) (saved func()) {
+	if p.dir == "" {
+		return func() {}
+	}
+	return background(p.b, "the apiserver's CPU profile", func() error {
+		return p.save(name+".apiserver.cpu", func() ([]byte, error) {
+			return kubernetes.NewForConfigOrDie(cp.Config).RESTClient().Get().AbsPath("/debug/pprof/profile").
+				Param("seconds", strconv.Itoa(seconds)).DoRaw(context.Background())
+		})
+	})
+}
+
+// controllerCPU records the controller's CPU profile for the next seconds, from as soon as it
+// answers, in the background; the function it returns waits for it and saves it as
+// name.controller.cpu.
+func (p *profiler) controllerCPU(name string, seconds int) (saved func()) {
+	if p.dir == "" {
+		return func() {}
+	}
+	return background(p.b, "the controller's CPU profile", func() error {
+		return p.save(name+".controller.cpu", p.controllerProfile(fmt.Sprintf("profile?seconds=%d", seconds)))
+	})
+}
+
+// controllerProfile fetches /debug/pprof/<query> from the controller, trying again while it
+// is starting (for at most 10 s).
+func (p *profiler) controllerProfile(query string) func() ([]byte, error) {
+	return func() ([]byte, error) {
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			resp, err := http.Get("http://" + p.addr + "/debug/pprof/" + query)
+			if err != nil && time.Now().Before(deadline) {
+				time.Sleep(20 * time.Millisecond) // the endpoint is not up yet: poll for it
+				continue
+			}
+			if err != nil {
+				return nil, err
+			}
+			defer resp.Body.Close()
+			return io.ReadAll(resp.Body)
 		}
-		defer resp.Body.Close()
-		profile, err := io.ReadAll(resp.Body)
-		if err == nil {
-			err = os.WriteFile(filepath.Join(dir, name+".heap"), profile, 0o644)
+	}
+}
+
+func (p *profiler) save(file string, fetch func() ([]byte, error)) error {
+	raw, err := fetch()
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(p.dir, file), raw, 0o644)
+}
+
+// background runs fn (a profile being recorded) beside the benchmark; the function it returns
+// waits for it and fails the benchmark on its error.
+func background(b *testing.B, what string, fn func() error) (wait func()) {
+	done := make(chan error, 1)
+	go func() { done <- fn() }()
+	return func() {
+		if err := <-done; err != nil {
+			b.Errorf("%s: %v", what, err)
 		}
-		if err != nil {
-			b.Fatal(err)
-		}
-	}, log
+	}
 }
 
 // leaseWrites are the apiserver's own lease renewals, not the controller's.
@@ -278,13 +425,18 @@ func leaseWrites(after, before map[string]float64) float64 {
 // creations, each followed by one status write from the client, no controller).
 func BenchmarkBurst(b *testing.B) {
 	n := envSize(b, "PORTICO_BENCH_SERVICES", 5000, 1) // Services in the end-to-end benchmarks
-	floor := func() time.Duration {
+	measured := map[string]time.Duration{}
+	for _, f := range floors {
 		cp := startControlPlane(b)
 		iw := watchIPs(b, cp, "default", n)
+		cpu := readPlaneCPU(b, cp)
 		start := time.Now()
-		create(b, cp, "default", n, floorWrite(cp))
-		return iw.wait(b).Sub(start)
-	}()
+		create(b, cp, "default", n, f.write(cp))
+		measured[f.name] = iw.wait(b).Sub(start)
+		cpu.report(b, cp, f.name+"-")
+		iw.stop()
+		stopControlPlane(b, cp)
+	}
 
 	cp := startControlPlane(b)
 	createPool(b, cp, "bench", "198.18.0.0/16")
@@ -292,9 +444,12 @@ func BenchmarkBurst(b *testing.B) {
 	waitPoolAssigned(b, cp, "bench", 0) // the controller is up and has seen the pool
 	before := apiWrites(b, cp)
 	iw := watchIPs(b, cp, "default", n)
+	cpu, ctrlCPU := readPlaneCPU(b, cp), cpuSeconds(b, ctrl.cmd.Process.Pid)
 	start := time.Now()
 	created := create(b, cp, "default", n, nil)
 	took := iw.wait(b).Sub(start)
+	cpu.report(b, cp, "")
+	b.ReportMetric(cpuSeconds(b, ctrl.cmd.Process.Pid)-ctrlCPU, "s-controller-cpu")
 	ctrl.waitSettled(b, n)
 	waitPoolAssigned(b, cp, "bench", int64(n))
 	after := apiWrites(b, cp)
@@ -305,8 +460,7 @@ func BenchmarkBurst(b *testing.B) {
 	}
 	b.ReportMetric(float64(n), "services")
 	b.ReportMetric(took.Seconds(), "s-all-allocated")
-	b.ReportMetric(floor.Seconds(), "s-floor")
-	b.ReportMetric(took.Seconds()/floor.Seconds(), "x-floor")
+	reportFloors(b, took, measured)
 	b.ReportMetric(float64(median(lat).Milliseconds()), "ms-p50-create-to-ip")
 	b.ReportMetric(delta(after, before, "PUT services/status", "PATCH services/status", "PUT services", "PATCH services")/float64(n), "service-writes/svc")
 	b.ReportMetric(delta(after, before, "POST events", "PATCH events")/float64(n), "events/svc")
@@ -317,52 +471,32 @@ func BenchmarkBurst(b *testing.B) {
 // that writes each Service's status once), then a restart with the same n Services.
 func BenchmarkBacklog(b *testing.B) {
 	n := envSize(b, "PORTICO_BENCH_SERVICES", 5000, 1) // Services in the end-to-end benchmarks
-	floor := func() time.Duration {
-		cp := startControlPlane(b)
-		create(b, cp, "default", n, nil)
-		iw := watchIPs(b, cp, "default", n)
-		var list corev1.ServiceList
-		start := time.Now()
-		if err := cp.Client.List(context.Background(), &list); err != nil {
-			b.Fatal(err)
-		}
-		work := make(chan int)
-		var wg sync.WaitGroup
-		write := floorWrite(cp)
-		for range 8 {
-			wg.Go(func() {
-				for i := range work {
-					if err := write(&list.Items[i], i); err != nil {
-						b.Error(err)
-					}
-				}
-			})
-		}
-		for i := range list.Items {
-			if list.Items[i].Spec.Type == corev1.ServiceTypeLoadBalancer {
-				work <- i
-			}
-		}
-		close(work)
-		wg.Wait()
-		return iw.wait(b).Sub(start)
-	}()
+	measured := map[string]time.Duration{}
+	for _, f := range floors {
+		measured[f.name] = backlogFloor(b, n, f)
+	}
 
 	cp := startControlPlane(b)
 	createPool(b, cp, "bench", "198.18.0.0/16")
 	create(b, cp, "default", n, nil)
 	iw := watchIPs(b, cp, "default", n)
-	pprof, profiled, log := profiling(b)
+	prof := newProfiler(b)
 	// Built before the clock starts: the time is the controller's, not the linker's.
 	buildBinary(b, "./cmd/portico-controller")
 	beforeFirst := apiWrites(b, cp)
+	planeBefore := readPlaneCPU(b, cp)
+	apiserverProfiled := prof.apiserverCPU(cp, fmt.Sprintf("backlog-%d", n), 5)
+	controllerProfiled := prof.controllerCPU(fmt.Sprintf("backlog-%d", n), 5)
 	start := time.Now()
-	first := startController(b, cp, log("first"), pprof...)
+	first := startController(b, cp, prof.log("first"), prof.args()...)
 	took := iw.wait(b).Sub(start)
+	planeBefore.report(b, cp, "")
+	apiserverProfiled()
+	controllerProfiled()
 	firstIP := iw.first().Sub(start)
 	cpu := cpuSeconds(b, first.cmd.Process.Pid)
 	allocated := apiWrites(b, cp)
-	profiled(fmt.Sprintf("backlog-%d", n))
+	prof.heap(fmt.Sprintf("backlog-%d", n))
 	first.waitSettled(b, n)
 	waitPoolAssigned(b, cp, "bench", int64(n))
 	snap := takeSnapshot(b, cp)
@@ -371,7 +505,7 @@ func BenchmarkBacklog(b *testing.B) {
 	first.stop(syscall.SIGKILL)
 	before := apiWrites(b, cp)
 	restart := time.Now()
-	second := startController(b, cp, log("second"))
+	second := startController(b, cp, prof.log("second"))
 	second.waitSettled(b, n)
 	settled := time.Since(restart)
 	after := apiWrites(b, cp)
@@ -384,8 +518,7 @@ func BenchmarkBacklog(b *testing.B) {
 
 	b.ReportMetric(float64(n), "services")
 	b.ReportMetric(took.Seconds(), "s-all-allocated")
-	b.ReportMetric(floor.Seconds(), "s-floor")
-	b.ReportMetric(took.Seconds()/floor.Seconds(), "x-floor")
+	reportFloors(b, took, measured)
 	b.ReportMetric(rss, "MiB-peak-rss")
 	b.ReportMetric(cpu, "s-controller-cpu")
 	b.ReportMetric(firstIP.Seconds(), "s-first-allocated")
@@ -404,4 +537,43 @@ func BenchmarkBacklog(b *testing.B) {
 	}
 	b.ReportMetric(restartWrites-leaseWrites(after, before), "restart-writes")
 	b.ReportMetric(float64(changed), "restart-ips-changed")
+}
+
+// backlogFloor lists n existing Services and writes each one's status once from 8 writers.
+func backlogFloor(b *testing.B, n int, f floor) time.Duration {
+	cp := startControlPlane(b)
+	defer stopControlPlane(b, cp)
+	create(b, cp, "default", n, nil)
+	iw := watchIPs(b, cp, "default", n)
+	var list corev1.ServiceList
+	cpu := readPlaneCPU(b, cp)
+	profiled := newProfiler(b).apiserverCPU(cp, fmt.Sprintf("backlog-%d-%s", n, f.name), 4)
+	start := time.Now()
+	if err := cp.Client.List(context.Background(), &list); err != nil {
+		b.Fatal(err)
+	}
+	work := make(chan int)
+	var wg sync.WaitGroup
+	write := f.write(cp)
+	for range 8 {
+		wg.Go(func() {
+			for i := range work {
+				if err := write(&list.Items[i], i); err != nil {
+					b.Error(err)
+				}
+			}
+		})
+	}
+	for i := range list.Items {
+		if list.Items[i].Spec.Type == corev1.ServiceTypeLoadBalancer {
+			work <- i
+		}
+	}
+	close(work)
+	wg.Wait()
+	took := iw.wait(b).Sub(start)
+	cpu.report(b, cp, f.name+"-")
+	profiled()
+	iw.stop()
+	return took
 }

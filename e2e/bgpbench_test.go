@@ -40,15 +40,9 @@ func BenchmarkBGP(b *testing.B) {
 			if profiles == "" {
 				return func() {}
 			}
-			done := make(chan error, 1)
-			go func() {
-				done <- e.saveProfile("node-b", "profile?seconds=10", filepath.Join(profiles, phase+"-node-b.cpu.pb.gz"))
-			}()
-			return func() {
-				if err := <-done; err != nil {
-					b.Errorf("CPU profile of node-b, %s: %v", phase, err)
-				}
-			}
+			return background(b, "CPU profile of node-b, "+phase, func() error {
+				return e.saveProfile("node-b", "profile?seconds=10", filepath.Join(profiles, phase+"-node-b.cpu.pb.gz"))
+			})
 		}
 		router := e.Routers[0]
 		netlab.StartBird(b, router.NS, birdConfig(router.IPv4.Addr(), e.Nodes, clusterASN, ""))

@@ -186,23 +186,12 @@ func (cp *ControlPlane) Restart() error {
 	return cp.waitReady()
 }
 
-// killAPIServer SIGKILLs this control plane's kube-apiserver, found by its certificate
-// directory (unique to this control plane), and waits until envtest has seen it exit.
+// killAPIServer SIGKILLs this control plane's kube-apiserver and waits until envtest has seen
+// it exit.
 func (cp *ControlPlane) killAPIServer() error {
-	certDir := "--cert-dir=" + cp.env.ControlPlane.APIServer.CertDir
-	procs, err := filepath.Glob("/proc/[0-9]*/cmdline")
+	pid, _, err := cp.PIDs()
 	if err != nil {
 		return err
-	}
-	pid := 0
-	for _, p := range procs {
-		b, err := os.ReadFile(p)
-		if err == nil && slices.Contains(strings.Split(string(b), "\x00"), certDir) {
-			pid, _ = strconv.Atoi(filepath.Base(filepath.Dir(p)))
-		}
-	}
-	if pid == 0 {
-		return fmt.Errorf("no kube-apiserver process with %s", certDir)
 	}
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		return fmt.Errorf("killing kube-apiserver (pid %d): %w", pid, err)
@@ -210,6 +199,35 @@ func (cp *ControlPlane) killAPIServer() error {
 	// Stop returns nil once the process is reaped (and errors while it is being signalled).
 	return wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, time.Minute, true,
 		func(context.Context) (bool, error) { return cp.env.ControlPlane.APIServer.Stop() == nil, nil })
+}
+
+// PIDs finds this control plane's kube-apiserver and etcd processes by their certificate and
+// data directories, which are unique to it (benchmarks read their CPU time).
+func (cp *ControlPlane) PIDs() (apiserver, etcd int, err error) {
+	certDir := "--cert-dir=" + cp.env.ControlPlane.APIServer.CertDir
+	dataDir := "--data-dir=" + cp.env.ControlPlane.Etcd.DataDir
+	procs, err := filepath.Glob("/proc/[0-9]*/cmdline")
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(b), "\x00")
+		pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(p)))
+		switch {
+		case slices.Contains(args, certDir):
+			apiserver = pid
+		case slices.Contains(args, dataDir):
+			etcd = pid
+		}
+	}
+	if apiserver == 0 || etcd == 0 {
+		return 0, 0, fmt.Errorf("kube-apiserver with %s or etcd with %s not found", certDir, dataDir)
+	}
+	return apiserver, etcd, nil
 }
 
 // Stop stops kube-apiserver and etcd and removes their data, certificates and the kubeconfig.
