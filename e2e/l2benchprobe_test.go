@@ -96,6 +96,22 @@ func (p *arpProber) ask(ip netip.Addr, wait time.Duration) []string {
 // falseLossesUnderLoad loads the CPUs with busy loops for d while nobody dies, and returns
 // how many member losses the speakers counted meanwhile, and which detector declared them (as
 // the speakers' logs say).
+// hogCPU starts four busy loops (twice the two CPUs of these machines), which run until ctx
+// ends; the function it returns waits for that.
+func (e *l2Env) hogCPU(ctx context.Context) (wait func()) {
+	var hogs []*exec.Cmd
+	for range 4 {
+		c := exec.CommandContext(ctx, "sh", "-c", "while :; do :; done")
+		must(e.t, c.Start())
+		hogs = append(hogs, c)
+	}
+	return func() {
+		for _, c := range hogs {
+			_ = c.Wait() // returns when the context's end has killed it
+		}
+	}
+}
+
 func (e *l2Env) falseLossesUnderLoad(d time.Duration) (int, string) {
 	// Wait until the group is whole again after the restart or the last failover.
 	ip := netip.MustParseAddr("198.51.100.220")
@@ -109,15 +125,7 @@ func (e *l2Env) falseLossesUnderLoad(d time.Duration) (int, string) {
 	// The load runs for d: the busy loops are killed when the context ends.
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
-	var hogs []*exec.Cmd
-	for i := 0; i < 4; i++ {
-		c := exec.CommandContext(ctx, "sh", "-c", "while :; do :; done")
-		must(e.t, c.Start())
-		hogs = append(hogs, c)
-	}
-	for _, c := range hogs {
-		_ = c.Wait() // returns when the context's end has killed it
-	}
+	e.hogCPU(ctx)()
 	after := 0.0
 	by := map[string]int{}
 	for _, n := range e.Nodes {

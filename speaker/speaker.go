@@ -89,6 +89,9 @@ type Announcer interface {
 	Reannounce()
 	Close() error
 	Interfaces() []l2.Verdict
+	// SolicitNeighbour asks at once for the next hop's link-layer address towards a member
+	// heard again after a partition (l2.SolicitNeighbour).
+	SolicitNeighbour(ip netip.Addr) error
 }
 
 // Router holds this node's BGP sessions and routes: a *bgp.Sessions (whose state changes the

@@ -121,7 +121,7 @@ func run(o options) error {
 		}
 	}
 	s.Group, err = membership.Start(membership.Config{Name: o.node, BindAddr: bind.String(), BindPort: o.port, Keys: keys,
-		Detection: o.detection, Admit: s.Admit})
+		Detection: o.detection, Admit: s.Admit, Resumed: s.Resumed})
 	if err != nil {
 		return err
 	}

@@ -134,3 +134,7 @@ func (a *Announcer) Close() error {
 // Interfaces are the node's links as the latest Set saw them, and whether each answers when an
 // advertisement names no interface (and why not).
 func (a *Announcer) Interfaces() []Verdict { return a.verdicts }
+
+// SolicitNeighbour asks for the link-layer address of the next hop towards ip in the kernel's
+// place (the package function of that name says why).
+func (a *Announcer) SolicitNeighbour(ip netip.Addr) error { return SolicitNeighbour(ip) }

@@ -22,6 +22,13 @@ const (
 // Whoever holds ip answers with an advertisement to all nodes, and nobody's neighbour cache
 // learns anything from the probe. nil when ip is not an IPv6 address.
 func NDPProbe(mac net.HardwareAddr, ip netip.Addr) []byte {
+	return solicitation(mac, netip.IPv6Unspecified(), ip)
+}
+
+// solicitation returns a neighbour solicitation for ip from src on mac's link, to ip's
+// solicited-node group, hop limit 255: from :: (a DAD probe) without options, from one of this
+// node's addresses with its link-layer address, as the kernel asks. nil when ip is not IPv6.
+func solicitation(mac net.HardwareAddr, src, ip netip.Addr) []byte {
 	if !ip.Is6() || ip.Is4In6() || len(mac) != 6 {
 		return nil
 	}
@@ -29,17 +36,21 @@ func NDPProbe(mac net.HardwareAddr, ip netip.Addr) []byte {
 	if err != nil {
 		return nil
 	}
-	icmp, err := ndp.MarshalMessageChecksum(&ndp.NeighborSolicitation{TargetAddress: ip}, netip.IPv6Unspecified(), group)
+	ns := &ndp.NeighborSolicitation{TargetAddress: ip}
+	if !src.IsUnspecified() {
+		ns.Options = []ndp.Option{&ndp.LinkLayerAddress{Direction: ndp.Source, Addr: mac}}
+	}
+	icmp, err := ndp.MarshalMessageChecksum(ns, src, group)
 	if err != nil {
 		return nil
 	}
-	g := group.As16()
+	g, from := group.As16(), src.As16()
 	dst := net.HardwareAddr{0x33, 0x33, g[12], g[13], g[14], g[15]}
 	hdr := make([]byte, ipv6HeaderLen, ipv6HeaderLen+len(icmp))
 	hdr[0] = 6 << 4
 	binary.BigEndian.PutUint16(hdr[4:6], uint16(len(icmp)))
 	hdr[6], hdr[7] = protoICMPv6, 255
-	// source :: is the zero bytes already there
+	copy(hdr[8:24], from[:])
 	copy(hdr[24:40], g[:])
 	f := ethernet.Frame{Destination: dst, Source: mac, EtherType: etherTypeIPv6, Payload: append(hdr, icmp...)}
 	b, err := f.MarshalBinary()

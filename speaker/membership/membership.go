@@ -33,6 +33,11 @@ type Config struct {
 	Detection Detection
 	// Log receives memberlist's own log lines; nil discards them.
 	Log io.Writer
+	// Resumed, when set, is called with a member's gossip address when its heartbeats arrive
+	// again after a silence of more than two heartbeats (a healed partition, or a member
+	// starved of CPU): this node hears it again, but its own packets to it may still wait for
+	// the kernel to resolve the member's address. It must not block.
+	Resumed func(addr netip.Addr)
 }
 
 // Detection is the failure-detection timing. A member that stops answering is probed within
@@ -72,6 +77,7 @@ type Group struct {
 
 	life      []byte // this process's life: see goodbye.go
 	heartbeat time.Duration
+	resumed   func(netip.Addr) // Config.Resumed
 
 	mu      sync.Mutex
 	members map[string]*member
@@ -111,7 +117,7 @@ func Start(cfg Config) (*Group, error) {
 		out = io.Discard
 	}
 	mc.Logger = log.New(out, "memberlist ", log.LstdFlags)
-	g := &Group{changes: make(chan Change, 1024), life: newLife(), heartbeat: d.Heartbeat,
+	g := &Group{changes: make(chan Change, 1024), life: newLife(), heartbeat: d.Heartbeat, resumed: cfg.Resumed,
 		members: map[string]*member{}, stop: make(chan struct{})}
 	mc.Events = events{g}
 	mc.Delegate = delegate{g}

@@ -111,11 +111,20 @@ func (g *Group) check(name, life string, gossip netip.AddrPort) {
 }
 
 // heardHeartbeat notes a heartbeat from the member's current life, which is alive whatever a
-// check found.
+// check found, and tells Config.Resumed when it ends a silence.
 func (g *Group) heardHeartbeat(name, life string) {
+	var resumed netip.Addr
 	g.update(name, "heartbeat", func(m *member) {
-		if m.life == life {
-			m.heard, m.beating, m.foundDead = time.Now(), true, ""
+		if m.life != life {
+			return
 		}
+		now := time.Now()
+		if !m.heard.IsZero() && now.Sub(m.heard) > 2*g.heartbeat {
+			resumed = m.gossip.Addr()
+		}
+		m.heard, m.beating, m.foundDead = now, true, ""
 	})
+	if resumed.IsValid() && g.resumed != nil {
+		g.resumed(resumed)
+	}
 }
