@@ -64,7 +64,7 @@ func (r l2Side) Interfaces() []l2.Verdict { return nil }
 func (r bgpSide) Close()                  {}
 
 // SolicitNeighbour does nothing: the simulated nodes share loopback.
-func (r l2Side) SolicitNeighbour(netip.Addr) error { return nil }
+func (r l2Side) SolicitNeighbour(netip.Addr) (bool, error) { return false, nil }
 
 // Apply takes every wanted session as Established at once (a fixed time, so a plan's
 // sessions never rewrite the status by themselves).

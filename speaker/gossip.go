@@ -166,15 +166,18 @@ func (s *Speaker) reloadKeys(ctx context.Context) {
 }
 
 // Resumed is membership's Config.Resumed: a member heard again after a silence (a healed
-// partition) gets its link-layer address asked for at once, in the kernel's place. The kernel
-// asks again only every retrans_time (a second by default), holding this node's heartbeats
-// until then, and meanwhile the member that took this node's addresses over keeps answering
-// for them beside it.
+// partition) whose address the kernel has not resolved gets it asked for at once, in the
+// kernel's place. The kernel asks again only every retrans_time (a second by default), holding
+// this node's heartbeats until then, and meanwhile the member that took this node's addresses
+// over keeps answering for them beside it.
 func (s *Speaker) Resumed(addr netip.Addr) {
 	go func() {
-		if err := s.Announce.SolicitNeighbour(addr); err != nil {
+		switch asked, err := s.Announce.SolicitNeighbour(addr); {
+		case err != nil:
 			s.Log.Info("could not ask for a member's link-layer address after its silence; the kernel asks again by itself",
 				"address", addr, "error", err.Error())
+		case asked:
+			s.Log.Info("asked for a member's link-layer address after its silence: the kernel's entry was unresolved", "address", addr)
 		}
 	}()
 }

@@ -90,8 +90,8 @@ type Announcer interface {
 	Close() error
 	Interfaces() []l2.Verdict
 	// SolicitNeighbour asks at once for the next hop's link-layer address towards a member
-	// heard again after a partition (l2.SolicitNeighbour).
-	SolicitNeighbour(ip netip.Addr) error
+	// heard again after a partition, when the kernel has not resolved it (l2.SolicitNeighbour).
+	SolicitNeighbour(ip netip.Addr) (asked bool, err error)
 }
 
 // Router holds this node's BGP sessions and routes: a *bgp.Sessions (whose state changes the

@@ -137,4 +137,6 @@ func (a *Announcer) Interfaces() []Verdict { return a.verdicts }
 
 // SolicitNeighbour asks for the link-layer address of the next hop towards ip in the kernel's
 // place (the package function of that name says why).
-func (a *Announcer) SolicitNeighbour(ip netip.Addr) error { return SolicitNeighbour(ip) }
+func (a *Announcer) SolicitNeighbour(ip netip.Addr) (asked bool, err error) {
+	return SolicitNeighbour(ip)
+}

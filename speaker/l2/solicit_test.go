@@ -12,7 +12,7 @@ import (
 // entries for the others, and its kernel would ask again only after retrans_time (here set to a
 // minute, so that only the solicitation can resolve them within the test). One
 // SolicitNeighbour per address, IPv4 and IPv6, fills the kernel's entries with the other
-// node's MAC.
+// node's MAC; once they hold it, nothing more is asked.
 func TestSolicitNeighbourAfterPartition(t *testing.T) {
 	netlab.Require(t, "ping")
 	lab := netlab.New(t)
@@ -38,13 +38,19 @@ func TestSolicitNeighbourAfterPartition(t *testing.T) {
 	}
 
 	for _, ip := range targets {
-		if err := netlab.In(node.NS, func() error { return SolicitNeighbour(ip) }); err != nil {
-			t.Fatalf("soliciting %s: %v", ip, err)
+		var asked bool
+		if err := netlab.In(node.NS, func() (err error) { asked, err = SolicitNeighbour(ip); return err }); err != nil || !asked {
+			t.Fatalf("soliciting %s: asked %v, %v", ip, asked, err)
 		}
 	}
 	for _, ip := range targets {
 		netlab.WaitFor(t, "the node's kernel to learn b's MAC for "+ip.String(), 10*time.Second, func() bool {
 			return netlab.Neighbour(node.NS, ip) == other.MAC.String()
 		})
+		// Resolved now: nothing more is asked.
+		var asked bool
+		if err := netlab.In(node.NS, func() (err error) { asked, err = SolicitNeighbour(ip); return err }); err != nil || asked {
+			t.Fatalf("soliciting %s once resolved: asked %v, %v", ip, asked, err)
+		}
 	}
 }
