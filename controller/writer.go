@@ -19,6 +19,7 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
+	"github.com/portico-lb/portico/internal/events"
 )
 
 // statusWriter writes Service status off the reconcile path: decisions stay in their
@@ -44,8 +45,9 @@ type statusWriter struct {
 	inflight map[string][]*writeJob // writes handed to a lane and not done yet, oldest first
 	written  map[string][]written   // our writes the cache may not show yet
 	failures map[string]int         // consecutive failures, for backoff
-	pending  int                    // writes submitted and not done
-	idle     chan struct{}          // closed while pending is 0: events wait for it (the event sender)
+	// lull is quiet once no write has been pending for eventLull: events wait for it (the
+	// event sender), so they go after a burst of Services, not between its writes.
+	lull *events.Lull
 }
 
 // written is a write of ours that landed, or whose fate is unknown (a timeout, a cut
@@ -79,8 +81,7 @@ const (
 func newStatusWriter(c client.Client, reader client.Reader) *statusWriter {
 	w := &statusWriter{client: c, reader: reader, stopped: make(chan struct{}),
 		inflight: map[string][]*writeJob{}, written: map[string][]written{}, failures: map[string]int{},
-		idle: make(chan struct{})}
-	close(w.idle)
+		lull: events.NewLull(eventLull)}
 	for range writeLanes {
 		w.lanes = append(w.lanes, make(chan *writeJob, laneDepth))
 	}
@@ -131,9 +132,7 @@ func (w *statusWriter) submit(key string, cached *corev1.Service, p writePart) {
 	}
 	job := &writeJob{key: key, obj: want, ips: porticov1.IngressAddrs(want), part: p}
 	w.inflight[key] = append(w.inflight[key], job)
-	if w.pending++; w.pending == 1 {
-		w.idle = make(chan struct{})
-	}
+	w.lull.Hold()
 	w.mu.Unlock()
 	h := fnv.New32a()
 	h.Write([]byte(key))
@@ -148,9 +147,7 @@ func (w *statusWriter) submit(key string, cached *corev1.Service, p writePart) {
 
 // done forgets a write handed over: it is no longer on its way. Call with mu held.
 func (w *statusWriter) done(job *writeJob) {
-	if w.pending--; w.pending == 0 {
-		close(w.idle)
-	}
+	w.lull.Release()
 	if js := slices.DeleteFunc(w.inflight[job.key], func(j *writeJob) bool { return j == job }); len(js) > 0 {
 		w.inflight[job.key] = js
 	} else {
@@ -158,12 +155,15 @@ func (w *statusWriter) done(job *writeJob) {
 	}
 }
 
-// quiet returns a channel that is closed while no status write is pending.
-func (w *statusWriter) quiet() <-chan struct{} {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.idle
-}
+// quiet returns a channel that is closed once no status write has been pending for eventLull.
+func (w *statusWriter) quiet() <-chan struct{} { return w.lull.Quiet() }
+
+// eventLull is how long the writer must have had nothing pending before events go out. In a
+// burst the Services arrive milliseconds apart and the writer is idle between them; events sent
+// in those gaps cost the apiserver as much as the creations and writes of the burst itself
+// (make bench, 1000 Services: its CPU for the burst rose by half). Half a second without a
+// write means the burst is over; a lone Service's event follows its address by that much.
+const eventLull = 500 * time.Millisecond
 
 // unseen returns our writes to the Service that cached does not show, and forgets those it
 // does. Call with mu held.

@@ -65,6 +65,26 @@ func TestLull(t *testing.T) {
 	}
 }
 
+// TestLullHeld: a held lull is not quiet however old its last stir, and becomes quiet once the
+// hold is released and the lull's length has passed.
+func TestLullHeld(t *testing.T) {
+	l := NewLull(time.Millisecond)
+	l.Hold()
+	l.mu.Lock()
+	l.last = time.Now().Add(-time.Hour)
+	l.mu.Unlock()
+	l.check() // what its timer does; it may have run already
+	if closed(l.Quiet()) {
+		t.Fatal("quiet while held")
+	}
+	l.Release()
+	select {
+	case <-l.Quiet():
+	case <-time.After(10 * time.Second):
+		t.Fatal("still not quiet 10 s after the release")
+	}
+}
+
 func closed(c <-chan struct{}) bool {
 	select {
 	case <-c:
