@@ -9,21 +9,11 @@ import (
 )
 
 // TestResumedAfterSilence: a member's heartbeat after a silence longer than two heartbeats (a
-// healed partition, here made by moving back when a was last heard from) calls Config.Resumed
+// healed partition, here made by moving back when a last heard from b) calls Config.Resumed
 // with the member's gossip address, so the speaker can ask for its link-layer address at once.
 func TestResumedAfterSilence(t *testing.T) {
 	resumed := make(chan netip.Addr, 100)
-	a := startWith(t, Config{Name: "a", BindAddr: "127.0.0.1", Resumed: func(addr netip.Addr) { resumed <- addr }})
-	b := startWith(t, Config{Name: "b", BindAddr: "127.0.0.1"})
-	if err := b.Join([]string{HostPort("127.0.0.1", a.Port())}); err != nil {
-		t.Fatal(err)
-	}
-	waitAlive(t, a, []string{"a", "b"})
-	netlab.WaitFor(t, "b's heartbeats at a", 5*time.Second, func() bool {
-		a.mu.Lock()
-		defer a.mu.Unlock()
-		return !a.members["b"].heard.IsZero()
-	})
+	a, _ := startPair(t, func(cfg *Config) { cfg.Resumed = func(addr netip.Addr) { resumed <- addr } })
 	for len(resumed) > 0 { // a silence while the two were joining, if any
 		<-resumed
 	}

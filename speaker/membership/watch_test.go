@@ -14,10 +14,18 @@ import (
 // slowMemberlist leaves dead members to the fast path: memberlist would take seconds.
 var slowMemberlist = Detection{ProbeInterval: 5 * time.Second, ProbeTimeout: time.Second, SuspicionMult: 4, Heartbeat: 50 * time.Millisecond}
 
-func startPair(t *testing.T) (a, b *Group) {
+// startPair starts members a and b, joined and hearing each other's heartbeats; adjust, when
+// given, changes a's configuration first.
+func startPair(t *testing.T, adjust ...func(*Config)) (a, b *Group) {
 	t.Helper()
 	for _, name := range []string{"a", "b"} {
-		g, err := Start(Config{Name: name, BindAddr: "127.0.0.1", Keys: Keys{Primary: []byte("0123456789abcdef")}, Detection: slowMemberlist})
+		cfg := Config{Name: name, BindAddr: "127.0.0.1", Keys: Keys{Primary: []byte("0123456789abcdef")}, Detection: slowMemberlist}
+		if name == "a" {
+			for _, f := range adjust {
+				f(&cfg)
+			}
+		}
+		g, err := Start(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
