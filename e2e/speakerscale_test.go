@@ -59,6 +59,7 @@ func (r l2Side) Set(want l2.Want) (map[netip.Addr][]string, []error) {
 }
 
 func (r l2Side) Reannounce()              {}
+func (r l2Side) Silence()                 {}
 func (r l2Side) Close() error             { return nil }
 func (r l2Side) Interfaces() []l2.Verdict { return nil }
 func (r bgpSide) Close()                  {}

@@ -87,6 +87,8 @@ type Speaker struct {
 type Announcer interface {
 	Set(want l2.Want) (answered map[netip.Addr][]string, problems []error)
 	Reannounce()
+	// Silence stops answering at once; Close, which follows, releases the sockets.
+	Silence()
 	Close() error
 	Interfaces() []l2.Verdict
 	// SolicitNeighbour asks at once for the next hop's link-layer address towards a member
@@ -215,11 +217,14 @@ func (s *Speaker) shutdown() {
 	// Withdraw over BGP first: routers drop this node's routes as soon as they get the
 	// withdrawals and the NOTIFICATION that closes each session.
 	s.BGP.Close()
-	if err := s.Announce.Close(); err != nil {
-		s.Log.Error(err, "closing responders")
-	}
+	// Silent first, then the goodbye, then the sockets closed: closing them takes milliseconds
+	// (Responder.Silence), and the others take over as soon as they hear the goodbye.
+	s.Announce.Silence()
 	if err := s.Group.Leave(time.Second); err != nil {
 		s.Log.Error(err, "leaving the gossip group")
+	}
+	if err := s.Announce.Close(); err != nil {
+		s.Log.Error(err, "closing responders")
 	}
 	s.Log.Info("stopped answering and left the group")
 }

@@ -121,6 +121,14 @@ func (a *Announcer) Reannounce() {
 	}
 }
 
+// Silence stops answering everywhere at once, keeping the sockets until Close (see
+// Responder.Silence).
+func (a *Announcer) Silence() {
+	for _, r := range a.responders {
+		r.Silence()
+	}
+}
+
 // Close stops answering everywhere at once.
 func (a *Announcer) Close() error {
 	var errs []error

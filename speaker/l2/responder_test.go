@@ -82,4 +82,26 @@ func TestResponderInNamespaces(t *testing.T) {
 			return netlab.Resolve(client.NS, vip4) == nodeA.MAC.String()
 		})
 	})
+
+	// Last: a silenced announcer stays silent. Silence answers nothing more at once, its
+	// sockets still open (a leaving speaker closes them after its goodbye).
+	t.Run("silenced", func(t *testing.T) {
+		setIn(t, nodeA.NS, a, Want{vip4: {"eth0"}})
+		lab.MustRun("ip", "-n", client.NS, "neigh", "flush", "all")
+		waitFor(t, "node A answers", 5*time.Second, func() bool {
+			return netlab.Resolve(client.NS, vip4) == nodeA.MAC.String()
+		})
+		a.Silence()
+		lab.MustRun("ip", "-n", client.NS, "neigh", "flush", "all")
+		if mac := netlab.Resolve(client.NS, vip4); mac != "" {
+			t.Fatalf("a silenced announcer answered with %s", mac)
+		}
+		var problems []error
+		if err := netlab.In(nodeA.NS, func() error { _, problems = a.Set(Want{vip4: {"eth0"}}); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		if len(problems) == 0 {
+			t.Error("a silenced announcer took an address again")
+		}
+	})
 }
