@@ -19,6 +19,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -380,19 +381,18 @@ func (p *profiler) controllerCPU(name string, seconds int) (saved func()) {
 // is starting (for at most 10 s).
 func (p *profiler) controllerProfile(query string) func() ([]byte, error) {
 	return func() ([]byte, error) {
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			resp, err := http.Get("http://" + p.addr + "/debug/pprof/" + query)
-			if err != nil && time.Now().Before(deadline) {
-				time.Sleep(20 * time.Millisecond) // the endpoint is not up yet: poll for it
-				continue
-			}
-			if err != nil {
-				return nil, err
-			}
-			defer resp.Body.Close()
-			return io.ReadAll(resp.Body)
+		var resp *http.Response
+		err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 10*time.Second, true,
+			func(context.Context) (bool, error) {
+				var err error
+				resp, err = http.Get("http://" + p.addr + "/debug/pprof/" + query)
+				return err == nil, nil // not up yet: poll again
+			})
+		if err != nil {
+			return nil, fmt.Errorf("the controller's pprof endpoint never answered: %w", err)
 		}
+		defer resp.Body.Close()
+		return io.ReadAll(resp.Body)
 	}
 }
 
@@ -491,11 +491,12 @@ func BenchmarkBacklog(b *testing.B) {
 	first := startController(b, cp, prof.log("first"), prof.args()...)
 	took := iw.wait(b).Sub(start)
 	planeBefore.report(b, cp, "")
-	apiserverProfiled()
-	controllerProfiled()
 	firstIP := iw.first().Sub(start)
 	cpu := cpuSeconds(b, first.cmd.Process.Pid)
 	allocated := apiWrites(b, cp)
+	// After the measurements: the profiles may still be recording.
+	apiserverProfiled()
+	controllerProfiled()
 	prof.heap(fmt.Sprintf("backlog-%d", n))
 	first.waitSettled(b, n)
 	waitPoolAssigned(b, cp, "bench", int64(n))

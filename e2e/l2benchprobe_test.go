@@ -93,9 +93,6 @@ func (p *arpProber) ask(ip netip.Addr, wait time.Duration) []string {
 	return macs
 }
 
-// falseLossesUnderLoad loads the CPUs with busy loops for d while nobody dies, and returns
-// how many member losses the speakers counted meanwhile, and which detector declared them (as
-// the speakers' logs say).
 // hogCPU starts four busy loops (twice the two CPUs of these machines), which run until ctx
 // ends; the function it returns waits for that.
 func (e *l2Env) hogCPU(ctx context.Context) (wait func()) {
@@ -112,6 +109,9 @@ func (e *l2Env) hogCPU(ctx context.Context) (wait func()) {
 	}
 }
 
+// falseLossesUnderLoad loads the CPUs with busy loops for d while nobody dies, and returns
+// how many member losses the speakers counted meanwhile, and which detector declared them (as
+// the speakers' logs say).
 func (e *l2Env) falseLossesUnderLoad(d time.Duration) (int, string) {
 	// Wait until the group is whole again after the restart or the last failover.
 	ip := netip.MustParseAddr("198.51.100.220")

@@ -9,19 +9,18 @@ import (
 // held (Hold, Release: requests under way) and Stir has not been called for a while (the
 // speaker's reactions to changes, which have no queue to look at).
 type Lull struct {
-	after  time.Duration
-	mu     sync.Mutex
-	last   time.Time     // the latest Stir, Hold or Release
-	held   int           // Holds not yet Released
-	quiet  chan struct{} // closed while quiet
-	closed bool          // quiet is closed
-	timer  *time.Timer   // counting down to the lull; nil while quiet or held
+	after time.Duration
+	mu    sync.Mutex
+	last  time.Time     // the latest Stir, Hold or Release
+	held  int           // Holds not yet Released
+	quiet chan struct{} // closed while quiet
+	timer *time.Timer   // counting down to the lull; nil while quiet or held
 }
 
 // NewLull returns a Lull that is quiet until stirred or held, and again once nothing is held
 // and nothing stirred it for after.
 func NewLull(after time.Duration) *Lull {
-	l := &Lull{after: after, quiet: make(chan struct{}), closed: true}
+	l := &Lull{after: after, quiet: make(chan struct{})}
 	close(l.quiet)
 	return l
 }
@@ -51,8 +50,10 @@ func (l *Lull) Release() {
 
 func (l *Lull) stir() {
 	l.last = time.Now()
-	if l.closed {
-		l.quiet, l.closed = make(chan struct{}), false
+	select {
+	case <-l.quiet: // quiet until now: a new channel for the next lull
+		l.quiet = make(chan struct{})
+	default:
 	}
 	if l.timer == nil && l.held == 0 {
 		l.timer = time.AfterFunc(l.after, l.check)
@@ -73,7 +74,7 @@ func (l *Lull) check() {
 		return
 	}
 	close(l.quiet)
-	l.closed, l.timer = true, nil
+	l.timer = nil
 }
 
 // Quiet returns a channel that is closed while nothing is held and no stir came for the lull's

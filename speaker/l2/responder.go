@@ -46,7 +46,7 @@ type Responder struct {
 	owned atomic.Pointer[map[netip.Addr]struct{}] // read on every packet, replaced by Set
 
 	mu     sync.Mutex // serialises Set, Silence and Close
-	silent bool       // Silence was called: nothing is owned or announced any more
+	silent bool       // Silence or Close was called: nothing is owned or announced any more
 	closed bool
 	stop   chan struct{} // closed by Close: ends repeats and read loops
 	wg     sync.WaitGroup
@@ -104,7 +104,7 @@ func (r *Responder) owns(ip netip.Addr) bool {
 func (r *Responder) Set(addrs []netip.Addr) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.closed || r.silent {
+	if r.silent {
 		return errors.New("responder closed")
 	}
 	old := *r.owned.Load()
@@ -144,7 +144,7 @@ func (r *Responder) Set(addrs []netip.Addr) error {
 func (r *Responder) Reannounce() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.closed || r.silent {
+	if r.silent {
 		return
 	}
 	var ips []netip.Addr
@@ -225,6 +225,10 @@ func (r *Responder) repeat(ips []netip.Addr) {
 func (r *Responder) Silence() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.silence()
+}
+
+func (r *Responder) silence() {
 	r.silent = true
 	r.owned.Store(&map[netip.Addr]struct{}{})
 }
@@ -237,7 +241,7 @@ func (r *Responder) Close() error {
 		return nil
 	}
 	r.closed = true
-	r.owned.Store(&map[netip.Addr]struct{}{})
+	r.silence()
 	close(r.stop)
 	err := r.arp.Close()
 	if r.ndp != nil {
