@@ -61,7 +61,7 @@ func decide(b *book, in seen) ready {
 	var o outcome
 	switch {
 	case !in.ours:
-		o.freedIn = release(b, in.key)
+		o.freedIn = release(b, in.key, in.listed)
 	case in.svc.DeletionTimestamp != nil:
 		o = keep(b, in.key, in.listed)
 	default:
@@ -207,16 +207,20 @@ func allocate(b *book, in seen) outcome {
 	return o
 }
 
-// release frees what a gone (or no longer LoadBalancer) Service held; returns the pools that
-// gained addresses.
-func release(b *book, key string) []string {
+// release frees what a gone (or no longer LoadBalancer) Service held, except what its stored
+// status may still list (listed; nothing once it is gone): a write of ours on its way, made for
+// an earlier version of it, is re-applied to the current one after a conflict, and that may be a
+// LoadBalancer again (the type flipped twice); it would list an address another Service was
+// given meanwhile. Returns the pools that gained addresses.
+func release(b *book, key string, listed []netip.Addr) []string {
 	held, ok := b.alloc.Assignment(key)
 	delete(b.waiting, key)
-	left := b.poolsContaining(b.dropLeaving(key)) // a gone Service's status lists nothing
+	was := b.dropLeaving(key)
+	b.alloc.Release(key)
+	left := b.holdLeaving(key, was, listed, nil)
 	if !ok {
 		return left
 	}
-	b.alloc.Release(key)
 	orphanPool := b.orphanOf[key]
 	delete(b.orphanOf, key)
 	return append(appendPools(left, held.Pool, orphanPool), b.poolsContaining(held.IPs)...)

@@ -3,6 +3,7 @@ package controller
 import (
 	"fmt"
 	"maps"
+	"net/netip"
 	"slices"
 	"strings"
 	"testing"
@@ -25,8 +26,9 @@ import (
 // status write would, so the next one starts from what is stored. Commands:
 //
 //	pool <name> <entry>...              an IPAddressPool (added or replaced); prints Services moved
-//	service <name>... [ip=<a>] [pool=<p>] [share=<key>] [port=<PROTO/n>] [type=<t>] [finalizer=<f>] [brief]
-//	                                    create or edit Services in namespace default, and decide each
+//	service <name>... [ip=<a>] [pool=<p>] [share=<key>] [port=<PROTO/n>] [type=<t>] [finalizer=<f>] [writing=<a>] [brief]
+//	                                    create or edit Services in namespace default, and decide each;
+//	                                    writing: a write of ours listing <a> is still on its way
 //	reconcile <name>...                 decide again, nothing changed (a retry)
 //	delete <name>                       delete: a Service with a finalizer becomes Terminating
 //	                                    (the next delete: its finalizer is removed, it is gone)
@@ -123,21 +125,24 @@ func (w *world) run(t *testing.T, d *datadriven.TestData) {
 			if typ := arg("type"); typ != "" {
 				svc.Spec.Type = corev1.ServiceType(typ)
 			}
+			if svc.Spec.Type != corev1.ServiceTypeLoadBalancer { // as the apiserver does
+				svc.Status.LoadBalancer = corev1.LoadBalancerStatus{}
+			}
 			if f := arg("finalizer"); f != "" {
 				svc.Finalizers = append(svc.Finalizers, f)
 			}
-			w.decide(t, svc, d.HasArg("brief"))
+			w.decide(t, svc, d.HasArg("brief"), arg("writing"))
 		}
 	case "reconcile":
 		for _, name := range names() {
-			w.decide(t, w.svcs["default/"+name], d.HasArg("brief"))
+			w.decide(t, w.svcs["default/"+name], d.HasArg("brief"), "")
 		}
 	case "delete":
 		key := "default/" + d.CmdArgs[0].Key
 		svc := w.svcs[key]
 		if len(svc.Finalizers) > 0 && svc.DeletionTimestamp == nil {
 			svc.DeletionTimestamp = ptr.To(metav1.NewTime(w.now))
-			w.decide(t, svc, false)
+			w.decide(t, svc, false, "")
 			return
 		}
 		delete(w.svcs, key)
@@ -202,9 +207,13 @@ func (w *world) run(t *testing.T, d *datadriven.TestData) {
 }
 
 // decide runs the Service reconcile's decision on what the world holds, and stores its write.
-func (w *world) decide(t *testing.T, svc *corev1.Service, brief bool) {
+// writing names an address a write of ours still on its way lists (statusWriter.mayList).
+func (w *world) decide(t *testing.T, svc *corev1.Service, brief bool, writing string) {
 	in := seen{key: svc.Namespace + "/" + svc.Name, svc: svc.DeepCopy(), listed: porticov1.IngressAddrs(svc),
 		ours: rules.Handles(svc, porticov1.DefaultLoadBalancerClass, true)}
+	if writing != "" {
+		in.listed = append(in.listed, netip.MustParseAddr(writing))
+	}
 	var selected []string
 	for i := range w.pools {
 		if sa := w.pools[i].Spec.ServiceAllocation; sa != nil && selects(sa, svc, nil) {

@@ -51,6 +51,40 @@ func TestMovedServiceWaitsForItsWrites(t *testing.T) {
 	waitIPs(t, ns, "b", "198.51.100.190")
 }
 
+// TestFlippedServiceWaitsForItsWrites: found by the chaos run's duplicate watch. A Service whose
+// type flipped to ClusterIP gave its address back at once, while a status write of ours made
+// for its LoadBalancer version was still on its way. After the conflict the writer applies that
+// write to the Service as stored then: once the type has flipped back, it lands, and the
+// address another Service got meanwhile is listed twice. The address must stay held until no
+// write of ours can list it.
+func TestFlippedServiceWaitsForItsWrites(t *testing.T) {
+	ns := namespace(t, nil)
+	held := holdStatusWrites(client.ObjectKey{Namespace: ns, Name: "a"})
+	cp.RunManager(t, func(mgr ctrl.Manager) error { return controller.Setup(mgr, controller.Options{}) }, held.wrap)
+	t.Cleanup(held.release) // before the manager stops (cleanups run last first)
+	createPool(t, "flipping", addresses("198.51.100.192/32"))
+
+	a := createService(t, ns, "a", withAnnotation(porticov1.AnnotationAddressPool, "flipping"))
+	held.waitArrived(t) // a's write listing .192 is on its way, and stays there
+	update(t, a, func() { a.Spec.Type = corev1.ServiceTypeClusterIP })
+
+	// b comes after a's flip in the one queue of Service changes, so it is decided after it.
+	createService(t, ns, "b", withAnnotation(porticov1.AnnotationAddressPool, "flipping"))
+	b := waitService(t, ns, "b", "an IPAllocated condition", func(s *corev1.Service) bool { return allocated(s) != nil })
+	if ips(b) != "" {
+		t.Errorf("b got %s while a's write listing it was still on its way", ips(b))
+	} else {
+		t.Logf("b waits: %s: %s", allocated(b).Reason, allocated(b).Message)
+	}
+
+	update(t, a, func() { a.Spec.Type = corev1.ServiceTypeLoadBalancer })
+	held.release() // the held write lands on a, a LoadBalancer again
+	waitIPs(t, ns, "a", "198.51.100.192")
+	if b = waitService(t, ns, "b", "an IPAllocated condition", func(s *corev1.Service) bool { return allocated(s) != nil }); ips(b) != "" {
+		t.Errorf("b lists %s, as a does", ips(b))
+	}
+}
+
 // heldWrites holds the controller's status writes to one Service until released: each is
 // sent to the apiserver only then, as a slow request would be.
 type heldWrites struct {

@@ -80,6 +80,8 @@ func (r *ServiceReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		// Under the lock: the request is built from the pools the book was just fed.
 		if in.ours {
 			in.req, in.reqErr = r.state.request(ctx, &svc)
+		}
+		if found {
 			in.listed = r.mayList(in.key, &svc)
 		}
 		rd = decide(b, in)

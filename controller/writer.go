@@ -65,10 +65,19 @@ type writePart struct {
 	retry chan<- event.GenericEvent // the reconciler's queue: the Service decides again after a failure
 }
 
+// addrs returns the addresses the part itself writes. Only those can reach the stored status
+// through its write: a part that leaves the ingress alone sends its copy's ingress under its
+// copy's resourceVersion, so it lands only where that is stored already.
+func (p writePart) addrs() []netip.Addr {
+	var probe corev1.Service
+	p.apply(&probe)
+	return porticov1.IngressAddrs(&probe)
+}
+
 type writeJob struct {
 	key  string
 	obj  *corev1.Service // the whole wanted object, at the resourceVersion it was computed from
-	ips  []netip.Addr    // the addresses obj lists (obj itself belongs to the lane once handed over)
+	ips  []netip.Addr    // the addresses the part writes (obj itself belongs to the lane once handed over)
 	part writePart
 }
 
@@ -130,7 +139,7 @@ func (w *statusWriter) submit(key string, cached *corev1.Service, p writePart) {
 		w.mu.Unlock()
 		return
 	}
-	job := &writeJob{key: key, obj: want, ips: porticov1.IngressAddrs(want), part: p}
+	job := &writeJob{key: key, obj: want, ips: p.addrs(), part: p}
 	w.inflight[key] = append(w.inflight[key], job)
 	w.lull.Hold()
 	w.mu.Unlock()
