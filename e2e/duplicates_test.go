@@ -167,7 +167,8 @@ func (w *duplicateWatch) observe(svc *corev1.Service, rv string) {
 				continue
 			}
 			w.reported[id] = true
-			w.found = append(w.found, fmt.Sprintf("%s held by %s and %s at resourceVersion %s: %s", ip, pair[0], pair[1], rv, why))
+			w.found = append(w.found, fmt.Sprintf("%s held by %s at resourceVersion %s and by %s since %s, seen at %s: %s",
+				ip, key, svc.ResourceVersion, other, w.last[other].ResourceVersion, rv, why))
 		}
 		if w.holders[ip] == nil {
 			w.holders[ip] = map[string]bool{}
