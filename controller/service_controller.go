@@ -76,7 +76,11 @@ func (r *ServiceReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		}
 	}
 	var rd ready
+	var behind bool
 	if err := r.state.withLock(ctx, func(b *book) {
+		if behind = b.behind(in.key, in.svc); behind {
+			return
+		}
 		// Under the lock: the request is built from the pools the book was just fed.
 		if in.ours {
 			in.req, in.reqErr = r.state.request(ctx, &svc)
@@ -88,6 +92,9 @@ func (r *ServiceReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	}); err != nil {
 		return ctrl.Result{}, err
 	}
+	if behind {
+		return r.catchUp(ctx, req, found)
+	}
 	r.state.retryServices(rd.retry)
 	r.state.poolsDirty(rd.pools)
 	if found {
@@ -96,6 +103,20 @@ func (r *ServiceReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		r.writer.forget(in.key)
 	}
 	return ctrl.Result{}, nil
+}
+
+// catchUp waits for the cache to catch up with what the rebuild read of a Service: its event
+// brings the Service back. A Service the cache does not hold may be gone; if the apiserver says
+// so, it is no longer fenced and is decided (released) at once.
+func (r *ServiceReconciler) catchUp(ctx context.Context, req ctrl.Request, cached bool) (ctrl.Result, error) {
+	if cached {
+		return ctrl.Result{}, nil
+	}
+	if found, err := get(ctx, r.state.live, req.NamespacedName, &corev1.Service{}); err != nil || found {
+		return ctrl.Result{}, err
+	}
+	r.state.book.Do(func(b *book) { delete(b.fence, req.Namespace+"/"+req.Name) })
+	return r.Reconcile(ctx, req)
 }
 
 // mayList is every address the Service's stored status may list: what the cached copy lists,

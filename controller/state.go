@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/util/resourceversion"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
@@ -44,6 +45,9 @@ type book struct {
 	poolGen  map[string]int64  // pool → generation the allocator was given
 	waiting  map[string]waiter // Services without the address they want
 	orphanOf map[string]string // Service → pool it got an address from that no longer holds it
+	// fence is, after a rebuild from the apiserver, the resourceVersion it read of each Service
+	// it restored addresses for, until the cache shows that version or a later one (behind).
+	fence map[string]string
 }
 
 func newBook() book {
@@ -119,7 +123,7 @@ func (s *state) load(ctx context.Context, b *book) error {
 	// Only what the rebuild needs is kept of each Service, not the Service.
 	type held struct {
 		created time.Time
-		key     string
+		key, rv string
 		req     allocator.Request
 		ips     []netip.Addr
 	}
@@ -130,7 +134,7 @@ func (s *state) load(ctx context.Context, b *book) error {
 			return
 		}
 		req, _ := s.requestFrom(ctx, svc, pools.Items) // a bad annotation does not stop the Service keeping its address
-		all = append(all, held{svc.CreationTimestamp.Time, svc.Namespace + "/" + svc.Name, req, ips})
+		all = append(all, held{svc.CreationTimestamp.Time, svc.Namespace + "/" + svc.Name, svc.ResourceVersion, req, ips})
 	})
 	if err != nil {
 		return err
@@ -151,16 +155,44 @@ func (s *state) load(ctx context.Context, b *book) error {
 	}
 	log := logf.FromContext(ctx)
 	restored := 0
+	if paged {
+		b.fence = map[string]string{}
+	}
 	for _, h := range append(fit, stale...) {
 		if _, err := b.alloc.Restore(h.req, h.ips); err != nil {
 			log.Info("not restoring an address from status", "service", h.req.Service, "reason", err.Error())
 			continue
+		}
+		if paged {
+			b.fence[h.key] = h.rv
 		}
 		restored++
 	}
 	log.Info("state rebuilt from Service status", "services", restored)
 	b.loaded = true
 	return nil
+}
+
+// behind reports whether the cache's copy of a Service (nil: not in the cache) is older than
+// what the rebuild read of it: a decision from that copy could give away an address its stored
+// status lists. The cache catches up (a new leader's informers may have been cut off from an
+// apiserver that restarted, and resume only after their backoff), and its event brings the
+// Service back. Once the cache shows that version or a later one, the Service is no longer
+// fenced. A fenced Service missing from the cache may be gone: the caller asks the apiserver.
+func (b *book) behind(key string, cached *corev1.Service) bool {
+	rv, fenced := b.fence[key]
+	if !fenced {
+		return false
+	}
+	if cached == nil {
+		return true
+	}
+	// Versions that do not compare (an apiserver older than 1.35) cannot say: not fenced.
+	if c, err := resourceversion.CompareResourceVersion(rv, cached.ResourceVersion); err == nil && c > 0 {
+		return true
+	}
+	delete(b.fence, key)
+	return false
 }
 
 // eachService calls fn with every Service r lists, a page of servicesPage at a time when
