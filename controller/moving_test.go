@@ -25,10 +25,7 @@ import (
 // listed the address until the mover's next write. The address must stay held until no write
 // of the mover can list it.
 func TestMovedServiceWaitsForItsWrites(t *testing.T) {
-	ns := namespace(t, nil)
-	held := holdStatusWrites(client.ObjectKey{Namespace: ns, Name: "a"})
-	cp.RunManager(t, func(mgr ctrl.Manager) error { return controller.Setup(mgr, controller.Options{}) }, held.wrap)
-	t.Cleanup(held.release) // before the manager stops (cleanups run last first)
+	ns, held := runHoldingWrites(t, "a")
 	createPool(t, "moving-from", addresses("198.51.100.190/32"))
 	createPool(t, "moving-to", addresses("198.51.100.191/32"))
 
@@ -39,12 +36,7 @@ func TestMovedServiceWaitsForItsWrites(t *testing.T) {
 	waitPool(t, "moving-to", "1 address assigned", func(p *porticov1.IPAddressPool) bool { return p.Status.AssignedIPv4 == 1 })
 
 	createService(t, ns, "b", withAnnotation(porticov1.AnnotationAddressPool, "moving-from"))
-	b := waitService(t, ns, "b", "an IPAllocated condition", func(s *corev1.Service) bool { return allocated(s) != nil })
-	if ips(b) != "" {
-		t.Errorf("b got %s while a's write listing it was still on its way: both list it once that write lands", ips(b))
-	} else {
-		t.Logf("b waits: %s: %s", allocated(b).Reason, allocated(b).Message)
-	}
+	expectWaiting(t, ns, "b", "a's write listing it was still on its way: both list it once that write lands")
 
 	held.release()
 	waitIPs(t, ns, "a", "198.51.100.191")
@@ -58,10 +50,7 @@ func TestMovedServiceWaitsForItsWrites(t *testing.T) {
 // address another Service got meanwhile is listed twice. The address must stay held until no
 // write of ours can list it.
 func TestFlippedServiceWaitsForItsWrites(t *testing.T) {
-	ns := namespace(t, nil)
-	held := holdStatusWrites(client.ObjectKey{Namespace: ns, Name: "a"})
-	cp.RunManager(t, func(mgr ctrl.Manager) error { return controller.Setup(mgr, controller.Options{}) }, held.wrap)
-	t.Cleanup(held.release) // before the manager stops (cleanups run last first)
+	ns, held := runHoldingWrites(t, "a")
 	createPool(t, "flipping", addresses("198.51.100.192/32"))
 
 	a := createService(t, ns, "a", withAnnotation(porticov1.AnnotationAddressPool, "flipping"))
@@ -70,19 +59,35 @@ func TestFlippedServiceWaitsForItsWrites(t *testing.T) {
 
 	// b comes after a's flip in the one queue of Service changes, so it is decided after it.
 	createService(t, ns, "b", withAnnotation(porticov1.AnnotationAddressPool, "flipping"))
-	b := waitService(t, ns, "b", "an IPAllocated condition", func(s *corev1.Service) bool { return allocated(s) != nil })
-	if ips(b) != "" {
-		t.Errorf("b got %s while a's write listing it was still on its way", ips(b))
-	} else {
-		t.Logf("b waits: %s: %s", allocated(b).Reason, allocated(b).Message)
-	}
+	expectWaiting(t, ns, "b", "a's write listing it was still on its way")
 
 	update(t, a, func() { a.Spec.Type = corev1.ServiceTypeLoadBalancer })
 	held.release() // the held write lands on a, a LoadBalancer again
 	waitIPs(t, ns, "a", "198.51.100.192")
-	if b = waitService(t, ns, "b", "an IPAllocated condition", func(s *corev1.Service) bool { return allocated(s) != nil }); ips(b) != "" {
-		t.Errorf("b lists %s, as a does", ips(b))
+	expectWaiting(t, ns, "b", "a lists it")
+}
+
+// runHoldingWrites runs the controller in a new namespace, holding its status writes to the
+// Service named name (holdStatusWrites) until released or the test ends.
+func runHoldingWrites(t *testing.T, name string) (string, *heldWrites) {
+	t.Helper()
+	ns := namespace(t, nil)
+	held := holdStatusWrites(client.ObjectKey{Namespace: ns, Name: name})
+	cp.RunManager(t, func(mgr ctrl.Manager) error { return controller.Setup(mgr, controller.Options{}) }, held.wrap)
+	t.Cleanup(held.release) // before the manager stops (cleanups run last first)
+	return ns, held
+}
+
+// expectWaiting waits for the Service's IPAllocated condition and fails the test if the
+// Service lists an address: while says who else lists it meanwhile.
+func expectWaiting(t *testing.T, ns, name, while string) {
+	t.Helper()
+	svc := waitService(t, ns, name, "an IPAllocated condition", func(s *corev1.Service) bool { return allocated(s) != nil })
+	if got := ips(svc); got != "" {
+		t.Errorf("%s got %s while %s", name, got, while)
+		return
 	}
+	t.Logf("%s waits: %s: %s", name, allocated(svc).Reason, allocated(svc).Message)
 }
 
 // heldWrites holds the controller's status writes to one Service until released: each is

@@ -3,11 +3,17 @@ package controller_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
+	"github.com/portico-lb/portico/controller"
 )
 
 // TestRestartPrefersServicesThatFit: found by `make chaos` (an unedited Service's address
@@ -18,15 +24,9 @@ import (
 // older Service first and moving a Service nobody edited.
 func TestRestartPrefersServicesThatFit(t *testing.T) {
 	ctx := context.Background()
-	for name, spec := range map[string]porticov1.IPAddressPoolSpec{
+	createPoolsBeforeController(t, map[string]porticov1.IPAddressPoolSpec{
 		"fit-a": addresses("198.51.100.160/30"), "fit-b": addresses("198.51.100.164/30"),
-	} {
-		pool := &porticov1.IPAddressPool{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: spec}
-		if err := cp.Client.Create(ctx, pool); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = cp.Client.Delete(ctx, pool) })
-	}
+	})
 	ns := namespace(t, nil)
 	// Created in this order (and in one second, where names break the tie): "older" comes
 	// first in age order.
@@ -46,3 +46,100 @@ func TestRestartPrefersServicesThatFit(t *testing.T) {
 		t.Errorf("younger, never edited, moved from 198.51.100.161 to %s", got)
 	}
 }
+
+// createPoolsBeforeController creates pools while no controller runs (createPool waits for
+// the controller's Ready condition); the test deletes them at its end.
+func createPoolsBeforeController(t *testing.T, pools map[string]porticov1.IPAddressPoolSpec) {
+	t.Helper()
+	ctx := context.Background()
+	for name, spec := range pools {
+		pool := &porticov1.IPAddressPool{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: spec}
+		if err := cp.Client.Create(ctx, pool); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cp.Client.Delete(ctx, pool) })
+	}
+}
+
+// TestNewLeaderWaitsForItsCache: a new leader rebuilds its allocator from the apiserver, but
+// decides each Service from its cache, which may be behind: its informers, cut off while the
+// apiserver restarted, resume only after their backoff. The old leader moved "a-moved" to pool
+// fence-b (.194) before it died; the new leader's cache still shows it in fence-a, listing .193.
+// Deciding from that copy gave it .193 back and freed .194, which went to the waiting
+// "b-waiting" while a-moved's stored status still listed it. a-moved must wait for the cache.
+func TestNewLeaderWaitsForItsCache(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t, nil)
+	createPoolsBeforeController(t, map[string]porticov1.IPAddressPoolSpec{
+		"fence-a": addresses("198.51.100.193/32"), "fence-b": addresses("198.51.100.194/32"),
+	})
+	setIngress := func(svc *corev1.Service, ip string) {
+		t.Helper()
+		svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: ip}}
+		if err := cp.Client.Status().Update(ctx, svc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// What the old leader did, as its cache-behind successor may still see it and as it is.
+	moved := createService(t, ns, "a-moved", withAnnotation(porticov1.AnnotationAddressPool, "fence-a"))
+	setIngress(moved, "198.51.100.193")
+	stale := moved.DeepCopy()
+	update(t, moved, func() { moved.Annotations[porticov1.AnnotationAddressPool] = "fence-b" })
+	setIngress(moved, "198.51.100.194")
+	createService(t, ns, "b-waiting", withAnnotation(porticov1.AnnotationAddressPool, "fence-b"))
+
+	// The initial list brings a-moved to the queue before b-waiting (the apiserver lists in
+	// name order, one worker decides in queue order).
+	behind := &staleCache{key: client.ObjectKeyFromObject(moved), copy: stale, served: make(chan struct{}, 1)}
+	cp.RunManager(t, func(mgr ctrl.Manager) error { return controller.Setup(mgr, controller.Options{}) }, behind.wrap)
+	select {
+	case <-behind.served:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the controller never read a-moved")
+	}
+	expectWaiting(t, ns, "b-waiting", "a-moved's stored status listed it")
+
+	// The cache catches up; its event brings a-moved back (here: an edit).
+	behind.catchUp()
+	update(t, moved, func() { moved.Labels = map[string]string{"touched": "yes"} })
+	waitIPs(t, ns, "a-moved", "198.51.100.194")
+	expectWaiting(t, ns, "b-waiting", "a-moved lists it")
+}
+
+// staleCache makes the manager's cached reads of one Service return an old copy of it until
+// catchUp, as an informer that has not yet seen the later versions would.
+type staleCache struct {
+	key    client.ObjectKey
+	copy   *corev1.Service
+	served chan struct{}
+	caught chan struct{}
+}
+
+func (s *staleCache) wrap(o *ctrl.Options) {
+	s.caught = make(chan struct{})
+	o.NewClient = func(cfg *rest.Config, opts client.Options) (client.Client, error) {
+		c, err := client.New(cfg, opts)
+		if err != nil {
+			return nil, err
+		}
+		return interceptor.NewClient(noWatch{c}, interceptor.Funcs{
+			Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+				if svc, ok := obj.(*corev1.Service); ok && key == s.key {
+					select {
+					case <-s.caught:
+					default:
+						s.copy.DeepCopyInto(svc)
+						select {
+						case s.served <- struct{}{}:
+						default:
+						}
+						return nil
+					}
+				}
+				return c.Get(ctx, key, obj, opts...)
+			},
+		}), nil
+	}
+}
+
+func (s *staleCache) catchUp() { close(s.caught) }
