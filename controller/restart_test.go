@@ -6,6 +6,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -106,8 +107,38 @@ func TestNewLeaderWaitsForItsCache(t *testing.T) {
 	expectWaiting(t, ns, "b-waiting", "a-moved lists it")
 }
 
-// staleCache makes the manager's cached reads of one Service return an old copy of it until
-// catchUp, as an informer that has not yet seen the later versions would.
+// TestNewLeaderAsksForAServiceItsCacheLacks: the same lagging cache, without the Service at all
+// (created just before the apiserver went away, say). Not in the cache does not mean gone: the
+// new leader asks the apiserver, and frees the address only once the Service is gone there.
+func TestNewLeaderAsksForAServiceItsCacheLacks(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t, nil)
+	createPoolsBeforeController(t, map[string]porticov1.IPAddressPoolSpec{"fence-c": addresses("198.51.100.195/32")})
+	hidden := createService(t, ns, "a-hidden", withAnnotation(porticov1.AnnotationAddressPool, "fence-c"))
+	hidden.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "198.51.100.195"}}
+	if err := cp.Client.Status().Update(ctx, hidden); err != nil {
+		t.Fatal(err)
+	}
+	createService(t, ns, "b-waiting", withAnnotation(porticov1.AnnotationAddressPool, "fence-c"))
+
+	behind := &staleCache{key: client.ObjectKeyFromObject(hidden), served: make(chan struct{}, 1)}
+	cp.RunManager(t, func(mgr ctrl.Manager) error { return controller.Setup(mgr, controller.Options{}) }, behind.wrap)
+	select {
+	case <-behind.served:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the controller never read a-hidden")
+	}
+	expectWaiting(t, ns, "b-waiting", "a-hidden's stored status listed it")
+
+	// Gone for real: its deletion's event brings it back, the apiserver says it is gone.
+	if err := cp.Client.Delete(ctx, hidden); err != nil {
+		t.Fatal(err)
+	}
+	waitIPs(t, ns, "b-waiting", "198.51.100.195")
+}
+
+// staleCache makes the manager's cached reads of one Service return an old copy of it (none:
+// not found) until catchUp, as an informer that has not yet seen the later versions would.
 type staleCache struct {
 	key    client.ObjectKey
 	copy   *corev1.Service
@@ -128,11 +159,14 @@ func (s *staleCache) wrap(o *ctrl.Options) {
 					select {
 					case <-s.caught:
 					default:
-						s.copy.DeepCopyInto(svc)
 						select {
 						case s.served <- struct{}{}:
 						default:
 						}
+						if s.copy == nil {
+							return apierrors.NewNotFound(corev1.Resource("services"), key.Name)
+						}
+						s.copy.DeepCopyInto(svc)
 						return nil
 					}
 				}
