@@ -91,13 +91,7 @@ func TestNewLeaderWaitsForItsCache(t *testing.T) {
 
 	// The initial list brings a-moved to the queue before b-waiting (the apiserver lists in
 	// name order, one worker decides in queue order).
-	behind := &staleCache{key: client.ObjectKeyFromObject(moved), copy: stale, served: make(chan struct{}, 1)}
-	cp.RunManager(t, func(mgr ctrl.Manager) error { return controller.Setup(mgr, controller.Options{}) }, behind.wrap)
-	select {
-	case <-behind.served:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the controller never read a-moved")
-	}
+	behind := runBehind(t, moved, stale)
 	expectWaiting(t, ns, "b-waiting", "a-moved's stored status listed it")
 
 	// The cache catches up; its event brings a-moved back (here: an edit).
@@ -121,13 +115,7 @@ func TestNewLeaderAsksForAServiceItsCacheLacks(t *testing.T) {
 	}
 	createService(t, ns, "b-waiting", withAnnotation(porticov1.AnnotationAddressPool, "fence-c"))
 
-	behind := &staleCache{key: client.ObjectKeyFromObject(hidden), served: make(chan struct{}, 1)}
-	cp.RunManager(t, func(mgr ctrl.Manager) error { return controller.Setup(mgr, controller.Options{}) }, behind.wrap)
-	select {
-	case <-behind.served:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the controller never read a-hidden")
-	}
+	runBehind(t, hidden, nil)
 	expectWaiting(t, ns, "b-waiting", "a-hidden's stored status listed it")
 
 	// Gone for real: its deletion's event brings it back, the apiserver says it is gone.
@@ -135,6 +123,20 @@ func TestNewLeaderAsksForAServiceItsCacheLacks(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitIPs(t, ns, "b-waiting", "198.51.100.195")
+}
+
+// runBehind runs the controller with its cached reads of svc answered from stale (nil: not
+// found) until catchUp, and returns once it has read svc so.
+func runBehind(t *testing.T, svc, stale *corev1.Service) *staleCache {
+	t.Helper()
+	behind := &staleCache{key: client.ObjectKeyFromObject(svc), copy: stale, served: make(chan struct{}, 1)}
+	cp.RunManager(t, func(mgr ctrl.Manager) error { return controller.Setup(mgr, controller.Options{}) }, behind.wrap)
+	select {
+	case <-behind.served:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the controller never read %s", svc.Name)
+	}
+	return behind
 }
 
 // staleCache makes the manager's cached reads of one Service return an old copy of it (none:
