@@ -82,11 +82,14 @@ func (r *ServiceReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 			return
 		}
 		// Under the lock: the request is built from the pools the book was just fed.
-		if in.ours {
+		switch {
+		case in.ours:
 			in.req, in.reqErr = r.state.request(ctx, &svc)
-		}
-		if found {
 			in.listed = r.mayList(in.key, &svc)
+		case found:
+			// Only what our own writes may list: a ClusterIP Service lists nothing (the apiserver
+			// clears it), and another load balancer's Service lists that one's addresses.
+			in.listed = r.writer.mayList(in.key, &svc)
 		}
 		rd = decide(b, in)
 	}); err != nil {
