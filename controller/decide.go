@@ -207,8 +207,8 @@ func allocate(b *book, in seen) outcome {
 	return o
 }
 
-// release frees what a gone (or no longer LoadBalancer) Service held, except what its stored
-// status may still list (listed; nothing once it is gone): a write of ours on its way, made for
+// release frees what a gone (or no longer LoadBalancer) Service held, except what our writes
+// may still put in its status (listed; nothing once it is gone): a write on its way, made for
 // an earlier version of it, is re-applied to the current one after a conflict, and that may be a
 // LoadBalancer again (the type flipped twice); it would list an address another Service was
 // given meanwhile. Returns the pools that gained addresses.
