@@ -26,11 +26,7 @@ func TestIgnoreClassless(t *testing.T) {
 	pool := addresses("198.51.100.160/30")
 	pool.ServiceAllocation = &porticov1.ServiceAllocation{Namespaces: []porticov1.Name{porticov1.Name(ns)}}
 	createPool(t, "classes", pool)
-	classless := createService(t, ns, "classless")
-	classless.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "198.51.100.160", IPMode: ptr.To(corev1.LoadBalancerIPModeVIP)}}
-	if err := cp.Client.Status().Update(context.Background(), classless); err != nil { // the other load balancer's
-		t.Fatal(err)
-	}
+	writeIngress(t, createService(t, ns, "classless"), "198.51.100.160") // the other load balancer's
 	createService(t, ns, "classed", func(s *corev1.Service) { s.Spec.LoadBalancerClass = ptr.To(porticov1.DefaultLoadBalancerClass) })
 	waitIPs(t, ns, "classed", "198.51.100.160")
 	waitEvent(t, ns, "classed", "IPAllocated", "198.51.100.160")

@@ -105,24 +105,30 @@ func holdStatusWrites(key client.ObjectKey) *heldWrites {
 
 // wrap makes the manager's client hold the writes.
 func (h *heldWrites) wrap(o *ctrl.Options) {
+	intercept(o, interceptor.Funcs{
+		SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+			if _, ok := obj.(*corev1.Service); ok && client.ObjectKeyFromObject(obj) == h.key {
+				h.arrived <- struct{}{}
+				select {
+				case <-h.released:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
+			return c.SubResource(sub).Update(ctx, obj, opts...)
+		},
+	})
+}
+
+// intercept makes the manager's client (its cached reads and its writes to the real
+// apiserver) go through funcs.
+func intercept(o *ctrl.Options, funcs interceptor.Funcs) {
 	o.NewClient = func(cfg *rest.Config, opts client.Options) (client.Client, error) {
 		c, err := client.New(cfg, opts)
 		if err != nil {
 			return nil, err
 		}
-		return interceptor.NewClient(noWatch{c}, interceptor.Funcs{
-			SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
-				if _, ok := obj.(*corev1.Service); ok && client.ObjectKeyFromObject(obj) == h.key {
-					h.arrived <- struct{}{}
-					select {
-					case <-h.released:
-					case <-ctx.Done():
-						return ctx.Err()
-					}
-				}
-				return c.SubResource(sub).Update(ctx, obj, opts...)
-			},
-		}), nil
+		return interceptor.NewClient(noWatch{c}, funcs), nil
 	}
 }
 

@@ -8,7 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -24,7 +24,6 @@ import (
 // meets its spec), not move it to the lowest free address, and move older, which asked for another pool, instead of honouring the
 // older Service first and moving a Service nobody edited.
 func TestRestartPrefersServicesThatFit(t *testing.T) {
-	ctx := context.Background()
 	createPoolsBeforeController(t, map[string]porticov1.IPAddressPoolSpec{
 		"fit-a": addresses("198.51.100.160/30"), "fit-b": addresses("198.51.100.164/30"),
 	})
@@ -35,16 +34,23 @@ func TestRestartPrefersServicesThatFit(t *testing.T) {
 		createService(t, ns, "older", withAnnotation(porticov1.AnnotationAddressPool, "fit-b")),
 		createService(t, ns, "younger"),
 	} {
-		svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "198.51.100.161"}}
-		if err := cp.Client.Status().Update(ctx, svc); err != nil {
-			t.Fatal(err)
-		}
+		writeIngress(t, svc, "198.51.100.161")
 	}
 	startManager(t)
 	waitIPs(t, ns, "older", "198.51.100.164")
 	younger := waitService(t, ns, "younger", "an IPAllocated condition", func(s *corev1.Service) bool { return allocated(s) != nil })
 	if got := ips(younger); got != "198.51.100.161" {
 		t.Errorf("younger, never edited, moved from 198.51.100.161 to %s", got)
+	}
+}
+
+// writeIngress makes the Service's status list ip, as another writer would (an old leader,
+// another load balancer).
+func writeIngress(t *testing.T, svc *corev1.Service, ip string) {
+	t.Helper()
+	svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: ip, IPMode: ptr.To(corev1.LoadBalancerIPModeVIP)}}
+	if err := cp.Client.Status().Update(context.Background(), svc); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -69,24 +75,16 @@ func createPoolsBeforeController(t *testing.T, pools map[string]porticov1.IPAddr
 // Deciding from that copy gave it .193 back and freed .194, which went to the waiting
 // "b-waiting" while a-moved's stored status still listed it. a-moved must wait for the cache.
 func TestNewLeaderWaitsForItsCache(t *testing.T) {
-	ctx := context.Background()
 	ns := namespace(t, nil)
 	createPoolsBeforeController(t, map[string]porticov1.IPAddressPoolSpec{
 		"fence-a": addresses("198.51.100.193/32"), "fence-b": addresses("198.51.100.194/32"),
 	})
-	setIngress := func(svc *corev1.Service, ip string) {
-		t.Helper()
-		svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: ip}}
-		if err := cp.Client.Status().Update(ctx, svc); err != nil {
-			t.Fatal(err)
-		}
-	}
 	// What the old leader did, as its cache-behind successor may still see it and as it is.
 	moved := createService(t, ns, "a-moved", withAnnotation(porticov1.AnnotationAddressPool, "fence-a"))
-	setIngress(moved, "198.51.100.193")
+	writeIngress(t, moved, "198.51.100.193")
 	stale := moved.DeepCopy()
 	update(t, moved, func() { moved.Annotations[porticov1.AnnotationAddressPool] = "fence-b" })
-	setIngress(moved, "198.51.100.194")
+	writeIngress(t, moved, "198.51.100.194")
 	createService(t, ns, "b-waiting", withAnnotation(porticov1.AnnotationAddressPool, "fence-b"))
 
 	// The initial list brings a-moved to the queue before b-waiting (the apiserver lists in
@@ -109,10 +107,7 @@ func TestNewLeaderAsksForAServiceItsCacheLacks(t *testing.T) {
 	ns := namespace(t, nil)
 	createPoolsBeforeController(t, map[string]porticov1.IPAddressPoolSpec{"fence-c": addresses("198.51.100.195/32")})
 	hidden := createService(t, ns, "a-hidden", withAnnotation(porticov1.AnnotationAddressPool, "fence-c"))
-	hidden.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "198.51.100.195"}}
-	if err := cp.Client.Status().Update(ctx, hidden); err != nil {
-		t.Fatal(err)
-	}
+	writeIngress(t, hidden, "198.51.100.195")
 	createService(t, ns, "b-waiting", withAnnotation(porticov1.AnnotationAddressPool, "fence-c"))
 
 	runBehind(t, hidden, nil)
@@ -150,32 +145,26 @@ type staleCache struct {
 
 func (s *staleCache) wrap(o *ctrl.Options) {
 	s.caught = make(chan struct{})
-	o.NewClient = func(cfg *rest.Config, opts client.Options) (client.Client, error) {
-		c, err := client.New(cfg, opts)
-		if err != nil {
-			return nil, err
-		}
-		return interceptor.NewClient(noWatch{c}, interceptor.Funcs{
-			Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-				if svc, ok := obj.(*corev1.Service); ok && key == s.key {
+	intercept(o, interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if svc, ok := obj.(*corev1.Service); ok && key == s.key {
+				select {
+				case <-s.caught:
+				default:
 					select {
-					case <-s.caught:
+					case s.served <- struct{}{}:
 					default:
-						select {
-						case s.served <- struct{}{}:
-						default:
-						}
-						if s.copy == nil {
-							return apierrors.NewNotFound(corev1.Resource("services"), key.Name)
-						}
-						s.copy.DeepCopyInto(svc)
-						return nil
 					}
+					if s.copy == nil {
+						return apierrors.NewNotFound(corev1.Resource("services"), key.Name)
+					}
+					s.copy.DeepCopyInto(svc)
+					return nil
 				}
-				return c.Get(ctx, key, obj, opts...)
-			},
-		}), nil
-	}
+			}
+			return c.Get(ctx, key, obj, opts...)
+		},
+	})
 }
 
 func (s *staleCache) catchUp() { close(s.caught) }
