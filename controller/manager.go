@@ -1,10 +1,12 @@
 package controller
 
 import (
+	"context"
 	"os"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	eventsv1 "k8s.io/api/events/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 
@@ -57,7 +59,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	// Events wait behind the Services' status writes. The sender runs on the leader only, with
 	// the reconcilers whose events it sends (a Runnable the manager starts after election).
 	host, _ := os.Hostname()
-	recorder := events.NewSender(events.Options{Client: mgr.GetClient(), Scheme: mgr.GetScheme(), Controller: "portico-controller",
+	recorder := events.NewSender(events.Options{Create: func(ctx context.Context, ev *eventsv1.Event) error { return mgr.GetClient().Create(ctx, ev) }, Scheme: mgr.GetScheme(), Controller: "portico-controller",
 		Instance: "portico-controller-" + host, Quiet: w.quiet, Metrics: opts.Metrics.events})
 	if err := mgr.Add(recorder); err != nil {
 		return err

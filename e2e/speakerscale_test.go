@@ -17,13 +17,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
 	"github.com/portico-lb/portico/internal/controlplane"
 	"github.com/portico-lb/portico/speaker"
 	"github.com/portico-lb/portico/speaker/bgp"
+	"github.com/portico-lb/portico/speaker/kubeapi"
 	"github.com/portico-lb/portico/speaker/l2"
 	"github.com/portico-lb/portico/speaker/membership"
 )
@@ -118,9 +117,10 @@ func startSimulation(b testing.TB, cp *controlplane.ControlPlane, n int, bgpMode
 		must(b, cp.Client.Status().Update(ctx, node))
 		sim.nodes = append(sim.nodes, node.Name)
 	}
-	c, err := cache.New(cp.Config, cache.Options{Scheme: cp.Scheme})
+	shared, err := kubeapi.New(cp.Config)
 	must(b, err)
-	go func() { _ = c.Start(ctx) }()
+	c := kubeapi.NewCache(shared, speaker.TrimForCache)
+	c.Start(ctx)
 	var groups []*membership.Group
 	for i, name := range sim.nodes {
 		rec := &networkRecorder{}
@@ -128,9 +128,9 @@ func startSimulation(b testing.TB, cp *controlplane.ControlPlane, n int, bgpMode
 		sim.metrics = append(sim.metrics, reg)
 		cfg := rest.CopyConfig(cp.Config)
 		cfg.QPS = -1 // ctrl.GetConfig's setting in the speaker binary
-		cl, err := client.New(cfg, client.Options{Scheme: cp.Scheme})
+		cl, err := kubeapi.New(cfg)
 		must(b, err)
-		s := &speaker.Speaker{Node: name, LBClass: porticov1.DefaultLoadBalancerClass, Cache: c, Client: cl, Reader: cl,
+		s := &speaker.Speaker{Node: name, LBClass: porticov1.DefaultLoadBalancerClass, Cache: c, Client: cl,
 			MLPort: port, Announce: l2Side{rec}, BGP: bgpSide{rec},
 			Metrics: speaker.NewMetrics(reg), Log: logr.Discard()}
 		// memberlist's LAN timing, not Portico's faster default: a hundred groups share two

@@ -25,7 +25,7 @@ func packages(t *testing.T, pattern, field string) map[string][]string {
 }
 
 // TestLayering: controller/ and speaker/ are siblings that never link each other's code, the
-// rules they share do no I/O, and internal/ helpers do not import testing outside tests.
+// speaker does not link controller-runtime's client, the rules they share do no I/O, and internal/ helpers do not import testing outside tests.
 func TestLayering(t *testing.T) {
 	forbid := func(pattern, field string, bad func(string) bool) {
 		for pkg, uses := range packages(t, pattern, field) {
@@ -38,6 +38,14 @@ func TestLayering(t *testing.T) {
 	}
 	forbid("controller/...", "Deps", func(p string) bool { return strings.HasPrefix(p, module+"speaker") })
 	forbid("speaker/...", "Deps", func(p string) bool { return strings.HasPrefix(p, module+"controller") })
+	// The speaker runs on every node: it reads its few kinds through speaker/kubeapi, not through
+	// controller-runtime's client, which registers every Kubernetes API group at start-up (about
+	// 8 MiB of an idle speaker's memory).
+	heavy := func(p string) bool {
+		return p == "k8s.io/client-go/kubernetes/scheme" || p == "sigs.k8s.io/controller-runtime/pkg/client"
+	}
+	forbid("speaker/...", "Deps", heavy)
+	forbid("cmd/portico-speaker", "Deps", heavy)
 	// Test helpers take small interfaces (netlab.T, ci.T, controlplane.TB), so a program such as
 	// the demo that uses them does not link the testing package and its flags.
 	forbid("internal/...", "Imports", func(p string) bool { return p == "testing" })

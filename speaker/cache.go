@@ -3,14 +3,7 @@ package speaker
 import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 )
-
-// CacheOptions are the speaker's informer cache settings: each object is trimmed by
-// TrimForCache before it is stored.
-func CacheOptions() cache.Options {
-	return cache.Options{DefaultTransform: TrimForCache}
-}
 
 // TrimForCache drops what the speaker never reads from an object before the informer cache keeps
 // it: every object's managedFields and kubectl's last-applied-configuration annotation (a copy

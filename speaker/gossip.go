@@ -12,7 +12,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"sigs.k8s.io/controller-runtime/pkg/client"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/portico-lb/portico/rules"
 	"github.com/portico-lb/portico/speaker/membership"
@@ -67,7 +68,7 @@ func (s *Speaker) checkClaim(name string, addr netip.Addr) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	var node corev1.Node
-	if err := s.Cache.Get(ctx, client.ObjectKey{Name: name}, &node); apierrors.IsNotFound(err) {
+	if err := s.Cache.Get(ctx, types.NamespacedName{Name: name}, &node); apierrors.IsNotFound(err) {
 		return fmt.Errorf("member claims to be node %s, which does not exist", name)
 	} else if err != nil {
 		return fmt.Errorf("member claims to be node %s, which cannot be read: %w", name, err)
@@ -128,8 +129,13 @@ func MemberlistKeys(sec *corev1.Secret) (membership.Keys, error) {
 	return k, nil
 }
 
+// Reader reads one object: a *kubeapi.Client reads it from the apiserver.
+type Reader interface {
+	Get(ctx context.Context, key types.NamespacedName, obj runtime.Object) error
+}
+
 // ReadMemberlistKeys reads the memberlist Secret from the apiserver.
-func ReadMemberlistKeys(ctx context.Context, r client.Reader, ref client.ObjectKey) (membership.Keys, error) {
+func ReadMemberlistKeys(ctx context.Context, r Reader, ref types.NamespacedName) (membership.Keys, error) {
 	var sec corev1.Secret
 	if err := r.Get(ctx, ref, &sec); err != nil {
 		return membership.Keys{}, fmt.Errorf("reading memberlist keys from Secret %s: %w", ref, err)
@@ -141,7 +147,7 @@ func ReadMemberlistKeys(ctx context.Context, r client.Reader, ref client.ObjectK
 // be read or holds bad keys changes nothing: the keys in use stay, and the Speaker status
 // says what is wrong until the Secret is fixed.
 func (s *Speaker) reloadKeys(ctx context.Context) {
-	k, err := ReadMemberlistKeys(ctx, s.Reader, *s.KeySecret)
+	k, err := ReadMemberlistKeys(ctx, s.Client, *s.KeySecret)
 	if err == nil && !k.Same(s.Group.Keys()) {
 		err = s.Group.SetKeys(k)
 		if err == nil {

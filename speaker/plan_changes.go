@@ -8,9 +8,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // pendingChanges collects, between two reconciles, the Services that changed (a Service or one
@@ -81,7 +82,7 @@ func (p *pendingChanges) slicesOf(key string) []string {
 
 // changeHandler is the informer handler for obj's kind: Services and EndpointSlices name the
 // Service that changed, every other kind asks for a whole plan.
-func (s *Speaker) changeHandler(obj client.Object) toolscache.ResourceEventHandlerFuncs {
+func (s *Speaker) changeHandler(obj runtime.Object) toolscache.ResourceEventHandlerFuncs {
 	note := func(o any, gone bool) {
 		if t, ok := o.(toolscache.DeletedFinalStateUnknown); ok {
 			o = t.Obj
@@ -123,7 +124,7 @@ func (s *Speaker) changedServices(ctx context.Context, keys []string) ([]corev1.
 		ns, name, _ := strings.Cut(key, "/")
 		var svc corev1.Service
 		if err := s.Cache.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &svc); err != nil {
-			if client.IgnoreNotFound(err) != nil {
+			if !apierrors.IsNotFound(err) {
 				return nil, nil, err
 			}
 			continue
@@ -134,7 +135,7 @@ func (s *Speaker) changedServices(ctx context.Context, keys []string) ([]corev1.
 		}
 		for _, sliceName := range s.pending.slicesOf(key) {
 			var es discoveryv1.EndpointSlice
-			if err := s.Cache.Get(ctx, types.NamespacedName{Namespace: ns, Name: sliceName}, &es); client.IgnoreNotFound(err) != nil {
+			if err := s.Cache.Get(ctx, types.NamespacedName{Namespace: ns, Name: sliceName}, &es); err != nil && !apierrors.IsNotFound(err) {
 				return nil, nil, err
 			} else if err == nil {
 				eps = append(eps, es)

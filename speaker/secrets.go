@@ -5,7 +5,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/portico-lb/portico/api/v1alpha1"
 )
@@ -26,16 +26,16 @@ func (s *Speaker) secretsFor(ctx context.Context, peers []v1alpha1.BGPPeer) []co
 	s.secretsMu.Lock()
 	defer s.secretsMu.Unlock()
 	if s.secrets == nil {
-		s.secrets = map[client.ObjectKey]cachedSecret{}
+		s.secrets = map[types.NamespacedName]cachedSecret{}
 	}
 	var out []corev1.Secret
-	seen := map[client.ObjectKey]bool{}
+	seen := map[types.NamespacedName]bool{}
 	for i := range peers {
 		ref := peers[i].Spec.PasswordSecret
 		if ref == nil {
 			continue
 		}
-		key := client.ObjectKey{Namespace: string(ref.Namespace), Name: string(ref.Name)}
+		key := types.NamespacedName{Namespace: string(ref.Namespace), Name: string(ref.Name)}
 		if seen[key] {
 			continue
 		}
@@ -44,7 +44,7 @@ func (s *Speaker) secretsFor(ctx context.Context, peers []v1alpha1.BGPPeer) []co
 		if !ok || time.Since(c.at) > secretRefresh {
 			c = cachedSecret{at: time.Now()}
 			var sec corev1.Secret
-			if err := s.Reader.Get(ctx, key, &sec); err == nil {
+			if err := s.Client.Get(ctx, key, &sec); err == nil {
 				c.secret = &sec
 			} else {
 				s.Log.Info("reading a BGP password Secret", "secret", key, "error", err.Error())

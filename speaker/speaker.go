@@ -13,32 +13,31 @@ import (
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/portico-lb/portico/api/v1alpha1"
 	"github.com/portico-lb/portico/internal/events"
 	"github.com/portico-lb/portico/speaker/bgp"
+	"github.com/portico-lb/portico/speaker/kubeapi"
 	"github.com/portico-lb/portico/speaker/l2"
 	"github.com/portico-lb/portico/speaker/membership"
 	"github.com/portico-lb/portico/speaker/selfcheck"
 )
 
 // Speaker answers on this node for the addresses it owns and reports them in its Speaker
-// object. It is a controller-runtime Runnable: a change to Services or their EndpointSlices
+// object. A change to Services or their EndpointSlices
 // replans those Services (Planner.Update), any other watched change and every membership change
 // the whole plan; changes arriving together are planned in one pass.
 type Speaker struct {
 	Node    string
 	LBClass string
-	Cache   cache.Cache
-	Client  client.Client // writes go straight to the apiserver
-	Reader  client.Reader // reads the Speaker object fresh before updating it (no conflicts with a lagging cache)
+	Cache   *kubeapi.Cache
+	Client  *kubeapi.Client // writes, and reads that must be fresh (the Speaker object before its update), go straight to the apiserver
 	Group   *membership.Group
 	MLPort  int // peers' memberlist port, to join them at their nodes' InternalIP
 	// KeySecret names the memberlist Secret, read again every KeyRefresh; nil: gossip in clear.
-	KeySecret  *client.ObjectKey
+	KeySecret  *types.NamespacedName
 	KeyRefresh time.Duration
 	Announce   Announcer
 	BGP        Router
@@ -72,7 +71,7 @@ type Speaker struct {
 	joining   atomic.Bool
 	routed    map[netip.Addr]BGPClaim
 	secretsMu sync.Mutex // the self-check and conflict probes read the world from their own goroutines
-	secrets   map[client.ObjectKey]cachedSecret
+	secrets   map[types.NamespacedName]cachedSecret
 	checks    atomic.Pointer[selfCheckReport]          // the latest self-check results
 	foreign   atomic.Pointer[[]v1alpha1.ForeignAnswer] // the latest conflict probe round's foreign answers
 	loopAt    atomic.Int64                             // unix nanos of the main loop's latest turn; 0 until it starts (health.go)
@@ -112,7 +111,7 @@ func (s *Speaker) Start(ctx context.Context) error {
 	s.owned = map[netip.Addr]Claim{}
 	s.routed = map[netip.Addr]BGPClaim{}
 	s.busy = events.NewLull(eventLull)
-	s.events = events.NewSender(events.Options{Client: s.Client, Scheme: s.Client.Scheme(), Controller: "portico-speaker",
+	s.events = events.NewSender(events.Options{Create: s.Client.CreateEvent, Scheme: s.Client.Scheme(), Controller: "portico-speaker",
 		Instance: "portico-speaker-" + s.Node, Quiet: s.busy.Quiet, Metrics: s.Metrics.events})
 	go func() { _ = s.events.Start(ctx) }()
 	if sessions, ok := s.BGP.(*bgp.Sessions); ok {
@@ -121,13 +120,9 @@ func (s *Speaker) Start(ctx context.Context) error {
 	// Status goes to the apiserver from its own goroutine: a slow or unreachable apiserver must
 	// never delay reacting to a member's loss.
 	go s.writeStatuses(ctx)
-	for _, obj := range []client.Object{&corev1.Service{}, &discoveryv1.EndpointSlice{}, &corev1.Node{},
+	for _, obj := range []runtime.Object{&corev1.Service{}, &discoveryv1.EndpointSlice{}, &corev1.Node{},
 		&v1alpha1.L2Advertisement{}, &v1alpha1.IPAddressPool{}, &v1alpha1.BGPPeer{}, &v1alpha1.BGPAdvertisement{}, &v1alpha1.BFDProfile{}} {
-		inf, err := s.Cache.GetInformer(ctx, obj)
-		if err != nil {
-			return err
-		}
-		if _, err := inf.AddEventHandler(s.changeHandler(obj)); err != nil {
+		if err := s.Cache.AddEventHandler(obj, s.changeHandler(obj)); err != nil {
 			return err
 		}
 	}
@@ -274,9 +269,9 @@ func (s *Speaker) world(ctx context.Context) (World, error) {
 	var peers v1alpha1.BGPPeerList
 	var bgpAds v1alpha1.BGPAdvertisementList
 	var bfdProfiles v1alpha1.BFDProfileList
-	for _, l := range []client.ObjectList{&svcs, &eps, &nodes, &ads, &pools, &peers, &bgpAds, &bfdProfiles} {
+	for _, l := range []runtime.Object{&svcs, &eps, &nodes, &ads, &pools, &peers, &bgpAds, &bfdProfiles} {
 		// The plan only reads the objects: no deep copy of every Service on every change.
-		if err := s.Cache.List(ctx, l, client.UnsafeDisableDeepCopy); err != nil {
+		if err := s.Cache.List(ctx, l); err != nil {
 			return w, err
 		}
 	}

@@ -13,7 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/portico-lb/portico/api/v1alpha1"
 	"github.com/portico-lb/portico/speaker/bgp"
@@ -236,7 +236,7 @@ func (s *Speaker) writeStatuses(ctx context.Context) {
 
 func (s *Speaker) writeStatus(ctx context.Context, r statusReport) error {
 	sp := &v1alpha1.Speaker{ObjectMeta: metav1.ObjectMeta{Name: s.Node}}
-	if err := s.Reader.Get(ctx, client.ObjectKeyFromObject(sp), sp); apierrors.IsNotFound(err) {
+	if err := s.Client.Get(ctx, types.NamespacedName{Name: sp.Name}, sp); apierrors.IsNotFound(err) {
 		if err := s.Client.Create(ctx, sp); err != nil {
 			return err
 		}
@@ -252,7 +252,7 @@ func (s *Speaker) writeStatus(ctx context.Context, r statusReport) error {
 		meta.RemoveStatusCondition(&st.Conditions, v1alpha1.ConditionStrictARP)
 	}
 	sp.Status = st
-	return s.Client.Status().Update(ctx, sp)
+	return s.Client.UpdateStatus(ctx, sp)
 }
 
 // sameStatus compares two reports; the announcements and routes by their generation when both

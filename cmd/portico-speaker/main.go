@@ -7,24 +7,27 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"net/http"
 	"net/netip"
 	"os"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client/config"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/manager/signals"
 
 	"github.com/portico-lb/portico/api/v1alpha1"
-	"github.com/portico-lb/portico/internal/kube"
+	"github.com/portico-lb/portico/internal/kube/watchlist"
 	"github.com/portico-lb/portico/rules"
 	"github.com/portico-lb/portico/speaker"
 	"github.com/portico-lb/portico/speaker/bfd"
 	"github.com/portico-lb/portico/speaker/bgp"
+	"github.com/portico-lb/portico/speaker/kubeapi"
 	"github.com/portico-lb/portico/speaker/l2"
 	"github.com/portico-lb/portico/speaker/membership"
 	"github.com/portico-lb/portico/speaker/selfcheck"
@@ -77,7 +80,7 @@ func main() {
 	logOpts := zap.Options{}
 	logOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
-	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&logOpts)))
+	logf.SetLogger(zap.New(zap.UseFlagOptions(&logOpts)))
 	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "portico-speaker:", err)
 		os.Exit(1)
@@ -88,22 +91,27 @@ func run(o options) error {
 	if o.node == "" {
 		return fmt.Errorf("no node name: set --node-name or NODE_NAME")
 	}
-	log := ctrl.Log.WithName("speaker").WithValues("node", o.node)
-	mgr, err := kube.NewManager(ctrl.Options{Metrics: metricsserver.Options{BindAddress: o.metricsAddr}, HealthProbeBindAddress: o.probeAddr,
-		Cache:            speaker.CacheOptions(),
-		PprofBindAddress: o.pprofAddr})
+	log := logf.Log.WithName("speaker").WithValues("node", o.node)
+	watchlist.Off()
+	cfg, err := config.GetConfig()
 	if err != nil {
 		return err
 	}
-	bind, err := bindAddress(mgr.GetAPIReader(), o.node, o.bindAddr)
+	cl, err := kubeapi.New(cfg)
 	if err != nil {
 		return err
 	}
-	metrics := speaker.NewMetrics(crmetrics.Registry)
+	bind, err := bindAddress(cl, o.node, o.bindAddr)
+	if err != nil {
+		return err
+	}
+	reg := newRegistry()
+	metrics := speaker.NewMetrics(reg)
 	sessions := &bgp.Sessions{Log: log.WithName("bgp"), BFD: bfd.NewManager(log.WithName("bfd"))}
-	crmetrics.Registry.MustRegister(sessions, sessions.BFD)
+	reg.MustRegister(sessions, sessions.BFD)
+	cache := kubeapi.NewCache(cl, speaker.TrimForCache)
 	s := &speaker.Speaker{
-		Node: o.node, LBClass: o.lbClass, Cache: mgr.GetCache(), Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), MLPort: o.port,
+		Node: o.node, LBClass: o.lbClass, Cache: cache, Client: cl, MLPort: o.port,
 		Announce: l2.NewAnnouncer(log.WithName("l2"), metrics), BGP: sessions,
 		Metrics: metrics, Log: log, SelfCheck: o.selfCheck, Conflicts: o.conflicts, KeyRefresh: o.keyRefresh,
 		IgnoreExcludeLabel: o.ignoreExcludeLabel, IgnoreClassless: o.ignoreClassless,
@@ -114,9 +122,9 @@ func run(o options) error {
 		if !ok || ns == "" || name == "" {
 			return fmt.Errorf("--memberlist-secret %q: want namespace/name", o.secret)
 		}
-		s.KeySecret = &client.ObjectKey{Namespace: ns, Name: name}
+		s.KeySecret = &types.NamespacedName{Namespace: ns, Name: name}
 		// A missing Secret is an error rather than a silent fallback to clear text.
-		if keys, err = speaker.ReadMemberlistKeys(context.Background(), mgr.GetAPIReader(), *s.KeySecret); err != nil {
+		if keys, err = speaker.ReadMemberlistKeys(context.Background(), cl, *s.KeySecret); err != nil {
 			return err
 		}
 	}
@@ -125,23 +133,29 @@ func run(o options) error {
 	if err != nil {
 		return err
 	}
-	if err := mgr.Add(s); err != nil {
-		return err
-	}
-	if err := mgr.AddHealthzCheck("main-loop", s.Alive); err != nil {
-		return err
-	}
-	if err := mgr.AddReadyzCheck("synced-and-joined", s.Ready); err != nil {
-		return err
+	ctx := signals.SetupSignalHandler()
+	for _, srv := range []struct {
+		name, addr string
+		mux        *http.ServeMux
+	}{
+		{"metrics", o.metricsAddr, metricsMux(reg)},
+		{"health probes", o.probeAddr, probesMux(map[string]healthz.Checker{"main-loop": s.Alive}, map[string]healthz.Checker{"synced-and-joined": s.Ready})},
+		{"pprof", o.pprofAddr, pprofMux()},
+	} {
+		if err := serve(ctx, log, srv.name, srv.addr, srv.mux); err != nil {
+			return fmt.Errorf("%s server: %w", srv.name, err)
+		}
 	}
 	log.Info("starting", "memberlist", membership.HostPort(bind.String(), o.port), "detection", o.detection, "keys", keys.Count())
-	return mgr.Start(ctrl.SetupSignalHandler())
+	cache.Start(ctx)
+	// Start returns once the speaker has stopped answering and left the group.
+	return s.Start(ctx)
 }
 
 // bindAddress is where gossip binds: the flag's address, else the Node's first InternalIP. The
 // other speakers admit this node only from one of its InternalIP addresses, so a wildcard
 // (memberlist would advertise an address of its own choosing) is refused.
-func bindAddress(r client.Reader, node, flagValue string) (netip.Addr, error) {
+func bindAddress(r speaker.Reader, node, flagValue string) (netip.Addr, error) {
 	if flagValue != "" {
 		a, err := netip.ParseAddr(flagValue)
 		if err != nil {
@@ -153,7 +167,7 @@ func bindAddress(r client.Reader, node, flagValue string) (netip.Addr, error) {
 		return a, nil
 	}
 	var n corev1.Node
-	if err := r.Get(context.Background(), client.ObjectKey{Name: node}, &n); err != nil {
+	if err := r.Get(context.Background(), types.NamespacedName{Name: node}, &n); err != nil {
 		return netip.Addr{}, fmt.Errorf("no --memberlist-bind-address nor HOST_IP, and reading Node %s for its InternalIP: %w", node, err)
 	}
 	if ips := rules.InternalIPs(&n); len(ips) > 0 {

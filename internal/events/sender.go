@@ -19,7 +19,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/record/util"
 	"k8s.io/client-go/tools/reference"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 )
 
@@ -42,7 +41,9 @@ type Sender struct {
 
 // Options are what a Sender's user supplies.
 type Options struct {
-	Client     client.Client // nil: nothing can be sent (a test of the queue alone)
+	// Create sends one event to the apiserver; nil: nothing can be sent (a test of the queue
+	// alone). A function rather than a client, so the speaker need not link controller-runtime's.
+	Create     func(context.Context, *eventsv1.Event) error
 	Scheme     *runtime.Scheme
 	Controller string // reportingController
 	Instance   string // reportingInstance
@@ -231,7 +232,7 @@ func (s *Sender) send(ctx context.Context, p *pending) {
 	}
 	var err error
 	for try := 1; ; try++ {
-		err = s.o.Client.Create(ctx, ev.DeepCopy())
+		err = s.o.Create(ctx, ev.DeepCopy())
 		if err == nil || apierrors.IsAlreadyExists(err) || apierrors.IsInvalid(err) || try == tries {
 			break
 		}

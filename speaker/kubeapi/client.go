@@ -1,0 +1,175 @@
+// Package kubeapi is the speaker's Kubernetes client: a REST client per API group it uses and an
+// informer per kind it watches, over a scheme of those kinds alone.
+//
+// controller-runtime's client registers every Kubernetes API group at start-up (client-go's
+// full scheme), and a speaker runs on every node: the types, code and tables of some fifty API
+// groups it never reads cost an idle speaker about 8 MiB (BENCHMARKS.md, "Speaker memory"). The
+// controller, one per cluster, keeps controller-runtime.
+package kubeapi
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apimachinery/pkg/types"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/rest"
+
+	"github.com/portico-lb/portico/api/v1alpha1"
+)
+
+// resources are the kinds the speaker reads or writes: their plural name and whether they live
+// in a namespace.
+var resources = map[string]struct {
+	plural     string
+	namespaced bool
+}{
+	"Service": {"services", true}, "EndpointSlice": {"endpointslices", true}, "Node": {"nodes", false},
+	"Secret": {"secrets", true}, "Event": {"events", true},
+	"Speaker": {"speakers", false}, "IPAddressPool": {"ipaddresspools", false}, "L2Advertisement": {"l2advertisements", false},
+	"BGPPeer": {"bgppeers", false}, "BGPAdvertisement": {"bgpadvertisements", false}, "BFDProfile": {"bfdprofiles", false},
+}
+
+// NewScheme knows core/v1, discovery/v1, events/v1 and Portico's types.
+func NewScheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	utilruntime.Must(corev1.AddToScheme(s))
+	utilruntime.Must(discoveryv1.AddToScheme(s))
+	utilruntime.Must(eventsv1.AddToScheme(s))
+	utilruntime.Must(v1alpha1.AddToScheme(s))
+	return s
+}
+
+// Client reads and writes the speaker's kinds straight at the apiserver.
+type Client struct {
+	scheme *runtime.Scheme
+	groups map[schema.GroupVersion]rest.Interface
+}
+
+// New returns a Client for cfg; its groups share one HTTP client (one connection).
+func New(cfg *rest.Config) (*Client, error) {
+	c := &Client{scheme: NewScheme(), groups: map[schema.GroupVersion]rest.Interface{}}
+	cfg = rest.CopyConfig(cfg)
+	if cfg.UserAgent == "" {
+		cfg.UserAgent = rest.DefaultKubernetesUserAgent()
+	}
+	httpClient, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return nil, err
+	}
+	codecs := serializer.NewCodecFactory(c.scheme).WithoutConversion()
+	for _, gv := range []schema.GroupVersion{corev1.SchemeGroupVersion, discoveryv1.SchemeGroupVersion, eventsv1.SchemeGroupVersion, v1alpha1.GroupVersion} {
+		gc := rest.CopyConfig(cfg)
+		gc.GroupVersion = &gv
+		gc.APIPath = "/apis"
+		if gv.Group == "" {
+			gc.APIPath = "/api"
+		}
+		gc.NegotiatedSerializer = codecs
+		if gv != v1alpha1.GroupVersion && gc.ContentType == "" {
+			// Kubernetes' own kinds travel as protobuf (as controller-runtime's client sends
+			// them): smaller than JSON and faster to decode, for every Service,
+			// EndpointSlice and Node change on every node. Custom resources have only JSON.
+			gc.ContentType = runtime.ContentTypeProtobuf
+		}
+		rc, err := rest.RESTClientForConfigAndClient(gc, httpClient)
+		if err != nil {
+			return nil, fmt.Errorf("client for %s: %w", gv, err)
+		}
+		c.groups[gv] = rc
+	}
+	return c, nil
+}
+
+// Scheme is the Client's scheme (for object references in events).
+func (c *Client) Scheme() *runtime.Scheme { return c.scheme }
+
+// resource is where one kind lives on the apiserver.
+type resource struct {
+	gvk        schema.GroupVersionKind // of the object, not of its list
+	client     rest.Interface
+	plural     string
+	namespaced bool
+}
+
+// resourceOf finds the resource of obj, an object or a list of them.
+func (c *Client) resourceOf(obj runtime.Object) (resource, error) {
+	gvks, _, err := c.scheme.ObjectKinds(obj)
+	if err != nil {
+		return resource{}, err
+	}
+	gvk := gvks[0]
+	gvk.Kind = strings.TrimSuffix(gvk.Kind, "List")
+	r, ok := resources[gvk.Kind]
+	if !ok {
+		return resource{}, fmt.Errorf("kubeapi: the speaker does not use %s", gvk)
+	}
+	return resource{gvk: gvk, client: c.groups[gvk.GroupVersion()], plural: r.plural, namespaced: r.namespaced}, nil
+}
+
+func (r resource) at(req *rest.Request, namespace string) *rest.Request {
+	req = req.Resource(r.plural)
+	if r.namespaced {
+		req = req.Namespace(namespace)
+	}
+	return req
+}
+
+// Get reads one object from the apiserver into obj.
+func (c *Client) Get(ctx context.Context, key types.NamespacedName, obj runtime.Object) error {
+	r, err := c.resourceOf(obj)
+	if err != nil {
+		return err
+	}
+	return r.at(r.client.Get(), key.Namespace).Name(key.Name).Do(ctx).Into(obj)
+}
+
+// Create creates obj and reads back what the apiserver stored.
+func (c *Client) Create(ctx context.Context, obj runtime.Object) error {
+	r, err := c.resourceOf(obj)
+	if err != nil {
+		return err
+	}
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return err
+	}
+	return r.at(r.client.Post(), m.GetNamespace()).Body(obj).Do(ctx).Into(obj)
+}
+
+// UpdateStatus writes obj's status (at obj's resourceVersion) and reads back the result.
+func (c *Client) UpdateStatus(ctx context.Context, obj runtime.Object) error {
+	r, err := c.resourceOf(obj)
+	if err != nil {
+		return err
+	}
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return err
+	}
+	return r.at(r.client.Put(), m.GetNamespace()).Name(m.GetName()).SubResource("status").Body(obj).Do(ctx).Into(obj)
+}
+
+// CreateEvent sends an event (events.Options.Create).
+func (c *Client) CreateEvent(ctx context.Context, ev *eventsv1.Event) error { return c.Create(ctx, ev) }
+
+// list reads every object of list's kind, in every namespace.
+func (c *Client) list(ctx context.Context, r resource, list runtime.Object, opts metav1.ListOptions) error {
+	return r.at(r.client.Get(), "").VersionedParams(&opts, metav1.ParameterCodec).Do(ctx).Into(list)
+}
+
+// watch streams the changes to r's objects, in every namespace.
+func (c *Client) watch(ctx context.Context, r resource, opts metav1.ListOptions) (watch.Interface, error) {
+	opts.Watch = true
+	return r.at(r.client.Get(), "").VersionedParams(&opts, metav1.ParameterCodec).Watch(ctx)
+}

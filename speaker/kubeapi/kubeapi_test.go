@@ -1,0 +1,144 @@
+package kubeapi_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	toolscache "k8s.io/client-go/tools/cache"
+
+	"github.com/portico-lb/portico/api/v1alpha1"
+	"github.com/portico-lb/portico/internal/controlplane"
+	"github.com/portico-lb/portico/speaker/kubeapi"
+)
+
+func start(t *testing.T) (*controlplane.ControlPlane, *kubeapi.Client) {
+	t.Helper()
+	cp, err := controlplane.Start(controlplane.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := cp.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	c, err := kubeapi.New(cp.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cp, c
+}
+
+// TestClient writes and reads a cluster-scoped kind with its status subresource and a
+// namespaced one, against a real apiserver.
+func TestClient(t *testing.T) {
+	_, c := start(t)
+	ctx := context.Background()
+
+	sp := &v1alpha1.Speaker{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}}
+	if err := c.Create(ctx, sp); err != nil {
+		t.Fatal(err)
+	}
+	sp.Status.Interfaces = []v1alpha1.SpeakerInterface{{Name: "eth0", Answers: true}}
+	if err := c.UpdateStatus(ctx, sp); err != nil {
+		t.Fatal(err)
+	}
+	var got v1alpha1.Speaker
+	if err := c.Get(ctx, types.NamespacedName{Name: "node-a"}, &got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Status.Interfaces) != 1 || got.Status.Interfaces[0].Name != "eth0" || got.ResourceVersion != sp.ResourceVersion {
+		t.Errorf("read back %+v at %s, wrote %+v at %s", got.Status, got.ResourceVersion, sp.Status, sp.ResourceVersion)
+	}
+
+	ev := &eventsv1.Event{ObjectMeta: metav1.ObjectMeta{Name: "svc.1", Namespace: "default"}, EventTime: metav1.NowMicro(),
+		ReportingController: "portico-speaker", ReportingInstance: "portico-speaker-node-a", Action: "Announce", Reason: "Announced",
+		Regarding: corev1.ObjectReference{Kind: "Service", Namespace: "default", Name: "svc", APIVersion: "v1"}, Type: corev1.EventTypeNormal}
+	if err := c.CreateEvent(ctx, ev); err != nil {
+		t.Fatal(err)
+	}
+	if ev.UID == "" {
+		t.Error("the created event was not read back")
+	}
+
+	var sec corev1.Secret
+	if err := c.Get(ctx, types.NamespacedName{Namespace: "default", Name: "missing"}, &sec); !apierrors.IsNotFound(err) {
+		t.Errorf("a missing Secret: got %v, want NotFound", err)
+	}
+	if err := c.Get(ctx, types.NamespacedName{Namespace: "default", Name: "x"}, &corev1.ConfigMap{}); err == nil {
+		t.Error("a ConfigMap, which the speaker does not use, was read")
+	}
+}
+
+// TestCache follows a namespaced kind asked for before Start and a cluster-scoped one asked for
+// after, trims objects through the transform, and lists and gets from the stores.
+func TestCache(t *testing.T) {
+	cp, c := start(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	trimmed := func(obj any) (any, error) {
+		if s, ok := obj.(*corev1.Service); ok {
+			s.ManagedFields = nil
+		}
+		return obj, nil
+	}
+	cache := kubeapi.NewCache(c, trimmed)
+	added := make(chan string, 10)
+	if err := cache.AddEventHandler(&corev1.Service{}, toolscache.ResourceEventHandlerFuncs{
+		AddFunc: func(o any) { added <- o.(*corev1.Service).Name }}); err != nil {
+		t.Fatal(err)
+	}
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default"},
+		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 80}}}}
+	if err := cp.Client.Create(ctx, svc); err != nil {
+		t.Fatal(err)
+	}
+	cache.Start(ctx)
+	if !cache.WaitForCacheSync(ctx) {
+		t.Fatal("never synced")
+	}
+	if err := cp.Client.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}}); err != nil {
+		t.Fatal(err)
+	}
+	// Asked for after Start: it starts at once.
+	if err := cache.AddEventHandler(&corev1.Node{}, toolscache.ResourceEventHandlerFuncs{}); err != nil {
+		t.Fatal(err)
+	}
+	waitCtx, done := context.WithTimeout(ctx, 30*time.Second)
+	defer done()
+	if !cache.WaitForCacheSync(waitCtx) {
+		t.Fatal("the Node informer never synced")
+	}
+	for name := ""; name != "web"; { // the apiserver's own Service "kubernetes" comes too
+		select {
+		case name = <-added:
+		case <-waitCtx.Done():
+			t.Fatal("no add event for the Service")
+		}
+	}
+
+	var got corev1.Service
+	if err := cache.Get(ctx, types.NamespacedName{Namespace: "default", Name: "web"}, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Spec.Ports[0].Port != 80 || got.ManagedFields != nil {
+		t.Errorf("cached Service %+v, managedFields %v: want port 80 and no managedFields", got.Spec, got.ManagedFields)
+	}
+	var node corev1.Node
+	if err := cache.Get(ctx, types.NamespacedName{Name: "node-a"}, &node); err != nil {
+		t.Fatal(err)
+	}
+	var nodes corev1.NodeList
+	if err := cache.List(ctx, &nodes); err != nil || len(nodes.Items) != 1 || nodes.Items[0].Name != "node-a" {
+		t.Errorf("listed %d Nodes (%v), want node-a", len(nodes.Items), err)
+	}
+	if err := cache.Get(ctx, types.NamespacedName{Namespace: "default", Name: "gone"}, &got); !apierrors.IsNotFound(err) {
+		t.Errorf("a Service the cache lacks: got %v, want NotFound", err)
+	}
+}
