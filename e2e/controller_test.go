@@ -21,16 +21,7 @@ import (
 
 func startControlPlane(t testing.TB) *controlplane.ControlPlane {
 	t.Helper()
-	cp, err := controlplane.Start(controlplane.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := cp.Stop(); err != nil {
-			t.Error(err)
-		}
-	})
-	return cp
+	return controlplane.StartFor(t, controlplane.Options{})
 }
 
 // stopControlPlane stops a control plane before the benchmark's end, so that an idle apiserver

@@ -9,12 +9,28 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 )
 
-// TB is what RunManager needs of a test (a *testing.T or *testing.B).
+// TB is what StartFor and RunManager need of a test (a *testing.T or *testing.B).
 type TB interface {
 	Helper()
 	Cleanup(func())
 	Fatal(args ...any)
 	Errorf(format string, args ...any)
+}
+
+// StartFor starts a control plane that stops when the test ends; one that cannot start fails
+// the test.
+func StartFor(tb TB, opts Options) *ControlPlane {
+	tb.Helper()
+	cp, err := Start(opts)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		if err := cp.Stop(); err != nil {
+			tb.Errorf("stopping the control plane: %v", err)
+		}
+	})
+	return cp
 }
 
 // RunManager runs a controller-runtime manager against the control plane, set up by setup

@@ -136,19 +136,16 @@ func (c *Client) Get(ctx context.Context, key types.NamespacedName, obj runtime.
 
 // Create creates obj and reads back what the apiserver stored.
 func (c *Client) Create(ctx context.Context, obj runtime.Object) error {
-	r, err := c.resourceOf(obj)
-	if err != nil {
-		return err
-	}
-	m, err := meta.Accessor(obj)
-	if err != nil {
-		return err
-	}
-	return r.at(r.client.Post(), m.GetNamespace()).Body(obj).Do(ctx).Into(obj)
+	return c.write(ctx, obj, false)
 }
 
 // UpdateStatus writes obj's status (at obj's resourceVersion) and reads back the result.
 func (c *Client) UpdateStatus(ctx context.Context, obj runtime.Object) error {
+	return c.write(ctx, obj, true)
+}
+
+// write creates obj, or replaces its status, and reads back what the apiserver stored.
+func (c *Client) write(ctx context.Context, obj runtime.Object, status bool) error {
 	r, err := c.resourceOf(obj)
 	if err != nil {
 		return err
@@ -157,7 +154,11 @@ func (c *Client) UpdateStatus(ctx context.Context, obj runtime.Object) error {
 	if err != nil {
 		return err
 	}
-	return r.at(r.client.Put(), m.GetNamespace()).Name(m.GetName()).SubResource("status").Body(obj).Do(ctx).Into(obj)
+	req := r.at(r.client.Post(), m.GetNamespace())
+	if status {
+		req = r.at(r.client.Put(), m.GetNamespace()).Name(m.GetName()).SubResource("status")
+	}
+	return req.Body(obj).Do(ctx).Into(obj)
 }
 
 // CreateEvent sends an event (events.Options.Create).

@@ -19,15 +19,7 @@ import (
 
 func start(t *testing.T) (*controlplane.ControlPlane, *kubeapi.Client) {
 	t.Helper()
-	cp, err := controlplane.Start(controlplane.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := cp.Stop(); err != nil {
-			t.Error(err)
-		}
-	})
+	cp := controlplane.StartFor(t, controlplane.Options{})
 	c, err := kubeapi.New(cp.Config)
 	if err != nil {
 		t.Fatal(err)
