@@ -10,6 +10,7 @@ package kubeapi
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -131,7 +132,7 @@ func (c *Client) Get(ctx context.Context, key types.NamespacedName, obj runtime.
 	if err != nil {
 		return err
 	}
-	return r.at(r.client.Get(), key.Namespace).Name(key.Name).Do(ctx).Into(obj)
+	return into(r.at(r.client.Get(), key.Namespace).Name(key.Name).Do(ctx), obj)
 }
 
 // Create creates obj and reads back what the apiserver stored.
@@ -158,7 +159,19 @@ func (c *Client) write(ctx context.Context, obj runtime.Object, status bool) err
 	if status {
 		req = r.at(r.client.Put(), m.GetNamespace()).Name(m.GetName()).SubResource("status")
 	}
-	return req.Body(obj).Do(ctx).Into(obj)
+	return into(req.Body(obj).Do(ctx), obj)
+}
+
+// into decodes an answer into obj, zeroed first (as controller-runtime's client does): a decoder
+// fills the slices an object already holds in place, so a caller's copy that shares them (the
+// status the speaker wrote and compares the next one with) would change under it.
+func into(res rest.Result, obj runtime.Object) error {
+	if err := res.Error(); err != nil {
+		return err
+	}
+	v := reflect.ValueOf(obj).Elem()
+	v.Set(reflect.Zero(v.Type()))
+	return res.Into(obj)
 }
 
 // CreateEvent sends an event (events.Options.Create).

@@ -38,8 +38,16 @@ func TestClient(t *testing.T) {
 		t.Fatal(err)
 	}
 	sp.Status.Interfaces = []v1alpha1.SpeakerInterface{{Name: "eth0", Answers: true}}
+	since := metav1.NewTime(time.Date(2026, 12, 1, 10, 0, 0, 123456789, time.UTC))
+	sp.Status.Sessions = []v1alpha1.PeerSession{{Peer: "tor", State: "Established", Since: &since}}
+	kept := sp.Status // shares its slices with sp, as the speaker's last written report does
 	if err := c.UpdateStatus(ctx, sp); err != nil {
 		t.Fatal(err)
+	}
+	// The apiserver keeps whole seconds; reading its answer back must not write them into the
+	// caller's copy (the speaker then saw every later report as changed and wrote it again).
+	if got := kept.Sessions[0].Since.Nanosecond(); got != 123456789 {
+		t.Errorf("the write's answer changed a copy sharing the status' slices: nanoseconds %d, want 123456789", got)
 	}
 	var got v1alpha1.Speaker
 	if err := c.Get(ctx, types.NamespacedName{Name: "node-a"}, &got); err != nil {
