@@ -12,10 +12,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/portico-lb/portico/rules"
+	"github.com/portico-lb/portico/speaker/kubeapi"
 	"github.com/portico-lb/portico/speaker/membership"
 )
 
@@ -129,13 +129,8 @@ func MemberlistKeys(sec *corev1.Secret) (membership.Keys, error) {
 	return k, nil
 }
 
-// Reader reads one object: a *kubeapi.Client reads it from the apiserver.
-type Reader interface {
-	Get(ctx context.Context, key types.NamespacedName, obj runtime.Object) error
-}
-
 // ReadMemberlistKeys reads the memberlist Secret from the apiserver.
-func ReadMemberlistKeys(ctx context.Context, r Reader, ref types.NamespacedName) (membership.Keys, error) {
+func ReadMemberlistKeys(ctx context.Context, r *kubeapi.Client, ref types.NamespacedName) (membership.Keys, error) {
 	var sec corev1.Secret
 	if err := r.Get(ctx, ref, &sec); err != nil {
 		return membership.Keys{}, fmt.Errorf("reading memberlist keys from Secret %s: %w", ref, err)

@@ -155,7 +155,7 @@ func run(o options) error {
 // bindAddress is where gossip binds: the flag's address, else the Node's first InternalIP. The
 // other speakers admit this node only from one of its InternalIP addresses, so a wildcard
 // (memberlist would advertise an address of its own choosing) is refused.
-func bindAddress(r speaker.Reader, node, flagValue string) (netip.Addr, error) {
+func bindAddress(r *kubeapi.Client, node, flagValue string) (netip.Addr, error) {
 	if flagValue != "" {
 		a, err := netip.ParseAddr(flagValue)
 		if err != nil {

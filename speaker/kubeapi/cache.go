@@ -68,10 +68,10 @@ func (c *Cache) informerFor(obj runtime.Object) (*informer, error) {
 			if err != nil {
 				return nil, err
 			}
-			return list, c.client.list(ctx, r, list, opts)
+			return list, r.list(ctx, list, opts)
 		},
 		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-			return c.client.watch(ctx, r, opts)
+			return r.watch(ctx, opts)
 		},
 	}
 	inf := &informer{toolscache.NewSharedIndexInformerWithOptions(lw, example,
@@ -117,11 +117,7 @@ func (c *Cache) Get(_ context.Context, key types.NamespacedName, obj runtime.Obj
 	if err != nil {
 		return err
 	}
-	storeKey := key.Name // the informers' key: namespace/name, or the name alone
-	if key.Namespace != "" {
-		storeKey = key.Namespace + "/" + key.Name
-	}
-	item, ok, err := inf.GetStore().GetByKey(storeKey)
+	item, ok, err := inf.GetStore().GetByKey(toolscache.NewObjectName(key.Namespace, key.Name).String())
 	if err != nil {
 		return err
 	}

@@ -155,9 +155,11 @@ func (c *Client) write(ctx context.Context, obj runtime.Object, status bool) err
 	if err != nil {
 		return err
 	}
-	req := r.at(r.client.Post(), m.GetNamespace())
+	var req *rest.Request
 	if status {
 		req = r.at(r.client.Put(), m.GetNamespace()).Name(m.GetName()).SubResource("status")
+	} else {
+		req = r.at(r.client.Post(), m.GetNamespace())
 	}
 	return into(req.Body(obj).Do(ctx), obj)
 }
@@ -177,13 +179,13 @@ func into(res rest.Result, obj runtime.Object) error {
 // CreateEvent sends an event (events.Options.Create).
 func (c *Client) CreateEvent(ctx context.Context, ev *eventsv1.Event) error { return c.Create(ctx, ev) }
 
-// list reads every object of list's kind, in every namespace.
-func (c *Client) list(ctx context.Context, r resource, list runtime.Object, opts metav1.ListOptions) error {
+// list reads every object of r's kind into list, in every namespace.
+func (r resource) list(ctx context.Context, list runtime.Object, opts metav1.ListOptions) error {
 	return r.at(r.client.Get(), "").VersionedParams(&opts, metav1.ParameterCodec).Do(ctx).Into(list)
 }
 
 // watch streams the changes to r's objects, in every namespace.
-func (c *Client) watch(ctx context.Context, r resource, opts metav1.ListOptions) (watch.Interface, error) {
+func (r resource) watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
 	opts.Watch = true
 	return r.at(r.client.Get(), "").VersionedParams(&opts, metav1.ParameterCodec).Watch(ctx)
 }
