@@ -75,9 +75,12 @@ func (p writePart) addrs() []netip.Addr {
 }
 
 type writeJob struct {
-	key  string
-	obj  *corev1.Service // the whole wanted object, at the resourceVersion it was computed from
-	ips  []netip.Addr    // the addresses the part writes (obj itself belongs to the lane once handed over)
+	key string
+	// want is the whole wanted object, at the resourceVersion it was computed from. It never
+	// changes once submitted: submit compares new writes with it while a lane is sending the
+	// job, so the lane sends a copy (the answer is decoded into what was sent).
+	want *corev1.Service
+	ips  []netip.Addr // the addresses the part writes
 	part writePart
 }
 
@@ -131,7 +134,7 @@ func (w *statusWriter) submit(key string, cached *corev1.Service, p writePart) {
 			return // our write has not reached the cache; its watch event brings us back
 		}
 	}
-	if js := w.inflight[key]; len(js) > 0 && sameWrite(js[len(js)-1].obj, want) {
+	if js := w.inflight[key]; len(js) > 0 && sameWrite(js[len(js)-1].want, want) {
 		w.mu.Unlock()
 		return
 	}
@@ -139,7 +142,7 @@ func (w *statusWriter) submit(key string, cached *corev1.Service, p writePart) {
 		w.mu.Unlock()
 		return
 	}
-	job := &writeJob{key: key, obj: want, ips: p.addrs(), part: p}
+	job := &writeJob{key: key, want: want, ips: p.addrs(), part: p}
 	w.inflight[key] = append(w.inflight[key], job)
 	w.lull.Hold()
 	w.mu.Unlock()
@@ -238,12 +241,13 @@ func (w *statusWriter) run(leading context.Context, lane chan *writeJob, wg *syn
 		if leading.Err() != nil {
 			return
 		}
-		base := job.obj.ResourceVersion
+		base := job.want.ResourceVersion
+		sent := job.want.DeepCopy()
 		// On kube-apiserver 1.37 a status update also stores metadata annotations: one request.
-		err := w.client.Status().Update(ctx, job.obj)
+		err := w.client.Status().Update(ctx, sent)
 		wrote := true
 		if apierrors.IsConflict(err) {
-			base, wrote, err = w.rebase(leading, job)
+			sent, base, wrote, err = w.rebase(leading, job)
 		}
 		// !wrote: another write already put these fields there, and told of it.
 		w.mu.Lock()
@@ -265,7 +269,7 @@ func (w *statusWriter) run(leading context.Context, lane chan *writeJob, wg *syn
 			continue
 		}
 		if wrote && job.part.done != nil {
-			job.part.done(job.obj)
+			job.part.done(sent)
 		}
 	}
 }
@@ -282,7 +286,7 @@ func retryAfter(leading context.Context, backoff time.Duration, job *writeJob) {
 	case <-wait.C:
 	}
 	svc := &corev1.Service{}
-	svc.Namespace, svc.Name = job.obj.Namespace, job.obj.Name
+	svc.Namespace, svc.Name = job.want.Namespace, job.want.Name
 	select {
 	case job.part.retry <- event.GenericEvent{Object: svc}:
 	case <-leading.Done():
@@ -291,27 +295,26 @@ func retryAfter(leading context.Context, backoff time.Duration, job *writeJob) {
 
 // rebase applies the job's part to the Service as the apiserver has it now, after another
 // part's write made the job's copy stale, and writes that (unless the fields are already
-// right). It returns the resourceVersion the write replaced. A conflict may be the next
-// leader's write: an old leader that knows it lost the lease does not write over it.
-func (w *statusWriter) rebase(leading context.Context, job *writeJob) (base string, wrote bool, err error) {
+// right). It returns what it sent and the resourceVersion that replaced. A conflict may be
+// the next leader's write: an old leader that knows it lost the lease does not write over it.
+func (w *statusWriter) rebase(leading context.Context, job *writeJob) (sent *corev1.Service, base string, wrote bool, err error) {
 	ctx := context.WithoutCancel(leading)
 	var cur corev1.Service
-	if err := w.reader.Get(ctx, client.ObjectKeyFromObject(job.obj), &cur); err != nil {
-		return "", false, err
+	if err := w.reader.Get(ctx, client.ObjectKeyFromObject(job.want), &cur); err != nil {
+		return nil, "", false, err
 	}
-	if cur.UID != job.obj.UID {
-		return "", false, fmt.Errorf("service %s was recreated: deciding again", job.key)
+	if cur.UID != job.want.UID {
+		return nil, "", false, fmt.Errorf("service %s was recreated: deciding again", job.key)
 	}
-	want := cur.DeepCopy()
-	job.part.apply(want)
-	job.obj = want
-	if sameWrite(&cur, want) {
-		return "", false, nil
+	sent = cur.DeepCopy()
+	job.part.apply(sent)
+	if sameWrite(&cur, sent) {
+		return nil, "", false, nil
 	}
 	if err := leading.Err(); err != nil {
-		return "", false, err
+		return nil, "", false, err
 	}
-	return cur.ResourceVersion, true, w.client.Status().Update(ctx, want)
+	return sent, cur.ResourceVersion, true, w.client.Status().Update(ctx, sent)
 }
 
 // forget drops what is remembered about a deleted Service.
