@@ -22,5 +22,11 @@ func (w *statusWriter) SetCondition(svc *corev1.Service, cond metav1.Condition, 
 	}})
 }
 
+// SetHealthCondition hands the writer the health reconciler's write of cond to svc, a Service
+// ours says is the controller's.
+func (w *statusWriter) SetHealthCondition(svc *corev1.Service, cond metav1.Condition, ours func(*corev1.Service) bool, queue chan<- event.GenericEvent) {
+	w.submit(svc.Namespace+"/"+svc.Name, svc, healthPart(ready{conditions: []metav1.Condition{cond}}, ours, queue))
+}
+
 // SpeakerChange is speakerChange, for the package's tests.
 var SpeakerChange = speakerChange

@@ -166,8 +166,24 @@ func (r *HealthReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 
 func (r *HealthReconciler) write(svc *corev1.Service, rd ready) {
 	if rd.writes() {
-		r.writer.submit(svc.Namespace+"/"+svc.Name, svc, writePart{retry: r.retries, apply: rd.apply})
+		r.writer.submit(svc.Namespace+"/"+svc.Name, svc, healthPart(rd, r.ours, r.retries))
 	}
+}
+
+// healthPart is the health reconciler's share of a status write. Its conditions go only on a
+// Service still ours: after a conflict the writer applies the part to the Service as stored
+// then, which may just have become a ClusterIP one, and the conditions the allocation took off
+// it would come back.
+func healthPart(rd ready, ours func(*corev1.Service) bool, retry chan<- event.GenericEvent) writePart {
+	apply := rd.apply
+	if len(rd.conditions) > 0 {
+		apply = func(want *corev1.Service) {
+			if ours(want) {
+				rd.apply(want)
+			}
+		}
+	}
+	return writePart{retry: retry, apply: apply}
 }
 
 // sliceServiceIndex indexes the cached EndpointSlices by their Service's name: a label

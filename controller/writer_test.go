@@ -105,3 +105,38 @@ func TestStatusWriterStops(t *testing.T) {
 		t.Fatal("handing a write to a stopped writer blocks")
 	}
 }
+
+// TestHealthWriteAfterTypeChange: a health write decided from a copy of a LoadBalancer Service
+// meets it already turned ClusterIP (a conflict). Re-applied to the Service as stored, it puts
+// no condition on it: the allocation's write took Portico's conditions off such a Service.
+func TestHealthWriteAfterTypeChange(t *testing.T) {
+	ns := namespace(t, nil)
+	stale := createService(t, ns, "turned")
+	turned := stale.DeepCopy()
+	turned.Spec.Type = corev1.ServiceTypeClusterIP
+	if err := cp.Client.Update(context.Background(), turned); err != nil {
+		t.Fatal(err)
+	}
+	w := controller.NewStatusWriter(cp.Client)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = w.Start(ctx) }()
+	ours := func(s *corev1.Service) bool { return s.Spec.Type == corev1.ServiceTypeLoadBalancer }
+	queue := make(chan event.GenericEvent, 1)
+	health := metav1.Condition{Type: "portico.dev/HealthTest", Status: metav1.ConditionFalse, Reason: "Stale", Message: "test"}
+	w.SetHealthCondition(stale, health, ours, queue)
+	// One lane per Service, in order: once a later write lands, the health write is done.
+	marker := metav1.Condition{Type: "portico.dev/Marker", Status: metav1.ConditionTrue, Reason: "After", Message: "test"}
+	w.SetCondition(turned, marker, queue)
+	svc := waitService(t, ns, "turned", "the marker written", func(s *corev1.Service) bool {
+		return meta.FindStatusCondition(s.Status.Conditions, marker.Type) != nil
+	})
+	if c := meta.FindStatusCondition(svc.Status.Conditions, health.Type); c != nil {
+		t.Fatalf("the health condition was written on a ClusterIP Service: %+v", c)
+	}
+	select {
+	case ev := <-queue:
+		t.Fatalf("a write to %s failed and was queued again", ev.Object.GetName())
+	default:
+	}
+}
