@@ -3,8 +3,7 @@ SHELL := /bin/bash
 K8S_VERSION := 1.37.2
 CONTROLPLANE_DIR := $(CURDIR)/bin/k8s/$(K8S_VERSION)
 export KUBEBUILDER_ASSETS := $(CONTROLPLANE_DIR)
-# Static, cgo-free builds everywhere, as in the image: tests, the binaries they run and the
-# image's build (hack/image) then share one compile cache.
+# Static, cgo-free builds everywhere, as in the image, but for `make test`'s race detector.
 export CGO_ENABLED := 0
 CONTROLLER_GEN := go tool controller-gen
 
@@ -64,11 +63,14 @@ build:
 
 # What the root-only suites (L2, BGP, data plane, the router examples) need besides root; .ci/run
 # installs them (`make -s lab-packages` prints the list).
-LAB_PACKAGES := iproute2 arping iputils-ping ndisc6 tcpdump nftables bird2 frr containerd runc containernetworking-plugins openssl
+LAB_PACKAGES := iproute2 arping iputils-ping ndisc6 tcpdump nftables bird2 frr containerd runc containernetworking-plugins openssl gcc libc6-dev
 
-## test: unit and integration tests against a real kube-apiserver and etcd. The output is plain
-## `go test`'s, then the list of skipped tests and why (hack/testsummary reads `go test -json`).
+## test: unit and integration tests against a real kube-apiserver and etcd, with the race
+## detector (it needs cgo, so gcc: LAB_PACKAGES), in the tests and in the portico binaries the
+## end-to-end tests start. The output is plain `go test`'s, then the list of skipped tests and
+## why (hack/testsummary reads `go test -json`).
 test: controlplane
+	@command -v gcc >/dev/null || { echo "make test runs the race detector, which needs a C compiler: apt-get install -y gcc libc6-dev"; exit 1; }
 	@bad=$$(gofmt -l $$(find . -name '*.go' -not -path './bin/*')); \
 	if [ -n "$$bad" ]; then echo "gofmt needed (run gofmt -w):"; echo "$$bad"; exit 1; fi
 	go vet ./...
@@ -76,7 +78,7 @@ test: controlplane
 	@# The image builder and the Helm chart's test are modules of their own (their dependencies
 	@# stay out of go.mod).
 	go -C hack/image vet ./... && go -C hack/chart vet ./...
-	set -o pipefail; { rc=0; go test -json -count=1 ./... 2>&1 || rc=1; \
+	set -o pipefail; { rc=0; CGO_ENABLED=1 go test -race -json -count=1 ./... 2>&1 || rc=1; \
 		go -C hack/image test -json -count=1 -timeout 30m ./... 2>&1 || rc=1; \
 		go -C hack/chart test -json -count=1 ./... 2>&1 || rc=1; exit $$rc; } | bin/testsummary \
 		-hint "To run them: as root, after: apt-get install -y $(LAB_PACKAGES)"

@@ -158,6 +158,9 @@ func startEnv(t testing.TB, lab *l2Lab) *l2Env {
 		for name := range e.speakers {
 			e.kill(name, syscall.SIGKILL)
 		}
+		for _, n := range lab.Nodes {
+			checkRaces(t, n.Name+"'s speaker", []byte(e.speakerLog(n.Name)))
+		}
 		if t.Failed() {
 			e.dumpLogs()
 		}

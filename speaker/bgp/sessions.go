@@ -33,7 +33,10 @@ type State struct {
 // Established reports whether the session is up.
 func (s State) Established() bool { return s.State == "Established" }
 
-// Sessions runs the node's BGP sessions: one embedded GoBGP server per peer.
+// Sessions runs the node's BGP sessions: one embedded GoBGP server per peer. (GoBGP v4.8.0
+// keeps its route selection options in package variables that each server's StartBgp writes
+// while the others read them: a data race, harmless here since every server writes the same
+// zero values; osrg/gobgp#3659 moves them into the server.)
 type Sessions struct {
 	Log logr.Logger
 	// OnChange is called (from a GoBGP goroutine, without locks held) when a session changes
