@@ -3,7 +3,8 @@ SHELL := /bin/bash
 K8S_VERSION := 1.37.2
 CONTROLPLANE_DIR := $(CURDIR)/bin/k8s/$(K8S_VERSION)
 export KUBEBUILDER_ASSETS := $(CONTROLPLANE_DIR)
-# Static, cgo-free builds everywhere, as in the image, but for `make test`'s race detector.
+# Static, cgo-free builds everywhere, as in the image, but for the race detector's runs
+# (make test, make chaos).
 export CGO_ENABLED := 0
 CONTROLLER_GEN := go tool controller-gen
 

@@ -245,14 +245,14 @@ func (w *statusWriter) run(leading context.Context, lane chan *writeJob, wg *syn
 		sent := job.want.DeepCopy()
 		// On kube-apiserver 1.37 a status update also stores metadata annotations: one request.
 		err := w.client.Status().Update(ctx, sent)
-		wrote := true
 		if apierrors.IsConflict(err) {
-			sent, base, wrote, err = w.rebase(leading, job)
+			sent, base, err = w.rebase(leading, job)
 		}
-		// !wrote: another write already put these fields there, and told of it.
+		// sent == nil: nothing was sent (another write already put these fields there, and
+		// told of it); base is then empty too.
 		w.mu.Lock()
 		w.done(job)
-		if base != "" && (err == nil && wrote || err != nil && mayHaveLanded(err)) {
+		if base != "" && (err == nil || mayHaveLanded(err)) {
 			w.written[job.key] = append(w.written[job.key], written{base: base, ips: job.ips, landed: err == nil})
 		}
 		var backoff time.Duration
@@ -268,7 +268,7 @@ func (w *statusWriter) run(leading context.Context, lane chan *writeJob, wg *syn
 			wg.Go(func() { retryAfter(leading, backoff, job) })
 			continue
 		}
-		if wrote && job.part.done != nil {
+		if sent != nil && job.part.done != nil {
 			job.part.done(sent)
 		}
 	}
@@ -295,26 +295,27 @@ func retryAfter(leading context.Context, backoff time.Duration, job *writeJob) {
 
 // rebase applies the job's part to the Service as the apiserver has it now, after another
 // part's write made the job's copy stale, and writes that (unless the fields are already
-// right). It returns what it sent and the resourceVersion that replaced. A conflict may be
-// the next leader's write: an old leader that knows it lost the lease does not write over it.
-func (w *statusWriter) rebase(leading context.Context, job *writeJob) (sent *corev1.Service, base string, wrote bool, err error) {
+// right). It returns what it sent (nil: nothing) and the resourceVersion that replaced. A
+// conflict may be the next leader's write: an old leader that knows it lost the lease does not
+// write over it.
+func (w *statusWriter) rebase(leading context.Context, job *writeJob) (sent *corev1.Service, base string, err error) {
 	ctx := context.WithoutCancel(leading)
 	var cur corev1.Service
 	if err := w.reader.Get(ctx, client.ObjectKeyFromObject(job.want), &cur); err != nil {
-		return nil, "", false, err
+		return nil, "", err
 	}
 	if cur.UID != job.want.UID {
-		return nil, "", false, fmt.Errorf("service %s was recreated: deciding again", job.key)
+		return nil, "", fmt.Errorf("service %s was recreated: deciding again", job.key)
 	}
 	sent = cur.DeepCopy()
 	job.part.apply(sent)
 	if sameWrite(&cur, sent) {
-		return nil, "", false, nil
+		return nil, "", nil
 	}
 	if err := leading.Err(); err != nil {
-		return nil, "", false, err
+		return nil, "", err
 	}
-	return sent, cur.ResourceVersion, true, w.client.Status().Update(ctx, sent)
+	return sent, cur.ResourceVersion, w.client.Status().Update(ctx, sent)
 }
 
 // forget drops what is remembered about a deleted Service.
