@@ -36,6 +36,7 @@ type HealthReconciler struct {
 	writer   *statusWriter
 	retries  chan event.GenericEvent
 	news     *newsDesk
+	cluster  *clusterKinds
 }
 
 func (r *HealthReconciler) setup(mgr ctrl.Manager) error {
@@ -149,7 +150,7 @@ func (r *HealthReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 		// new Service, and the address is not delayed by a health write.
 		return ctrl.Result{}, nil
 	}
-	facts, err := gatherHealth(ctx, r.Client, &svc)
+	facts, err := gatherHealth(ctx, r.Client, r.cluster, &svc)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -190,10 +191,10 @@ func healthPart(rd ready, ours func(*corev1.Service) bool, retry chan<- event.Ge
 // selector would make the cache test every slice of the namespace, for every reconcile.
 const sliceServiceIndex = "portico.dev/service-name"
 
-// gatherHealth reads what the Service's health conditions are folded from. The cluster-wide
-// lists are read without copies (UnsafeDisableDeepCopy): they are read only, and the Speakers
-// carry an entry per address, which copying for every Service made cost O(Services²).
-func gatherHealth(ctx context.Context, c client.Reader, svc *corev1.Service) (healthFacts, error) {
+// gatherHealth reads what the Service's health conditions are folded from: its EndpointSlices
+// (and the namespace's pods when they list no endpoint) from the cache, the cluster-wide kinds
+// from their stores (clusterKinds).
+func gatherHealth(ctx context.Context, c client.Reader, cluster *clusterKinds, svc *corev1.Service) (healthFacts, error) {
 	var f healthFacts
 	var slices discoveryv1.EndpointSliceList
 	if err := c.List(ctx, &slices, client.InNamespace(svc.Namespace),
@@ -213,17 +214,7 @@ func gatherHealth(ctx context.Context, c client.Reader, svc *corev1.Service) (he
 			}
 		}
 	}
-	var speakers porticov1.SpeakerList
-	var ads porticov1.L2AdvertisementList
-	var bgpAds porticov1.BGPAdvertisementList
-	var pools porticov1.IPAddressPoolList
-	var nodes corev1.NodeList
-	for _, l := range []client.ObjectList{&speakers, &ads, &bgpAds, &pools, &nodes} {
-		if err := c.List(ctx, l, client.UnsafeDisableDeepCopy); err != nil {
-			return f, err
-		}
-	}
-	f.speakers, f.L2Advertisements, f.bgpAds, f.Pools, f.Nodes = speakers.Items, ads.Items, bgpAds.Items, pools.Items, nodes.Items
+	cluster.fill(&f)
 	return f, nil
 }
 

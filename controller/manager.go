@@ -73,9 +73,13 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if err := (&AdvertisementReconciler{Client: mgr.GetClient(), Recorder: recorder}).setup(mgr); err != nil {
 		return err
 	}
+	cluster, err := newClusterKinds(context.Background(), mgr.GetCache())
+	if err != nil {
+		return err
+	}
 	health := &HealthReconciler{Client: mgr.GetClient(), Recorder: recorder, metrics: opts.Metrics, ours: s.ours, writer: w,
-		news: newNewsDesk(opts.NewsAfter, time.Time{})}
-	if err := (&ServiceReconciler{Client: mgr.GetClient(), Recorder: recorder, state: s, metrics: opts.Metrics, writer: w, withHealth: true}).setup(mgr); err != nil {
+		news: newNewsDesk(opts.NewsAfter, time.Time{}), cluster: cluster}
+	if err := (&ServiceReconciler{Client: mgr.GetClient(), Recorder: recorder, state: s, metrics: opts.Metrics, writer: w, cluster: cluster}).setup(mgr); err != nil {
 		return err
 	}
 	return health.setup(mgr)

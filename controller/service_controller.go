@@ -28,9 +28,9 @@ type ServiceReconciler struct {
 	state    *state
 	metrics  *Metrics
 	writer   *statusWriter
-	// withHealth gathers a new Service's health facts, so its first status write carries
-	// the health conditions with the address: one write per new Service, not two.
-	withHealth bool
+	// cluster lets a new Service's health facts be gathered here, so its first status write
+	// carries the health conditions with the address: one write per new Service, not two.
+	cluster *clusterKinds
 }
 
 func (r *ServiceReconciler) setup(mgr ctrl.Manager) error {
@@ -70,8 +70,8 @@ func (r *ServiceReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	if found {
 		in.svc, in.ours = &svc, r.state.ours(&svc)
 	}
-	if in.ours && r.withHealth && meta.FindStatusCondition(svc.Status.Conditions, porticov1.ConditionEndpointsReady) == nil {
-		if facts, err := gatherHealth(ctx, r.Client, &svc); err == nil { // else the health reconciler writes them on its own
+	if in.ours && meta.FindStatusCondition(svc.Status.Conditions, porticov1.ConditionEndpointsReady) == nil {
+		if facts, err := gatherHealth(ctx, r.Client, r.cluster, &svc); err == nil { // else the health reconciler writes them on its own
 			in.health = &facts
 		}
 	}

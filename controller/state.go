@@ -256,16 +256,17 @@ func (s *state) syncPools(ctx context.Context, b *book) (changed bool, moved []s
 		return false, nil, err
 	}
 	gen := make(map[string]int64, len(list.Items))
-	pools := make([]allocator.Pool, 0, len(list.Items))
 	for i := range list.Items {
-		p := &list.Items[i]
-		gen[p.Name] = p.Generation
-		pools = append(pools, allocatorPool(p))
+		gen[list.Items[i].Name] = list.Items[i].Generation
 	}
 	if b.poolGen != nil && maps.Equal(gen, b.poolGen) {
 		return false, nil, nil
 	}
 	b.poolGen = gen
+	pools := make([]allocator.Pool, 0, len(list.Items))
+	for i := range list.Items {
+		pools = append(pools, allocatorPool(&list.Items[i]))
+	}
 	return true, slices.DeleteFunc(b.alloc.SetPools(pools), isLeavingKey), nil
 }
 
