@@ -21,7 +21,9 @@ type clusterKinds struct {
 	speakers, l2Ads, bgpAds, pools, nodes toolscache.Store
 }
 
-// newClusterKinds finds (or starts) the informers of the cluster-wide kinds in c.
+// newClusterKinds finds (or adds) the informers of the cluster-wide kinds in c. Called before
+// the manager starts, so the manager waits for them to sync before any reconciler runs (a
+// cached List would wait too; a store does not).
 func newClusterKinds(ctx context.Context, c cache.Cache) (*clusterKinds, error) {
 	var k clusterKinds
 	for _, s := range []struct {
