@@ -17,6 +17,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -29,29 +30,41 @@ import (
 	"github.com/portico-lb/portico/internal/controlplane"
 )
 
-// ipWatch records when each Service of a namespace first shows an address.
+// ipWatch records when each Service of a namespace first shows an address, and when it first
+// shows the controller's health conditions (EndpointsReady).
 type ipWatch struct {
-	mu   sync.Mutex
-	seen map[string]time.Time
-	n    int
-	all  chan struct{} // closed when n Services have an address
-	stop func()        // stops the informer (also at the benchmark's end)
+	mu           sync.Mutex
+	seen         map[string]time.Time
+	explained    map[string]time.Time
+	n            int
+	all          chan struct{} // closed when n Services have an address
+	allExplained chan struct{} // closed when n Services have their health conditions
+	stop         func()        // stops the informer (also at the benchmark's end)
 }
 
 func watchIPs(b *testing.B, cp *controlplane.ControlPlane, ns string, n int) *ipWatch {
-	iw := &ipWatch{seen: map[string]time.Time{}, n: n, all: make(chan struct{})}
+	iw := &ipWatch{seen: map[string]time.Time{}, explained: map[string]time.Time{}, n: n,
+		all: make(chan struct{}), allExplained: make(chan struct{})}
+	mark := func(m map[string]time.Time, all chan struct{}, name string) {
+		if _, done := m[name]; !done {
+			m[name] = time.Now()
+			if len(m) == iw.n {
+				close(all)
+			}
+		}
+	}
 	record := func(obj any) {
 		svc, ok := obj.(*corev1.Service)
-		if !ok || len(svc.Status.LoadBalancer.Ingress) == 0 {
+		if !ok {
 			return
 		}
 		iw.mu.Lock()
 		defer iw.mu.Unlock()
-		if _, done := iw.seen[svc.Name]; !done {
-			iw.seen[svc.Name] = time.Now()
-			if len(iw.seen) == iw.n {
-				close(iw.all)
-			}
+		if len(svc.Status.LoadBalancer.Ingress) > 0 {
+			mark(iw.seen, iw.all, svc.Name)
+		}
+		if meta.FindStatusCondition(svc.Status.Conditions, porticov1.ConditionEndpointsReady) != nil {
+			mark(iw.explained, iw.allExplained, svc.Name)
 		}
 	}
 	// An informer, not a bare watch: it survives the apiserver closing a long watch.
@@ -71,16 +84,26 @@ func watchIPs(b *testing.B, cp *controlplane.ControlPlane, ns string, n int) *ip
 	return iw
 }
 
-func (iw *ipWatch) wait(b *testing.B) time.Time {
+// wait returns when the last Service got its address.
+func (iw *ipWatch) wait(b *testing.B) time.Time { return iw.waitAll(b, iw.all, iw.seen, "an address") }
+
+// waitExplained returns when the last Service got its health conditions.
+func (iw *ipWatch) waitExplained(b *testing.B) time.Time {
+	return iw.waitAll(b, iw.allExplained, iw.explained, "its health conditions")
+}
+
+func (iw *ipWatch) waitAll(b *testing.B, all <-chan struct{}, m map[string]time.Time, what string) time.Time {
 	select {
-	case <-iw.all:
+	case <-all:
 	case <-time.After(10 * time.Minute):
-		b.Fatalf("only %d of %d Services got an address", len(iw.seen), iw.n)
+		iw.mu.Lock()
+		defer iw.mu.Unlock()
+		b.Fatalf("only %d of %d Services got %s", len(m), iw.n, what)
 	}
 	iw.mu.Lock()
 	defer iw.mu.Unlock()
 	var last time.Time
-	for _, t := range iw.seen {
+	for _, t := range m {
 		if t.After(last) {
 			last = t
 		}
@@ -498,8 +521,10 @@ func BenchmarkBacklog(b *testing.B) {
 	apiserverProfiled()
 	controllerProfiled()
 	prof.heap(fmt.Sprintf("backlog-%d", n))
+	explained := iw.waitExplained(b).Sub(start)
 	first.waitSettled(b, n)
 	waitPoolAssigned(b, cp, "bench", int64(n))
+	settledWrites := apiWrites(b, cp)
 	snap := takeSnapshot(b, cp)
 	rss := peakRSS(b, first.cmd.Process.Pid)
 
@@ -523,11 +548,13 @@ func BenchmarkBacklog(b *testing.B) {
 	b.ReportMetric(rss, "MiB-peak-rss")
 	b.ReportMetric(cpu, "s-controller-cpu")
 	b.ReportMetric(firstIP.Seconds(), "s-first-allocated")
+	b.ReportMetric(explained.Seconds(), "s-all-explained")
 	firstWrites := 0.0
 	for k := range allocated {
 		firstWrites += allocated[k] - beforeFirst[k]
 	}
 	b.ReportMetric((firstWrites-leaseWrites(allocated, beforeFirst))/float64(n), "writes/svc-until-allocated")
+	b.ReportMetric(delta(settledWrites, beforeFirst, "PUT services/status")/float64(n), "status-writes/svc-until-settled")
 	b.ReportMetric(settled.Seconds(), "s-restart-settle")
 	restartWrites := 0.0
 	for k := range after {
