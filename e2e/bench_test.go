@@ -33,26 +33,37 @@ import (
 // ipWatch records when each Service of a namespace first shows an address, and when it first
 // shows the controller's health conditions (EndpointsReady).
 type ipWatch struct {
-	mu           sync.Mutex
-	seen         map[string]time.Time
-	explained    map[string]time.Time
-	n            int
-	all          chan struct{} // closed when n Services have an address
-	allExplained chan struct{} // closed when n Services have their health conditions
-	stop         func()        // stops the informer (also at the benchmark's end)
+	mu        sync.Mutex
+	seen      arrivals // addresses
+	explained arrivals // health conditions
+	n         int
+	stop      func() // stops the informer (also at the benchmark's end)
+}
+
+// arrivals are when each Service first showed something.
+type arrivals struct {
+	at  map[string]time.Time
+	all chan struct{} // closed when n Services have shown it
+	// what they show, for a benchmark that gives up waiting
+	what string
+}
+
+func newArrivals(what string) arrivals {
+	return arrivals{at: map[string]time.Time{}, all: make(chan struct{}), what: what}
+}
+
+// mark records the Service's first showing, now; call with the watch's mu held.
+func (a *arrivals) mark(name string, n int) {
+	if _, done := a.at[name]; !done {
+		a.at[name] = time.Now()
+		if len(a.at) == n {
+			close(a.all)
+		}
+	}
 }
 
 func watchIPs(b *testing.B, cp *controlplane.ControlPlane, ns string, n int) *ipWatch {
-	iw := &ipWatch{seen: map[string]time.Time{}, explained: map[string]time.Time{}, n: n,
-		all: make(chan struct{}), allExplained: make(chan struct{})}
-	mark := func(m map[string]time.Time, all chan struct{}, name string) {
-		if _, done := m[name]; !done {
-			m[name] = time.Now()
-			if len(m) == iw.n {
-				close(all)
-			}
-		}
-	}
+	iw := &ipWatch{seen: newArrivals("an address"), explained: newArrivals("its health conditions"), n: n}
 	record := func(obj any) {
 		svc, ok := obj.(*corev1.Service)
 		if !ok {
@@ -61,10 +72,10 @@ func watchIPs(b *testing.B, cp *controlplane.ControlPlane, ns string, n int) *ip
 		iw.mu.Lock()
 		defer iw.mu.Unlock()
 		if len(svc.Status.LoadBalancer.Ingress) > 0 {
-			mark(iw.seen, iw.all, svc.Name)
+			iw.seen.mark(svc.Name, n)
 		}
 		if meta.FindStatusCondition(svc.Status.Conditions, porticov1.ConditionEndpointsReady) != nil {
-			mark(iw.explained, iw.allExplained, svc.Name)
+			iw.explained.mark(svc.Name, n)
 		}
 	}
 	// An informer, not a bare watch: it survives the apiserver closing a long watch.
@@ -85,25 +96,24 @@ func watchIPs(b *testing.B, cp *controlplane.ControlPlane, ns string, n int) *ip
 }
 
 // wait returns when the last Service got its address.
-func (iw *ipWatch) wait(b *testing.B) time.Time { return iw.waitAll(b, iw.all, iw.seen, "an address") }
+func (iw *ipWatch) wait(b *testing.B) time.Time { return iw.last(b, &iw.seen) }
 
 // waitExplained returns when the last Service got its health conditions.
-func (iw *ipWatch) waitExplained(b *testing.B) time.Time {
-	return iw.waitAll(b, iw.allExplained, iw.explained, "its health conditions")
-}
+func (iw *ipWatch) waitExplained(b *testing.B) time.Time { return iw.last(b, &iw.explained) }
 
-func (iw *ipWatch) waitAll(b *testing.B, all <-chan struct{}, m map[string]time.Time, what string) time.Time {
+// last waits until every Service has shown a's thing and returns when the last one did.
+func (iw *ipWatch) last(b *testing.B, a *arrivals) time.Time {
 	select {
-	case <-all:
+	case <-a.all:
 	case <-time.After(10 * time.Minute):
 		iw.mu.Lock()
 		defer iw.mu.Unlock()
-		b.Fatalf("only %d of %d Services got %s", len(m), iw.n, what)
+		b.Fatalf("only %d of %d Services got %s", len(a.at), iw.n, a.what)
 	}
 	iw.mu.Lock()
 	defer iw.mu.Unlock()
 	var last time.Time
-	for _, t := range m {
+	for _, t := range a.at {
 		if t.After(last) {
 			last = t
 		}
@@ -116,7 +126,7 @@ func (iw *ipWatch) first() time.Time {
 	iw.mu.Lock()
 	defer iw.mu.Unlock()
 	var first time.Time
-	for _, t := range iw.seen {
+	for _, t := range iw.seen.at {
 		if first.IsZero() || t.Before(first) {
 			first = t
 		}
@@ -478,7 +488,7 @@ func BenchmarkBurst(b *testing.B) {
 	after := apiWrites(b, cp)
 
 	var lat []time.Duration
-	for name, at := range iw.seen {
+	for name, at := range iw.seen.at {
 		lat = append(lat, at.Sub(created[name]))
 	}
 	b.ReportMetric(float64(n), "services")
