@@ -111,8 +111,8 @@ func TestControllerDeployment(t *testing.T) {
 	}
 }
 
-// TestSpeakerDaemonSet: host network, only NET_RAW (the e2e lab runs the speakers with exactly
-// this set), a read-only root filesystem, the gossip key from a Secret in its own namespace,
+// TestSpeakerDaemonSet: host network, only NET_RAW and NET_ADMIN (the e2e lab runs the speakers
+// with exactly this set), a read-only root filesystem, the gossip key from a Secret in its own namespace,
 // gossip bound to the node's address, probes where it serves them.
 func TestSpeakerDaemonSet(t *testing.T) {
 	var ds appsv1.DaemonSet
@@ -122,7 +122,7 @@ func TestSpeakerDaemonSet(t *testing.T) {
 		t.Error("the speaker must use the host's network")
 	}
 	c := pod.Containers[0]
-	checkLocked(t, c, []corev1.Capability{"NET_RAW"})
+	checkLocked(t, c, []corev1.Capability{"NET_RAW", "NET_ADMIN"})
 	if !slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool {
 		return e.Name == "HOST_IP" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "status.hostIP"
 	}) {

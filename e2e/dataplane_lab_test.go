@@ -120,11 +120,12 @@ func inDataplaneLab[T testing.TB](t T, body func(t T, e *dpEnv)) {
 // dpEnv is the inner side of the data-plane lab.
 type dpEnv struct {
 	*l2Env
-	lab *dpLab
+	lab   *dpLab
+	procs map[string]*os.Process // startProcess's, by name
 }
 
 func startDataplane(t testing.TB, lab *dpLab) *dpEnv {
-	e := &dpEnv{l2Env: startEnv(t, &lab.l2Lab), lab: lab}
+	e := &dpEnv{l2Env: startEnv(t, &lab.l2Lab), lab: lab, procs: map[string]*os.Process{}}
 	stopSlices, err := e.cp.StartEndpointSlices(logFile(t, "kube-controller-manager"))
 	must(t, err)
 	t.Cleanup(stopSlices)
@@ -175,6 +176,7 @@ func (e *dpEnv) startProcess(name, ns, bin string, args ...string) {
 	}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	must(e.t, cmd.Start())
+	e.procs[name] = cmd.Process // ip netns exec execs bin: the same process
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); logf.Close(); close(done) }()
 	t := e.t

@@ -3,10 +3,12 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/netip"
 	"os/exec"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -208,6 +210,58 @@ func TestDataplane(t *testing.T) {
 			checkEndpointsCondition(t, e, svc, true)
 		})
 
+		t.Run("a client arriving before kube-proxy's rule connects on its next retransmission", func(t *testing.T) {
+			e.t = t
+			// kube-proxy is held on every node, so the address is announced before any node
+			// translates it, as when a Service has just got it or a node's proxy is starting.
+			for _, n := range e.Nodes {
+				must(t, e.procs["kube-proxy-"+n.Name].Signal(syscall.SIGSTOP))
+			}
+			resumed := false
+			resume := func() {
+				for _, n := range e.Nodes {
+					must(t, e.procs["kube-proxy-"+n.Name].Signal(syscall.SIGCONT))
+				}
+				resumed = true
+			}
+			defer func() {
+				if !resumed {
+					resume()
+				}
+			}()
+			_, ip := e.create(lbService{name: "gitea-early", selector: "gitea", port: 80, target: "http"})
+			owner := e.soleAnnouncer(ip, 20*time.Second)
+			ns := e.node(owner).NS
+			if !strings.Contains(guardTable(ns), ip.String()) {
+				t.Fatalf("%s announces %s but its forwarding guard does not hold it:\n%s", owner, ip, guardTable(ns))
+			}
+			// One connection: its SYN is retransmitted after 1, 3 and 7 s on the same ports.
+			dialed := make(chan error, 1)
+			go func() {
+				resp, err := netlab.HTTPClient(e.Client.NS, 10*time.Second).Get(fmt.Sprintf("http://%s/", ip))
+				if err == nil {
+					b, _ := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					if pod, _ := answer(string(b)); pod == "" {
+						err = fmt.Errorf("answer %q", b)
+					}
+				}
+				dialed <- err
+			}()
+			waitFor(t, "the guard on "+owner+" dropping the first SYN", 10*time.Second, func() bool {
+				return netlab.NFTCounted(ns, "inet", "portico") > 0
+			})
+			resume()
+			if err := <-dialed; err != nil {
+				t.Fatalf("the connection begun before kube-proxy's rule failed: %v", err)
+			}
+			for _, n := range e.Nodes {
+				if n.Name != owner && strings.Contains(guardTable(n.NS), ip.String()) {
+					t.Errorf("%s guards %s, which %s announces", n.Name, ip, owner)
+				}
+			}
+		})
+
 		t.Run("requests succeed again after the owner's link is cut", func(t *testing.T) {
 			e.t = t
 			svc, ip := e.create(lbService{name: "gitea-failover", selector: "gitea", port: 80, target: "http"})
@@ -266,6 +320,12 @@ func TestDataplane(t *testing.T) {
 			t.Logf("GET %s from %s (behind r1) answered by %s", url, e.lab.Remote.IP, pod)
 		})
 	})
+}
+
+// guardTable is the speaker's forwarding guard in namespace ns (nftables table inet portico).
+func guardTable(ns string) string {
+	out, _ := exec.Command("ip", "netns", "exec", ns, "nft", "list", "table", "inet", "portico").Output()
+	return string(out)
 }
 
 // nftRuleset is the nftables ruleset of namespace ns, or "" when it cannot be read.

@@ -60,6 +60,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
+// RegisterGuardDrops registers the forwarding guard's counter, read at each scrape.
+func RegisterGuardDrops(reg prometheus.Registerer, dropped func() (uint64, error)) {
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "portico_speaker_guard_dropped_packets_total",
+		Help: "Packets to addresses this node announces that nothing on the node translated (no service proxy rule for them yet), dropped instead of routed back out."},
+		func() float64 { n, _ := dropped(); return float64(n) }))
+}
+
 // Request, Reply and Gratuitous make Metrics an l2.Counters.
 func (m *Metrics) Request(proto string)    { m.requests.WithLabelValues(proto).Inc() }
 func (m *Metrics) Reply(proto string)      { m.replies.WithLabelValues(proto).Inc() }

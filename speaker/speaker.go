@@ -41,6 +41,7 @@ type Speaker struct {
 	KeyRefresh time.Duration
 	Announce   Announcer
 	BGP        Router
+	Guard      Guard // nil: none
 	Metrics    *Metrics
 	Log        logr.Logger
 	// IgnoreExcludeLabel lets nodes labelled exclude-from-external-load-balancers announce.
@@ -221,6 +222,11 @@ func (s *Speaker) shutdown() {
 	if err := s.Announce.Close(); err != nil {
 		s.Log.Error(err, "closing responders")
 	}
+	if s.Guard != nil {
+		if err := s.Guard.Close(); err != nil {
+			s.Log.Error(err, "removing the forwarding guard")
+		}
+	}
 	s.Log.Info("stopped answering and left the group")
 }
 
@@ -290,6 +296,8 @@ func (s *Speaker) reconcile(ctx context.Context) {
 		return
 	}
 	plan := s.planner.Plan()
+	touched := s.touched(ch, plan)
+	s.guard(touched, plan, true) // before the first answer or route
 	mine := s.applyL2(ch)
 	if lostAt != 0 && s.gained(mine) > 0 {
 		// Set has sent the first gratuitous frames when it returns.
@@ -309,6 +317,7 @@ func (s *Speaker) reconcile(ctx context.Context) {
 		s.applied.bgp = s.BGP.Apply(ctx, d)
 	}
 	s.routesChanged(ctx, plan.Routed, routed, cause)
+	s.guard(touched, plan, false) // once withdrawn
 	problems := slices.Clone(plan.Problems)
 	for _, p := range append(s.applied.l2, s.applied.bgp...) {
 		problems = append(problems, p.Error())

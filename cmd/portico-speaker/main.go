@@ -1,6 +1,7 @@
-// Command portico-speaker runs on every node (a DaemonSet with hostNetwork and CAP_NET_RAW): it
-// answers ARP/NDP for the LoadBalancer addresses this node owns and advertises addresses to BGP
-// routers through an embedded GoBGP. See docs/speaker-l2.md and docs/speaker-bgp.md.
+// Command portico-speaker runs on every node (a DaemonSet with hostNetwork, CAP_NET_RAW and
+// CAP_NET_ADMIN): it answers ARP/NDP for the LoadBalancer addresses this node owns, advertises
+// addresses to BGP routers through an embedded GoBGP, and guards the addresses it announces
+// (speaker/guard). See docs/speaker-l2.md and docs/speaker-bgp.md.
 package main
 
 import (
@@ -27,6 +28,7 @@ import (
 	"github.com/portico-lb/portico/speaker"
 	"github.com/portico-lb/portico/speaker/bfd"
 	"github.com/portico-lb/portico/speaker/bgp"
+	"github.com/portico-lb/portico/speaker/guard"
 	"github.com/portico-lb/portico/speaker/kubeapi"
 	"github.com/portico-lb/portico/speaker/l2"
 	"github.com/portico-lb/portico/speaker/membership"
@@ -46,6 +48,7 @@ type options struct {
 	conflicts                  speaker.ConflictProbing
 	ignoreExcludeLabel         bool
 	ignoreClassless            bool
+	forwardGuard               bool
 }
 
 func main() {
@@ -68,6 +71,8 @@ func main() {
 		"announce from nodes labelled node.kubernetes.io/exclude-from-external-load-balancers too (single-node and control-plane-only clusters, whose nodes carry it)")
 	flag.BoolVar(&o.ignoreClassless, "ignore-classless", false,
 		"leave Services with no spec.loadBalancerClass to another load balancer, handling only --load-balancer-class (the controller needs the same flag)")
+	flag.BoolVar(&o.forwardGuard, "forward-guard", true,
+		"drop packets to the addresses this node announces that nothing on the node translated (nftables table inet portico; needs CAP_NET_ADMIN), so that clients arriving before the service proxy's rule connect on their next retransmission instead of being routed back out")
 	o.selfCheck = selfcheck.DefaultOptions
 	flag.DurationVar(&o.selfCheck.Interval, "self-check-interval", o.selfCheck.Interval, "how often the addresses other nodes answer for are probed (ARP) to report who answers; 0 switches the self-check off")
 	flag.Float64Var(&o.selfCheck.Rate, "self-check-rate", o.selfCheck.Rate, "self-check probes per second at most")
@@ -110,9 +115,18 @@ func run(o options) error {
 	sessions := &bgp.Sessions{Log: log.WithName("bgp"), BFD: bfd.NewManager(log.WithName("bfd"))}
 	reg.MustRegister(sessions, sessions.BFD)
 	cache := kubeapi.NewCache(cl, speaker.TrimForCache)
+	var fwd speaker.Guard
+	if o.forwardGuard {
+		if g, err := guard.Open(); err != nil {
+			log.Error(err, "no forwarding guard: untranslated packets to announced addresses will be routed back out (the speaker needs CAP_NET_ADMIN and the kernel nf_tables; --forward-guard=false silences this)")
+		} else {
+			fwd = g
+			speaker.RegisterGuardDrops(reg, g.Dropped)
+		}
+	}
 	s := &speaker.Speaker{
 		Node: o.node, LBClass: o.lbClass, Cache: cache, Client: cl, MLPort: o.port,
-		Announce: l2.NewAnnouncer(log.WithName("l2"), metrics), BGP: sessions,
+		Announce: l2.NewAnnouncer(log.WithName("l2"), metrics), BGP: sessions, Guard: fwd,
 		Metrics: metrics, Log: log, SelfCheck: o.selfCheck, Conflicts: o.conflicts, KeyRefresh: o.keyRefresh,
 		IgnoreExcludeLabel: o.ignoreExcludeLabel, IgnoreClassless: o.ignoreClassless,
 	}

@@ -197,6 +197,7 @@ func homeLab(t testing.TB, install func(e *labEnv), then func(e *labEnv)) {
 	}
 	t.Logf("home lab answering %s after the cluster", time.Since(start).Round(time.Second))
 	answersOnLANOnly(t, c)
+	noUntranslatedFlows(t, c)
 	if then != nil {
 		then(e)
 	}
@@ -252,6 +253,29 @@ func dumpLogs(t testing.TB, dir string) {
 // answersOnLANOnly: ARP for each VIP is answered by one node, from its LAN interface, and no
 // speaker answers on cni0 or a pod's veth (each Speaker's status says why they are left out).
 // A node with pods has both; answering there would hand the VIP to pods and bridges.
+// noUntranslatedFlows checks that no node's connection tracking holds a flow to a home-lab
+// address that nothing translated: the client above asked for each address from the moment it
+// was assigned, before kube-proxy may have had its rule, and such a flow would swallow every
+// later connection that reuses its source port (the speaker's forwarding guard, speaker/guard).
+func noUntranslatedFlows(t testing.TB, c *cluster.Cluster) {
+	t.Helper()
+	for _, n := range c.Nodes {
+		out, err := exec.Command("ip", "netns", "exec", n.NS, "cat", "/proc/net/nf_conntrack").Output()
+		if err != nil {
+			t.Fatalf("%s's connection tracking: %v", n.Name, err)
+		}
+		for _, line := range strings.Split(string(out), "\n") {
+			for i := range 4 {
+				ip := fmt.Sprintf("10.0.0.%d", 200+i)
+				if strings.Contains(line, " dst="+ip+" ") && strings.Contains(line, " src="+ip+" ") {
+					t.Errorf("%s tracks a flow to %s that was not translated: %s", n.Name, ip, line)
+				}
+			}
+		}
+		t.Logf("%s's forwarding guard: %d packet(s) dropped", n.Name, netlab.NFTCounted(n.NS, "inet", "portico"))
+	}
+}
+
 func answersOnLANOnly(t testing.TB, c *cluster.Cluster) {
 	t.Helper()
 	lan := map[string]string{} // MAC → node

@@ -154,6 +154,19 @@ func Resolve(ns string, ip netip.Addr) string {
 	return Neighbour(ns, ip)
 }
 
+// NFTCounted sums the packets counted by the rules of nftables table `family name` in namespace
+// ns: 0 when there is no such table.
+func NFTCounted(ns, family, name string) int {
+	out, _ := exec.Command("ip", "netns", "exec", ns, "nft", "list", "table", family, name).Output()
+	n := 0
+	for _, f := range strings.Split(string(out), "counter packets ")[1:] {
+		var k int
+		fmt.Sscan(f, &k)
+		n += k
+	}
+	return n
+}
+
 // In runs fn on a thread switched into namespace ns. Sockets opened in fn stay in ns; the
 // thread is thrown away afterwards, so no other goroutine ever runs in ns by accident.
 func In(ns string, fn func() error) error {
