@@ -187,3 +187,32 @@ func TestOpenReplacesALeftover(t *testing.T) {
 		t.Fatalf("a table is left:\n%s", out)
 	}
 }
+
+// nft itself reads the table back as the rules and elements the package documents, for both
+// families (the IPv6 rule is not exercised by traffic above).
+func TestTableAsNftReadsIt(t *testing.T) {
+	lb := newLab(t)
+	v6 := netip.MustParseAddr("2001:db8::200")
+	err := netlab.In(lb.node.NS, func() error {
+		g, err := guard.Open()
+		if err != nil {
+			return err
+		}
+		return g.Add([]netip.Addr{lbIP, v6, netip.AddrFrom16(lbIP.As16())}) // the mapped form is lbIP
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := lb.l.MustRun("ip", "netns", "exec", lb.node.NS, "nft", "list", "table", "inet", guard.TableName)
+	for _, want := range []string{
+		"hook forward priority filter",
+		"ip daddr @announced4 ct status ! dnat counter packets 0 bytes 0 drop",
+		"ip6 daddr @announced6 ct status ! dnat counter packets 0 bytes 0 drop",
+		"elements = { " + lbIP.String() + " }",
+		"elements = { " + v6.String() + " }",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("nft list table inet %s lacks %q:\n%s", guard.TableName, want, out)
+		}
+	}
+}
