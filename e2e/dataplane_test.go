@@ -323,10 +323,7 @@ func TestDataplane(t *testing.T) {
 }
 
 // guardTable is the speaker's forwarding guard in namespace ns (nftables table inet portico).
-func guardTable(ns string) string {
-	out, _ := exec.Command("ip", "netns", "exec", ns, "nft", "list", "table", "inet", "portico").Output()
-	return string(out)
-}
+func guardTable(ns string) string { return netlab.NFTTable(ns, "inet", "portico") }
 
 // nftRuleset is the nftables ruleset of namespace ns, or "" when it cannot be read.
 func nftRuleset(ns string) string {

@@ -250,9 +250,6 @@ func dumpLogs(t testing.TB, dir string) {
 	}
 }
 
-// answersOnLANOnly: ARP for each VIP is answered by one node, from its LAN interface, and no
-// speaker answers on cni0 or a pod's veth (each Speaker's status says why they are left out).
-// A node with pods has both; answering there would hand the VIP to pods and bridges.
 // noUntranslatedFlows checks that no node's connection tracking holds a flow to a home-lab
 // address that nothing translated: the client above asked for each address from the moment it
 // was assigned, before kube-proxy may have had its rule, and such a flow would swallow every
@@ -260,22 +257,23 @@ func dumpLogs(t testing.TB, dir string) {
 func noUntranslatedFlows(t testing.TB, c *cluster.Cluster) {
 	t.Helper()
 	for _, n := range c.Nodes {
-		out, err := exec.Command("ip", "netns", "exec", n.NS, "cat", "/proc/net/nf_conntrack").Output()
-		if err != nil {
-			t.Fatalf("%s's connection tracking: %v", n.Name, err)
-		}
-		for _, line := range strings.Split(string(out), "\n") {
-			for i := range 4 {
-				ip := fmt.Sprintf("10.0.0.%d", 200+i)
-				if strings.Contains(line, " dst="+ip+" ") && strings.Contains(line, " src="+ip+" ") {
-					t.Errorf("%s tracks a flow to %s that was not translated: %s", n.Name, ip, line)
-				}
+		for i := range 4 {
+			ip := netip.AddrFrom4([4]byte{10, 0, 0, byte(200 + i)})
+			flows, err := netlab.UntranslatedFlows(n.NS, ip)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, f := range flows {
+				t.Errorf("%s tracks a flow to %s that was not translated: %s", n.Name, ip, f)
 			}
 		}
 		t.Logf("%s's forwarding guard: %d packet(s) dropped", n.Name, netlab.NFTCounted(n.NS, "inet", "portico"))
 	}
 }
 
+// answersOnLANOnly: ARP for each VIP is answered by one node, from its LAN interface, and no
+// speaker answers on cni0 or a pod's veth (each Speaker's status says why they are left out).
+// A node with pods has both; answering there would hand the VIP to pods and bridges.
 func answersOnLANOnly(t testing.TB, c *cluster.Cluster) {
 	t.Helper()
 	lan := map[string]string{} // MAC → node

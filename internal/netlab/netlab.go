@@ -154,17 +154,48 @@ func Resolve(ns string, ip netip.Addr) string {
 	return Neighbour(ns, ip)
 }
 
+// NFTTable is nftables table `family name` of namespace ns as nft lists it, or "" when there is
+// none.
+func NFTTable(ns, family, name string) string {
+	out, _ := exec.Command("ip", "netns", "exec", ns, "nft", "list", "table", family, name).Output()
+	return string(out)
+}
+
 // NFTCounted sums the packets counted by the rules of nftables table `family name` in namespace
 // ns: 0 when there is no such table.
 func NFTCounted(ns, family, name string) int {
-	out, _ := exec.Command("ip", "netns", "exec", ns, "nft", "list", "table", family, name).Output()
 	n := 0
-	for _, f := range strings.Split(string(out), "counter packets ")[1:] {
+	for _, f := range strings.Split(NFTTable(ns, family, name), "counter packets ")[1:] {
 		var k int
 		fmt.Sscan(f, &k)
 		n += k
 	}
 	return n
+}
+
+// UntranslatedFlows are the connection-tracking entries of namespace ns for flows to ip that
+// nothing translated: the reply is expected from ip itself.
+func UntranslatedFlows(ns string, ip netip.Addr) ([]string, error) {
+	out, err := exec.Command("ip", "netns", "exec", ns, "cat", "/proc/net/nf_conntrack").Output()
+	if err != nil {
+		return nil, fmt.Errorf("%s's connection tracking: %w", ns, err)
+	}
+	var flows []string
+	for _, line := range strings.Split(string(out), "\n") {
+		// The first dst= is the original direction's destination, the second src= the reply's source.
+		var dst, src []string
+		for _, f := range strings.Fields(line) {
+			if v, ok := strings.CutPrefix(f, "dst="); ok {
+				dst = append(dst, v)
+			} else if v, ok := strings.CutPrefix(f, "src="); ok {
+				src = append(src, v)
+			}
+		}
+		if len(dst) > 0 && len(src) > 1 && dst[0] == ip.String() && src[1] == ip.String() {
+			flows = append(flows, line)
+		}
+	}
+	return flows, nil
 }
 
 // In runs fn on a thread switched into namespace ns. Sockets opened in fn stay in ns; the

@@ -71,8 +71,8 @@ func (lb *lab) proxyRule(t *testing.T) {
 // untranslated reports whether the node's connection tracking holds a flow to lbIP that was
 // not translated (its reply would come from lbIP itself).
 func (lb *lab) untranslated() bool {
-	out, _ := exec.Command("ip", "netns", "exec", lb.node.NS, "cat", "/proc/net/nf_conntrack").Output()
-	return strings.Contains(string(out), "src="+lbIP.String()+" dst=10.0.0.1 sport=80")
+	flows, _ := netlab.UntranslatedFlows(lb.node.NS, lbIP)
+	return len(flows) > 0
 }
 
 // connect dials lbIP:80 from the client once, for as long as within (the kernel retransmits
