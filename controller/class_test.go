@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
-	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -38,11 +37,7 @@ func TestIgnoreClassless(t *testing.T) {
 	if ips(&svc) != "198.51.100.160" || len(svc.Status.Conditions) > 0 || len(svc.Annotations) > 0 || len(svc.Finalizers) > 0 {
 		t.Fatalf("the classless Service was touched: status %+v, annotations %v, finalizers %v", svc.Status, svc.Annotations, svc.Finalizers)
 	}
-	var evs eventsv1.EventList
-	if err := cp.Client.List(context.Background(), &evs, client.InNamespace(ns)); err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range evs.Items {
+	for _, e := range porticoEvents(t, ns) {
 		if e.Regarding.Name == "classless" {
 			t.Errorf("event on the classless Service: %s %s", e.Reason, e.Note)
 		}

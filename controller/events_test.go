@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -39,11 +38,7 @@ func TestEventsWaitForStatusWrites(t *testing.T) {
 	if err != nil {
 		t.Fatal("fast's IPAllocated event is not waiting behind slow's status write")
 	}
-	var evs eventsv1.EventList
-	if err := cp.Client.List(context.Background(), &evs, client.InNamespace(ns)); err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range evs.Items {
+	for _, e := range porticoEvents(t, ns) {
 		t.Errorf("event %s on %s sent while a status write was pending", e.Reason, e.Regarding.Name)
 	}
 

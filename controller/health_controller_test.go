@@ -7,7 +7,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -151,11 +150,7 @@ func TestBriefProblemsAreNotNews(t *testing.T) {
 	// The allocation's event is written with the address, before any health condition: once
 	// it is there, any event told on the first write would be too.
 	waitEvent(t, ns, "web", "IPAllocated", "198.51.100.18")
-	var evs eventsv1.EventList
-	if err := cp.Client.List(context.Background(), &evs, client.InNamespace(ns)); err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range evs.Items {
+	for _, e := range porticoEvents(t, ns) {
 		if e.Reason != "IPAllocated" {
 			t.Errorf("event %s %s: %s (a brief state is not news)", e.Type, e.Reason, e.Note)
 		}

@@ -3,6 +3,7 @@ package controller_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -166,14 +167,22 @@ func TestHomeLab(t *testing.T) {
 	}
 }
 
+// porticoEvents are the events Portico's controller sent in namespace ns. The apiserver sends
+// its own on Services too (its ClusterIP repair loop may report a Service created a moment
+// before its sweep: ClusterIPNotAllocated), and they are not ours to count.
+func porticoEvents(t *testing.T, ns string) []eventsv1.Event {
+	t.Helper()
+	var evs eventsv1.EventList
+	if err := cp.Client.List(context.Background(), &evs, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	return slices.DeleteFunc(evs.Items, func(e eventsv1.Event) bool { return e.ReportingController != "portico-controller" })
+}
+
 func waitEvent(t *testing.T, ns, name, reason, note string) {
 	t.Helper()
 	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		var evs eventsv1.EventList
-		if err := cp.Client.List(ctx, &evs, client.InNamespace(ns)); err != nil {
-			return false, err
-		}
-		for _, e := range evs.Items {
+		for _, e := range porticoEvents(t, ns) {
 			if e.Regarding.Name == name && e.Reason == reason && strings.Contains(e.Note, note) {
 				return true, nil
 			}

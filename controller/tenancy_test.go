@@ -1,14 +1,11 @@
 package controller_test
 
 import (
-	"context"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
-	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
 )
@@ -17,12 +14,8 @@ import (
 // another tenant's secrets: its namespace, its Services, its sharing key.
 func notNaming(t *testing.T, ns, name, message string, secrets ...string) {
 	t.Helper()
-	var evs eventsv1.EventList
-	if err := cp.Client.List(context.Background(), &evs, client.InNamespace(ns)); err != nil {
-		t.Fatal(err)
-	}
 	texts := []string{message}
-	for _, e := range evs.Items {
+	for _, e := range porticoEvents(t, ns) {
 		if e.Regarding.Name == name {
 			texts = append(texts, e.Note)
 		}
