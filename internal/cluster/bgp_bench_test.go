@@ -80,8 +80,13 @@ func bgpLab(e *labEnv) netip.Addr {
 	if err != nil {
 		e.t.Fatal(err)
 	}
+	// The client and the nodes share the LAN, so a router that sends ICMP redirects tells the
+	// client to reach the address through the node its hash picked, and the client then
+	// bypasses it (and BGP) for good: none here, as with a client on another network. The
+	// router hashes each connection (source and destination ports too), as routers doing ECMP do.
 	for _, args := range [][]string{
-		{"netns", "exec", router.NS, "sysctl", "-qw", "net.ipv4.ip_forward=1"},
+		{"netns", "exec", router.NS, "sysctl", "-qw", "net.ipv4.ip_forward=1", "net.ipv4.conf.all.send_redirects=0",
+			"net.ipv4.conf.eth0.send_redirects=0", "net.ipv4.fib_multipath_hash_policy=1"},
 		{"-n", e.c.Client.NS, "route", "add", bgpPool.String(), "via", routerIP.Addr().String()},
 	} {
 		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
