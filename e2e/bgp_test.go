@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"net/http"
 	"net/netip"
 	"slices"
 	"strings"
@@ -165,6 +166,32 @@ func TestBGP(t *testing.T) {
 			t.Logf("node-c's route gone %v after SIGTERM returned", took.Round(time.Millisecond))
 			e.startSpeaker("node-c")
 			e.expectRoute(bird, steady, e.nodeIPs(false, all...), 30*time.Second)
+		})
+
+		t.Run("a restarted speaker is ready once its routes' sessions are back", func(t *testing.T) {
+			e.t = t
+			// A rolling update replaces the next node's speaker once this one is ready: were it
+			// ready before its session is back, the routers could be left with no next hop.
+			readyz := "http://" + e.node("node-c").IPv4.Addr().String() + ":7475/readyz/bgp-sessions"
+			_, err := b.Birdc("disable", "node_c")
+			must(t, err)
+			t.Cleanup(func() { _, _ = b.Birdc("enable", "node_c") }) // for the subtests after a failure
+			e.kill("node-c", syscall.SIGTERM)
+			e.startSpeaker("node-c")
+			waitFor(t, "node-c's readiness waiting for its tor session", 30*time.Second, func() bool {
+				code, body := httpStatus(readyz)
+				return code == http.StatusInternalServerError && strings.Contains(body, "tor at 198.51.100.3")
+			})
+			_, err = b.Birdc("enable", "node_c")
+			must(t, err)
+			waitFor(t, "node-c ready", 30*time.Second, func() bool {
+				code, _ := httpStatus(readyz)
+				return code == http.StatusOK
+			})
+			if out, err := b.Birdc("show", "protocols", "node_c"); err != nil || !strings.Contains(out, "Established") {
+				t.Fatalf("node-c turned ready before its session with the router was up: %v\n%s", err, out)
+			}
+			e.expectRoute(bird, steady, e.nodeIPs(false, all...), 10*time.Second)
 		})
 
 		t.Run("graceful restart: a killed speaker's routes stay until it is back", func(t *testing.T) {

@@ -3,6 +3,8 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"net/netip"
 	"slices"
 	"strings"
@@ -175,4 +177,16 @@ func (e *l2Env) hasEvent(object, reason, message string) bool {
 	return slices.ContainsFunc(evs.Items, func(ev corev1.Event) bool {
 		return ev.InvolvedObject.Name == object && ev.Reason == reason && ev.Message == message
 	})
+}
+
+// httpStatus GETs url and returns the status code and the body; 0 when nothing answered.
+func httpStatus(url string) (int, string) {
+	c := http.Client{Timeout: 2 * time.Second}
+	resp, err := c.Get(url)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
 }

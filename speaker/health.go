@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -20,6 +22,37 @@ func (s *Speaker) Ready(*http.Request) error {
 		return errors.New("starting: waiting for the first sync from the apiserver and the first gossip join")
 	}
 	return nil
+}
+
+// DefaultRoutesUpWait bounds how long readiness waits for this node's BGP sessions: a router
+// that is down must not stop a rolling update for good (its session is reported in the
+// Speaker's status and by portico_bgp_session_up meanwhile).
+const DefaultRoutesUpWait = 30 * time.Second
+
+// RoutesUp is the readiness check of BGP (/readyz/bgp-sessions): every session that carries
+// this node's routes is established, or RoutesUpWait has passed since the speaker started. A
+// DaemonSet's rolling update replaces the next node's speaker once this one is ready; without
+// the check it did so before this node's sessions were back, and for a moment the routers had
+// no route to the Service at all (BENCHMARKS.md, bench-cluster).
+func (s *Speaker) RoutesUp(*http.Request) error {
+	if !s.planned.Load() {
+		return errors.New("starting: this node's routes are not planned yet")
+	}
+	if time.Since(s.startedAt) >= s.RoutesUpWait {
+		return nil
+	}
+	var waiting []string
+	for name, st := range s.BGP.States() {
+		if st.Routes > 0 && !st.Established() {
+			waiting = append(waiting, fmt.Sprintf("%s at %s (%s)", name, st.Address, st.State))
+		}
+	}
+	if len(waiting) == 0 {
+		return nil
+	}
+	slices.Sort(waiting)
+	return fmt.Errorf("waiting for the BGP sessions that carry this node's routes: %s (ready regardless %s after the start)",
+		strings.Join(waiting, ", "), s.RoutesUpWait)
 }
 
 // Alive is the liveness check (/healthz): the main loop still turns. It passes while the speaker

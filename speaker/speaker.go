@@ -52,6 +52,9 @@ type Speaker struct {
 	SelfCheck selfcheck.Options
 	// Conflicts paces the probes of the addresses pools hand out next (conflicts.go).
 	Conflicts ConflictProbing
+	// RoutesUpWait bounds how long readiness waits for the BGP sessions that carry this node's
+	// routes after the start (RoutesUp); zero does not wait for them.
+	RoutesUpWait time.Duration
 
 	kick      chan struct{}
 	events    *events.Sender // Announced, SessionUp and SessionDown, sent once busy stops (busy)
@@ -76,6 +79,8 @@ type Speaker struct {
 	checks    atomic.Pointer[selfCheckReport]          // the latest self-check results
 	foreign   atomic.Pointer[[]v1alpha1.ForeignAnswer] // the latest conflict probe round's foreign answers
 	loopAt    atomic.Int64                             // unix nanos of the main loop's latest turn; 0 until it starts (health.go)
+	startedAt time.Time                                // when Start began (RoutesUp)
+	planned   atomic.Bool                              // the first plan has been applied (RoutesUp)
 
 	synced     atomic.Bool // the cache has synced: Admit can check claims
 	refused    refusals
@@ -107,6 +112,7 @@ type Router interface {
 // Start runs until ctx ends; then it stops answering at once and leaves the group, so the other
 // speakers take over without waiting for failure detection.
 func (s *Speaker) Start(ctx context.Context) error {
+	s.startedAt = time.Now()
 	s.kick = make(chan struct{}, 1)
 	s.reports = make(chan statusReport, 1)
 	s.owned = map[netip.Addr]Claim{}
@@ -317,6 +323,7 @@ func (s *Speaker) reconcile(ctx context.Context) {
 		s.applied.bgp = s.BGP.Apply(ctx, d)
 	}
 	s.routesChanged(ctx, plan.Routed, routed, cause)
+	s.planned.Store(true)         // after startedAt, which RoutesUp reads once it sees this
 	s.guard(touched, plan, false) // once withdrawn
 	problems := slices.Clone(plan.Problems)
 	for _, p := range append(s.applied.l2, s.applied.bgp...) {

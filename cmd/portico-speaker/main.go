@@ -49,6 +49,7 @@ type options struct {
 	ignoreExcludeLabel         bool
 	ignoreClassless            bool
 	forwardGuard               bool
+	routesUpWait               time.Duration
 }
 
 func main() {
@@ -56,7 +57,8 @@ func main() {
 	flag.StringVar(&o.node, "node-name", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME, from the downward API)")
 	flag.StringVar(&o.lbClass, "load-balancer-class", v1alpha1.DefaultLoadBalancerClass, "spec.loadBalancerClass handled besides no class")
 	flag.StringVar(&o.metricsAddr, "metrics-bind-address", ":7474", "address the Prometheus metrics endpoint binds to; 0 disables it")
-	flag.StringVar(&o.probeAddr, "health-probe-bind-address", ":7475", "address the /healthz (main loop alive) and /readyz (synced and joined) endpoints bind to; 0 disables them")
+	flag.StringVar(&o.probeAddr, "health-probe-bind-address", ":7475", "address the /healthz (main loop alive) and /readyz (synced, joined, BGP sessions up) endpoints bind to; 0 disables them")
+	flag.DurationVar(&o.routesUpWait, "bgp-ready-wait", speaker.DefaultRoutesUpWait, "how long after the start readiness waits for the BGP sessions that carry this node's routes, so that a rolling update replaces the next node only once this one's routes are back; 0 does not wait")
 	flag.StringVar(&o.pprofAddr, "pprof-bind-address", "0", "address Go's /debug/pprof endpoints bind to, for memory and CPU profiles; 0 disables them")
 	flag.StringVar(&o.bindAddr, "memberlist-bind-address", os.Getenv("HOST_IP"),
 		"address memberlist gossip binds to (UDP and TCP), one of this node's InternalIP addresses (default $HOST_IP, from the downward API's status.hostIP; when empty, the Node's first InternalIP)")
@@ -128,7 +130,7 @@ func run(o options) error {
 		Node: o.node, LBClass: o.lbClass, Cache: cache, Client: cl, MLPort: o.port,
 		Announce: l2.NewAnnouncer(log.WithName("l2"), metrics), BGP: sessions, Guard: fwd,
 		Metrics: metrics, Log: log, SelfCheck: o.selfCheck, Conflicts: o.conflicts, KeyRefresh: o.keyRefresh,
-		IgnoreExcludeLabel: o.ignoreExcludeLabel, IgnoreClassless: o.ignoreClassless,
+		IgnoreExcludeLabel: o.ignoreExcludeLabel, IgnoreClassless: o.ignoreClassless, RoutesUpWait: o.routesUpWait,
 	}
 	var keys membership.Keys
 	if o.secret != "" {
@@ -153,7 +155,7 @@ func run(o options) error {
 		mux        *http.ServeMux
 	}{
 		{"metrics", o.metricsAddr, metricsMux(reg)},
-		{"health probes", o.probeAddr, probesMux(map[string]healthz.Checker{"main-loop": s.Alive}, map[string]healthz.Checker{"synced-and-joined": s.Ready})},
+		{"health probes", o.probeAddr, probesMux(map[string]healthz.Checker{"main-loop": s.Alive}, map[string]healthz.Checker{"synced-and-joined": s.Ready, "bgp-sessions": s.RoutesUp})},
 		{"pprof", o.pprofAddr, pprofMux()},
 	} {
 		if err := serve(ctx, log, srv.name, srv.addr, srv.mux); err != nil {
