@@ -59,9 +59,10 @@ func BenchmarkOperations(b *testing.B) {
 			}
 		}
 		if len(upgrades) > 0 {
-			nextcloud := target{app: "nextcloud", ip: bgpLab(e)}
+			ip, router := bgpLab(e)
+			nextcloud := target{app: "nextcloud", ip: ip}
 			for _, op := range upgrades {
-				each(op, nextcloud, "BGP")
+				each(keepingNextHops(op, router, ip), nextcloud, "BGP")
 			}
 		}
 		b.Logf("results:\n%s", table.String())
