@@ -39,6 +39,9 @@ func CacheOptions(o *ctrl.Options) {
 	o.Cache.DefaultTransform = cache.TransformStripManagedFields()
 }
 
+// EventReporter is the reportingController of every event the controller sends.
+const EventReporter = "portico-controller"
+
 // Setup registers every Portico reconciler with the manager. They share one allocator, fed
 // first from the pools and every Service's status, so no address moves across restarts, and
 // one status writer, so their writes to a Service never fight.
@@ -59,8 +62,8 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	// Events wait behind the Services' status writes. The sender runs on the leader only, with
 	// the reconcilers whose events it sends (a Runnable the manager starts after election).
 	host, _ := os.Hostname()
-	recorder := events.NewSender(events.Options{Create: func(ctx context.Context, ev *eventsv1.Event) error { return mgr.GetClient().Create(ctx, ev) }, Scheme: mgr.GetScheme(), Controller: "portico-controller",
-		Instance: "portico-controller-" + host, Quiet: w.quiet, Metrics: opts.Metrics.events})
+	recorder := events.NewSender(events.Options{Create: func(ctx context.Context, ev *eventsv1.Event) error { return mgr.GetClient().Create(ctx, ev) }, Scheme: mgr.GetScheme(), Controller: EventReporter,
+		Instance: EventReporter + "-" + host, Quiet: w.quiet, Metrics: opts.Metrics.events})
 	if err := mgr.Add(recorder); err != nil {
 		return err
 	}

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
+	"github.com/portico-lb/portico/controller"
 )
 
 // namespace creates a namespace for one test, so tests do not see each other's Services.
@@ -176,7 +177,7 @@ func porticoEvents(t *testing.T, ns string) []eventsv1.Event {
 	if err := cp.Client.List(context.Background(), &evs, client.InNamespace(ns)); err != nil {
 		t.Fatal(err)
 	}
-	return slices.DeleteFunc(evs.Items, func(e eventsv1.Event) bool { return e.ReportingController != "portico-controller" })
+	return slices.DeleteFunc(evs.Items, func(e eventsv1.Event) bool { return e.ReportingController != controller.EventReporter })
 }
 
 func waitEvent(t *testing.T, ns, name, reason, note string) {

@@ -203,7 +203,7 @@ func TestTableAsNftReadsIt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := lb.l.MustRun("ip", "netns", "exec", lb.node.NS, "nft", "list", "table", "inet", guard.TableName)
+	out := netlab.NFTTable(lb.node.NS, "inet", guard.TableName)
 	for _, want := range []string{
 		"hook forward priority filter",
 		"ip daddr @announced4 ct status ! dnat counter packets 0 bytes 0 drop",
