@@ -16,6 +16,7 @@ import (
 	"github.com/portico-lb/portico/rules"
 	"github.com/portico-lb/portico/rules/election"
 	"github.com/portico-lb/portico/speaker/l2"
+	"github.com/portico-lb/portico/speaker/plan"
 	"github.com/portico-lb/portico/speaker/selfcheck"
 )
 
@@ -49,9 +50,9 @@ func (s *Speaker) selfCheckTargets(ctx context.Context) []selfcheck.Target {
 
 // selfCheckAddrs are the addresses announced over L2 that node me probes, sorted: those whose
 // prober it is.
-func selfCheckAddrs(w World, me, lbClass string, alive func(string) bool, members []string) []netip.Addr {
+func selfCheckAddrs(w plan.World, me, lbClass string, alive func(string) bool, members []string) []netip.Addr {
 	var out []netip.Addr
-	cluster := w.cluster()
+	cluster := w.Cluster()
 	for i := range w.Services {
 		svc := &w.Services[i]
 		if !rules.Handles(svc, lbClass, !w.IgnoreClassless) {
