@@ -1,17 +1,13 @@
 package speaker
 
 import (
-	"context"
 	"maps"
 	"slices"
-	"strings"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
 )
 
@@ -115,34 +111,4 @@ func (s *Speaker) changeHandler(obj runtime.Object) toolscache.ResourceEventHand
 func (s *Speaker) replanAll(cause string) {
 	s.pending.everything()
 	s.trigger(cause)
-}
-
-// changedServices reads the Services named by keys and their EndpointSlices from the cache (a
-// key it does not find was deleted).
-func (s *Speaker) changedServices(ctx context.Context, keys []string) ([]corev1.Service, []discoveryv1.EndpointSlice, error) {
-	svcs := make([]corev1.Service, 0, len(keys))
-	var eps []discoveryv1.EndpointSlice
-	for _, key := range keys {
-		ns, name, _ := strings.Cut(key, "/")
-		var svc corev1.Service
-		if err := s.Cache.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &svc); err != nil {
-			if !apierrors.IsNotFound(err) {
-				return nil, nil, err
-			}
-			continue
-		}
-		svcs = append(svcs, svc)
-		if svc.Spec.ExternalTrafficPolicy != corev1.ServiceExternalTrafficPolicyLocal {
-			continue // only Local Services read their endpoints
-		}
-		for _, sliceName := range s.pending.slicesOf(key) {
-			var es discoveryv1.EndpointSlice
-			if err := s.Cache.Get(ctx, types.NamespacedName{Namespace: ns, Name: sliceName}, &es); err != nil && !apierrors.IsNotFound(err) {
-				return nil, nil, err
-			} else if err == nil {
-				eps = append(eps, es)
-			}
-		}
-	}
-	return svcs, eps, nil
 }
