@@ -62,11 +62,11 @@ type Speaker struct {
 	reporter   *reporter
 
 	kick      chan struct{}
-	cause     atomic.Value // string: why the next recomputation runs
+	cause     atomic.Value // string: why the next reconcile runs
 	lostAt    atomic.Int64 // unix nanos of the latest member loss not yet acted upon
-	joined    atomic.Bool  // a member joined since the latest recomputation
+	joined    atomic.Bool  // a member joined since the latest reconcile
 	joining   atomic.Bool
-	pending   pendingChanges
+	pending   pendingReplan
 	planner   *plan.Planner
 	secrets   secretCache                              // the BGPPeers' password Secrets (secrets.go)
 	foreign   atomic.Pointer[[]v1alpha1.ForeignAnswer] // the latest conflict probe round's foreign answers (conflicts.go), which the reporter lists

@@ -11,24 +11,24 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 )
 
-// pendingChanges collects, between two reconciles, the Services that changed (a Service or one
-// of its EndpointSlices), or that everything must be planned again (any other object, the
-// members, the BGP passwords). The informers' handlers fill it; the main loop takes it.
-type pendingChanges struct {
+// pendingReplan is what the next reconcile plans again, collected between two reconciles: the
+// Services that changed (a Service or one of its EndpointSlices), or everything (any other
+// object, the members, the BGP passwords). The informers' handlers fill it; the loop takes it.
+type pendingReplan struct {
 	mu     sync.Mutex
 	all    bool
 	keys   map[string]bool
 	slices map[string]map[string]bool // EndpointSlice names by Service key: a Service's slices without listing all
 }
 
-func (p *pendingChanges) everything() {
+func (p *pendingReplan) everything() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.all = true
 }
 
 // take returns the Services changed since the last take, sorted, or all: plan everything.
-func (p *pendingChanges) take() (keys []string, all bool) {
+func (p *pendingReplan) take() (keys []string, all bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	keys = slices.Sorted(maps.Keys(p.keys))
@@ -36,7 +36,7 @@ func (p *pendingChanges) take() (keys []string, all bool) {
 	return keys, all
 }
 
-func (p *pendingChanges) service(key string) {
+func (p *pendingReplan) service(key string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.keys == nil {
@@ -46,7 +46,7 @@ func (p *pendingChanges) service(key string) {
 }
 
 // slice notes an EndpointSlice added, changed or (gone) deleted: its Service changed.
-func (p *pendingChanges) slice(es *discoveryv1.EndpointSlice, gone bool) {
+func (p *pendingReplan) slice(es *discoveryv1.EndpointSlice, gone bool) {
 	svc := es.Labels[discoveryv1.LabelServiceName]
 	if svc == "" {
 		return
@@ -72,7 +72,7 @@ func (p *pendingChanges) slice(es *discoveryv1.EndpointSlice, gone bool) {
 }
 
 // slicesOf are the names of the Service's EndpointSlices, sorted.
-func (p *pendingChanges) slicesOf(key string) []string {
+func (p *pendingReplan) slicesOf(key string) []string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return slices.Sorted(maps.Keys(p.slices[key]))
