@@ -2,7 +2,6 @@ package speaker
 
 import (
 	"context"
-	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -137,12 +136,15 @@ func (s *Speaker) changedServices(ctx context.Context, keys []string) ([]corev1.
 
 // keysOf is every address of either map, sorted.
 func keysOf[A, B any](a map[netip.Addr]A, b map[netip.Addr]B) []netip.Addr {
-	set := make(map[netip.Addr]bool, len(a)+len(b))
+	out := make([]netip.Addr, 0, len(a)+len(b))
 	for ip := range a {
-		set[ip] = true
+		out = append(out, ip)
 	}
 	for ip := range b {
-		set[ip] = true
+		if _, dup := a[ip]; !dup {
+			out = append(out, ip)
+		}
 	}
-	return slices.SortedFunc(maps.Keys(set), netip.Addr.Compare)
+	slices.SortFunc(out, netip.Addr.Compare)
+	return out
 }

@@ -224,3 +224,12 @@ func sortedStrings(s []string) []string {
 	slices.Sort(s)
 	return slices.Compact(s)
 }
+
+func sortedAddrs(set map[netip.Addr]bool) []netip.Addr {
+	out := make([]netip.Addr, 0, len(set))
+	for ip := range set {
+		out = append(out, ip)
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return out
+}

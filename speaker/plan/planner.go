@@ -2,9 +2,7 @@ package plan
 
 import (
 	"fmt"
-	"maps"
 	"net/netip"
-	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -184,7 +182,7 @@ func (pl *Planner) update(svcs []corev1.Service, eps []discoveryv1.EndpointSlice
 		}
 	}
 	ch := Changes{}
-	for _, ip := range slices.SortedFunc(maps.Keys(dirtyAddrs), netip.Addr.Compare) {
+	for _, ip := range sortedAddrs(dirtyAddrs) {
 		mine, routed := pl.combineAddress(ip)
 		if mine {
 			ch.Mine = append(ch.Mine, ip)
