@@ -2,7 +2,6 @@ package speaker
 
 import (
 	"net/netip"
-	"slices"
 
 	"github.com/portico-lb/portico/speaker/plan"
 )
@@ -16,14 +15,6 @@ type Guard interface {
 	Add(addrs []netip.Addr) error
 	Remove(addrs []netip.Addr) error
 	Close() error
-}
-
-// touched are the addresses whose L2 claim or BGP route the changes may start or stop.
-func (s *Speaker) touched(ch plan.Changes, p plan.Plan) []netip.Addr {
-	if ch.All {
-		return append(keysOf(p.Mine, s.owned), keysOf(p.Routed, s.routed)...)
-	}
-	return append(slices.Clone(ch.Mine), ch.Routed...)
 }
 
 // guard brings the Guard's addresses up to date for those of addrs the plan announces

@@ -10,8 +10,8 @@ import (
 )
 
 // LoopStall is how long the main loop may go without turning before the liveness probe fails.
-// The loop turns at least every half second (the rejoin ticker); one recomputation of the
-// plan takes milliseconds even with thousands of Services.
+// The loop turns at least every half second (the rejoin ticker); one reconcile takes
+// milliseconds even with thousands of Services.
 const LoopStall = 20 * time.Second
 
 // Ready is the readiness check (/readyz): the informers have synced from the apiserver and the

@@ -2,12 +2,15 @@ package speaker
 
 import (
 	"context"
+	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/portico-lb/portico/api/v1alpha1"
+	"github.com/portico-lb/portico/speaker/kubeapi"
 )
 
 // secretRefresh is how long a password read from a Secret is used before it is read again.
@@ -15,18 +18,25 @@ import (
 // every Secret in the cluster.
 const secretRefresh = 30 * time.Second
 
+// secretCache holds the BGPPeers' password Secrets as last read. The self-check and conflict
+// probes read the world from their own goroutines, hence the lock.
+type secretCache struct {
+	mu     sync.Mutex
+	byName map[types.NamespacedName]cachedSecret
+}
+
 type cachedSecret struct {
 	secret *corev1.Secret // nil: could not be read
 	at     time.Time
 }
 
-// secretsFor returns the Secrets the peers reference, read fresh when older than
+// forPeers returns the Secrets the peers reference, read fresh through client when older than
 // secretRefresh. A Secret that cannot be read is left out (the plan reports it).
-func (s *Speaker) secretsFor(ctx context.Context, peers []v1alpha1.BGPPeer) []corev1.Secret {
-	s.secretsMu.Lock()
-	defer s.secretsMu.Unlock()
-	if s.secrets == nil {
-		s.secrets = map[types.NamespacedName]cachedSecret{}
+func (c *secretCache) forPeers(ctx context.Context, client *kubeapi.Client, log logr.Logger, peers []v1alpha1.BGPPeer) []corev1.Secret {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.byName == nil {
+		c.byName = map[types.NamespacedName]cachedSecret{}
 	}
 	var out []corev1.Secret
 	seen := map[types.NamespacedName]bool{}
@@ -40,32 +50,32 @@ func (s *Speaker) secretsFor(ctx context.Context, peers []v1alpha1.BGPPeer) []co
 			continue
 		}
 		seen[key] = true
-		c, ok := s.secrets[key]
-		if !ok || time.Since(c.at) > secretRefresh {
-			c = cachedSecret{at: time.Now()}
+		cs, ok := c.byName[key]
+		if !ok || time.Since(cs.at) > secretRefresh {
+			cs = cachedSecret{at: time.Now()}
 			var sec corev1.Secret
-			if err := s.Client.Get(ctx, key, &sec); err == nil {
-				c.secret = &sec
+			if err := client.Get(ctx, key, &sec); err == nil {
+				cs.secret = &sec
 			} else {
-				s.Log.Info("reading a BGP password Secret", "secret", key, "error", err.Error())
+				log.Info("reading a BGP password Secret", "secret", key, "error", err.Error())
 			}
-			s.secrets[key] = c
+			c.byName[key] = cs
 		}
-		if c.secret != nil {
-			out = append(out, *c.secret)
+		if cs.secret != nil {
+			out = append(out, *cs.secret)
 		}
 	}
-	for key := range s.secrets {
+	for key := range c.byName {
 		if !seen[key] {
-			delete(s.secrets, key)
+			delete(c.byName, key)
 		}
 	}
 	return out
 }
 
-// holdsSecrets reports whether any BGPPeer's password Secret is in use (and so due a re-read).
-func (s *Speaker) holdsSecrets() bool {
-	s.secretsMu.Lock()
-	defer s.secretsMu.Unlock()
-	return len(s.secrets) > 0
+// held reports whether any BGPPeer's password Secret is in use (and so due a re-read).
+func (c *secretCache) held() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.byName) > 0
 }

@@ -25,7 +25,7 @@ import (
 func (s *Speaker) runSelfCheck(ctx context.Context) {
 	p := &selfcheck.Prober{Options: s.SelfCheck, Log: s.Log.WithName("selfcheck"),
 		Targets: func() []selfcheck.Target { return s.selfCheckTargets(ctx) },
-		Report:  s.selfChecked,
+		Report:  s.reporter.selfChecked,
 	}
 	p.Run(ctx)
 }
@@ -83,21 +83,21 @@ func prober(ip netip.Addr, e rules.L2Eligibility, members []string) string {
 }
 
 // selfChecked keeps a round's results for the status.
-func (s *Speaker) selfChecked(results map[netip.Addr][]string) {
+func (r *reporter) selfChecked(results map[netip.Addr][]string) {
 	var prev []v1alpha1.SelfCheck
-	if old := s.checks.Load(); old != nil {
+	if old := r.checks.Load(); old != nil {
 		prev = old.checks
 	}
 	now := metav1.NewTime(time.Now().Truncate(time.Second))
-	r := selfCheckResults(results, prev, now)
-	for _, c := range r.checks {
+	checks := selfCheckResults(results, prev, now)
+	for _, c := range checks.checks {
 		if c.Time.Equal(&now) && (len(c.MACs) != 1 || c.OmittedMACs > 0) {
-			s.Log.Info("self-check", "ip", c.IP, "answered", strings.Join(c.MACs, ","), "andMore", c.OmittedMACs)
+			r.log.Info("self-check", "ip", c.IP, "answered", strings.Join(c.MACs, ","), "andMore", c.OmittedMACs)
 		}
 	}
-	s.checks.Store(&r)
-	s.Metrics.selfChecks(results)
-	s.trigger(causeStatus)
+	r.checks.Store(&checks)
+	r.metrics.selfChecks(results)
+	r.trigger(causeStatus)
 }
 
 // selfCheckReport is what the Speaker status says of the latest round.

@@ -4,9 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"slices"
-	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -17,20 +14,21 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/portico-lb/portico/api/v1alpha1"
-	"github.com/portico-lb/portico/internal/events"
 	"github.com/portico-lb/portico/speaker/bgp"
 	"github.com/portico-lb/portico/speaker/kubeapi"
 	"github.com/portico-lb/portico/speaker/l2"
 	"github.com/portico-lb/portico/speaker/membership"
 	"github.com/portico-lb/portico/speaker/plan"
 	"github.com/portico-lb/portico/speaker/selfcheck"
-	"github.com/portico-lb/portico/speaker/status"
 )
 
-// Speaker answers on this node for the addresses it owns and reports them in its Speaker
-// object. A change to Services or their EndpointSlices
-// replans those Services (Planner.Update), any other watched change and every membership change
-// the whole plan; changes arriving together are planned in one pass.
+// Speaker is one node's speaker: the loop that turns the cluster's objects and the gossip
+// group's members into a plan (package plan) and drives the sides that carry it out: the L2
+// side (answerer: ARP/NDP), the BGP side (advertiser: the sessions and routes) and the
+// reporting (reporter: the Speaker status and the events). A change to Services or their
+// EndpointSlices plans those Services again (Planner.Update), any other watched change and
+// every membership change the whole plan; changes arriving together are planned in one pass
+// (reconcile.go).
 type Speaker struct {
 	Node    string
 	LBClass string
@@ -58,28 +56,20 @@ type Speaker struct {
 	// routes after the start (RoutesUp); zero does not wait for them.
 	RoutesUpWait time.Duration
 
+	// The sides the loop drives, made by Start.
+	answerer   *answerer
+	advertiser *advertiser
+	reporter   *reporter
+
 	kick      chan struct{}
-	events    *events.Sender // Announced, SessionUp and SessionDown, sent once busy stops (busy)
-	busy      *events.Lull   // stirred by every change and Speaker status write
-	cause     atomic.Value   // string: why the next recomputation runs
-	lostAt    atomic.Int64   // unix nanos of the latest member loss not yet acted upon
-	joined    atomic.Bool    // a member joined since the latest recomputation
-	owned     map[netip.Addr]plan.Claim
-	ifaces    map[netip.Addr][]string
-	pending   pendingChanges
-	planner   *plan.Planner
-	applied   appliedPlan
-	view      status.View
-	macs      []string // hardwareAddrs as read at macsAt
-	macsAt    time.Time
-	macsAgain bool               // a re-read is on its way
-	reports   chan status.Report // the latest status to write; a newer one replaces an unwritten one
+	cause     atomic.Value // string: why the next reconcile runs
+	lostAt    atomic.Int64 // unix nanos of the latest member loss not yet acted upon
+	joined    atomic.Bool  // a member joined since the latest reconcile
 	joining   atomic.Bool
-	routed    map[netip.Addr]plan.BGPClaim
-	secretsMu sync.Mutex // the self-check and conflict probes read the world from their own goroutines
-	secrets   map[types.NamespacedName]cachedSecret
-	checks    atomic.Pointer[selfCheckReport]          // the latest self-check results
-	foreign   atomic.Pointer[[]v1alpha1.ForeignAnswer] // the latest conflict probe round's foreign answers
+	pending   pendingReplan
+	planner   *plan.Planner
+	secrets   secretCache                              // the BGPPeers' password Secrets (secrets.go)
+	foreign   atomic.Pointer[[]v1alpha1.ForeignAnswer] // the latest conflict probe round's foreign answers (conflicts.go), which the reporter lists
 	loopAt    atomic.Int64                             // unix nanos of the main loop's latest turn; 0 until it starts (health.go)
 	startedAt time.Time                                // when Start began (RoutesUp)
 	planned   atomic.Bool                              // the first plan has been applied (RoutesUp)
@@ -116,19 +106,17 @@ type Router interface {
 func (s *Speaker) Start(ctx context.Context) error {
 	s.startedAt = time.Now()
 	s.kick = make(chan struct{}, 1)
-	s.reports = make(chan status.Report, 1)
-	s.owned = map[netip.Addr]plan.Claim{}
-	s.routed = map[netip.Addr]plan.BGPClaim{}
-	s.busy = events.NewLull(eventLull)
-	s.events = events.NewSender(events.Options{Create: s.Client.CreateEvent, Scheme: s.Client.Scheme(), Controller: "portico-speaker",
-		Instance: "portico-speaker-" + s.Node, Quiet: s.busy.Quiet, Metrics: s.Metrics.events})
-	go func() { _ = s.events.Start(ctx) }()
+	s.reporter = newReporter(s)
+	s.answerer = &answerer{announce: s.Announce, node: s.Node, metrics: s.Metrics, log: s.Log, tell: s.reporter,
+		owned: map[netip.Addr]plan.Claim{}}
+	s.advertiser = &advertiser{router: s.BGP, node: s.Node, log: s.Log, tell: s.reporter, trigger: s.trigger,
+		routed: map[netip.Addr]plan.BGPClaim{}}
 	if sessions, ok := s.BGP.(*bgp.Sessions); ok {
-		sessions.OnChange = func(before, after bgp.State) { s.sessionChanged(ctx, before, after) }
+		sessions.OnChange = func(before, after bgp.State) { s.advertiser.sessionChanged(ctx, before, after) }
 	}
-	// Status goes to the apiserver from its own goroutine: a slow or unreachable apiserver must
-	// never delay reacting to a member's loss.
-	go s.writeStatuses(ctx)
+	// Events and the status go to the apiserver from their own goroutines: a slow or
+	// unreachable apiserver must never delay reacting to a member's loss.
+	s.reporter.start(ctx)
 	for _, obj := range []runtime.Object{&corev1.Service{}, &discoveryv1.EndpointSlice{}, &corev1.Node{},
 		&v1alpha1.L2Advertisement{}, &v1alpha1.IPAddressPool{}, &v1alpha1.BGPPeer{}, &v1alpha1.BGPAdvertisement{}, &v1alpha1.BFDProfile{}} {
 		if err := s.Cache.AddEventHandler(obj, s.changeHandler(obj)); err != nil {
@@ -184,7 +172,7 @@ func (s *Speaker) Start(ctx context.Context) error {
 		case <-reloadKeys:
 			s.reloadKeys(ctx)
 		case <-refresh.C:
-			if s.holdsSecrets() {
+			if s.secrets.held() {
 				s.replanAll("secret-refresh")
 			}
 		case <-s.kick:
@@ -193,17 +181,8 @@ func (s *Speaker) Start(ctx context.Context) error {
 	}
 }
 
-// eventLull is how long the speaker must have had no change to react to and no Speaker status
-// to write before its events go out. A burst's changes arrive milliseconds apart (BenchmarkBGP's
-// 3000 writes: 4 to 10 ms apart on average), and during one the status is written at least
-// statusWriteInterval apart, so twice that interval without either means the burst is over;
-// the events then no longer compete with the writes that bring the addresses and routes.
-// Measured there: during the burst only the overdue events went (about ten a second after the
-// first 10 s), the rest after it.
-const eventLull = 2 * status.WriteInterval
-
 func (s *Speaker) trigger(cause string) {
-	s.busy.Stir()
+	s.reporter.stir()
 	if cause == causeStatus {
 		cause = "" // only the status changes: whatever cause is pending stays
 	}
@@ -271,82 +250,4 @@ func (s *Speaker) joinPeers(ctx context.Context, wait bool) {
 		return
 	}
 	go join()
-}
-
-func (s *Speaker) world(ctx context.Context) (plan.World, error) {
-	var w plan.World
-	var svcs corev1.ServiceList
-	var eps discoveryv1.EndpointSliceList
-	var nodes corev1.NodeList
-	var ads v1alpha1.L2AdvertisementList
-	var pools v1alpha1.IPAddressPoolList
-	var peers v1alpha1.BGPPeerList
-	var bgpAds v1alpha1.BGPAdvertisementList
-	var bfdProfiles v1alpha1.BFDProfileList
-	for _, l := range []runtime.Object{&svcs, &eps, &nodes, &ads, &pools, &peers, &bgpAds, &bfdProfiles} {
-		// The plan only reads the objects: no deep copy of every Service on every change.
-		if err := s.Cache.List(ctx, l); err != nil {
-			return w, err
-		}
-	}
-	return plan.World{Services: svcs.Items, EndpointSlices: eps.Items, Nodes: nodes.Items, Advertisements: ads.Items, Pools: pools.Items,
-		BGPPeers: peers.Items, BGPAds: bgpAds.Items, BFDProfiles: bfdProfiles.Items, Secrets: s.secretsFor(ctx, peers.Items), IgnoreExcludeLabel: s.IgnoreExcludeLabel, IgnoreClassless: s.IgnoreClassless}, nil
-}
-
-func (s *Speaker) reconcile(ctx context.Context) {
-	start := time.Now()
-	defer func() { s.Metrics.reconcile.Observe(time.Since(start).Seconds()) }()
-	cause, _ := s.cause.Swap("config").(string)
-	lostAt := s.lostAt.Swap(0)
-	ch, err := s.replan(ctx)
-	if err != nil {
-		s.Log.Error(err, "reading the cache")
-		return
-	}
-	p := s.planner.Plan()
-	touched := s.touched(ch, p)
-	s.guard(touched, p, true) // before the first answer or route
-	mine := s.applyL2(ch)
-	if lostAt != 0 && s.gained(mine) > 0 {
-		// Set has sent the first gratuitous frames when it returns.
-		s.Metrics.failover.Observe(time.Since(time.Unix(0, lostAt)).Seconds())
-	}
-	s.ownersChanged(ctx, mine, cause)
-	s.Metrics.announced.Set(float64(len(p.Mine)))
-	routed := ch.Routed
-	if ch.All {
-		routed = keysOf(p.Routed, s.routed)
-	}
-	if ch.All || len(ch.Routes) > 0 || len(s.applied.bgp) > 0 {
-		d := p.BGP
-		if !ch.All && len(s.applied.bgp) == 0 {
-			d.Changed = ch.Routes // the routes compared; after a problem, every route
-		}
-		s.applied.bgp = s.BGP.Apply(ctx, d)
-	}
-	s.routesChanged(ctx, p.Routed, routed, cause)
-	s.planned.Store(true)      // after startedAt, which RoutesUp reads once it sees this
-	s.guard(touched, p, false) // once withdrawn
-	problems := slices.Clone(p.Problems)
-	for _, err := range append(s.applied.l2, s.applied.bgp...) {
-		problems = append(problems, err.Error())
-	}
-	problems = append(problems, s.refusalProblems()...)
-	if s.keyProblem != "" {
-		problems = append(problems, s.keyProblem)
-	}
-	slices.Sort(problems)
-	s.report(p, problems, mine, routed, ch.Prefixes(), ch.All, s.BGP.States())
-}
-
-// event tells each of the Services, by a Normal "Announced" event, what this node does for them.
-func (s *Speaker) event(ctx context.Context, services []string, format string, args ...any) {
-	for _, key := range services {
-		ns, name, _ := strings.Cut(key, "/")
-		var svc corev1.Service
-		if err := s.Cache.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &svc); err != nil {
-			continue
-		}
-		s.events.Eventf(&svc, nil, corev1.EventTypeNormal, "Announced", "Announce", format, args...)
-	}
 }

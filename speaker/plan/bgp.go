@@ -5,13 +5,10 @@ import (
 	"maps"
 	"net/netip"
 	"slices"
-	"strconv"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/portico-lb/portico/api/v1alpha1"
-	"github.com/portico-lb/portico/rules"
 )
 
 // BGPClaim is one address this node advertises over BGP.
@@ -25,72 +22,6 @@ type BGPClaim struct {
 	// to: this node's status.bgp lists the address's routes to them, so each route to each
 	// peer is listed by one node (all of Peers for the teller).
 	FirstTo []string
-}
-
-// BGP session defaults (BGPPeer's documented defaults).
-const (
-	defaultBGPPort     = 179
-	defaultHoldTime    = 90 * time.Second
-	defaultConnectTime = 5 * time.Second
-)
-
-// bgpNode is what the BGP plan needs of one node: the sessions it holds (BGPPeers whose
-// nodeSelectors match it) and its InternalIPs (router ID and next hops). Unlike L2 there is no
-// owner: every selected node advertises (ECMP at the router), except that
-// externalTrafficPolicy Local needs a ready endpoint on the node.
-type bgpNode struct {
-	name     string
-	node     *corev1.Node
-	peers    map[string]Peer
-	mine     map[netip.Addr]bool
-	excluded bool
-}
-
-// bgpNodeOf resolves node name's sessions, adding what is wrong with them to problems; nil
-// when the cluster has no BGPPeer.
-func bgpNodeOf(w *World, name string, problems *[]string) *bgpNode {
-	if len(w.BGPPeers) == 0 {
-		return nil
-	}
-	node := findNode(w.Nodes, name)
-	if node == nil {
-		*problems = append(*problems, fmt.Sprintf("BGP: node %s not found, so no BGPPeer can select it", name))
-		return nil
-	}
-	n := &bgpNode{name: name, node: node, peers: map[string]Peer{}, mine: map[netip.Addr]bool{},
-		excluded: rules.ExcludedFromLB(node, w.IgnoreExcludeLabel)}
-	for _, ip := range rules.InternalIPs(node) {
-		n.mine[ip] = true
-	}
-	for i := range w.BGPPeers {
-		bp := &w.BGPPeers[i]
-		if len(bp.Spec.NodeSelectors) > 0 && !w.selectors.MatchesAny(bp.Spec.NodeSelectors, node.Labels) {
-			continue
-		}
-		peer, err := resolvePeer(bp, node.Labels, n.mine, w.Secrets)
-		if err != nil {
-			*problems = append(*problems, fmt.Sprintf("BGPPeer %s: %v", bp.Name, err))
-			continue
-		}
-		if peer.BFD, err = peerBFD(bp, w.BFDProfiles); err != nil {
-			*problems = append(*problems, fmt.Sprintf("BGPPeer %s: %v; the session runs without BFD", bp.Name, err))
-		}
-		n.peers[bp.Name] = peer
-	}
-	return n
-}
-
-// desired is the node's sessions with no route yet.
-func (n *bgpNode) desired() BGP {
-	d := BGP{Peers: map[string]Peer{}, Routes: map[string]map[netip.Prefix]Route{}}
-	if n == nil {
-		return d
-	}
-	for name, peer := range n.peers {
-		d.Peers[name] = peer
-		d.Routes[name] = map[netip.Prefix]Route{}
-	}
-	return d
 }
 
 // advertiseAddress adds ip of svc (from pool) to p's routes, to every session of the node's
@@ -111,6 +42,34 @@ func (n *bgpNode) advertiseAddress(w *World, p *Plan, svc *corev1.Service, key s
 		}
 		advertise(p, ad, key, ip, n.mine)
 	}
+}
+
+// sentEarlier asks the live nodes before this one by name what they do with ip of svc: teller
+// when none advertises it (the teller is the first advertising node in name order, so one
+// Announced event and one Speaker status entry stand for every node, however many advertise),
+// and firstTo, the peers of mine none of them sends it to (whose routes this node lists). Each
+// question stops at the first earlier node that answers it, and for a peer only the earlier
+// nodes holding that peer are asked: with peers per rack, the rack's nodes, not the cluster's.
+func (pl *Planner) sentEarlier(svc *corev1.Service, key string, ip netip.Addr, pool *v1alpha1.IPAddressPool, ready map[string]bool, mine []string) (teller bool, firstTo []string) {
+	asked := map[*bgpNode][]string{} // the peers each node asked sends ip to (nil: none)
+	sends := func(n *bgpNode) []string {
+		if peers, ok := asked[n]; ok {
+			return peers
+		}
+		theirs := pl.scratchFor(n)
+		n.advertiseAddress(&pl.w, theirs, svc, key, ip, pool, ready)
+		asked[n] = theirs.Routed[ip].Peers
+		return asked[n]
+	}
+	if !slices.ContainsFunc(pl.earlier, func(n *bgpNode) bool { return len(sends(n)) > 0 }) {
+		return true, mine
+	}
+	for _, peer := range mine {
+		if !slices.ContainsFunc(pl.earlierWith[peer], func(n *bgpNode) bool { return slices.Contains(sends(n), peer) }) {
+			firstTo = append(firstTo, peer)
+		}
+	}
+	return false, firstTo
 }
 
 // advertise adds ip (or its aggregate) to every session ad sends to.
@@ -242,136 +201,4 @@ func mergeAttrs(a, b Attrs) Attrs {
 	})
 	out.Large = slices.Compact(out.Large)
 	return out
-}
-
-// resolvePeer applies defaults, takes AS numbers from the node's labels where the peer says so
-// and reads the password. Errors never contain the password.
-func resolvePeer(bp *v1alpha1.BGPPeer, labels map[string]string, mine map[netip.Addr]bool, secrets []corev1.Secret) (Peer, error) {
-	s := &bp.Spec
-	peer := Peer{Name: bp.Name, MyASN: s.MyASN, PeerASN: s.PeerASN, Port: defaultBGPPort, Interface: s.Interface,
-		HoldTime: defaultHoldTime, ConnectTime: defaultConnectTime, EBGPMultiHop: s.EBGPMultiHop, GracefulRestart: s.EnableGracefulRestart}
-	var err error
-	if s.MyASNFromNodeLabel != "" {
-		if peer.MyASN, err = asnFromLabel(labels, s.MyASNFromNodeLabel, "myASNFromNodeLabel"); err != nil {
-			return peer, err
-		}
-	}
-	switch {
-	case s.PeerASNFromNodeLabel != "":
-		if peer.PeerASN, err = asnFromLabel(labels, s.PeerASNFromNodeLabel, "peerASNFromNodeLabel"); err != nil {
-			return peer, err
-		}
-	case s.DynamicASN == v1alpha1.DynamicASNInternal:
-		peer.PeerASN = peer.MyASN // iBGP: the router can only be in this node's AS
-	case s.DynamicASN == v1alpha1.DynamicASNExternal:
-		peer.PeerASN, peer.ExternalOnly = 0, true // learned from the router's OPEN
-	}
-	if peer.MyASN == 0 {
-		return peer, fmt.Errorf("no local AS: set myASN or myASNFromNodeLabel")
-	}
-	if peer.PeerASN == 0 && !peer.ExternalOnly {
-		return peer, fmt.Errorf("no router AS: set peerASN, dynamicASN or peerASNFromNodeLabel")
-	}
-	if s.Interface == "" {
-		if peer.Address, err = netip.ParseAddr(string(s.PeerAddress)); err != nil {
-			return peer, fmt.Errorf("peerAddress: %v", err)
-		}
-		peer.Address = peer.Address.Unmap()
-	}
-	if s.PeerPort != 0 {
-		peer.Port = uint16(s.PeerPort)
-	}
-	if s.SourceAddress != "" {
-		if peer.Source, err = netip.ParseAddr(string(s.SourceAddress)); err != nil {
-			return peer, fmt.Errorf("sourceAddress: %v", err)
-		}
-		peer.Source = peer.Source.Unmap()
-	}
-	if s.HoldTime != nil {
-		peer.HoldTime = s.HoldTime.Duration
-	}
-	peer.KeepaliveTime = peer.HoldTime / 3
-	if s.KeepaliveTime != nil {
-		peer.KeepaliveTime = s.KeepaliveTime.Duration
-	}
-	if s.ConnectTime != nil {
-		peer.ConnectTime = s.ConnectTime.Duration
-	}
-	if s.RouterID != "" {
-		if peer.RouterID, err = netip.ParseAddr(s.RouterID); err != nil || !peer.RouterID.Is4() {
-			return peer, fmt.Errorf("routerID %q is not an IPv4 address", s.RouterID)
-		}
-	} else if peer.RouterID = addressOfFamily(mine, true); !peer.RouterID.IsValid() {
-		return peer, fmt.Errorf("this node has no IPv4 InternalIP to use as router ID; set spec.routerID")
-	}
-	if ref := s.PasswordSecret; ref != nil {
-		pw, err := password(ref, secrets)
-		if err != nil {
-			return peer, err
-		}
-		peer.Password = pw
-	}
-	return peer, nil
-}
-
-// asnFromLabel reads an AS number from the node label key; field names the BGPPeer field that
-// points at it, for the error.
-func asnFromLabel(labels map[string]string, key, field string) (uint32, error) {
-	v, ok := labels[key]
-	if !ok {
-		return 0, fmt.Errorf("%s: this node has no label %s, so no session", field, key)
-	}
-	asn, err := strconv.ParseUint(v, 10, 32)
-	if err != nil || asn == 0 {
-		return 0, fmt.Errorf("%s: node label %s=%q is not an AS number (1 to 4294967295), so no session", field, key, v)
-	}
-	return uint32(asn), nil
-}
-
-func password(ref *v1alpha1.SecretKeyRef, secrets []corev1.Secret) (Password, error) {
-	key := ref.Key
-	if key == "" {
-		key = "password"
-	}
-	for i := range secrets {
-		if secrets[i].Namespace == string(ref.Namespace) && secrets[i].Name == string(ref.Name) {
-			v, ok := secrets[i].Data[key]
-			if !ok || len(v) == 0 {
-				return "", fmt.Errorf("passwordSecret %s/%s has no key %q", ref.Namespace, ref.Name, key)
-			}
-			if len(v) > 80 {
-				return "", fmt.Errorf("passwordSecret %s/%s: key %q is longer than the 80 bytes TCP MD5 allows", ref.Namespace, ref.Name, key)
-			}
-			return Password(v), nil
-		}
-	}
-	return "", fmt.Errorf("passwordSecret %s/%s cannot be read (missing, or the speaker may not get it); the session stays closed rather than open without its password",
-		ref.Namespace, ref.Name)
-}
-
-func findNode(nodes []corev1.Node, name string) *corev1.Node {
-	for i := range nodes {
-		if nodes[i].Name == name {
-			return &nodes[i]
-		}
-	}
-	return nil
-}
-
-// addressOfFamily is the lowest of the addresses of one family, or the zero Addr.
-func addressOfFamily(addrs map[netip.Addr]bool, v4 bool) netip.Addr {
-	var best netip.Addr
-	for a := range addrs {
-		if a.Is4() == v4 && (!best.IsValid() || a.Less(best)) {
-			best = a
-		}
-	}
-	return best
-}
-
-func familyName(v4 bool) string {
-	if v4 {
-		return "IPv4"
-	}
-	return "IPv6"
 }

@@ -2,9 +2,7 @@ package plan
 
 import (
 	"fmt"
-	"maps"
 	"net/netip"
-	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -184,7 +182,7 @@ func (pl *Planner) update(svcs []corev1.Service, eps []discoveryv1.EndpointSlice
 		}
 	}
 	ch := Changes{}
-	for _, ip := range slices.SortedFunc(maps.Keys(dirtyAddrs), netip.Addr.Compare) {
+	for _, ip := range sortedAddrs(dirtyAddrs) {
 		mine, routed := pl.combineAddress(ip)
 		if mine {
 			ch.Mine = append(ch.Mine, ip)
@@ -257,34 +255,6 @@ func (pl *Planner) scratchFor(n *bgpNode) *Plan {
 	clear(p.Routed)
 	p.Problems = p.Problems[:0]
 	return p
-}
-
-// sentEarlier asks the live nodes before this one by name what they do with ip of svc: teller
-// when none advertises it (the teller is the first advertising node in name order, so one
-// Announced event and one Speaker status entry stand for every node, however many advertise),
-// and firstTo, the peers of mine none of them sends it to (whose routes this node lists). Each
-// question stops at the first earlier node that answers it, and for a peer only the earlier
-// nodes holding that peer are asked: with peers per rack, the rack's nodes, not the cluster's.
-func (pl *Planner) sentEarlier(svc *corev1.Service, key string, ip netip.Addr, pool *v1alpha1.IPAddressPool, ready map[string]bool, mine []string) (teller bool, firstTo []string) {
-	asked := map[*bgpNode][]string{} // the peers each node asked sends ip to (nil: none)
-	sends := func(n *bgpNode) []string {
-		if peers, ok := asked[n]; ok {
-			return peers
-		}
-		theirs := pl.scratchFor(n)
-		n.advertiseAddress(&pl.w, theirs, svc, key, ip, pool, ready)
-		asked[n] = theirs.Routed[ip].Peers
-		return asked[n]
-	}
-	if !slices.ContainsFunc(pl.earlier, func(n *bgpNode) bool { return len(sends(n)) > 0 }) {
-		return true, mine
-	}
-	for _, peer := range mine {
-		if !slices.ContainsFunc(pl.earlierWith[peer], func(n *bgpNode) bool { return slices.Contains(sends(n), peer) }) {
-			firstTo = append(firstTo, peer)
-		}
-	}
-	return false, firstTo
 }
 
 // list adds a Service's share to the indexes, marking what it touches.

@@ -74,7 +74,7 @@ func randomService(r *rand.Rand, i int) (*corev1.Service, *discoveryv1.EndpointS
 
 // TestUpdateIsMakePlan: after every random batch of Service changes (new, edited, deleted;
 // addresses shared, routes aggregated, Local policy, a conflicting local-pref, an address in no
-// pool), each node's Planner.Update gives the plan MakePlan gives from scratch, and its
+// pool), each node's Planner.Update gives the plan Make gives from scratch, and its
 // status lists the same announcements, with one node dead.
 func TestUpdateIsMakePlan(t *testing.T) {
 	r := rand.New(rand.NewPCG(17, 4))
@@ -122,7 +122,7 @@ func TestUpdateIsMakePlan(t *testing.T) {
 			ch := planners[n].Update(changed, changedSlices, sortedKeys)
 			got, want := planners[n].Plan(), plan.Make(w, n, v1alpha1.DefaultLoadBalancerClass, alive)
 			if !reflect.DeepEqual(got, want) {
-				t.Fatalf("step %d, node %s: Update gives\n%+v\nMakePlan gives\n%+v", step, n, got, want)
+				t.Fatalf("step %d, node %s: Update gives\n%+v\nMake gives\n%+v", step, n, got, want)
 			}
 			views[n].Update(got, nil, ch.Mine, ch.Routed, ch.Prefixes(), false)
 			st := views[n].Report(got, got.Problems)

@@ -1,0 +1,84 @@
+package speaker
+
+import (
+	"context"
+	"net/netip"
+	"slices"
+	"strings"
+
+	"github.com/go-logr/logr"
+
+	"github.com/portico-lb/portico/speaker/bgp"
+	"github.com/portico-lb/portico/speaker/plan"
+)
+
+// advertiser is the speaker's BGP side: it hands the plan's BGP half (plan.BGP: the sessions
+// and their routes) to the Router, and keeps what this node advertises, to tell what changed
+// (a log line, an Announced event from the teller) and what a session's change means.
+type advertiser struct {
+	router   Router
+	node     string
+	log      logr.Logger
+	tell     *reporter
+	trigger  func(cause string) // the loop's: a session's change refreshes the Speaker status
+	routed   map[netip.Addr]plan.BGPClaim
+	problems []error // what the latest Apply reported; a change after a problem applies every route
+}
+
+// touched are the addresses whose BGP claim the changes may start or stop.
+func (a *advertiser) touched(ch plan.Changes, p plan.Plan) []netip.Addr {
+	if ch.All {
+		return keysOf(p.Routed, a.routed)
+	}
+	return slices.Clone(ch.Routed)
+}
+
+// apply hands the sessions and the routes that changed to the Router (every route after a
+// problem), and returns the addresses whose BGP claim may have changed.
+func (a *advertiser) apply(ctx context.Context, p plan.Plan, ch plan.Changes, cause string) []netip.Addr {
+	routed := a.touched(ch, p)
+	if ch.All || len(ch.Routes) > 0 || len(a.problems) > 0 {
+		d := p.BGP
+		if !ch.All && len(a.problems) == 0 {
+			d.Changed = ch.Routes // the routes compared; after a problem, every route
+		}
+		a.problems = a.router.Apply(ctx, d)
+	}
+	a.routesChanged(ctx, p.Routed, routed, cause)
+	return routed
+}
+
+// routesChanged runs after the BGP routes were applied: for each address whose claim changed
+// it logs whether this node starts or stops advertising it, tells its Service by an event when
+// it starts (if it is the teller), and remembers the claim.
+func (a *advertiser) routesChanged(ctx context.Context, now map[netip.Addr]plan.BGPClaim, changed []netip.Addr, cause string) {
+	for _, ip := range changed {
+		c, routed := now[ip]
+		old, had := a.routed[ip]
+		if !routed {
+			if had {
+				a.log.Info("withdrawn from BGP", "ip", ip, "services", old.Services, "cause", cause)
+				delete(a.routed, ip)
+			}
+			continue
+		}
+		if !had || !slices.Equal(old.Peers, c.Peers) {
+			a.log.Info("advertising over BGP", "ip", ip, "services", c.Services, "peers", c.Peers, "cause", cause)
+		}
+		// Only the teller tells, so one event stands for every advertising node.
+		if c.Teller && (!had || !old.Teller || !slices.Equal(old.Peers, c.Peers)) {
+			a.tell.services(ctx, c.Services, "advertising %s to BGP peers %s (told by node %s for every node that advertises it)", ip, strings.Join(c.Peers, ","), a.node)
+		}
+		a.routed[ip] = c
+	}
+}
+
+// sessionChanged runs when a BGP session changes state: it logs, tells the BGPPeer by an event
+// when the session goes up or down, and refreshes the Speaker status.
+func (a *advertiser) sessionChanged(ctx context.Context, before, after bgp.State) {
+	a.log.Info("BGP session state", "peer", after.Peer, "address", after.Address, "from", before.State, "to", after.State)
+	if up := after.Established(); up != before.Established() {
+		a.tell.session(ctx, after, up)
+	}
+	a.trigger("bgp-session")
+}

@@ -1,0 +1,150 @@
+package speaker
+
+import (
+	"context"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/portico-lb/portico/api/v1alpha1"
+	"github.com/portico-lb/portico/speaker/plan"
+)
+
+// reconcile is one pass of the loop: it reads what changed from the cache, brings the plan up
+// to date, and hands it to the sides: the forwarding guard first, the L2 answers, the BGP
+// routes, the guard again for what was withdrawn, and the Speaker status last.
+func (s *Speaker) reconcile(ctx context.Context) {
+	start := time.Now()
+	defer func() { s.Metrics.reconcile.Observe(time.Since(start).Seconds()) }()
+	cause, _ := s.cause.Swap("config").(string)
+	lostAt := s.lostAt.Swap(0)
+	ch, err := s.replan(ctx)
+	if err != nil {
+		s.Log.Error(err, "reading the cache")
+		return
+	}
+	p := s.planner.Plan()
+	touched := append(s.answerer.touched(ch, p), s.advertiser.touched(ch, p)...)
+	s.guard(touched, p, true) // before the first answer or route
+	mine := s.answerer.apply(p, ch, s.joined.Swap(false))
+	if lostAt != 0 && s.answerer.gained(p, mine) > 0 {
+		// Set has sent the first gratuitous frames when it returns.
+		s.Metrics.failover.Observe(time.Since(time.Unix(0, lostAt)).Seconds())
+	}
+	s.answerer.ownersChanged(ctx, p, mine, cause)
+	s.Metrics.announced.Set(float64(len(p.Mine)))
+	routed := s.advertiser.apply(ctx, p, ch, cause)
+	s.planned.Store(true)      // after startedAt, which RoutesUp reads once it sees this
+	s.guard(touched, p, false) // once withdrawn
+	problems := slices.Clone(p.Problems)
+	for _, err := range append(slices.Clone(s.answerer.problems), s.advertiser.problems...) {
+		problems = append(problems, err.Error())
+	}
+	problems = append(problems, s.refusalProblems()...)
+	if s.keyProblem != "" {
+		problems = append(problems, s.keyProblem)
+	}
+	slices.Sort(problems)
+	s.reporter.report(reconciled{plan: p, problems: problems, answered: s.answerer.ifaces, interfaces: s.Announce.Interfaces(),
+		mine: mine, routed: routed, prefixes: ch.Prefixes(), all: ch.All, sessions: s.BGP.States()})
+}
+
+// replan brings the plan up to date: the changed Services, or everything.
+func (s *Speaker) replan(ctx context.Context) (plan.Changes, error) {
+	keys, all := s.pending.take()
+	if all || s.planner == nil {
+		w, err := s.world(ctx)
+		if err != nil {
+			s.pending.everything()
+			return plan.Changes{}, err
+		}
+		if s.planner == nil {
+			s.planner = plan.NewPlanner(s.Node, s.LBClass)
+		}
+		return s.planner.Replan(w, s.Group.IsAlive), nil
+	}
+	if len(keys) == 0 {
+		return plan.Changes{}, nil
+	}
+	svcs, eps, err := s.changedServices(ctx, keys)
+	if err != nil {
+		for _, k := range keys {
+			s.pending.service(k)
+		}
+		return plan.Changes{}, err
+	}
+	return s.planner.Update(svcs, eps, keys), nil
+}
+
+// world lists everything the plan reads from the cache, and the BGPPeers' password Secrets.
+func (s *Speaker) world(ctx context.Context) (plan.World, error) {
+	var w plan.World
+	var svcs corev1.ServiceList
+	var eps discoveryv1.EndpointSliceList
+	var nodes corev1.NodeList
+	var ads v1alpha1.L2AdvertisementList
+	var pools v1alpha1.IPAddressPoolList
+	var peers v1alpha1.BGPPeerList
+	var bgpAds v1alpha1.BGPAdvertisementList
+	var bfdProfiles v1alpha1.BFDProfileList
+	for _, l := range []runtime.Object{&svcs, &eps, &nodes, &ads, &pools, &peers, &bgpAds, &bfdProfiles} {
+		// The plan only reads the objects: no deep copy of every Service on every change.
+		if err := s.Cache.List(ctx, l); err != nil {
+			return w, err
+		}
+	}
+	return plan.World{Services: svcs.Items, EndpointSlices: eps.Items, Nodes: nodes.Items, Advertisements: ads.Items, Pools: pools.Items,
+		BGPPeers: peers.Items, BGPAds: bgpAds.Items, BFDProfiles: bfdProfiles.Items, Secrets: s.secrets.forPeers(ctx, s.Client, s.Log, peers.Items), IgnoreExcludeLabel: s.IgnoreExcludeLabel, IgnoreClassless: s.IgnoreClassless}, nil
+}
+
+// changedServices reads the Services named by keys and their EndpointSlices from the cache (a
+// key it does not find was deleted).
+func (s *Speaker) changedServices(ctx context.Context, keys []string) ([]corev1.Service, []discoveryv1.EndpointSlice, error) {
+	svcs := make([]corev1.Service, 0, len(keys))
+	var eps []discoveryv1.EndpointSlice
+	for _, key := range keys {
+		ns, name, _ := strings.Cut(key, "/")
+		var svc corev1.Service
+		if err := s.Cache.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &svc); err != nil {
+			if !apierrors.IsNotFound(err) {
+				return nil, nil, err
+			}
+			continue
+		}
+		svcs = append(svcs, svc)
+		if svc.Spec.ExternalTrafficPolicy != corev1.ServiceExternalTrafficPolicyLocal {
+			continue // only Local Services read their endpoints
+		}
+		for _, sliceName := range s.pending.slicesOf(key) {
+			var es discoveryv1.EndpointSlice
+			if err := s.Cache.Get(ctx, types.NamespacedName{Namespace: ns, Name: sliceName}, &es); err != nil && !apierrors.IsNotFound(err) {
+				return nil, nil, err
+			} else if err == nil {
+				eps = append(eps, es)
+			}
+		}
+	}
+	return svcs, eps, nil
+}
+
+// keysOf is every address of either map, sorted.
+func keysOf[A, B any](a map[netip.Addr]A, b map[netip.Addr]B) []netip.Addr {
+	out := make([]netip.Addr, 0, len(a)+len(b))
+	for ip := range a {
+		out = append(out, ip)
+	}
+	for ip := range b {
+		if _, dup := a[ip]; !dup {
+			out = append(out, ip)
+		}
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return out
+}
