@@ -21,6 +21,7 @@ import (
 //
 //	next POOL A B ...    the pool's status.nextAddresses, as the controller writes them
 //	inuse POOL A ...     the pool's status.inUse addresses
+//	probing POOL MODE    the pool's spec.conflictProbing (Enabled or Disabled)
 //	probes               per running speaker, the addresses it probes (and the interfaces
 //	                     its advertisements name, when they do)
 func TestConflictTranscripts(t *testing.T) {
@@ -42,6 +43,13 @@ func TestConflictTranscripts(t *testing.T) {
 				for _, a := range addrs {
 					p.Status.InUse = append(p.Status.InUse, v1alpha1.AddressInUse{Address: a, MAC: "52:54:00:00:00:99"})
 				}
+				return "ok"
+			case "probing":
+				p, ok := s.pools[d.CmdArgs[0].Key]
+				if !ok {
+					t.Fatalf("%s: no pool %q", d.Pos, d.CmdArgs[0].Key)
+				}
+				p.Spec.ConflictProbing = v1alpha1.ConflictProbing(d.CmdArgs[1].Key)
 				return "ok"
 			case "probes":
 				return s.probes()

@@ -76,11 +76,11 @@ type Speaker struct {
 	routed    map[netip.Addr]BGPClaim
 	secretsMu sync.Mutex // the self-check and conflict probes read the world from their own goroutines
 	secrets   map[types.NamespacedName]cachedSecret
-	checks    atomic.Pointer[selfCheckReport]          // the latest self-check results
-	foreign   atomic.Pointer[[]v1alpha1.ForeignAnswer] // the latest conflict probe round's foreign answers
-	loopAt    atomic.Int64                             // unix nanos of the main loop's latest turn; 0 until it starts (health.go)
-	startedAt time.Time                                // when Start began (RoutesUp)
-	planned   atomic.Bool                              // the first plan has been applied (RoutesUp)
+	checks    atomic.Pointer[selfCheckReport] // the latest self-check results
+	foreign   atomic.Pointer[foreignRound]    // the latest conflict probe round's foreign answers
+	loopAt    atomic.Int64                    // unix nanos of the main loop's latest turn; 0 until it starts (health.go)
+	startedAt time.Time                       // when Start began (RoutesUp)
+	planned   atomic.Bool                     // the first plan has been applied (RoutesUp)
 
 	synced     atomic.Bool // the cache has synced: Admit can check claims
 	refused    refusals

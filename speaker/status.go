@@ -66,9 +66,7 @@ func (s *Speaker) report(plan Plan, problems []string, mine, routed []netip.Addr
 	if c := s.checks.Load(); c != nil {
 		r.status.SelfChecks, r.status.OmittedSelfChecks = c.checks, c.omitted
 	}
-	if f := s.foreign.Load(); f != nil {
-		r.status.ForeignAnswers = *f
-	}
+	s.foreign.Load().setForeign(&r.status)
 	r.status.Sessions, r.status.BGPPeersUp = sessionStatus(sessions)
 	r.status.BGP = bgpPeersStatus(plan.BGP, sessions) // its routes are listed when it is written
 	r.status.Interfaces, r.status.OmittedInterfaces = interfaceStatus(s.Announce.Interfaces())

@@ -99,8 +99,8 @@ func poolProblems(p *porticov1.IPAddressPool) string {
 	return strings.Join(out, "; ")
 }
 
-// printInUse lists, per pool, the free addresses a foreign host answered for: they are not
-// handed out while it does.
+// printInUse lists, per pool, the free addresses a foreign host answered for (they are not
+// handed out while it does), then the proxy answerers (whose answers hold nothing back).
 func printInUse(e *plugin.Env, pools []porticov1.IPAddressPool) {
 	var tw *tabwriter.Writer
 	for _, p := range pools {
@@ -110,6 +110,19 @@ func printInUse(e *plugin.Env, pools []porticov1.IPAddressPool) {
 				tw = plugin.Table(e.Out, "POOL", "ADDRESS", "MAC", "SEEN-BY", "SINCE")
 			}
 			plugin.Row(tw, p.Name, u.Address, u.MAC, u.SeenBy, u.Since.UTC().Format(time.RFC3339))
+		}
+	}
+	if tw != nil {
+		tw.Flush()
+	}
+	tw = nil
+	for _, p := range pools {
+		for _, x := range p.Status.ProxyAnswerers {
+			if tw == nil {
+				fmt.Fprintln(e.Out, "\nPROXY ANSWERERS (a MAC answering for many addresses: proxy ARP/NDP, ignored, holds nothing back)")
+				tw = plugin.Table(e.Out, "POOL", "MAC", "ADDRESSES", "SEEN-BY", "SINCE")
+			}
+			plugin.Row(tw, p.Name, x.MAC, x.Addresses, x.SeenBy, x.Since.UTC().Format(time.RFC3339))
 		}
 	}
 	if tw != nil {
