@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -29,19 +30,20 @@ var homeLab = netip.MustParsePrefix("10.0.0.192/27")
 // addresses. Beside the speakers, the LAN holds a router with the kernel's proxy ARP on, which
 // answers for the whole pool's subnet (routed through another of its interfaces), and a host
 // that forges ARP: it sends unsolicited and gratuitous replies for every pool address in a
-// loop, and answers every request for a pool address, the speakers' probes included. Gitea,
-// ArgoCD, Harbor and Grafana still get .200-.203, the forger is reported as a proxy answerer
-// and no address is held back.
+// loop. Those count for nothing: while the client holds .201 (its kernel answers the probes),
+// the pool lists .201 alone, and nothing once the client lets it go. Then the forger answers
+// every request for a pool address too, the speakers' probes included: it is reported as a
+// proxy answerer, no address is held back, and Gitea, ArgoCD, Harbor and Grafana get
+// .200-.203.
 func TestLANCannotStopAllocation(t *testing.T) {
 	inLANLab(t, []string{"proxyarp", "forger"}, func(t *testing.T, e *l2Env) {
 		e.restartSpeakers([]string{"--conflict-probe-interval", "500ms", "--conflict-probe-spacing", "100ms", "--self-check-interval", "0"})
 		startInProcessController(t, e)
 		proxy, forger := e.LAN[0], e.LAN[1]
 		proxyARP(t, proxy.NS)
-		stop := forgeARP(t, forger.NS, forger.MAC, homeLab)
-		defer stop()
+		forge := forgeARP(t, forger.NS, forger.MAC, homeLab)
+		defer forge.stop()
 
-		created := time.Now()
 		e.createObject(&v1alpha1.IPAddressPool{ObjectMeta: metav1.ObjectMeta{Name: "home-lab"},
 			Spec: v1alpha1.IPAddressPoolSpec{Addresses: []v1alpha1.AddressRange{"10.0.0.200-10.0.0.215"}}})
 		e.createObject(&v1alpha1.L2Advertisement{ObjectMeta: metav1.ObjectMeta{Name: "home-lab"},
@@ -50,11 +52,27 @@ func TestLANCannotStopAllocation(t *testing.T) {
 		if macs := e.arpingMACs(netip.MustParseAddr("10.0.0.210"), 2); !slices.Contains(macs, proxy.MAC.String()) {
 			t.Fatalf("arping 10.0.0.210 from the client heard %v, not the proxy ARP router %v", macs, proxy.MAC)
 		}
+
+		// Unsolicited replies only: the client's real answers for .201 count, the forger's none.
+		held := netip.MustParseAddr("10.0.0.201")
+		e.foreignHolds(t, held)
+		client := e.Client.MAC.String()
+		e.waitPoolNamed(t, "home-lab", ".201 in use by the client, nothing by the forger", 30*time.Second, func(p *v1alpha1.IPAddressPool) bool {
+			return slices.Equal(inUseOf(p), []string{held.String() + " " + client + " " + hashOwner(held, "node-a", "node-b", "node-c")})
+		})
+		run(t, "ip", "-n", e.Client.NS, "addr", "del", netip.PrefixFrom(held, 32).String(), "dev", "eth0")
+		e.waitPoolNamed(t, "home-lab", "nothing in use once the client let .201 go, the forger still looping", 30*time.Second, func(p *v1alpha1.IPAddressPool) bool {
+			return len(p.Status.InUse) == 0 && len(p.Status.NextAddresses) > 0 && p.Status.NextAddresses[0] == "10.0.0.200"
+		})
+
+		// The forger answers every request now, the probes included.
+		forge.answering.Store(true)
+		answering := time.Now()
 		// Several probe rounds go by (every 500 ms) before the first Service exists.
 		e.waitPoolNamed(t, "home-lab", "the forger answering the probes, nothing held back", 30*time.Second, func(p *v1alpha1.IPAddressPool) bool {
 			return forgerIsProxy(p, forger.MAC.String()) && len(p.Status.InUse) == 0
 		})
-		t.Logf("the pool listed the forger as a proxy answerer %v after it was created", time.Since(created).Round(time.Millisecond))
+		t.Logf("the pool listed the forger as a proxy answerer %v after it began answering", time.Since(answering).Round(time.Millisecond))
 		for i, name := range []string{"gitea", "argocd", "harbor", "grafana"} {
 			e.homeLabService(t, name)
 			e.waitServiceIP(t, name, fmt.Sprintf("10.0.0.%d", 200+i))
@@ -83,11 +101,18 @@ func proxyARP(t *testing.T, ns string) {
 	}
 }
 
+// arpForger is a host claiming every address of a prefix with forged ARP (forgeARP).
+type arpForger struct {
+	answering atomic.Bool // answer requests too, not only send unsolicited replies
+	stop      func()
+}
+
 // forgeARP makes the host in namespace ns (MAC mac) claim every address of prefix: it
 // broadcasts unsolicited replies for each in a loop (gratuitous ones, with its own MAC and the
-// address as target, and ones naming nobody), and answers every ARP request for one of them,
-// from anyone, probes from 0.0.0.0 included. The returned func stops it.
-func forgeARP(t *testing.T, ns string, mac net.HardwareAddr, prefix netip.Prefix) func() {
+// address as target, and ones naming nobody), and once answering is set, answers every ARP
+// request for one of them, from anyone, probes from 0.0.0.0 included.
+func forgeARP(t *testing.T, ns string, mac net.HardwareAddr, prefix netip.Prefix) *arpForger {
+	forger := &arpForger{}
 	var conn *packet.Conn
 	if err := netlab.In(ns, func() error {
 		ifi, err := net.InterfaceByName("eth0")
@@ -140,16 +165,17 @@ func forgeARP(t *testing.T, ns string, mac net.HardwareAddr, prefix netip.Prefix
 			if f.UnmarshalBinary(buf[:n]) != nil || p.UnmarshalBinary(f.Payload) != nil || bytes.Equal(f.Source, mac) {
 				continue
 			}
-			if p.Operation == arp.OperationRequest && prefix.Contains(p.TargetIP) && p.SenderIP != p.TargetIP {
+			if forger.answering.Load() && p.Operation == arp.OperationRequest && prefix.Contains(p.TargetIP) && p.SenderIP != p.TargetIP {
 				send(arp.OperationReply, p.SenderHardwareAddr, p.TargetIP, p.SenderHardwareAddr, p.SenderIP)
 			}
 		}
 	}()
-	return func() {
+	forger.stop = func() {
 		close(done)
 		_ = conn.Close()
 		wg.Wait()
 	}
+	return forger
 }
 
 func forgerIsProxy(p *v1alpha1.IPAddressPool, mac string) bool {
