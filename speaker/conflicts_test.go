@@ -116,3 +116,23 @@ func TestForeignAnswers(t *testing.T) {
 		t.Errorf("a LAN answering for 300 addresses: %d entries, %s to %s; want %d, the lowest", len(capped), capped[0].IP, capped[len(capped)-1].IP, v1alpha1.MaxForeignAnswers)
 	}
 }
+
+// TestForeignRoundStatus: a round that heard anything puts its answers and its time in the
+// Speaker status (the controller counts them only while that time is recent); a quiet round,
+// or none yet, puts neither, so a quiet speaker writes nothing each round.
+func TestForeignRoundStatus(t *testing.T) {
+	at := metav1.NewTime(time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC))
+	answers := []v1alpha1.ForeignAnswer{{IP: "10.0.0.200", MAC: "52:54:00:00:00:99", Interface: "eth0", Since: at}}
+	var st v1alpha1.SpeakerStatus
+	(&foreignRound{answers: answers, at: at}).setForeign(&st)
+	if len(st.ForeignAnswers) != 1 || st.ProbedAt == nil || !st.ProbedAt.Equal(&at) {
+		t.Errorf("a round with answers: foreignAnswers %v, probedAt %v; want the answers and %v", st.ForeignAnswers, st.ProbedAt, at)
+	}
+	for name, r := range map[string]*foreignRound{"quiet round": {at: at}, "no round yet": nil} {
+		var st v1alpha1.SpeakerStatus
+		r.setForeign(&st)
+		if st.ForeignAnswers != nil || st.ProbedAt != nil {
+			t.Errorf("%s: foreignAnswers %v, probedAt %v; want neither", name, st.ForeignAnswers, st.ProbedAt)
+		}
+	}
+}
