@@ -3,13 +3,11 @@ package controller
 import (
 	"cmp"
 	"context"
-	"fmt"
 	"net/netip"
 	"slices"
-	"strings"
 
 	"k8s.io/apimachinery/pkg/api/equality"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -24,38 +22,6 @@ type foreignFinding struct {
 	porticov1.AddressInUse
 }
 
-// foreignFindings folds every speaker's status.foreignAnswers into one finding per address:
-// the earliest heard (then the lowest MAC, then node), sorted by address. An answer from a MAC
-// that any speaker answers with is a speaker's, never a foreign host's, and is dropped; so is
-// one whose address does not parse (the Speaker is written by each node, not trusted blindly).
-func foreignFindings(speakers []porticov1.Speaker) []foreignFinding {
-	ours := map[string]bool{}
-	for i := range speakers {
-		for _, mac := range speakers[i].Status.HardwareAddrs {
-			ours[strings.ToLower(mac)] = true
-		}
-	}
-	best := map[netip.Addr]foreignFinding{}
-	for i := range speakers {
-		for _, a := range speakers[i].Status.ForeignAnswers {
-			ip, err := netip.ParseAddr(a.IP)
-			if err != nil || ours[strings.ToLower(a.MAC)] {
-				continue
-			}
-			f := foreignFinding{addr: ip, AddressInUse: porticov1.AddressInUse{Address: ip.String(), MAC: a.MAC, SeenBy: speakers[i].Name, Since: a.Since}}
-			if old, ok := best[ip]; !ok || earlier(f, old) {
-				best[ip] = f
-			}
-		}
-	}
-	out := make([]foreignFinding, 0, len(best))
-	for _, f := range best {
-		out = append(out, f)
-	}
-	slices.SortFunc(out, func(a, b foreignFinding) int { return a.addr.Compare(b.addr) })
-	return out
-}
-
 func earlier(a, b foreignFinding) bool {
 	return cmp.Or(a.Since.Compare(b.Since.Time), cmp.Compare(a.MAC, b.MAC), cmp.Compare(a.SeenBy, b.SeenBy)) < 0
 }
@@ -66,22 +32,6 @@ func findingAddrs(fs []foreignFinding) []netip.Addr {
 		out[i] = f.addr
 	}
 	return out
-}
-
-// inUseCondition names the pool's addresses a foreign host answers for.
-func inUseCondition(inUse []porticov1.AddressInUse) metav1.Condition {
-	c := metav1.Condition{Type: porticov1.ConditionAddressesInUse, Status: metav1.ConditionFalse, Reason: porticov1.ReasonNoneInUse,
-		Message: "no foreign host answers for the addresses probed"}
-	if len(inUse) == 0 {
-		return c
-	}
-	shown := make([]string, 0, 5)
-	for _, u := range inUse[:min(len(inUse), 5)] {
-		shown = append(shown, u.Address+" ("+u.MAC+")")
-	}
-	c.Status, c.Reason = metav1.ConditionTrue, porticov1.ReasonAddressInUse
-	c.Message = fmt.Sprintf("in use by foreign hosts, not handed out while they answer (%d): %s", len(inUse), strings.Join(shown, ", "))
-	return c
 }
 
 // newlyInUse lists the entries of now whose address was not in before: one Warning event each.
@@ -96,7 +46,8 @@ func newlyInUse(before, now []porticov1.AddressInUse) []porticov1.AddressInUse {
 }
 
 // foreignAnswersChanged lets through only the Speaker events that can change a pool's inUse:
-// its foreign answers or its MACs (which tell a speaker's answer from a foreign one).
+// its foreign answers, its MACs (which tell a speaker's answer from a foreign one), and what
+// says whether its answers still count (its Ready condition, its latest probe round).
 var foreignAnswersChanged = predicate.Funcs{
 	CreateFunc: func(e event.CreateEvent) bool { return hasForeignAnswers(e.Object) },
 	DeleteFunc: func(e event.DeleteEvent) bool { return hasForeignAnswers(e.Object) },
@@ -104,7 +55,8 @@ var foreignAnswersChanged = predicate.Funcs{
 		o, ok1 := e.ObjectOld.(*porticov1.Speaker)
 		n, ok2 := e.ObjectNew.(*porticov1.Speaker)
 		return !ok1 || !ok2 || !equality.Semantic.DeepEqual(o.Status.ForeignAnswers, n.Status.ForeignAnswers) ||
-			!slices.Equal(o.Status.HardwareAddrs, n.Status.HardwareAddrs)
+			!slices.Equal(o.Status.HardwareAddrs, n.Status.HardwareAddrs) || !o.Status.ProbedAt.Equal(n.Status.ProbedAt) ||
+			meta.IsStatusConditionTrue(o.Status.Conditions, porticov1.ConditionReady) != meta.IsStatusConditionTrue(n.Status.Conditions, porticov1.ConditionReady)
 	},
 	GenericFunc: func(event.GenericEvent) bool { return false },
 }

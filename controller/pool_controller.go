@@ -68,15 +68,20 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	if err := r.Client.List(ctx, &speakers, client.UnsafeDisableDeepCopy); err != nil {
 		return ctrl.Result{}, err
 	}
-	findings := foreignFindings(speakers.Items)
+	var pools porticov1.IPAddressPoolList
+	if err := r.Client.List(ctx, &pools, client.UnsafeDisableDeepCopy); err != nil {
+		return ctrl.Result{}, err
+	}
+	verdict := judgeProbes(speakers.Items, pools.Items, time.Now())
+	findings := verdict.inUse
 	var facts poolFacts
 	var inUseChanged bool
-	var retry, pools []string
+	var retry, dirty []string
 	if err := r.state.withLock(ctx, func(b *book) {
 		before := b.alloc.InUse()
 		released := b.alloc.SetInUse(findingAddrs(findings))
 		if inUseChanged = !slices.Equal(before, b.alloc.InUse()); inUseChanged {
-			pools = slices.Collect(maps.Keys(b.poolGen)) // their next addresses may change
+			dirty = slices.Collect(maps.Keys(b.poolGen)) // their next addresses may change
 		}
 		if released {
 			retry = b.waitingServices()
@@ -84,12 +89,19 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 		if found {
 			facts = b.facts(pool.Name)
 			facts.inUse = b.inUseIn(pool.Name, findings)
+			facts.probes, facts.proxies = pool.ProbesConflicts(), verdict.proxies[pool.Name]
 		}
 	}); err != nil {
 		return ctrl.Result{}, err
 	}
 	r.state.retryServices(retry)
-	r.state.poolsDirty(slices.DeleteFunc(pools, func(n string) bool { return n == req.Name }))
+	r.state.poolsDirty(slices.DeleteFunc(dirty, func(n string) bool { return n == req.Name }))
+	// A speaker that stops reporting changes nothing the watch sees: look again when its
+	// answers stop counting.
+	var again time.Duration
+	if !verdict.expires.IsZero() {
+		again = time.Until(verdict.expires) + time.Second
+	}
 	if !found {
 		r.metrics.poolGone(req.Name)
 		delete(r.lastWrite, req.Name)
@@ -100,7 +112,7 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	r.fill(ctx, want, facts)
 	r.metrics.pool(pool.Name, facts)
 	if equality.Semantic.DeepEqual(want.Status, pool.Status) {
-		return ctrl.Result{}, nil
+		return ctrl.Result{RequeueAfter: again}, nil
 	}
 	if wait := poolWriteInterval - time.Since(r.lastWrite[pool.Name]); wait > 0 {
 		return ctrl.Result{RequeueAfter: wait}, nil
@@ -115,7 +127,13 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 				"%s is in use by a foreign host (MAC %s, heard by node %s): it is not handed out while it answers", u.Address, u.MAC, u.SeenBy)
 		}
 	}
-	return ctrl.Result{}, nil
+	for _, p := range newlyProxy(pool.Status.ProxyAnswerers, want.Status.ProxyAnswerers) {
+		if r.Recorder != nil {
+			r.Recorder.Eventf(want, nil, corev1.EventTypeWarning, porticov1.ReasonProxyAnswerer, "Probe",
+				"MAC %s answers for %d of the pool's probed addresses (heard by node %s): taken for proxy ARP/NDP, its answers hold no address back", p.MAC, p.Addresses, p.SeenBy)
+		}
+	}
+	return ctrl.Result{RequeueAfter: again}, nil
 }
 
 // poolFacts is what the book knows of one pool, read under its lock.
@@ -125,6 +143,8 @@ type poolFacts struct {
 	orphans []string
 	next    []netip.Addr
 	inUse   []porticov1.AddressInUse
+	probes  bool
+	proxies []porticov1.ProxyAnswerer
 }
 
 // nextPerFamily is how many of each family's next addresses a pool's status lists.
@@ -163,7 +183,7 @@ func (r *PoolReconciler) fill(ctx context.Context, pool *porticov1.IPAddressPool
 	for _, ip := range f.next {
 		st.NextAddresses = append(st.NextAddresses, ip.String())
 	}
-	st.InUse = f.inUse
+	st.InUse, st.ProxyAnswerers = f.inUse, f.proxies
 
 	set := func(c metav1.Condition) {
 		c.ObservedGeneration = pool.Generation
@@ -173,7 +193,7 @@ func (r *PoolReconciler) fill(ctx context.Context, pool *porticov1.IPAddressPool
 	set(r.overlapCondition(ctx, pool))
 	set(exhaustedCondition(f))
 	set(orphanCondition(f))
-	set(inUseCondition(f.inUse))
+	set(inUseCondition(f.probes, f.inUse, f.proxies))
 }
 
 func decimalIf(size, n *big.Int) string {

@@ -115,11 +115,11 @@ func changedKeys[V any](a, b map[string]V) []string {
 
 // unlisted is a Speaker's status without the per-Service and per-address lists speakerChange
 // compares entry by entry, and without what no health condition reads (BGP sessions and
-// routes, foreign hosts' answers).
+// routes, foreign hosts' answers and when they were heard).
 func unlisted(s *porticov1.Speaker) porticov1.SpeakerStatus {
 	st := s.Status
 	st.Announcements, st.SelfChecks = nil, nil
-	st.Sessions, st.BGPPeersUp, st.BGP, st.ForeignAnswers = nil, 0, nil, nil
+	st.Sessions, st.BGPPeersUp, st.BGP, st.ForeignAnswers, st.ProbedAt = nil, 0, nil, nil, nil
 	return st
 }
 

@@ -119,7 +119,7 @@ func (s *state) load(ctx context.Context, b *book) error {
 	if err := s.reader.List(ctx, &speakers, client.UnsafeDisableDeepCopy); err != nil {
 		return err
 	}
-	b.alloc.SetInUse(findingAddrs(foreignFindings(speakers.Items)))
+	b.alloc.SetInUse(findingAddrs(judgeProbes(speakers.Items, pools.Items, time.Now()).inUse))
 	// Only what the rebuild needs is kept of each Service, not the Service.
 	type held struct {
 		created time.Time

@@ -92,18 +92,25 @@ func inUseOf(p *v1alpha1.IPAddressPool) []string {
 // waitPool waits until the pool named conflicts satisfies ok, and returns how long it took.
 func (e *l2Env) waitPool(t *testing.T, what string, ok func(*v1alpha1.IPAddressPool) bool) time.Duration {
 	t.Helper()
+	return e.waitPoolNamed(t, "conflicts", what, 30*time.Second, ok)
+}
+
+// waitPoolNamed waits, at most within, until the pool satisfies ok, and returns how long it
+// took.
+func (e *l2Env) waitPoolNamed(t *testing.T, name, what string, within time.Duration, ok func(*v1alpha1.IPAddressPool) bool) time.Duration {
+	t.Helper()
 	var last v1alpha1.IPAddressPoolStatus
 	start := time.Now()
-	if !pollUntil(30*time.Second, func() bool {
+	if !pollUntil(within, func() bool {
 		var p v1alpha1.IPAddressPool
-		if e.c.Get(context.Background(), client.ObjectKey{Name: "conflicts"}, &p) != nil {
+		if e.c.Get(context.Background(), client.ObjectKey{Name: name}, &p) != nil {
 			return false
 		}
 		last = p.Status
 		return ok(&p)
 	}) {
 		e.dumpLogs()
-		t.Fatalf("pool conflicts: want %s; last status next %v in use %+v", what, last.NextAddresses, last.InUse)
+		t.Fatalf("pool %s: want %s; last status next %v in use %+v", name, what, last.NextAddresses, last.InUse)
 	}
 	return time.Since(start)
 }

@@ -37,6 +37,7 @@ type l2Lab struct {
 	Client   netlab.Host
 	Nodes    []labNode
 	Routers  []netlab.Host // BGP routers' namespaces (inBGPLab)
+	LAN      []netlab.Host // other hosts on the LAN (inLANLab): 198.51.100.5, .6, ...
 }
 
 type labNode struct {
@@ -48,12 +49,18 @@ type labNode struct {
 // and re-executes the test binary in the control-plane namespace (speakers in the node
 // namespaces must reach the apiserver, and nothing may be configured in the root namespace);
 // the inner call runs body with a control plane bound to the bridge.
-func inLab[T testing.TB](t T, body func(t T, e *l2Env)) { inLabWith(t, 0, body) }
+func inLab[T testing.TB](t T, body func(t T, e *l2Env)) { inLabWith(t, 0, nil, body) }
 
 // inBGPLab is inLab with BGP router namespaces on the bridge: 198.51.100.3, .4, ...
-func inBGPLab[T testing.TB](t T, routers int, body func(t T, e *l2Env)) { inLabWith(t, routers, body) }
+func inBGPLab[T testing.TB](t T, routers int, body func(t T, e *l2Env)) {
+	inLabWith(t, routers, nil, body)
+}
 
-func inLabWith[T testing.TB](t T, routers int, body func(t T, e *l2Env)) {
+// inLANLab is inLab with more hosts on the LAN, one per role (e.LAN[i] has role lan[i]), at
+// 198.51.100.5, .6, ... with MACs 52:54:00:00:05:01, :02, ...
+func inLANLab[T testing.TB](t T, lan []string, body func(t T, e *l2Env)) { inLabWith(t, 0, lan, body) }
+
+func inLabWith[T testing.TB](t T, routers int, lan []string, body func(t T, e *l2Env)) {
 	if raw := os.Getenv(labEnv); raw != "" {
 		var lab l2Lab
 		if err := json.Unmarshal([]byte(raw), &lab); err != nil {
@@ -72,6 +79,10 @@ func inLabWith[T testing.TB](t T, routers int, body func(t T, e *l2Env)) {
 	for i := 0; i < routers; i++ {
 		lab.Routers = append(lab.Routers, l.AddHost(fmt.Sprintf("r%d", i+1), fmt.Sprintf("02:00:00:00:01:%02x", i+1),
 			fmt.Sprintf("198.51.100.%d/24", 3+i), fmt.Sprintf("2001:db8:1::%d/64", 3+i)))
+	}
+	for i, role := range lan {
+		lab.LAN = append(lab.LAN, l.AddHost(role, fmt.Sprintf("52:54:00:00:05:%02x", i+1),
+			fmt.Sprintf("198.51.100.%d/24", 5+i), fmt.Sprintf("2001:db8:1::%d/64", 5+i)))
 	}
 	reexecIn(t, lab.CP.NS, labEnv, lab)
 }

@@ -39,7 +39,7 @@ type conflictTarget struct {
 }
 
 // conflictTargets are the addresses node me probes, sorted: of every pool an L2Advertisement
-// announces, its status.nextAddresses and status.inUse (so a host that lets an address go is
+// announces and whose conflictProbing is not Disabled, its status.nextAddresses and status.inUse (so a host that lets an address go is
 // noticed), never an address a Service holds. Each address has one prober: the node the
 // election would make it announce it (the owner among the live nodes the pool's
 // L2Advertisements select, their Service selectors aside), which probes on the interfaces it
@@ -56,6 +56,9 @@ func conflictTargets(w plan.World, me string, alive func(string) bool) []conflic
 	var out []conflictTarget
 	for i := range w.Pools {
 		pool := &w.Pools[i]
+		if !pool.ProbesConflicts() {
+			continue
+		}
 		var ads []*v1alpha1.L2Advertisement
 		for j := range w.Advertisements {
 			s := &w.Advertisements[j].Spec
@@ -185,7 +188,7 @@ func (s *Speaker) conflictRound(ctx context.Context) {
 	}
 	var prev []v1alpha1.ForeignAnswer
 	if p := s.foreign.Load(); p != nil {
-		prev = *p
+		prev = p.answers
 	}
 	now := metav1.NewTime(time.Now().Truncate(time.Second))
 	found := foreignAnswers(heard, l2.MACs(links), prev, now)
@@ -194,8 +197,25 @@ func (s *Speaker) conflictRound(ctx context.Context) {
 			s.Log.Info("a foreign host answers for a pool address not yet handed out", "ip", a.IP, "mac", a.MAC, "interface", a.Interface)
 		}
 	}
-	s.foreign.Store(&found)
+	s.foreign.Store(&foreignRound{answers: found, at: now})
 	if len(found) > 0 || len(prev) > 0 {
 		s.trigger(causeStatus)
 	}
+}
+
+// foreignRound is a probe round's foreign answers and when it ended.
+type foreignRound struct {
+	answers []v1alpha1.ForeignAnswer
+	at      metav1.Time
+}
+
+// setForeign puts the round's answers in st, with the time of the round while there are any:
+// the controller counts them only while that time is recent (a speaker that stopped holds
+// nothing back), so each round that hears anything rewrites it; a quiet round writes nothing.
+func (r *foreignRound) setForeign(st *v1alpha1.SpeakerStatus) {
+	if r == nil || len(r.answers) == 0 {
+		return
+	}
+	at := r.at
+	st.ForeignAnswers, st.ProbedAt = r.answers, &at
 }

@@ -22,6 +22,7 @@ import (
 //
 //	next POOL A B ...    the pool's status.nextAddresses, as the controller writes them
 //	inuse POOL A ...     the pool's status.inUse addresses
+//	probing POOL MODE    the pool's spec.conflictProbing (Enabled or Disabled)
 //	probes               per running speaker, the addresses it probes (and the interfaces
 //	                     its advertisements name, when they do)
 func TestConflictTranscripts(t *testing.T) {
@@ -43,6 +44,13 @@ func TestConflictTranscripts(t *testing.T) {
 				for _, a := range addrs {
 					p.Status.InUse = append(p.Status.InUse, v1alpha1.AddressInUse{Address: a, MAC: "52:54:00:00:00:99"})
 				}
+				return "ok"
+			case "probing":
+				p, ok := s.Pools[d.CmdArgs[0].Key]
+				if !ok {
+					t.Fatalf("%s: no pool %q", d.Pos, d.CmdArgs[0].Key)
+				}
+				p.Spec.ConflictProbing = v1alpha1.ConflictProbing(d.CmdArgs[1].Key)
 				return "ok"
 			case "probes":
 				return probes(s)
@@ -108,5 +116,25 @@ func TestForeignAnswers(t *testing.T) {
 	capped := foreignAnswers(many, nil, nil, now)
 	if len(capped) != v1alpha1.MaxForeignAnswers || capped[0].IP != "10.0.0.0" || capped[len(capped)-1].IP != "10.0.0.63" {
 		t.Errorf("a LAN answering for 300 addresses: %d entries, %s to %s; want %d, the lowest", len(capped), capped[0].IP, capped[len(capped)-1].IP, v1alpha1.MaxForeignAnswers)
+	}
+}
+
+// TestForeignRoundStatus: a round that heard anything puts its answers and its time in the
+// Speaker status (the controller counts them only while that time is recent); a quiet round,
+// or none yet, puts neither, so a quiet speaker writes nothing each round.
+func TestForeignRoundStatus(t *testing.T) {
+	at := metav1.NewTime(time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC))
+	answers := []v1alpha1.ForeignAnswer{{IP: "10.0.0.200", MAC: "52:54:00:00:00:99", Interface: "eth0", Since: at}}
+	var st v1alpha1.SpeakerStatus
+	(&foreignRound{answers: answers, at: at}).setForeign(&st)
+	if len(st.ForeignAnswers) != 1 || st.ProbedAt == nil || !st.ProbedAt.Equal(&at) {
+		t.Errorf("a round with answers: foreignAnswers %v, probedAt %v; want the answers and %v", st.ForeignAnswers, st.ProbedAt, at)
+	}
+	for name, r := range map[string]*foreignRound{"quiet round": {at: at}, "no round yet": nil} {
+		var st v1alpha1.SpeakerStatus
+		r.setForeign(&st)
+		if st.ForeignAnswers != nil || st.ProbedAt != nil {
+			t.Errorf("%s: foreignAnswers %v, probedAt %v; want neither", name, st.ForeignAnswers, st.ProbedAt)
+		}
 	}
 }

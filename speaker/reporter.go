@@ -45,7 +45,7 @@ type reporter struct {
 	macsAt    time.Time
 	macsAgain bool                                      // a re-read is on its way
 	checks    atomic.Pointer[selfCheckReport]           // the latest self-check results (selfcheck.go)
-	foreign   *atomic.Pointer[[]v1alpha1.ForeignAnswer] // the conflict prober's latest foreign answers (Speaker.foreign)
+	foreign   *atomic.Pointer[foreignRound] // the conflict prober's latest round (Speaker.foreign)
 }
 
 func newReporter(s *Speaker) *reporter {
@@ -104,9 +104,7 @@ func (r *reporter) report(rc reconciled) {
 	if c := r.checks.Load(); c != nil {
 		rep.Status.SelfChecks, rep.Status.OmittedSelfChecks = c.checks, c.omitted
 	}
-	if f := r.foreign.Load(); f != nil {
-		rep.Status.ForeignAnswers = *f
-	}
+	r.foreign.Load().setForeign(&rep.Status)
 	rep.Status.Sessions, rep.Status.BGPPeersUp = sessionStatus(rc.sessions)
 	rep.Status.BGP = status.BGPPeers(rc.plan.BGP, rc.sessions) // its routes are listed when it is written
 	rep.Status.Interfaces, rep.Status.OmittedInterfaces = interfaceStatus(rc.interfaces)

@@ -69,7 +69,7 @@ type Speaker struct {
 	pending   pendingReplan
 	planner   *plan.Planner
 	secrets   secretCache                              // the BGPPeers' password Secrets (secrets.go)
-	foreign   atomic.Pointer[[]v1alpha1.ForeignAnswer] // the latest conflict probe round's foreign answers (conflicts.go), which the reporter lists
+	foreign   atomic.Pointer[foreignRound]             // the latest conflict probe round's foreign answers (conflicts.go), which the reporter lists
 	loopAt    atomic.Int64                             // unix nanos of the main loop's latest turn; 0 until it starts (health.go)
 	startedAt time.Time                                // when Start began (RoutesUp)
 	planned   atomic.Bool                              // the first plan has been applied (RoutesUp)

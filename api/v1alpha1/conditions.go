@@ -92,10 +92,15 @@ const ConditionOrphanedIPs = "OrphanedIPs"
 // (status.inUse), which are not handed out while it does.
 const ConditionAddressesInUse = "AddressesInUse"
 
-// Reasons of ConditionAddressesInUse; ReasonAddressInUse is also the Warning event's reason.
+// Reasons of ConditionAddressesInUse; ReasonAddressInUse and ReasonProxyAnswerer are also the
+// Warning events' reasons. ReasonProxyAnswerer: no address is held back, but a MAC answers for
+// more probed addresses than one host plausibly holds (status.proxyAnswerers), and its answers
+// are ignored. ReasonProbingDisabled: the pool's spec.conflictProbing is Disabled.
 const (
-	ReasonAddressInUse = "AddressInUse"
-	ReasonNoneInUse    = "NoneInUse"
+	ReasonAddressInUse    = "AddressInUse"
+	ReasonNoneInUse       = "NoneInUse"
+	ReasonProxyAnswerer   = "ProxyAnswerer"
+	ReasonProbingDisabled = "ProbingDisabled"
 )
 
 // ConditionSessionsEstablished on a BGPPeer: every node that should hold a session with the

@@ -80,6 +80,30 @@ type IPAddressPoolSpec struct {
 	// attach its Service to another tenant's address by reusing its key.
 	// +optional
 	AllowSharingAcrossNamespaces bool `json:"allowSharingAcrossNamespaces,omitempty"`
+
+	// ConflictProbing: Enabled (the default) lets the speakers probe the addresses this pool
+	// hands out next and the controller hold back those a foreign host answers for
+	// (status.inUse). Disabled: none of its addresses is probed, and no answer holds one back;
+	// for a pool whose addresses nobody else on the LAN can hold, or a LAN whose answers cannot
+	// be trusted.
+	// +kubebuilder:default=Enabled
+	// +optional
+	ConflictProbing ConflictProbing `json:"conflictProbing,omitempty"`
+}
+
+// ConflictProbing switches a pool's conflict probing on or off.
+// +kubebuilder:validation:Enum=Enabled;Disabled
+type ConflictProbing string
+
+const (
+	ConflictProbingEnabled  ConflictProbing = "Enabled"
+	ConflictProbingDisabled ConflictProbing = "Disabled"
+)
+
+// ProbesConflicts says whether the pool's addresses are probed and their answers count: unless
+// spec.conflictProbing is Disabled.
+func (p *IPAddressPool) ProbesConflicts() bool {
+	return p.Spec.ConflictProbing != ConflictProbingDisabled
 }
 
 // MaxPoolAddressesInUse caps a pool's status.inUse: the answers come from anyone on the LAN.
@@ -93,6 +117,26 @@ type AddressInUse struct {
 	// +kubebuilder:validation:MaxLength=17
 	MAC string `json:"mac"`
 	// SeenBy is the node whose speaker heard the answer.
+	// +kubebuilder:validation:MaxLength=253
+	SeenBy string `json:"seenBy"`
+	// Since is when that speaker first heard it.
+	Since metav1.Time `json:"since"`
+}
+
+// MaxPoolProxyAnswerers caps a pool's status.proxyAnswerers: the answers come from anyone on
+// the LAN.
+const MaxPoolProxyAnswerers = 8
+
+// ProxyAnswerer is a MAC that answered the probes of more of a pool's addresses than one host
+// plausibly holds: a router with proxy ARP or NDP, a Wi-Fi extender answering for its clients,
+// or a host forging answers. Its answers hold no address back.
+type ProxyAnswerer struct {
+	// +kubebuilder:validation:MaxLength=17
+	MAC string `json:"mac"`
+	// Addresses counts the pool's probed addresses it answered for.
+	// +kubebuilder:validation:Minimum=0
+	Addresses int32 `json:"addresses"`
+	// SeenBy is a node whose speaker heard it (the one that heard it first).
 	// +kubebuilder:validation:MaxLength=253
 	SeenBy string `json:"seenBy"`
 	// Since is when that speaker first heard it.
@@ -138,13 +182,22 @@ type IPAddressPoolStatus struct {
 	// +optional
 	NextAddresses []string `json:"nextAddresses,omitempty"`
 
-	// InUse lists the pool's free addresses that a foreign host (a MAC no speaker answers with)
-	// answered for when a speaker probed them, at most 64. The allocator skips them while they
-	// are listed; an address leaves the list when a later probe round gets no answer.
+	// InUse lists the pool's free addresses that a foreign host (a MAC no speaker answers with,
+	// and not one of proxyAnswerers) answered for when a speaker probed them, at most 64. The
+	// allocator skips them while they are listed; an address leaves the list when a later probe
+	// round gets no answer, or when the speaker that heard it is no longer Ready or has not
+	// reported a probe round for 3 minutes.
 	// +kubebuilder:validation:MaxItems=64
 	// +listType=atomic
 	// +optional
 	InUse []AddressInUse `json:"inUse,omitempty"`
+
+	// ProxyAnswerers lists the MACs that answered for more than 3 of the pool's probed
+	// addresses (at most 8): their answers are ignored, so they hold no address back.
+	// +kubebuilder:validation:MaxItems=8
+	// +listType=atomic
+	// +optional
+	ProxyAnswerers []ProxyAnswerer `json:"proxyAnswerers,omitempty"`
 
 	// Conditions: Ready, Overlapping, Exhausted, OrphanedIPs, AddressesInUse.
 	// +listType=map

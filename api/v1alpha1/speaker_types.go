@@ -146,6 +146,12 @@ type SpeakerStatus struct {
 	// +listType=atomic
 	// +optional
 	ForeignAnswers []ForeignAnswer `json:"foreignAnswers,omitempty"`
+	// ProbedAt is when the latest conflict probe round ended, set while foreignAnswers lists
+	// anything: the controller counts foreignAnswers only while the speaker is Ready and
+	// ProbedAt is recent (docs/speaker-l2.md), so a speaker that stopped does not hold
+	// addresses back.
+	// +optional
+	ProbedAt *metav1.Time `json:"probedAt,omitempty"`
 	// HardwareAddrs are the MACs this speaker answers ARP/NDP with (its L2 interfaces'), so a
 	// probe's answer can be told apart from a foreign host's.
 	// +listType=atomic

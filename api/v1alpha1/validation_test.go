@@ -103,6 +103,8 @@ var invalidCases = []invalidCase{
 		[]string{"spec.autoAssign", "must be of type boolean"}},
 	{"pool: allowSharingAcrossNamespaces is not a boolean", schema, "IPAddressPool", "addresses: [10.0.0.0/24]\nallowSharingAcrossNamespaces: yes please",
 		[]string{"spec.allowSharingAcrossNamespaces", "must be of type boolean"}},
+	{"pool: conflictProbing neither Enabled nor Disabled", schema, "IPAddressPool", "addresses: [10.0.0.0/24]\nconflictProbing: off",
+		[]string{"spec.conflictProbing", "Unsupported value"}},
 	{"pool: unknown field", strict, "IPAddressPool", "addresses: [10.0.0.0/24]\nautoassign: false",
 		[]string{`unknown field "spec.autoassign"`}},
 
@@ -272,6 +274,7 @@ func TestDefaults(t *testing.T) {
 		want any
 	}{
 		{pool, []string{"spec", "autoAssign"}, true},
+		{pool, []string{"spec", "conflictProbing"}, "Enabled"},
 		{peer, []string{"spec", "peerPort"}, int64(179)},
 		{peer, []string{"spec", "passwordSecret", "key"}, "password"},
 		{adv, []string{"spec", "aggregationLength"}, int64(32)},

@@ -268,18 +268,33 @@ func homeLab(t *testing.T) {
 	})
 
 	// The home router already uses .204, the pool's next address: worker-1's probe heard it.
+	// A Wi-Fi extender (52:54:00:ab:cd:ef) answers worker-2's probes for every address it
+	// asks about: a proxy answerer, which holds nothing back.
 	w1 := &porticov1.Speaker{ObjectMeta: metav1.ObjectMeta{Name: "worker-1"}}
 	if err := c.Get(ctx, client.ObjectKeyFromObject(w1), w1); err != nil {
 		t.Fatal(err)
 	}
-	w1.Status.ForeignAnswers = []porticov1.ForeignAnswer{{IP: "10.0.0.204", MAC: "52:54:00:12:34:56", Interface: "eth0",
-		Since: metav1.NewTime(time.Date(2026, 11, 30, 21, 0, 0, 0, time.UTC))}}
+	since := metav1.NewTime(time.Date(2026, 11, 30, 21, 0, 0, 0, time.UTC))
+	probed := metav1.Now()
+	w1.Status.ForeignAnswers = []porticov1.ForeignAnswer{{IP: "10.0.0.204", MAC: "52:54:00:12:34:56", Interface: "eth0", Since: since}}
+	w1.Status.ProbedAt = &probed
 	if err := c.Status().Update(ctx, w1); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "pool home-lab lists 10.0.0.204 in use", func() bool {
+	w2 := &porticov1.Speaker{ObjectMeta: metav1.ObjectMeta{Name: "worker-2"}}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(w2), w2); err != nil {
+		t.Fatal(err)
+	}
+	for _, ip := range []string{"10.0.0.205", "10.0.0.206", "10.0.0.207", "10.0.0.208"} {
+		w2.Status.ForeignAnswers = append(w2.Status.ForeignAnswers, porticov1.ForeignAnswer{IP: ip, MAC: "52:54:00:ab:cd:ef", Interface: "eth0", Since: since})
+	}
+	w2.Status.ProbedAt = &probed
+	if err := c.Status().Update(ctx, w2); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "pool home-lab lists 10.0.0.204 in use and the extender as a proxy answerer", func() bool {
 		var p porticov1.IPAddressPool
-		return c.Get(ctx, client.ObjectKey{Name: "home-lab"}, &p) == nil && len(p.Status.InUse) == 1 &&
+		return c.Get(ctx, client.ObjectKey{Name: "home-lab"}, &p) == nil && len(p.Status.InUse) == 1 && len(p.Status.ProxyAnswerers) == 1 &&
 			meta.IsStatusConditionTrue(p.Status.Conditions, porticov1.ConditionAddressesInUse)
 	})
 }

@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -99,20 +98,32 @@ func poolProblems(p *porticov1.IPAddressPool) string {
 	return strings.Join(out, "; ")
 }
 
-// printInUse lists, per pool, the free addresses a foreign host answered for: they are not
-// handed out while it does.
+// printInUse lists, per pool, the free addresses a foreign host answered for (they are not
+// handed out while it does), then the proxy answerers (whose answers hold nothing back).
 func printInUse(e *plugin.Env, pools []porticov1.IPAddressPool) {
-	var tw *tabwriter.Writer
+	var inUse, proxies [][]any
 	for _, p := range pools {
 		for _, u := range p.Status.InUse {
-			if tw == nil {
-				fmt.Fprintln(e.Out, "\nADDRESSES IN USE BY FOREIGN HOSTS (not handed out while they answer)")
-				tw = plugin.Table(e.Out, "POOL", "ADDRESS", "MAC", "SEEN-BY", "SINCE")
-			}
-			plugin.Row(tw, p.Name, u.Address, u.MAC, u.SeenBy, u.Since.UTC().Format(time.RFC3339))
+			inUse = append(inUse, []any{p.Name, u.Address, u.MAC, u.SeenBy, u.Since.UTC().Format(time.RFC3339)})
+		}
+		for _, x := range p.Status.ProxyAnswerers {
+			proxies = append(proxies, []any{p.Name, x.MAC, x.Addresses, x.SeenBy, x.Since.UTC().Format(time.RFC3339)})
 		}
 	}
-	if tw != nil {
-		tw.Flush()
+	printSection(e, "ADDRESSES IN USE BY FOREIGN HOSTS (not handed out while they answer)", inUse, "POOL", "ADDRESS", "MAC", "SEEN-BY", "SINCE")
+	printSection(e, "PROXY ANSWERERS (a MAC answering for many addresses: proxy ARP/NDP, ignored, holds nothing back)", proxies,
+		"POOL", "MAC", "ADDRESSES", "SEEN-BY", "SINCE")
+}
+
+// printSection prints a titled table of rows, or nothing when there are none.
+func printSection(e *plugin.Env, title string, rows [][]any, header ...string) {
+	if len(rows) == 0 {
+		return
 	}
+	fmt.Fprintln(e.Out, "\n"+title)
+	tw := plugin.Table(e.Out, header...)
+	for _, r := range rows {
+		plugin.Row(tw, r...)
+	}
+	tw.Flush()
 }

@@ -50,13 +50,19 @@ func probeFamily(ifi *net.Interface, ips []netip.Addr, count int, spacing time.D
 		return err
 	}
 	defer conn.Close()
+	round := newAnswerRound(ifi.HardwareAddr, spacing, answer)
 	buf := make([]byte, max(ifi.MTU, 1500)+14)
 	for range count {
+		// What came before this probe answers nothing: drop it unread.
+		if err := drain(conn, buf); err != nil {
+			return err
+		}
 		for _, ip := range ips {
 			frame := probe(ifi.HardwareAddr, ip)
 			if frame == nil {
 				continue
 			}
+			round.probed(ip, time.Now())
 			if _, err := conn.WriteTo(frame, &packet.Addr{HardwareAddr: net.HardwareAddr(frame[:6])}); err != nil {
 				return err
 			}
@@ -66,19 +72,74 @@ func probeFamily(ifi *net.Interface, ips []netip.Addr, count int, spacing time.D
 		}
 		for {
 			n, _, err := conn.ReadFrom(buf)
+			if timeout(err) {
+				break
+			}
 			if err != nil {
-				var ne net.Error
-				if errors.As(err, &ne) && ne.Timeout() {
-					break
-				}
 				return err
 			}
-			for _, ip := range ips {
-				if mac := answer(buf[:n], ifi.HardwareAddr, ip); mac != nil {
-					heard[ip] = append(heard[ip], mac.String())
-				}
-			}
+			round.hear(buf[:n], time.Now())
 		}
 	}
+	for ip, macs := range round.heard {
+		heard[ip] = append(heard[ip], macs...)
+	}
 	return nil
+}
+
+// drain reads and drops every frame already queued on conn.
+func drain(conn *packet.Conn, buf []byte) error {
+	if err := conn.SetReadDeadline(time.Now()); err != nil {
+		return err
+	}
+	for {
+		if _, _, err := conn.ReadFrom(buf); timeout(err) {
+			return nil
+		} else if err != nil {
+			return err
+		}
+	}
+}
+
+func timeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// answerRound judges the frames heard during one round of probes: a frame counts for an
+// address only when it answers our probe for it (answer: ARPAnswer or NDPAnswer) and arrives
+// within spacing after that address's latest probe. Unsolicited and gratuitous frames fail
+// the first test for ARP; for NDP, whose answers to a DAD probe look like unsolicited
+// advertisements, the second is what is left: a host repeating them keeps hitting the
+// windows, and the controller's proxy-answerer rule is what stops such a host from claiming
+// a pool (docs/speaker-l2.md).
+type answerRound struct {
+	mac     net.HardwareAddr
+	spacing time.Duration
+	answer  func([]byte, net.HardwareAddr, netip.Addr) net.HardwareAddr
+	sent    map[netip.Addr]time.Time
+	heard   map[netip.Addr][]string
+}
+
+func newAnswerRound(mac net.HardwareAddr, spacing time.Duration, answer func([]byte, net.HardwareAddr, netip.Addr) net.HardwareAddr) *answerRound {
+	return &answerRound{mac: mac, spacing: spacing, answer: answer, sent: map[netip.Addr]time.Time{}, heard: map[netip.Addr][]string{}}
+}
+
+// probed records that a probe for ip went out at.
+func (r *answerRound) probed(ip netip.Addr, at time.Time) { r.sent[ip] = at }
+
+// hear judges a frame that arrived at, and returns the addresses it counts for.
+func (r *answerRound) hear(frame []byte, at time.Time) []netip.Addr {
+	var out []netip.Addr
+	for ip, sent := range r.sent {
+		if at.Before(sent) || at.Sub(sent) > r.spacing {
+			continue
+		}
+		if mac := r.answer(frame, r.mac, ip); mac != nil {
+			r.heard[ip] = append(r.heard[ip], mac.String())
+			out = append(out, ip)
+		}
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return out
 }

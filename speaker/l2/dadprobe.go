@@ -60,18 +60,23 @@ func solicitation(mac net.HardwareAddr, src, ip netip.Addr) []byte {
 	return b
 }
 
-// NDPAnswer reads frame as a neighbour advertisement for ip and returns the MAC it advertises
-// (its target link-layer address option, else the frame's source), or nil when it is anything
-// else: not IPv6 carrying ICMPv6 directly, a hop limit other than 255 (RFC 4861 7.1.2: it did
-// not come from the link), a truncated or malformed message, another target, or our own frame
-// (mac). The frames are untrusted input: see FuzzNDPAnswer.
+// NDPAnswer reads frame as the answer to our DAD probe for ip (NDPProbe from mac) and returns
+// the MAC it advertises (its target link-layer address option, else the frame's source), or
+// nil when it is anything else: not IPv6 carrying ICMPv6 directly, a hop limit other than 255
+// (RFC 4861 7.1.2: it did not come from the link), a truncated or malformed message, another
+// target, our own frame (mac), or not the form RFC 4861 7.2.4 gives an answer to a solicitation
+// from ::, sent to all nodes (ff02::1) with the Solicited flag clear: a solicited advertisement
+// answers someone else's solicitation. An unsolicited advertisement has that same form, so for
+// IPv6 only when it came tells it from an answer (answerRound). The frames are untrusted input:
+// see FuzzNDPAnswer.
 func NDPAnswer(frame []byte, mac net.HardwareAddr, ip netip.Addr) net.HardwareAddr {
 	var f ethernet.Frame
 	if err := f.UnmarshalBinary(frame); err != nil || f.EtherType != etherTypeIPv6 || bytes.Equal(f.Source, mac) {
 		return nil
 	}
 	p := f.Payload
-	if len(p) < ipv6HeaderLen || p[0]>>4 != 6 || p[6] != protoICMPv6 || p[7] != 255 {
+	if len(p) < ipv6HeaderLen || p[0]>>4 != 6 || p[6] != protoICMPv6 || p[7] != 255 ||
+		netip.AddrFrom16([16]byte(p[24:40])) != allNodes {
 		return nil
 	}
 	n := int(binary.BigEndian.Uint16(p[4:6]))
@@ -83,7 +88,7 @@ func NDPAnswer(frame []byte, mac net.HardwareAddr, ip netip.Addr) net.HardwareAd
 		return nil
 	}
 	na, ok := m.(*ndp.NeighborAdvertisement)
-	if !ok || na.TargetAddress != ip {
+	if !ok || na.TargetAddress != ip || na.Solicited {
 		return nil
 	}
 	for _, o := range na.Options {

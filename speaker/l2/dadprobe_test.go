@@ -2,7 +2,6 @@ package l2
 
 import (
 	"bytes"
-	"encoding/binary"
 	"net"
 	"net/netip"
 	"testing"
@@ -15,23 +14,7 @@ import (
 // naFrame wraps an ICMPv6 message from src (MAC srcMAC, address srcIP) to ff02::1 in IPv6 and
 // Ethernet, as a host answering a DAD probe sends it.
 func naFrame(t testing.TB, srcMAC net.HardwareAddr, srcIP netip.Addr, m ndp.Message, hopLimit byte) []byte {
-	body, err := ndp.MarshalMessageChecksum(m, srcIP, allNodes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hdr := make([]byte, ipv6HeaderLen)
-	hdr[0] = 6 << 4
-	binary.BigEndian.PutUint16(hdr[4:6], uint16(len(body)))
-	hdr[6], hdr[7] = protoICMPv6, hopLimit
-	s, d := srcIP.As16(), allNodes.As16()
-	copy(hdr[8:24], s[:])
-	copy(hdr[24:40], d[:])
-	f := ethernet.Frame{Destination: net.HardwareAddr{0x33, 0x33, 0, 0, 0, 1}, Source: srcMAC, EtherType: etherTypeIPv6, Payload: append(hdr, body...)}
-	b, err := f.MarshalBinary()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
+	return naFrameTo(t, srcMAC, srcIP, allNodes, m, hopLimit)
 }
 
 // TestNDPProbeRoundTrip: the DAD probe is a solicitation from :: to the solicited-node group
@@ -99,8 +82,9 @@ func TestNDPProbeRoundTrip(t *testing.T) {
 }
 
 // FuzzNDPAnswer: NDPAnswer returns the advertised MAC of exactly those frames that are another
-// station's neighbour advertisement for the probed address, carried straight in IPv6 with hop
-// limit 255, and nil for every other frame.
+// station's answer to a DAD probe for the probed address (a neighbour advertisement to all
+// nodes, Solicited clear) carried straight in IPv6 with hop limit 255, and nil for every other
+// frame.
 func FuzzNDPAnswer(f *testing.F) {
 	prober, _ := net.ParseMAC("02:00:00:00:00:01")
 	owner, _ := net.ParseMAC("02:00:00:00:00:02")
@@ -111,6 +95,9 @@ func FuzzNDPAnswer(f *testing.F) {
 	f.Add(naFrame(f, owner, ll, advertisement(netip.MustParseAddr("2001:db8::201"), owner, false), 255))
 	f.Add(naFrame(f, owner, ll, advertisement(ip, owner, false), 64))
 	f.Add(naFrame(f, prober, ll, advertisement(ip, prober, false), 255))
+	// An answer to someone else's solicitation, and one sent to one node rather than all.
+	f.Add(naFrame(f, owner, ll, advertisement(ip, owner, true), 255))
+	f.Add(naFrameTo(f, owner, ll, netip.MustParseAddr("fe80::1"), advertisement(ip, owner, false), 255))
 	f.Add(NDPProbe(prober, ip))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, frame []byte) {
@@ -118,9 +105,9 @@ func FuzzNDPAnswer(f *testing.F) {
 		var eth ethernet.Frame
 		if eth.UnmarshalBinary(frame) == nil && eth.EtherType == etherTypeIPv6 && !bytes.Equal(eth.Source, prober) {
 			if h, err := ipv6.ParseHeader(eth.Payload); err == nil && h.Version == 6 && h.NextHeader == protoICMPv6 && h.HopLimit == 255 &&
-				h.PayloadLen <= len(eth.Payload)-ipv6HeaderLen {
+				h.Dst.Equal(net.IPv6linklocalallnodes) && h.PayloadLen <= len(eth.Payload)-ipv6HeaderLen {
 				m, err := ndp.ParseMessage(eth.Payload[ipv6HeaderLen : ipv6HeaderLen+h.PayloadLen])
-				if na, ok := m.(*ndp.NeighborAdvertisement); err == nil && ok && na.TargetAddress == ip {
+				if na, ok := m.(*ndp.NeighborAdvertisement); err == nil && ok && na.TargetAddress == ip && !na.Solicited {
 					want = eth.Source
 					for _, o := range na.Options {
 						if lla, ok := o.(*ndp.LinkLayerAddress); ok && lla.Direction == ndp.Target {

@@ -44,8 +44,9 @@ func TestProbeRoundTrip(t *testing.T) {
 }
 
 // FuzzARPAnswer: ARPAnswer returns the sender MAC of exactly those frames that are another
-// station's ARP reply for the probed address, and nil for every other frame, so no stray,
-// mistaken or echoed frame reads as the owner's answer.
+// station's ARP reply for the probed address addressed to our probe (target our MAC and
+// 0.0.0.0), and nil for every other frame, so no stray, gratuitous, mistaken or echoed frame
+// reads as the owner's answer.
 func FuzzARPAnswer(f *testing.F) {
 	prober, _ := net.ParseMAC("02:00:00:00:00:01")
 	owner, _ := net.ParseMAC("02:00:00:00:00:02")
@@ -55,11 +56,14 @@ func FuzzARPAnswer(f *testing.F) {
 	f.Add(arpReply(ARPProbe(prober, netip.MustParseAddr("198.51.100.201")), owner, all))
 	f.Add(arpReply(ARPProbe(owner, ip), prober, all)) // our own reply, seen on the way out
 	f.Add(ARPProbe(prober, ip))
+	for _, g := range gratuitousARP(owner, ip) { // an announcement, not an answer
+		f.Add(g)
+	}
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, frame []byte) {
 		var want net.HardwareAddr
 		if eth, p, ok := readARP(frame); ok && !bytes.Equal(eth.Source, prober) && p.Operation == arp.OperationReply &&
-			p.SenderIP == ip && len(p.SenderHardwareAddr) == 6 {
+			p.SenderIP == ip && len(p.SenderHardwareAddr) == 6 && bytes.Equal(p.TargetHardwareAddr, prober) && p.TargetIP == netip.IPv4Unspecified() {
 			want = p.SenderHardwareAddr
 		}
 		if got := ARPAnswer(frame, prober, ip); got.String() != want.String() {

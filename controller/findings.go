@@ -1,0 +1,217 @@
+package controller
+
+import (
+	"cmp"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
+	"github.com/portico-lb/portico/rules"
+)
+
+// proxyAnswererAddrs: a MAC that answers the probes of more than this many addresses of one
+// pool is taken for a proxy answerer (a router with proxy ARP or NDP, a Wi-Fi extender
+// answering for its clients, a host forging answers), not for a host holding them, and its
+// answers hold nothing back. A host on the LAN holds one address, a few with aliases; a DHCP
+// range overlapping the pool gives each host one. A pool lists at most 4 next addresses per
+// family, so a MAC answering for 4 of them answers for every address of a family the speakers
+// ask about: it would otherwise empty any pool, 4 addresses every round.
+const proxyAnswererAddrs = 3
+
+// findingTTL bounds how long a speaker's foreign answers count without being confirmed: while
+// its Speaker says Ready and its latest probe round (status.probedAt, written every round while
+// it hears anything) is at most this old. With rounds every 30 s that is 6 rounds missed; a
+// speaker that stopped, lost the apiserver or was cut off the LAN holds nothing back longer.
+// A probedAt further ahead than this (a node's clock far off) does not count either.
+const findingTTL = 3 * time.Minute
+
+// probeVerdict is what the speakers' conflict probes hold back: one finding per address (what
+// the allocator skips), the proxy answerers of each pool (whose answers hold nothing back), and
+// when the next live answer expires (zero: none does).
+type probeVerdict struct {
+	inUse   []foreignFinding
+	proxies map[string][]porticov1.ProxyAnswerer
+	expires time.Time
+}
+
+// heard is one live answer: a speaker heard mac answer for addr.
+type heard struct {
+	addr   netip.Addr
+	mac    string
+	seenBy string
+	since  metav1.Time
+}
+
+// judgeProbes folds every speaker's status.foreignAnswers into what holds addresses back, at
+// now. Answers count only from speakers that are Ready and probed within findingTTL (liveSpeaker),
+// never from a MAC any speaker answers with (that is a speaker, not a foreign host), nor for an
+// address of a pool whose conflictProbing is Disabled. Per pool, a MAC answering for more than
+// proxyAnswererAddrs of its addresses is a proxy answerer, and stays one while it answers for
+// any of them (so a nearly full pool's last few addresses are not held back by it); its
+// answers for the pool's addresses hold nothing back. The Speakers are written by each node
+// and the answers come from anyone on the LAN: nothing here is trusted blindly.
+func judgeProbes(speakers []porticov1.Speaker, pools []porticov1.IPAddressPool, now time.Time) probeVerdict {
+	v := probeVerdict{proxies: map[string][]porticov1.ProxyAnswerer{}}
+	answers := liveAnswers(speakers, now, &v.expires)
+	ranges := make([][]rules.Range, len(pools))
+	for i := range pools {
+		ranges[i], _ = rules.PoolRanges(&pools[i])
+	}
+	inPool := func(i int, a netip.Addr) bool {
+		return slices.ContainsFunc(ranges[i], func(r rules.Range) bool { return r.Contains(a) })
+	}
+	// proxyIn[pool index] is the set of MACs that are proxy answerers there.
+	proxyIn := make([]map[string]bool, len(pools))
+	for i := range pools {
+		proxyIn[i] = map[string]bool{}
+		if !pools[i].ProbesConflicts() {
+			continue
+		}
+		listed := map[string]bool{}
+		for _, p := range pools[i].Status.ProxyAnswerers {
+			listed[strings.ToLower(p.MAC)] = true
+		}
+		addrs, first := map[string]map[netip.Addr]bool{}, map[string]heard{}
+		for _, h := range answers {
+			if !inPool(i, h.addr) {
+				continue
+			}
+			if addrs[h.mac] == nil {
+				addrs[h.mac] = map[netip.Addr]bool{}
+			}
+			addrs[h.mac][h.addr] = true
+			if f, ok := first[h.mac]; !ok || earlierHeard(h, f) {
+				first[h.mac] = h
+			}
+		}
+		for mac, set := range addrs {
+			if len(set) > proxyAnswererAddrs || listed[mac] {
+				proxyIn[i][mac] = true
+				f := first[mac]
+				v.proxies[pools[i].Name] = append(v.proxies[pools[i].Name],
+					porticov1.ProxyAnswerer{MAC: mac, Addresses: int32(len(set)), SeenBy: f.seenBy, Since: f.since})
+			}
+		}
+		p := v.proxies[pools[i].Name]
+		slices.SortFunc(p, func(a, b porticov1.ProxyAnswerer) int { return cmp.Compare(a.MAC, b.MAC) })
+		v.proxies[pools[i].Name] = p[:min(len(p), porticov1.MaxPoolProxyAnswerers)]
+	}
+	best := map[netip.Addr]foreignFinding{}
+	for _, h := range answers {
+		ignored := false
+		for i := range pools {
+			if inPool(i, h.addr) && (!pools[i].ProbesConflicts() || proxyIn[i][h.mac]) {
+				ignored = true
+			}
+		}
+		if ignored {
+			continue
+		}
+		f := foreignFinding{addr: h.addr, AddressInUse: porticov1.AddressInUse{Address: h.addr.String(), MAC: h.mac, SeenBy: h.seenBy, Since: h.since}}
+		if old, ok := best[h.addr]; !ok || earlier(f, old) {
+			best[h.addr] = f
+		}
+	}
+	for _, f := range best {
+		v.inUse = append(v.inUse, f)
+	}
+	slices.SortFunc(v.inUse, func(a, b foreignFinding) int { return a.addr.Compare(b.addr) })
+	return v
+}
+
+// liveAnswers lists the answers of the speakers whose findings count at now (liveSpeaker),
+// MACs in lower case, those of any speaker's own MACs and unparsable addresses dropped, and
+// moves expires to the earliest time one of them stops counting.
+func liveAnswers(speakers []porticov1.Speaker, now time.Time, expires *time.Time) []heard {
+	ours := map[string]bool{}
+	for i := range speakers {
+		for _, mac := range speakers[i].Status.HardwareAddrs {
+			ours[strings.ToLower(mac)] = true
+		}
+	}
+	var out []heard
+	for i := range speakers {
+		s := &speakers[i]
+		if len(s.Status.ForeignAnswers) == 0 || !liveSpeaker(s, now) {
+			continue
+		}
+		if end := s.Status.ProbedAt.Add(findingTTL); expires.IsZero() || end.Before(*expires) {
+			*expires = end
+		}
+		for _, a := range s.Status.ForeignAnswers {
+			ip, err := netip.ParseAddr(a.IP)
+			mac := strings.ToLower(a.MAC)
+			if err != nil || ours[mac] {
+				continue
+			}
+			out = append(out, heard{addr: ip, mac: mac, seenBy: s.Name, since: a.Since})
+		}
+	}
+	return out
+}
+
+// liveSpeaker: a speaker's findings count while it says Ready and its latest probe round is
+// within findingTTL of now, either way.
+func liveSpeaker(s *porticov1.Speaker, now time.Time) bool {
+	if !meta.IsStatusConditionTrue(s.Status.Conditions, porticov1.ConditionReady) || s.Status.ProbedAt == nil {
+		return false
+	}
+	age := now.Sub(s.Status.ProbedAt.Time)
+	return age <= findingTTL && age >= -findingTTL
+}
+
+func earlierHeard(a, b heard) bool {
+	return cmp.Or(a.since.Compare(b.since.Time), a.addr.Compare(b.addr), cmp.Compare(a.seenBy, b.seenBy)) < 0
+}
+
+// inUseCondition names the pool's addresses a foreign host answers for, and the proxy
+// answerers whose answers are ignored.
+func inUseCondition(probes bool, inUse []porticov1.AddressInUse, proxies []porticov1.ProxyAnswerer) metav1.Condition {
+	c := metav1.Condition{Type: porticov1.ConditionAddressesInUse, Status: metav1.ConditionFalse, Reason: porticov1.ReasonNoneInUse,
+		Message: "no foreign host answers for the addresses probed"}
+	if !probes {
+		c.Reason, c.Message = porticov1.ReasonProbingDisabled, "conflictProbing is Disabled: no address is probed or held back"
+		return c
+	}
+	var parts []string
+	if len(inUse) > 0 {
+		shown := make([]string, 0, 5)
+		for _, u := range inUse[:min(len(inUse), 5)] {
+			shown = append(shown, u.Address+" ("+u.MAC+")")
+		}
+		c.Status, c.Reason = metav1.ConditionTrue, porticov1.ReasonAddressInUse
+		parts = append(parts, fmt.Sprintf("in use by foreign hosts, not handed out while they answer (%d): %s", len(inUse), strings.Join(shown, ", ")))
+	}
+	if len(proxies) > 0 {
+		shown := make([]string, 0, len(proxies))
+		for _, p := range proxies {
+			shown = append(shown, fmt.Sprintf("%s (answers for %d)", p.MAC, p.Addresses))
+		}
+		if len(inUse) == 0 {
+			c.Reason = porticov1.ReasonProxyAnswerer
+		}
+		parts = append(parts, fmt.Sprintf("taken for proxy ARP/NDP (seen answering for more than %d addresses), their answers hold nothing back: %s",
+			proxyAnswererAddrs, strings.Join(shown, ", ")))
+	}
+	if len(parts) > 0 {
+		c.Message = strings.Join(parts, "; ")
+	}
+	return c
+}
+
+// newlyProxy lists the proxy answerers of now not in before: one Warning event each.
+func newlyProxy(before, now []porticov1.ProxyAnswerer) []porticov1.ProxyAnswerer {
+	var out []porticov1.ProxyAnswerer
+	for _, p := range now {
+		if !slices.ContainsFunc(before, func(b porticov1.ProxyAnswerer) bool { return strings.EqualFold(b.MAC, p.MAC) }) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
