@@ -11,7 +11,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/resourceversion"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -19,6 +18,7 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
+	"github.com/portico-lb/portico/controller/decide"
 	"github.com/portico-lb/portico/internal/events"
 )
 
@@ -134,11 +134,11 @@ func (w *statusWriter) submit(key string, cached *corev1.Service, p writePart) {
 			return // our write has not reached the cache; its watch event brings us back
 		}
 	}
-	if js := w.inflight[key]; len(js) > 0 && sameWrite(js[len(js)-1].want, want) {
+	if js := w.inflight[key]; len(js) > 0 && decide.SameWrite(js[len(js)-1].want, want) {
 		w.mu.Unlock()
 		return
 	}
-	if sameWrite(cached, want) {
+	if decide.SameWrite(cached, want) {
 		w.mu.Unlock()
 		return
 	}
@@ -191,7 +191,7 @@ func (w *statusWriter) unseen(key string, cached *corev1.Service) []written {
 
 // mayList returns the addresses our writes may have put in the Service's stored status that
 // cached does not show: those of writes not done yet, and of writes the cache has not seen.
-// What a Service gives up stays held while any of them lists it (see holdLeaving): another
+// What a Service gives up stays held while any of them lists it (see decide.Book.holdLeaving): another
 // Service's write could otherwise land first, and both would list the address.
 func (w *statusWriter) mayList(key string, cached *corev1.Service) []netip.Addr {
 	w.mu.Lock()
@@ -222,10 +222,6 @@ func newer(a, b string) bool {
 func mayHaveLanded(err error) bool {
 	var status apierrors.APIStatus
 	return !errors.As(err, &status) || apierrors.IsTimeout(err) || apierrors.IsServerTimeout(err)
-}
-
-func sameWrite(a, b *corev1.Service) bool {
-	return equality.Semantic.DeepEqual(a.Status, b.Status) && equality.Semantic.DeepEqual(a.Annotations, b.Annotations)
 }
 
 // run is one lane; retries go to wg, so that Start waits for them too.
@@ -309,7 +305,7 @@ func (w *statusWriter) rebase(leading context.Context, job *writeJob) (sent *cor
 	}
 	sent = cur.DeepCopy()
 	job.part.apply(sent)
-	if sameWrite(&cur, sent) {
+	if decide.SameWrite(&cur, sent) {
 		return nil, "", nil
 	}
 	if err := leading.Err(); err != nil {

@@ -1,7 +1,10 @@
 package rules_test
 
 import (
+	"os"
 	"os/exec"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -25,7 +28,7 @@ func packages(t *testing.T, pattern, field string) map[string][]string {
 }
 
 // TestLayering: controller/ and speaker/ are siblings that never link each other's code, the
-// speaker does not link controller-runtime's client, the rules they share do no I/O, and internal/ helpers do not import testing outside tests.
+// speaker does not link controller-runtime's client, the rules they share and the controller's decisions (controller/decide) do no I/O, and internal/ helpers do not import testing outside tests.
 func TestLayering(t *testing.T) {
 	forbid := func(pattern, field string, bad func(string) bool) {
 		for pkg, uses := range packages(t, pattern, field) {
@@ -50,8 +53,47 @@ func TestLayering(t *testing.T) {
 	// the demo that uses them does not link the testing package and its flags.
 	forbid("internal/...", "Imports", func(p string) bool { return p == "testing" })
 	ioFree := map[string]bool{"os": true, "os/exec": true, "net": true, "net/http": true, "io/fs": true, "syscall": true}
+	noIO := func(p string) bool {
+		return ioFree[p] || strings.HasPrefix(p, "k8s.io/client-go") || strings.HasPrefix(p, "sigs.k8s.io/controller-runtime")
+	}
 	forbid("rules/...", "Imports", func(p string) bool {
-		return ioFree[p] || strings.HasPrefix(p, "k8s.io/client-go") || strings.HasPrefix(p, "sigs.k8s.io/controller-runtime") ||
-			strings.HasPrefix(p, module) && !strings.HasPrefix(p, module+"api/") && !strings.HasPrefix(p, module+"rules")
+		return noIO(p) || strings.HasPrefix(p, module) && !strings.HasPrefix(p, module+"api/") && !strings.HasPrefix(p, module+"rules")
 	})
+	// The controller's decisions are pure: no I/O, no client, no speaker code, and of Portico
+	// only the API, the rules and the allocator.
+	forbid("controller/decide/...", "Imports", func(p string) bool {
+		return noIO(p) || strings.HasPrefix(p, module) && !strings.HasPrefix(p, module+"api/") &&
+			!strings.HasPrefix(p, module+"rules") && !strings.HasPrefix(p, module+"controller/allocator")
+	})
+	// Nor through what it imports (api/ registers its types with controller-runtime's scheme, a
+	// table with no I/O).
+	forbid("controller/decide/...", "Deps", func(p string) bool {
+		return strings.HasPrefix(p, "k8s.io/client-go") ||
+			strings.HasPrefix(p, "sigs.k8s.io/controller-runtime") && p != "sigs.k8s.io/controller-runtime/pkg/scheme" ||
+			strings.HasPrefix(p, module+"speaker")
+	})
+}
+
+// TestNoWallClock: the controller's decisions take the time they decide at as an argument, so
+// a transcript or a simulation sets it; no non-test file of controller/decide reads the clock.
+func TestNoWallClock(t *testing.T) {
+	out, err := exec.Command("go", "list", "-f", "{{.Dir}}{{range .GoFiles}} {{.}}{{end}}", module+"controller/decide/...").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	clock := regexp.MustCompile(`\btime\.(Now|Since|Until|Sleep|After|AfterFunc|NewTimer|NewTicker|Tick)\(`)
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Fields(line)
+		for _, name := range f[1:] {
+			src, err := os.ReadFile(filepath.Join(f[0], name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, l := range strings.Split(string(src), "\n") {
+				if clock.MatchString(l) {
+					t.Errorf("%s:%d reads the wall clock: %s", filepath.Join(f[0], name), i+1, strings.TrimSpace(l))
+				}
+			}
+		}
+	}
 }

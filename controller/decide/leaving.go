@@ -1,4 +1,4 @@
-package controller
+package decide
 
 import (
 	"net/netip"
@@ -22,7 +22,7 @@ const leavingSuffix = " (until its status no longer lists it)"
 func isLeavingKey(key string) bool { return strings.HasSuffix(key, leavingSuffix) }
 
 // dropLeaving lets go of what leavingKey(key) holds, and returns it.
-func (b *book) dropLeaving(key string) []netip.Addr {
+func (b *Book) dropLeaving(key string) []netip.Addr {
 	was, _ := b.alloc.Assignment(leavingKey(key))
 	b.alloc.Release(leavingKey(key))
 	return was.IPs
@@ -31,7 +31,7 @@ func (b *book) dropLeaving(key string) []netip.Addr {
 // holdLeaving holds, under leavingKey, what the Service's stored status may list (listed) that it
 // no longer holds (holds), as far as nobody else holds it. was is what dropLeaving returned;
 // it returns the pools of those of them no longer held, now free.
-func (b *book) holdLeaving(key string, was, listed, holds []netip.Addr) (freedIn []string) {
+func (b *Book) holdLeaving(key string, was, listed, holds []netip.Addr) (freedIn []string) {
 	var kept []netip.Addr
 	for _, ip := range listed {
 		if slices.Contains(holds, ip) {
