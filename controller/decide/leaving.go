@@ -34,7 +34,7 @@ func (b *Book) dropLeaving(key string) []netip.Addr {
 func (b *Book) holdLeaving(key string, was, listed, holds []netip.Addr) (freedIn []string) {
 	var kept []netip.Addr
 	for _, ip := range listed {
-		if slices.Contains(holds, ip) {
+		if slices.Contains(holds, ip) || slices.Contains(kept, ip) { // two writes may list it
 			continue
 		}
 		// Exclusive: fails when another Service holds ip, which then is not free anyway.
