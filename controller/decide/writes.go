@@ -3,6 +3,7 @@ package decide
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"time"
@@ -54,7 +55,7 @@ type Write struct {
 	// stored already.
 	addresses bool
 	ips       []netip.Addr
-	baseIPs   []netip.Addr // what the copy it was decided from lists
+	base      *corev1.Service // the copy it was decided from
 }
 
 // written is a write of ours that landed, or whose fate is unknown (a timeout, a cut
@@ -83,7 +84,7 @@ func (w *Writes) Submit(key string, cached *corev1.Service, apply func(*corev1.S
 	if SameWrite(cached, want) {
 		return nil
 	}
-	job := &Write{Key: key, Want: want, apply: apply, baseIPs: porticov1.IngressAddrs(cached)}
+	job := &Write{Key: key, Want: want, apply: apply, base: cached}
 	job.addresses, job.ips = setsIngress(apply)
 	w.inflight[key] = append(w.inflight[key], job)
 	return job
@@ -168,14 +169,21 @@ var ErrDecideAgain = errors.New("deciding again")
 // given the Service as stored now: its part applied to that (nil: the fields are right
 // already), or ErrDecideAgain. A part that sets addresses is dropped when the stored addresses
 // are not those it was decided from: the other write may be the next leader's, which gave them
-// out anew, and re-applying an old decision over it puts one address on two Services.
+// out anew, and re-applying an old decision over it puts one address on two Services. It is
+// dropped too when the Service's request changed (spec, labels, annotations): an address given
+// for the old one (shared under a sharing key since edited away) may be another's by now.
 // Conditions alone may be rebased. It reads only the write: no lock needed.
 func (w *Writes) Rebase(job *Write, cur *corev1.Service) (*corev1.Service, error) {
 	if cur.UID != job.Want.UID {
 		return nil, fmt.Errorf("service %s was recreated: %w", job.Key, ErrDecideAgain)
 	}
-	if job.addresses && !w.reapplyAddresses && !slices.Equal(porticov1.IngressAddrs(cur), job.baseIPs) {
-		return nil, fmt.Errorf("service %s lists other addresses than when its write was decided: %w", job.Key, ErrDecideAgain)
+	if job.addresses && !w.reapplyAddresses {
+		if !slices.Equal(porticov1.IngressAddrs(cur), porticov1.IngressAddrs(job.base)) {
+			return nil, fmt.Errorf("service %s lists other addresses than when its write was decided: %w", job.Key, ErrDecideAgain)
+		}
+		if !sameRequest(cur, job.base) {
+			return nil, fmt.Errorf("service %s was edited since its write was decided: %w", job.Key, ErrDecideAgain)
+		}
 	}
 	sent := cur.DeepCopy()
 	job.apply(sent)
@@ -183,6 +191,18 @@ func (w *Writes) Rebase(job *Write, cur *corev1.Service) (*corev1.Service, error
 		return nil, nil
 	}
 	return sent, nil
+}
+
+// sameRequest reports whether two copies of a Service ask for the same: spec, labels and
+// annotations but the one the allocation writes.
+func sameRequest(a, b *corev1.Service) bool {
+	ann := func(s *corev1.Service) map[string]string {
+		m := maps.Clone(s.Annotations)
+		delete(m, porticov1.AnnotationAllocatedFromPool)
+		return m
+	}
+	return equality.Semantic.DeepEqual(a.Spec, b.Spec) && equality.Semantic.DeepEqual(a.Labels, b.Labels) &&
+		equality.Semantic.DeepEqual(ann(a), ann(b))
 }
 
 // newer reports whether resourceVersion a is later than b. Resource versions are comparable

@@ -39,7 +39,7 @@ func condition(reason string) func(*corev1.Service) {
 
 // TestRebaseKeepsAddressesItDidNotDecideFrom: after a conflict, a write that sets addresses is
 // dropped when the stored addresses are not those it was decided from (the next leader's
-// write, say), and rebased when they are; a conditions-only write is always rebased. The rule
+// write, say) or the Service was edited since, and rebased when neither changed; a conditions-only write is always rebased. The rule
 // before the fix re-applied the addresses over anything.
 func TestRebaseKeepsAddressesItDidNotDecideFrom(t *testing.T) {
 	for _, tc := range []struct {
@@ -54,6 +54,11 @@ func TestRebaseKeepsAddressesItDidNotDecideFrom(t *testing.T) {
 		{"addresses, stored ones unchanged", addresses("10.0.0.5"), listing("7"), false, []netip.Addr{netip.MustParseAddr("10.0.0.5")}, false},
 		{"conditions, stored addresses changed", condition("Answered"), listing("7", "10.0.0.6"), false, []netip.Addr{netip.MustParseAddr("10.0.0.6")}, false},
 		{"addresses, old rule", addresses("10.0.0.5"), listing("7", "10.0.0.6"), true, []netip.Addr{netip.MustParseAddr("10.0.0.5")}, false},
+		{"addresses, sharing key edited since", addresses("10.0.0.5"), func() *corev1.Service {
+			s := listing("7")
+			s.Annotations = map[string]string{porticov1.AnnotationAllowSharedIP: "k2"}
+			return s
+		}(), false, nil, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := NewWrites()
