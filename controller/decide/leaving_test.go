@@ -2,6 +2,7 @@ package decide
 
 import (
 	"net/netip"
+	"slices"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -29,5 +30,39 @@ func TestLeavingTwiceListed(t *testing.T) {
 	}
 	if s, _ := b.alloc.Stats("home"); s.Assigned[0] != 0 {
 		t.Fatalf("home still has %d assigned", s.Assigned[0])
+	}
+}
+
+// TestLeavingASharedAddress: a Service that moves off an address it shares keeps it held while
+// its status may list it, even once the Service it shared it with is gone; the hold used to be
+// exclusive, failed beside the other Service, and the address went to a third Service while
+// the mover's status still listed it (found by the simulator, seed 2001468).
+func TestLeavingASharedAddress(t *testing.T) {
+	b := NewBook()
+	b.SetPools([]porticov1.IPAddressPool{
+		{ObjectMeta: metav1.ObjectMeta{Name: "home", Generation: 1}, Spec: porticov1.IPAddressPoolSpec{Addresses: []porticov1.AddressRange{"10.0.0.1-10.0.0.1"}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "extra", Generation: 1}, Spec: porticov1.IPAddressPoolSpec{Addresses: []porticov1.AddressRange{"10.0.1.1-10.0.1.1"}}},
+	})
+	svc := func(name string, port int32, ann map[string]string) Seen {
+		s := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, Annotations: ann},
+			Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Ports: []corev1.ServicePort{{Protocol: corev1.ProtocolTCP, Port: port}}}}
+		in := Seen{Key: "ns/" + name, Svc: s, Ours: true}
+		in.Req, in.ReqErr = buildRequest(s, nil)
+		in.Listed = nil
+		return in
+	}
+	shared := map[string]string{porticov1.AnnotationAllowSharedIP: "k1", porticov1.AnnotationAddressPool: "home"}
+	home := netip.MustParseAddr("10.0.0.1")
+	for _, in := range []Seen{svc("a", 80, shared), svc("b", 81, shared)} {
+		if rd := Service(b, in); !slices.Equal(rd.asg.IPs, []netip.Addr{home}) {
+			t.Fatalf("%s got %v", in.Key, rd.asg.IPs)
+		}
+	}
+	moving := svc("a", 80, map[string]string{porticov1.AnnotationAllowSharedIP: "k1", porticov1.AnnotationAddressPool: "extra"})
+	moving.Listed = []netip.Addr{home} // its stored status still lists it
+	Service(b, moving)
+	Service(b, Seen{Key: "ns/b"}) // b is gone
+	if rd := Service(b, svc("c", 82, map[string]string{porticov1.AnnotationAddressPool: "home"})); len(rd.asg.IPs) > 0 {
+		t.Fatalf("c got %v while a's status may still list it", rd.asg.IPs)
 	}
 }
