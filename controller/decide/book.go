@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/resourceversion"
 
 	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
@@ -20,9 +21,10 @@ import (
 type Book struct {
 	alloc    *allocator.Allocator
 	loaded   bool
-	poolGen  map[string]int64  // pool → generation the allocator was given
-	waiting  map[string]waiter // Services without the address they want
-	orphanOf map[string]string // Service → pool it got an address from that no longer holds it
+	poolGen  map[string]int64     // pool → generation the allocator was given
+	waiting  map[string]waiter    // Services without the address they want
+	orphanOf map[string]string    // Service → pool it got an address from that no longer holds it
+	uid      map[string]types.UID // Service → the object its addresses were decided for
 	// fence is, after a rebuild from the apiserver, the resourceVersion it read of each Service
 	// it restored addresses for, until the cache shows that version or a later one (Behind).
 	fence map[string]string
@@ -30,7 +32,7 @@ type Book struct {
 
 // NewBook is an empty book: no pool, no Service, not yet rebuilt.
 func NewBook() *Book {
-	return &Book{alloc: allocator.New(), waiting: map[string]waiter{}, orphanOf: map[string]string{}}
+	return &Book{alloc: allocator.New(), waiting: map[string]waiter{}, orphanOf: map[string]string{}, uid: map[string]types.UID{}}
 }
 
 // waiter is a Service waiting for an address.
@@ -117,6 +119,7 @@ func (b *Book) poolsContaining(ips []netip.Addr) []string {
 type Stored struct {
 	Created         time.Time
 	Key             string
+	UID             types.UID
 	ResourceVersion string
 	Request         allocator.Request
 	IPs             []netip.Addr
@@ -159,6 +162,7 @@ func (b *Book) Rebuild(stored []Stored, fence bool) []Refused {
 			refused = append(refused, Refused{s.Request.Service, err})
 			continue
 		}
+		b.uid[s.Key] = s.UID
 		if fence {
 			b.fence[s.Key] = s.ResourceVersion
 		}
@@ -188,6 +192,13 @@ func (b *Book) Behind(key string, cached *corev1.Service) bool {
 	}
 	delete(b.fence, key)
 	return false
+}
+
+// replaced reports whether key's addresses were decided for another object than uid (one
+// deleted, and created again under its name). An unknown uid cannot say: not replaced.
+func (b *Book) replaced(key string, uid types.UID) bool {
+	old, ok := b.uid[key]
+	return ok && old != "" && uid != "" && old != uid
 }
 
 // Unfence decides the Service from the cache again: it is gone from the apiserver.

@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
 )
@@ -64,5 +65,30 @@ func TestLeavingASharedAddress(t *testing.T) {
 	Service(b, Seen{Key: "ns/b"}) // b is gone
 	if rd := Service(b, svc("c", 82, map[string]string{porticov1.AnnotationAddressPool: "home"})); len(rd.asg.IPs) > 0 {
 		t.Fatalf("c got %v while a's status may still list it", rd.asg.IPs)
+	}
+}
+
+// TestRecreatedServiceStartsAfresh: a Service deleted and created again under its name before
+// the controller saw the deletion (the two events coalesce in its queue) does not inherit what
+// the old object held. It used to keep it when its own request could not be met: the simulator
+// (seed 3034519) found the new object, with no sharing key, keeping an address the old one had
+// shared under k1, beside the Service it had shared it with.
+func TestRecreatedServiceStartsAfresh(t *testing.T) {
+	b := NewBook()
+	b.SetPools([]porticov1.IPAddressPool{{ObjectMeta: metav1.ObjectMeta{Name: "home", Generation: 1},
+		Spec: porticov1.IPAddressPoolSpec{Addresses: []porticov1.AddressRange{"10.0.0.1-10.0.0.2"}}}})
+	seen := func(uid string, ann map[string]string) Seen {
+		s := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "a", UID: types.UID(uid), Annotations: ann},
+			Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer}}
+		in := Seen{Key: "ns/a", Svc: s, Ours: true}
+		in.Req, in.ReqErr = buildRequest(s, nil)
+		return in
+	}
+	if rd := Service(b, seen("old", nil)); len(rd.asg.IPs) != 1 {
+		t.Fatalf("the old object got %v", rd.asg.IPs)
+	}
+	rd := Service(b, seen("new", map[string]string{porticov1.AnnotationLoadBalancerIPs: "192.0.2.1"}))
+	if len(rd.asg.IPs) != 0 {
+		t.Fatalf("the new object, whose request cannot be met, kept the old one's %v", rd.asg.IPs)
 	}
 }

@@ -53,6 +53,12 @@ type Ready struct {
 // Service steps the book with what was seen of one Service: allocate, keep (Terminating) or
 // release its addresses, and say what to write and tell.
 func Service(b *Book, in Seen) Ready {
+	var replaced []string
+	if in.Svc != nil && b.replaced(in.Key, in.Svc.UID) {
+		// Deleted and created again under its name, the gap unseen: what the old object held
+		// is not the new one's to keep.
+		replaced = release(b, in.Key, in.Listed)
+	}
 	var o outcome
 	switch {
 	case !in.Ours:
@@ -61,6 +67,12 @@ func Service(b *Book, in Seen) Ready {
 		o = keep(b, in.Key, in.Listed)
 	default:
 		o = allocate(b, in)
+	}
+	o.freedIn = append(o.freedIn, replaced...)
+	if in.Ours {
+		b.uid[in.Key] = in.Svc.UID
+	} else {
+		delete(b.uid, in.Key)
 	}
 	rd := Ready{asg: o.asg, Pools: o.pools}
 	if len(o.freedIn) > 0 {
