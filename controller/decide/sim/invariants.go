@@ -86,6 +86,19 @@ func (a *apiserver) holder(ip netip.Addr, key, k string) (string, bool) {
 	return "", false
 }
 
+// terminatingHolds reports whether a Terminating Service lists one of ips. A Terminating
+// Service keeps its addresses under the request it had (decide's keep), while a rebuild reads
+// its request from its spec: if a user edited its sharing key, a waiting Service may share its
+// address after a restart and not before. The oracle, a rebuild, does not judge that case.
+func (a *apiserver) terminatingHolds(ips []netip.Addr) bool {
+	for _, svc := range a.services {
+		if svc.DeletionTimestamp != nil && slices.ContainsFunc(porticov1.IngressAddrs(svc), func(ip netip.Addr) bool { return slices.Contains(ips, ip) }) {
+			return true
+		}
+	}
+	return false
+}
+
 func sharingKey(svc *corev1.Service) string {
 	return svc.Annotations[porticov1.AnnotationAllowSharedIP]
 }
@@ -137,7 +150,7 @@ func (w *world) checkQuiet() {
 		in.Req, in.ReqErr = decide.Request(svc, pools, nil)
 		probe := svc.DeepCopy()
 		decide.Service(oracle, in).Apply(probe)
-		if ips := porticov1.IngressAddrs(probe); len(ips) > 0 {
+		if ips := porticov1.IngressAddrs(probe); len(ips) > 0 && !w.api.terminatingHolds(ips) {
 			w.fail("%s has no address once the world is quiet, but could get %v", in.Key, ips)
 			return
 		}

@@ -23,6 +23,9 @@ type Options struct {
 	// before the lease check: a replica that woke from a pause writes until its elector notices
 	// that the lease is lost.
 	NoLeaseCheck bool
+	// SharingKeyEdits lets users edit the sharing key of a Service: they find a known problem
+	// (a Service keeps an address shared under its old key), off until it is fixed.
+	SharingKeyEdits bool
 	// Transcript records every step (slower): for a replay.
 	Transcript bool
 }
@@ -85,7 +88,7 @@ func Run(seed uint64, opts Options) Result {
 		lostResponse: w.rng.Float64() * 0.05,
 		watchDup:     w.rng.Float64() * 0.05,
 		watchBreak:   w.rng.Float64() * 0.01,
-		pauseAfter:   w.rng.Float64() * 0.03,
+		pauseAfter:   w.rng.Float64() * 0.3,
 	}
 	w.api = newAPIServer(w)
 	n := 2 + w.rng.IntN(2)
@@ -110,7 +113,7 @@ func Run(seed uint64, opts Options) Result {
 				continue // its process restarted: the goroutine that would run this is gone
 			}
 			if o.pausedUntil > w.now {
-				w.defer_(e, o.pausedUntil)
+				w.postpone(e, o.pausedUntil)
 				continue
 			}
 		}
@@ -159,9 +162,9 @@ func (w *world) afterIn(d time.Duration, owner *replica, epoch int, fn func()) {
 	w.seq++
 }
 
-// defer_ moves a paused owner's step to when it wakes, in a random order among the others
+// postpone moves a paused owner's step to when it wakes, in a random order among the others
 // due then: which of its goroutines runs first after a pause is the Go scheduler's choice.
-func (w *world) defer_(e *event, wake time.Duration) {
+func (w *world) postpone(e *event, wake time.Duration) {
 	e.at = wake + time.Duration(w.rng.IntN(1000))*time.Microsecond
 	e.seq = w.seq
 	w.seq++

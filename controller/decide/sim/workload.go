@@ -115,10 +115,10 @@ func (w *world) userAction() {
 	case n < 30:
 		annotate("requested address", porticov1.AnnotationLoadBalancerIPs, []string{"", w.address()}[w.rng.IntN(2)])
 	case n < 40:
-		// Only on a Service without an address: one that keeps its address under its old key
-		// (its new request cannot be met, or it is Terminating) may, on a restart, take it from
-		// the Services that share it under that key (docs/reliability.md, Simulation).
-		if len(porticov1.IngressAddrs(a.services[key])) > 0 {
+		// Only with Options.SharingKeyEdits: a Service whose sharing key is edited while its
+		// new request cannot be met keeps its address under the old key, beside Services of that
+		// key (docs/reliability.md, Simulation).
+		if !w.opts.SharingKeyEdits {
 			return
 		}
 		annotate("sharing key", porticov1.AnnotationAllowSharedIP, []string{"", "k1", "k2"}[w.rng.IntN(3)])
