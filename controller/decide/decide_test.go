@@ -241,7 +241,7 @@ func (w *world) print(svc *corev1.Service, rd Ready) {
 	}
 	switch {
 	case svc == nil:
-	case SameWrite(svc, want):
+	case sameWrite(svc, want):
 		fmt.Fprintln(w.out, "no write")
 	case rd.addresses:
 		fmt.Fprintf(w.out, "ingress %s\n", andAddrs(porticov1.IngressAddrs(want)))

@@ -8,11 +8,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// DefaultNewsAfter is how long a health problem lasts before an event tells it. A Service is
+// defaultNewsAfter is how long a health problem lasts before an event tells it. A Service is
 // usually created a moment before its pods (Helm and kubectl apply both do it), and before
 // any speaker reports it: a state that lasts a second is not news. The condition says it at
 // once; the event, which `kubectl get events` and alerting read, only if it lasts.
-const DefaultNewsAfter = 30 * time.Second
+const defaultNewsAfter = 30 * time.Second
 
 // NewsDesk decides which health conditions deserve an event: a problem (False, per reason)
 // once it has lasted `after`, once; the end of a problem only if it was told (or an earlier
@@ -37,7 +37,7 @@ type problem struct {
 // leader's reconcilers start when it is elected, and review first then).
 func NewNewsDesk(after time.Duration, started time.Time) *NewsDesk {
 	if after <= 0 {
-		after = DefaultNewsAfter
+		after = defaultNewsAfter
 	}
 	return &NewsDesk{after: after, started: started, problems: map[string]map[string]problem{}}
 }

@@ -78,10 +78,10 @@ func (w *Writes) Submit(key string, cached *corev1.Service, apply func(*corev1.S
 			return nil
 		}
 	}
-	if js := w.inflight[key]; len(js) > 0 && SameWrite(js[len(js)-1].Want, want) {
+	if js := w.inflight[key]; len(js) > 0 && sameWrite(js[len(js)-1].Want, want) {
 		return nil
 	}
-	if SameWrite(cached, want) {
+	if sameWrite(cached, want) {
 		return nil
 	}
 	job := &Write{Key: key, Want: want, apply: apply, base: cached}
@@ -161,13 +161,13 @@ func (w *Writes) Forget(key string) {
 	delete(w.failures, key)
 }
 
-// ErrDecideAgain is why a write was dropped after a conflict: what is stored now is not what
+// errDecideAgain is why a write was dropped after a conflict: what is stored now is not what
 // it was decided from.
-var ErrDecideAgain = errors.New("deciding again")
+var errDecideAgain = errors.New("deciding again")
 
 // Rebase is what a write that met a conflict (another write got there first) sends instead,
 // given the Service as stored now: its part applied to that (nil: the fields are right
-// already), or ErrDecideAgain. A part that sets addresses is dropped when the stored addresses
+// already), or errDecideAgain. A part that sets addresses is dropped when the stored addresses
 // are not those it was decided from: the other write may be the next leader's, which gave them
 // out anew, and re-applying an old decision over it puts one address on two Services. It is
 // dropped too when the Service's request changed (spec, labels, annotations): an address given
@@ -175,19 +175,19 @@ var ErrDecideAgain = errors.New("deciding again")
 // Conditions alone may be rebased. It reads only the write: no lock needed.
 func (w *Writes) Rebase(job *Write, cur *corev1.Service) (*corev1.Service, error) {
 	if cur.UID != job.Want.UID {
-		return nil, fmt.Errorf("service %s was recreated: %w", job.Key, ErrDecideAgain)
+		return nil, fmt.Errorf("service %s was recreated: %w", job.Key, errDecideAgain)
 	}
 	if job.addresses && !w.reapplyAddresses {
 		if !slices.Equal(porticov1.IngressAddrs(cur), porticov1.IngressAddrs(job.base)) {
-			return nil, fmt.Errorf("service %s lists other addresses than when its write was decided: %w", job.Key, ErrDecideAgain)
+			return nil, fmt.Errorf("service %s lists other addresses than when its write was decided: %w", job.Key, errDecideAgain)
 		}
 		if !sameRequest(cur, job.base) {
-			return nil, fmt.Errorf("service %s was edited since its write was decided: %w", job.Key, ErrDecideAgain)
+			return nil, fmt.Errorf("service %s was edited since its write was decided: %w", job.Key, errDecideAgain)
 		}
 	}
 	sent := cur.DeepCopy()
 	job.apply(sent)
-	if SameWrite(cur, sent) {
+	if sameWrite(cur, sent) {
 		return nil, nil
 	}
 	return sent, nil
@@ -223,8 +223,8 @@ func mayHaveLanded(err error) bool {
 	return !errors.As(err, &status) || apierrors.IsTimeout(err) || apierrors.IsServerTimeout(err)
 }
 
-// SameWrite reports whether two copies of a Service carry the same status write: the status
+// sameWrite reports whether two copies of a Service carry the same status write: the status
 // and the annotations, which a status update stores too (kube-apiserver 1.37).
-func SameWrite(a, b *corev1.Service) bool {
+func sameWrite(a, b *corev1.Service) bool {
 	return equality.Semantic.DeepEqual(a.Status, b.Status) && equality.Semantic.DeepEqual(a.Annotations, b.Annotations)
 }

@@ -69,7 +69,7 @@ func TestRebaseKeepsAddressesItDidNotDecideFrom(t *testing.T) {
 			}
 			sent, err := w.Rebase(job, tc.current)
 			if tc.drop {
-				if !errors.Is(err, ErrDecideAgain) || sent != nil {
+				if !errors.Is(err, errDecideAgain) || sent != nil {
 					t.Fatalf("want the write dropped, got %v, %v", sent, err)
 				}
 				return
