@@ -11,7 +11,7 @@ export CGO_ENABLED := 0
 export GOTOOLCHAIN := go1.27.3
 CONTROLLER_GEN := go tool controller-gen
 
-.PHONY: all generate manifests image controlplane cluster bench-cluster test lab-packages vulncheck bench bench-curve bench-l2 bench-memory bench-dataplane bench-bgp bench-scale chaos fuzz demo build clean
+.PHONY: all generate manifests image controlplane cluster bench-cluster test lab-packages vulncheck bench bench-curve bench-l2 bench-memory bench-dataplane bench-bgp bench-scale chaos fuzz simulate demo build clean
 
 all: build
 
@@ -185,6 +185,20 @@ chaos: controlplane
 		exit $$rc
 	$(MAKE) fuzz
 	@cat bin/chaos.md
+
+## simulate (SIM_TIME, default 2m, or SIM_SEEDS): the controller's deterministic simulation
+## (controller/decide/sim, docs/reliability.md#simulation-make-simulate): seeds in parallel from SIM_FIRST (default:
+## from the clock, printed) until the time or count is up or a seed breaks an invariant, whose
+## transcript it prints. SIM_SEED=n replays one seed with its whole transcript. SIM_OLD=both runs
+## the controller before the fixes (rule: the old conflict rule; lease: no lease check), and
+## SIM_FIND (a regular expression) counts only the violations it matches; SIM_SHARING_EDITS=1 lets
+## users edit sharing keys, which finds a known problem (docs/reliability.md#simulation-make-simulate).
+SIM_TIME ?= 2m
+SIM_ARGS = $(if $(SIM_SEED),-sim.seed=$(SIM_SEED),$(if $(SIM_SEEDS),-sim.seeds=$(SIM_SEEDS),-sim.time=$(SIM_TIME))) \
+	$(if $(SIM_FIRST),-sim.first=$(SIM_FIRST)) $(if $(SIM_OLD),-sim.old=$(SIM_OLD)) $(if $(SIM_FIND),-sim.find='$(SIM_FIND)') \
+	$(if $(SIM_SHARING_EDITS),-sim.sharing-edits)
+simulate:
+	go test -count=1 -v -run '^TestSimulate$$' -timeout 60m ./controller/decide/sim/ -args $(SIM_ARGS)
 
 ## fuzz (FUZZTIME, default 10s each): every Fuzz* function in the module, one after another.
 FUZZTIME ?= 10s

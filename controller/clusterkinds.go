@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
+	"github.com/portico-lb/portico/controller/decide"
 )
 
 // clusterKinds reads the cluster-wide kinds the health conditions are folded from straight
@@ -45,10 +46,10 @@ func newClusterKinds(ctx context.Context, c cache.Cache) (*clusterKinds, error) 
 }
 
 // fill sets f's cluster-wide lists.
-func (k *clusterKinds) fill(f *healthFacts) {
-	f.speakers = storeItems[porticov1.Speaker](k.speakers)
+func (k *clusterKinds) fill(f *decide.HealthFacts) {
+	f.Speakers = storeItems[porticov1.Speaker](k.speakers)
 	f.L2Advertisements = storeItems[porticov1.L2Advertisement](k.l2Ads)
-	f.bgpAds = storeItems[porticov1.BGPAdvertisement](k.bgpAds)
+	f.BGPAdvertisements = storeItems[porticov1.BGPAdvertisement](k.bgpAds)
 	f.Pools = storeItems[porticov1.IPAddressPool](k.pools)
 	f.Nodes = storeItems[corev1.Node](k.nodes)
 }

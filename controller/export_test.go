@@ -6,6 +6,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
+
+	"github.com/portico-lb/portico/controller/decide"
 )
 
 // QueuedWritesMax is how many writes the lanes of a status writer hold together.
@@ -25,7 +27,7 @@ func (w *statusWriter) SetCondition(svc *corev1.Service, cond metav1.Condition, 
 // SetHealthCondition hands the writer the health reconciler's write of cond to svc, a Service
 // ours says is the controller's.
 func (w *statusWriter) SetHealthCondition(svc *corev1.Service, cond metav1.Condition, ours func(*corev1.Service) bool, queue chan<- event.GenericEvent) {
-	w.submit(svc.Namespace+"/"+svc.Name, svc, healthPart(ready{conditions: []metav1.Condition{cond}}, ours, queue))
+	w.submit(svc.Namespace+"/"+svc.Name, svc, healthPart(decide.Ready{Conditions: []metav1.Condition{cond}}, ours, queue))
 }
 
 // SpeakerChange is speakerChange, for the package's tests.

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
+	"github.com/portico-lb/portico/controller/decide"
 	"github.com/portico-lb/portico/rules"
 )
 
@@ -35,7 +36,7 @@ type HealthReconciler struct {
 	ours     func(*corev1.Service) bool
 	writer   *statusWriter
 	retries  chan event.GenericEvent
-	news     *newsDesk
+	news     *decide.NewsDesk
 	cluster  *clusterKinds
 }
 
@@ -128,7 +129,7 @@ func (r *HealthReconciler) addressed(ctx context.Context, _ client.Object) []rec
 }
 
 // Reconcile gathers what the Service's health conditions are folded from, decides them
-// (decideHealth) and writes those that changed.
+// (decide.Health) and writes those that changed.
 func (r *HealthReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	key := req.Namespace + "/" + req.Name
 	var svc corev1.Service
@@ -137,12 +138,12 @@ func (r *HealthReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 		return ctrl.Result{}, err
 	}
 	if !found {
-		r.news.forget(key)
+		r.news.Forget(key)
 		return ctrl.Result{}, nil
 	}
 	if !r.ours(&svc) {
-		r.news.forget(key)
-		r.write(&svc, ready{remove: healthConditionTypes})
+		r.news.Forget(key)
+		r.write(&svc, decide.Ready{Remove: decide.HealthConditionTypes})
 		return ctrl.Result{}, nil
 	}
 	if meta.FindStatusCondition(svc.Status.Conditions, porticov1.ConditionIPAllocated) == nil {
@@ -155,9 +156,9 @@ func (r *HealthReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 		return ctrl.Result{}, err
 	}
 	// Events follow what is stored, not what is about to be written: a problem becomes news
-	// once it has lasted (newsDesk), and its write brings this reconcile back.
-	rd, again := decideHealth(&svc, facts, r.news, time.Now())
-	for _, c := range rd.tell {
+	// once it has lasted (decide.NewsDesk), and its write brings this reconcile back.
+	rd, again := decide.Health(&svc, facts, r.news, time.Now())
+	for _, c := range rd.Tell {
 		r.metrics.conditionChanges.WithLabelValues(c.Type, c.Reason).Inc()
 		tell(r.Recorder, &svc, c)
 	}
@@ -165,8 +166,8 @@ func (r *HealthReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	return ctrl.Result{RequeueAfter: again}, nil
 }
 
-func (r *HealthReconciler) write(svc *corev1.Service, rd ready) {
-	if rd.writes() {
+func (r *HealthReconciler) write(svc *corev1.Service, rd decide.Ready) {
+	if rd.Writes() {
 		r.writer.submit(svc.Namespace+"/"+svc.Name, svc, healthPart(rd, r.ours, r.retries))
 	}
 }
@@ -175,12 +176,12 @@ func (r *HealthReconciler) write(svc *corev1.Service, rd ready) {
 // Service still ours: after a conflict the writer applies the part to the Service as stored
 // then, which may just have become a ClusterIP one, and the conditions the allocation took off
 // it would come back.
-func healthPart(rd ready, ours func(*corev1.Service) bool, retry chan<- event.GenericEvent) writePart {
-	apply := rd.apply
-	if len(rd.conditions) > 0 {
+func healthPart(rd decide.Ready, ours func(*corev1.Service) bool, retry chan<- event.GenericEvent) writePart {
+	apply := rd.Apply
+	if len(rd.Conditions) > 0 {
 		apply = func(want *corev1.Service) {
 			if ours(want) {
-				rd.apply(want)
+				rd.Apply(want)
 			}
 		}
 	}
@@ -194,15 +195,15 @@ const sliceServiceIndex = "portico.dev/service-name"
 // gatherHealth reads what the Service's health conditions are folded from: its EndpointSlices
 // (and the namespace's pods when they list no endpoint) from the cache, the cluster-wide kinds
 // from their stores (clusterKinds).
-func gatherHealth(ctx context.Context, c client.Reader, cluster *clusterKinds, svc *corev1.Service) (healthFacts, error) {
-	var f healthFacts
+func gatherHealth(ctx context.Context, c client.Reader, cluster *clusterKinds, svc *corev1.Service) (decide.HealthFacts, error) {
+	var f decide.HealthFacts
 	var slices discoveryv1.EndpointSliceList
 	if err := c.List(ctx, &slices, client.InNamespace(svc.Namespace),
 		client.MatchingFields{sliceServiceIndex: svc.Name}); err != nil {
 		return f, err
 	}
 	f.EndpointSlices = slices.Items
-	if len(svc.Spec.Selector) > 0 && countEndpoints(slices.Items).total == 0 {
+	if decide.NeedsPodLabels(svc, slices.Items) {
 		pods := &metav1.PartialObjectMetadataList{}
 		pods.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("PodList"))
 		if err := c.List(ctx, pods, client.InNamespace(svc.Namespace)); err != nil {
@@ -210,7 +211,7 @@ func gatherHealth(ctx context.Context, c client.Reader, cluster *clusterKinds, s
 		}
 		for i := range pods.Items {
 			if pods.Items[i].DeletionTimestamp == nil {
-				f.pods = append(f.pods, pods.Items[i].Labels)
+				f.Pods = append(f.Pods, pods.Items[i].Labels)
 			}
 		}
 	}
@@ -218,11 +219,11 @@ func gatherHealth(ctx context.Context, c client.Reader, cluster *clusterKinds, s
 	return f, nil
 }
 
-// tell sends the event that tells a condition's change on the Service (eventOf).
+// tell sends the event that tells a condition's change on the Service (decide.EventOf).
 func tell(rec events.EventRecorder, svc *corev1.Service, c metav1.Condition) {
 	if rec == nil {
 		return
 	}
-	n := eventOf(c)
-	rec.Eventf(svc, nil, n.eventType, n.reason, n.action, "%s", n.note)
+	n := decide.EventOf(c)
+	rec.Eventf(svc, nil, n.Type, n.Reason, n.Action, "%s", n.Note)
 }

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
+	"github.com/portico-lb/portico/controller/decide"
 )
 
 // foreignFinding is one speaker's report of a foreign host answering for a pool address.
@@ -83,10 +84,10 @@ func everyPool(c client.Reader) func(context.Context, client.Object) []reconcile
 }
 
 // inUseIn picks the findings inside the named pool, at most MaxPoolAddressesInUse (the lowest).
-func (b *book) inUseIn(pool string, findings []foreignFinding) []porticov1.AddressInUse {
+func inUseIn(b *decide.Book, pool string, findings []foreignFinding) []porticov1.AddressInUse {
 	var out []porticov1.AddressInUse
 	for _, f := range findings {
-		if len(out) < porticov1.MaxPoolAddressesInUse && slices.Contains(b.alloc.PoolsContaining(f.addr), pool) {
+		if len(out) < porticov1.MaxPoolAddressesInUse && slices.Contains(b.PoolsContaining(f.addr), pool) {
 			out = append(out, f.AddressInUse)
 		}
 	}

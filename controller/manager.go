@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 
 	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
+	"github.com/portico-lb/portico/controller/decide"
 	"github.com/portico-lb/portico/internal/events"
 )
 
@@ -81,7 +82,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		return err
 	}
 	health := &HealthReconciler{Client: mgr.GetClient(), Recorder: recorder, metrics: opts.Metrics, ours: s.ours, writer: w,
-		news: newNewsDesk(opts.NewsAfter, time.Time{}), cluster: cluster}
+		news: decide.NewNewsDesk(opts.NewsAfter, time.Time{}), cluster: cluster}
 	if err := (&ServiceReconciler{Client: mgr.GetClient(), Recorder: recorder, state: s, metrics: opts.Metrics, writer: w, cluster: cluster}).setup(mgr); err != nil {
 		return err
 	}

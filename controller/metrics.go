@@ -5,6 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/portico-lb/portico/controller/decide"
 	"github.com/portico-lb/portico/internal/events"
 )
 
@@ -62,17 +63,17 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 var families = []string{"IPv4", "IPv6"}
 
 // pool exports what the allocator knows of one pool.
-func (m *Metrics) pool(name string, f poolFacts) {
+func (m *Metrics) pool(name string, f decide.PoolFacts) {
 	for i, fam := range families {
-		if f.stats.Size[i] == nil {
+		if f.Stats.Size[i] == nil {
 			continue
 		}
-		avail, _ := new(big.Float).SetInt(f.stats.Available[i]).Float64()
-		m.poolAddresses.WithLabelValues(name, fam).Set(avail + float64(f.stats.Assigned[i]))
-		m.poolAddressesInUse.WithLabelValues(name, fam).Set(float64(f.stats.Assigned[i]))
+		avail, _ := new(big.Float).SetInt(f.Stats.Available[i]).Float64()
+		m.poolAddresses.WithLabelValues(name, fam).Set(avail + float64(f.Stats.Assigned[i]))
+		m.poolAddressesInUse.WithLabelValues(name, fam).Set(float64(f.Stats.Assigned[i]))
 	}
-	m.poolServicesWaiting.WithLabelValues(name).Set(float64(f.waiting))
-	m.poolForeign.WithLabelValues(name).Set(float64(len(f.inUse)))
+	m.poolServicesWaiting.WithLabelValues(name).Set(float64(f.Waiting))
+	m.poolForeign.WithLabelValues(name).Set(float64(len(f.InUse)))
 }
 
 // poolGone drops a deleted pool's series.

@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"math/big"
-	"net/netip"
 	"slices"
 	"strings"
 	"time"
@@ -23,7 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
-	"github.com/portico-lb/portico/controller/allocator"
+	"github.com/portico-lb/portico/controller/decide"
 	"github.com/portico-lb/portico/rules"
 )
 
@@ -68,28 +66,26 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	if err := r.Client.List(ctx, &speakers, client.UnsafeDisableDeepCopy); err != nil {
 		return ctrl.Result{}, err
 	}
-	var pools porticov1.IPAddressPoolList
-	if err := r.Client.List(ctx, &pools, client.UnsafeDisableDeepCopy); err != nil {
+	var poolList porticov1.IPAddressPoolList
+	if err := r.Client.List(ctx, &poolList, client.UnsafeDisableDeepCopy); err != nil {
 		return ctrl.Result{}, err
 	}
-	verdict := judgeProbes(speakers.Items, pools.Items, time.Now())
+	verdict := judgeProbes(speakers.Items, poolList.Items, time.Now())
 	findings := verdict.inUse
-	var facts poolFacts
-	var inUseChanged bool
+	var facts decide.PoolFacts
 	var retry, dirty []string
-	if err := r.state.withLock(ctx, func(b *book) {
-		before := b.alloc.InUse()
-		released := b.alloc.SetInUse(findingAddrs(findings))
-		if inUseChanged = !slices.Equal(before, b.alloc.InUse()); inUseChanged {
-			dirty = slices.Collect(maps.Keys(b.poolGen)) // their next addresses may change
+	if err := r.state.withLock(ctx, func(b *decide.Book) {
+		changed, released := b.SetInUse(findingAddrs(findings))
+		if changed {
+			dirty = b.PoolNames() // their next addresses may change
 		}
 		if released {
-			retry = b.waitingServices()
+			retry = b.WaitingServices()
 		}
 		if found {
-			facts = b.facts(pool.Name)
-			facts.inUse = b.inUseIn(pool.Name, findings)
-			facts.probes, facts.proxies = pool.ProbesConflicts(), verdict.proxies[pool.Name]
+			facts = b.PoolFacts(pool.Name)
+			facts.InUse = inUseIn(b, pool.Name, findings)
+			facts.Probes, facts.Proxies = pool.ProbesConflicts(), verdict.proxies[pool.Name]
 		}
 	}); err != nil {
 		return ctrl.Result{}, err
@@ -136,54 +132,22 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	return ctrl.Result{RequeueAfter: again}, nil
 }
 
-// poolFacts is what the book knows of one pool, read under its lock.
-type poolFacts struct {
-	stats   allocator.Stats
-	waiting int32
-	orphans []string
-	next    []netip.Addr
-	inUse   []porticov1.AddressInUse
-	probes  bool
-	proxies []porticov1.ProxyAnswerer
-}
-
-// nextPerFamily is how many of each family's next addresses a pool's status lists.
-const nextPerFamily = 4
-
-func (b *book) facts(pool string) poolFacts {
-	f := poolFacts{}
-	f.stats, _ = b.alloc.Stats(pool)
-	for _, w := range b.waiting {
-		if slices.Contains(w.pools, pool) {
-			f.waiting++
-		}
-	}
-	for svc, p := range b.orphanOf {
-		if p == pool {
-			f.orphans = append(f.orphans, svc)
-		}
-	}
-	slices.Sort(f.orphans)
-	f.next = b.alloc.NextAddresses(pool, nextPerFamily)
-	return f
-}
-
 // fill computes the pool's whole status.
-func (r *PoolReconciler) fill(ctx context.Context, pool *porticov1.IPAddressPool, f poolFacts) {
+func (r *PoolReconciler) fill(ctx context.Context, pool *porticov1.IPAddressPool, f decide.PoolFacts) {
 	st := &pool.Status
 	st.ObservedGeneration = pool.Generation
-	if f.stats.Size[0] != nil {
-		st.AssignedIPv4, st.AssignedIPv6 = f.stats.Assigned[0], f.stats.Assigned[1]
-		st.AvailableIPv4, st.AvailableIPv6 = decimalIf(f.stats.Size[0], f.stats.Available[0]), decimalIf(f.stats.Size[1], f.stats.Available[1])
-		st.Assigned = f.stats.Assigned[0] + f.stats.Assigned[1]
-		st.Available = new(big.Int).Add(f.stats.Available[0], f.stats.Available[1]).String()
+	if f.Stats.Size[0] != nil {
+		st.AssignedIPv4, st.AssignedIPv6 = f.Stats.Assigned[0], f.Stats.Assigned[1]
+		st.AvailableIPv4, st.AvailableIPv6 = decimalIf(f.Stats.Size[0], f.Stats.Available[0]), decimalIf(f.Stats.Size[1], f.Stats.Available[1])
+		st.Assigned = f.Stats.Assigned[0] + f.Stats.Assigned[1]
+		st.Available = new(big.Int).Add(f.Stats.Available[0], f.Stats.Available[1]).String()
 	}
-	st.Waiting = f.waiting
+	st.Waiting = f.Waiting
 	st.NextAddresses = nil
-	for _, ip := range f.next {
+	for _, ip := range f.Next {
 		st.NextAddresses = append(st.NextAddresses, ip.String())
 	}
-	st.InUse, st.ProxyAnswerers = f.inUse, f.proxies
+	st.InUse, st.ProxyAnswerers = f.InUse, f.Proxies
 
 	set := func(c metav1.Condition) {
 		c.ObservedGeneration = pool.Generation
@@ -191,9 +155,9 @@ func (r *PoolReconciler) fill(ctx context.Context, pool *porticov1.IPAddressPool
 	}
 	set(poolReadyCondition(pool))
 	set(r.overlapCondition(ctx, pool))
-	set(exhaustedCondition(f))
-	set(orphanCondition(f))
-	set(inUseCondition(f.probes, f.inUse, f.proxies))
+	set(decide.ExhaustedCondition(f))
+	set(decide.OrphanCondition(f))
+	set(inUseCondition(f.Probes, f.InUse, f.Proxies))
 }
 
 func decimalIf(size, n *big.Int) string {
@@ -201,34 +165,6 @@ func decimalIf(size, n *big.Int) string {
 		return ""
 	}
 	return n.String()
-}
-
-func exhaustedCondition(f poolFacts) metav1.Condition {
-	c := metav1.Condition{Type: porticov1.ConditionExhausted}
-	if f.stats.Size[0] == nil {
-		c.Status, c.Reason, c.Message = metav1.ConditionUnknown, "NoAddresses", "the pool has no valid address"
-		return c
-	}
-	free := new(big.Int).Add(f.stats.Available[0], f.stats.Available[1])
-	if free.Sign() > 0 {
-		c.Status, c.Reason = metav1.ConditionFalse, "FreeAddresses"
-		c.Message = fmt.Sprintf("%s addresses free", free)
-		return c
-	}
-	c.Status, c.Reason = metav1.ConditionTrue, porticov1.ReasonPoolExhausted
-	c.Message = fmt.Sprintf("all %d usable addresses are assigned; %d Services wait for one", f.stats.Assigned[0]+f.stats.Assigned[1], f.waiting)
-	return c
-}
-
-func orphanCondition(f poolFacts) metav1.Condition {
-	c := metav1.Condition{Type: porticov1.ConditionOrphanedIPs, Status: metav1.ConditionFalse, Reason: "None",
-		Message: "every address given from this pool is still in it"}
-	if len(f.orphans) > 0 {
-		shown := f.orphans[:min(len(f.orphans), 5)]
-		c.Status, c.Reason = metav1.ConditionTrue, porticov1.ReasonOrphanedIP
-		c.Message = fmt.Sprintf("%d Services hold addresses this pool no longer contains (kept until they let go): %s", len(f.orphans), strings.Join(shown, ", "))
-	}
-	return c
 }
 
 // overlapCondition names the other pools that share addresses with this one.
@@ -239,7 +175,7 @@ func (r *PoolReconciler) overlapCondition(ctx context.Context, pool *porticov1.I
 	if err := r.Client.List(ctx, &others); err != nil {
 		return c
 	}
-	mine := allocatorPool(pool).Ranges
+	mine := decide.AllocatorPool(pool).Ranges
 	var found []string
 	for i := range others.Items {
 		o := &others.Items[i]
@@ -247,7 +183,7 @@ func (r *PoolReconciler) overlapCondition(ctx context.Context, pool *porticov1.I
 			continue
 		}
 		for _, a := range mine {
-			for _, b := range allocatorPool(o).Ranges {
+			for _, b := range decide.AllocatorPool(o).Ranges {
 				if a.Overlaps(b) {
 					found = append(found, fmt.Sprintf("%s (%s overlaps %s)", o.Name, a, b))
 				}

@@ -13,6 +13,7 @@ import (
 
 	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
 	"github.com/portico-lb/portico/controller/allocator"
+	"github.com/portico-lb/portico/controller/decide"
 )
 
 // PoolPreview is what a pool change does to one pool.
@@ -53,10 +54,11 @@ func PreviewPools(ctx context.Context, reader client.Reader, lbClass string, poo
 		lbClass = porticov1.DefaultLoadBalancerClass
 	}
 	s := newState(reader, lbClass)
-	b := newBook() // this call's own: nothing shares it
-	if err := s.load(ctx, &b); err != nil {
+	b := decide.NewBook() // this call's own: nothing shares it
+	if err := s.load(ctx, b); err != nil {
 		return PoolsPreview{}, err
 	}
+	alloc := b.Allocator()
 	var current porticov1.IPAddressPoolList
 	if err := reader.List(ctx, &current); err != nil {
 		return PoolsPreview{}, err
@@ -73,13 +75,13 @@ func PreviewPools(ctx context.Context, reader client.Reader, lbClass string, poo
 	before := map[string]allocator.Assignment{}
 	for i := range svcs.Items {
 		key := svcs.Items[i].Namespace + "/" + svcs.Items[i].Name
-		before[key], _ = b.alloc.Assignment(key)
+		before[key], _ = alloc.Assignment(key)
 	}
 	apools := make([]allocator.Pool, len(next))
 	for i := range next {
-		apools[i] = allocatorPool(&next[i])
+		apools[i] = decide.AllocatorPool(&next[i])
 	}
-	b.alloc.SetPools(apools)
+	alloc.SetPools(apools)
 
 	var preview PoolsPreview
 	for i := range svcs.Items {
@@ -90,7 +92,7 @@ func PreviewPools(ctx context.Context, reader client.Reader, lbClass string, poo
 		key := svc.Namespace + "/" + svc.Name
 		sp := ServicePreview{Service: key, Before: before[key]}
 		if len(sp.Before.IPs) > 0 {
-			sp.After, _ = b.alloc.Assignment(key)
+			sp.After, _ = alloc.Assignment(key)
 			switch {
 			case sp.After.Orphaned() && !sp.Before.Orphaned():
 				sp.Effect = "orphaned"
@@ -104,7 +106,7 @@ func PreviewPools(ctx context.Context, reader client.Reader, lbClass string, poo
 		}
 		req, err := s.requestFrom(ctx, svc, next)
 		if err == nil {
-			sp.After, err = b.alloc.Allocate(req)
+			sp.After, err = alloc.Allocate(req)
 		}
 		var aerr *allocator.Error
 		switch {
@@ -119,7 +121,7 @@ func PreviewPools(ctx context.Context, reader client.Reader, lbClass string, poo
 	}
 	for i := range poolPreviews {
 		p := &poolPreviews[i]
-		if st, ok := b.alloc.Stats(p.Name); ok {
+		if st, ok := alloc.Stats(p.Name); ok {
 			p.Assigned = st.Assigned[0] + st.Assigned[1]
 			p.Available = new(big.Int).Add(st.Available[0], st.Available[1]).String()
 		}

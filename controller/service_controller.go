@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
+	"github.com/portico-lb/portico/controller/decide"
 )
 
 // ServiceReconciler gives LoadBalancer Services addresses and says in their status how it went.
@@ -59,51 +60,51 @@ func (r *ServiceReconciler) waitingIn(_ context.Context, ns client.Object) []rec
 }
 
 // Reconcile follows a Service from its watch event to its status write: gather what the
-// apiserver says of it, decide (decide.go: pure), write the decision and wake who it names.
+// apiserver says of it, decide (controller/decide: pure), write the decision and wake who it names.
 func (r *ServiceReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	in := seen{key: req.Namespace + "/" + req.Name}
+	in := decide.Seen{Key: req.Namespace + "/" + req.Name}
 	var svc corev1.Service
 	found, err := get(ctx, r.Client, req.NamespacedName, &svc)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 	if found {
-		in.svc, in.ours = &svc, r.state.ours(&svc)
+		in.Svc, in.Ours = &svc, r.state.ours(&svc)
 	}
-	if in.ours && meta.FindStatusCondition(svc.Status.Conditions, porticov1.ConditionEndpointsReady) == nil {
+	if in.Ours && meta.FindStatusCondition(svc.Status.Conditions, porticov1.ConditionEndpointsReady) == nil {
 		if facts, err := gatherHealth(ctx, r.Client, r.cluster, &svc); err == nil { // else the health reconciler writes them on its own
-			in.health = &facts
+			in.Health = &facts
 		}
 	}
-	var rd ready
+	var rd decide.Ready
 	var behind bool
-	if err := r.state.withLock(ctx, func(b *book) {
-		if behind = b.behind(in.key, in.svc); behind {
+	if err := r.state.withLock(ctx, func(b *decide.Book) {
+		if behind = b.Behind(in.Key, in.Svc); behind {
 			return
 		}
 		// Under the lock: the request is built from the pools the book was just fed.
 		switch {
-		case in.ours:
-			in.req, in.reqErr = r.state.request(ctx, &svc)
-			in.listed = r.mayList(in.key, &svc)
+		case in.Ours:
+			in.Req, in.ReqErr = r.state.request(ctx, &svc)
+			in.Listed = r.mayList(in.Key, &svc)
 		case found:
 			// Only what our own writes may list: a ClusterIP Service lists nothing (the apiserver
 			// clears it), and another load balancer's Service lists that one's addresses.
-			in.listed = r.writer.mayList(in.key, &svc)
+			in.Listed = r.writer.mayList(in.Key, &svc)
 		}
-		rd = decide(b, in)
+		rd = decide.Service(b, in)
 	}); err != nil {
 		return ctrl.Result{}, err
 	}
 	if behind {
 		return r.catchUp(ctx, req, found)
 	}
-	r.state.retryServices(rd.retry)
-	r.state.poolsDirty(rd.pools)
+	r.state.retryServices(rd.Retry)
+	r.state.poolsDirty(rd.Pools)
 	if found {
 		r.write(&svc, rd)
 	} else {
-		r.writer.forget(in.key)
+		r.writer.forget(in.Key)
 	}
 	return ctrl.Result{}, nil
 }
@@ -118,7 +119,7 @@ func (r *ServiceReconciler) catchUp(ctx context.Context, req ctrl.Request, cache
 	if found, err := get(ctx, r.state.live, req.NamespacedName, &corev1.Service{}); err != nil || found {
 		return ctrl.Result{}, err
 	}
-	r.state.book.Do(func(b *book) { delete(b.fence, req.Namespace+"/"+req.Name) })
+	r.state.book.Do(func(b *decide.Book) { b.Unfence(req.Namespace + "/" + req.Name) })
 	return r.Reconcile(ctx, req)
 }
 
@@ -135,17 +136,17 @@ func (r *ServiceReconciler) mayList(key string, svc *corev1.Service) []netip.Add
 }
 
 // write hands the decision to the status writer; its events are told once the write lands.
-func (r *ServiceReconciler) write(svc *corev1.Service, rd ready) {
+func (r *ServiceReconciler) write(svc *corev1.Service, rd decide.Ready) {
 	var done func(*corev1.Service)
-	if len(rd.tell) > 0 {
+	if len(rd.Tell) > 0 {
 		done = func(written *corev1.Service) {
-			for _, c := range rd.tell {
+			for _, c := range rd.Tell {
 				r.count(c)
 				tell(r.Recorder, written, c)
 			}
 		}
 	}
-	r.writer.submit(svc.Namespace+"/"+svc.Name, svc, writePart{apply: rd.apply, done: done, retry: r.state.retry})
+	r.writer.submit(svc.Namespace+"/"+svc.Name, svc, writePart{apply: rd.Apply, done: done, retry: r.state.retry})
 }
 
 // count counts an allocation, or a failed one by its reason, as its event is told.

@@ -212,7 +212,7 @@ func waitPool(t *testing.T, name, what string, ok func(*porticov1.IPAddressPool)
 
 // TestRequests: requested addresses and pools in every spelling; a bad edit keeps the address,
 // and the address freed by a deletion goes to the Service that waited for it (the messages of
-// every failure are pinned in testdata/decide/requests.txt).
+// every failure are pinned in decide/testdata/decide/requests.txt).
 func TestRequests(t *testing.T) {
 	startManager(t)
 	createPool(t, "req", addresses("203.0.113.0/29"))

@@ -1,23 +1,19 @@
 package controller
 
 import (
-	"cmp"
 	"context"
-	"maps"
-	"net/netip"
-	"slices"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/util/resourceversion"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
 	"github.com/portico-lb/portico/controller/allocator"
+	"github.com/portico-lb/portico/controller/decide"
 	"github.com/portico-lb/portico/internal/guarded"
 	"github.com/portico-lb/portico/rules"
 )
@@ -32,57 +28,26 @@ type state struct {
 	// ignoreClassless leaves Services without a loadBalancerClass alone (rules.Handles).
 	ignoreClassless bool
 
-	book *guarded.Value[book] // reached through withLock or book.Do only
+	book *guarded.Value[decide.Book] // reached through withLock or book.Do only
 
 	retry chan event.GenericEvent // Services to reconcile again
 	dirty chan event.GenericEvent // pools whose status may have changed
-}
-
-// book is the allocator, what it was fed and what the reconcilers decided with it.
-type book struct {
-	alloc    *allocator.Allocator
-	loaded   bool
-	poolGen  map[string]int64  // pool → generation the allocator was given
-	waiting  map[string]waiter // Services without the address they want
-	orphanOf map[string]string // Service → pool it got an address from that no longer holds it
-	// fence is, after a rebuild from the apiserver, the resourceVersion it read of each Service
-	// it restored addresses for, until the cache shows that version or a later one (behind).
-	fence map[string]string
-}
-
-func newBook() book {
-	return book{alloc: allocator.New(), waiting: map[string]waiter{}, orphanOf: map[string]string{}}
 }
 
 func newState(reader client.Reader, class string) *state {
 	return &state{
 		reader: reader,
 		class:  class,
-		book:   guarded.New(newBook()),
+		book:   guarded.New(*decide.NewBook()),
 		retry:  make(chan event.GenericEvent, 4096),
 		dirty:  make(chan event.GenericEvent, 1024),
 	}
 }
 
-// waiter is a Service waiting for an address.
-type waiter struct {
-	since time.Time // the Service's creation: the oldest waiter is retried first
-	pools []string  // pools it could get one from
-}
-
-// waitingServices lists the waiting Services, oldest first.
-func (b *book) waitingServices() []string {
-	names := slices.Collect(maps.Keys(b.waiting))
-	slices.SortFunc(names, func(x, y string) int {
-		return cmp.Or(b.waiting[x].since.Compare(b.waiting[y].since), cmp.Compare(x, y))
-	})
-	return names
-}
-
 // waiting lists the waiting Services, oldest first.
 func (s *state) waiting() []string {
 	var names []string
-	s.book.Do(func(b *book) { names = b.waitingServices() })
+	s.book.Do(func(b *decide.Book) { names = b.WaitingServices() })
 	return names
 }
 
@@ -95,8 +60,8 @@ func (s *state) ours(svc *corev1.Service) bool {
 
 // load rebuilds the book's allocator from the pools and from every Service's status, once,
 // before anything new is allocated: addresses never move across restarts.
-func (s *state) load(ctx context.Context, b *book) error {
-	if b.loaded {
+func (s *state) load(ctx context.Context, b *decide.Book) error {
+	if b.Loaded() {
 		return nil
 	}
 	if _, _, err := s.syncPools(ctx, b); err != nil {
@@ -119,80 +84,28 @@ func (s *state) load(ctx context.Context, b *book) error {
 	if err := s.reader.List(ctx, &speakers, client.UnsafeDisableDeepCopy); err != nil {
 		return err
 	}
-	b.alloc.SetInUse(findingAddrs(judgeProbes(speakers.Items, pools.Items, time.Now()).inUse))
+	b.SetInUse(findingAddrs(judgeProbes(speakers.Items, pools.Items, time.Now()).inUse))
 	// Only what the rebuild needs is kept of each Service, not the Service.
-	type held struct {
-		created time.Time
-		key, rv string
-		req     allocator.Request
-		ips     []netip.Addr
-	}
-	var all []held
+	var stored []decide.Stored
 	err := eachService(ctx, services, paged, func(svc *corev1.Service) {
 		ips := porticov1.IngressAddrs(svc)
 		if !s.ours(svc) || len(ips) == 0 {
 			return
 		}
 		req, _ := s.requestFrom(ctx, svc, pools.Items) // a bad annotation does not stop the Service keeping its address
-		all = append(all, held{svc.CreationTimestamp.Time, svc.Namespace + "/" + svc.Name, svc.ResourceVersion, req, ips})
+		stored = append(stored, decide.Stored{Created: svc.CreationTimestamp.Time, Key: svc.Namespace + "/" + svc.Name, UID: svc.UID,
+			ResourceVersion: svc.ResourceVersion, Request: req, IPs: ips})
 	})
 	if err != nil {
 		return err
 	}
-	// Oldest first: if two Services claim one address, the older keeps it.
-	slices.SortFunc(all, func(a, b held) int { return cmp.Or(a.created.Compare(b.created), cmp.Compare(a.key, b.key)) })
-	// Services whose status still meets their spec go first: one edited after its status was
-	// written (moved to another pool, say) may still list an address that was freed and given
-	// to another Service, whose write landed first (status writes go out in parallel) before
-	// the old leader died. The edited one is moving anyway; the other must keep its address.
-	var fit, stale []held
-	for _, h := range all {
-		if b.alloc.Satisfies(h.req, h.ips) {
-			fit = append(fit, h)
-		} else {
-			stale = append(stale, h)
-		}
-	}
 	log := logf.FromContext(ctx)
-	restored := 0
-	if paged {
-		b.fence = map[string]string{}
+	refused := b.Rebuild(stored, paged)
+	for _, r := range refused {
+		log.Info("not restoring an address from status", "service", r.Service, "reason", r.Reason.Error())
 	}
-	for _, h := range append(fit, stale...) {
-		if _, err := b.alloc.Restore(h.req, h.ips); err != nil {
-			log.Info("not restoring an address from status", "service", h.req.Service, "reason", err.Error())
-			continue
-		}
-		if paged {
-			b.fence[h.key] = h.rv
-		}
-		restored++
-	}
-	log.Info("state rebuilt from Service status", "services", restored)
-	b.loaded = true
+	log.Info("state rebuilt from Service status", "services", len(stored)-len(refused))
 	return nil
-}
-
-// behind reports whether the cache's copy of a Service (nil: not in the cache) is older than
-// what the rebuild read of it: a decision from that copy could give away an address its stored
-// status lists. The cache catches up (a new leader's informers may have been cut off from an
-// apiserver that restarted, and resume only after their backoff), and its event brings the
-// Service back. Once the cache shows that version or a later one, the Service is no longer
-// fenced. A fenced Service missing from the cache may be gone: the caller asks the apiserver.
-func (b *book) behind(key string, cached *corev1.Service) bool {
-	rv, fenced := b.fence[key]
-	if !fenced {
-		return false
-	}
-	if cached == nil {
-		return true
-	}
-	// Versions that do not compare (an apiserver older than 1.35) cannot say: not fenced.
-	if c, err := resourceversion.CompareResourceVersion(rv, cached.ResourceVersion); err == nil && c > 0 {
-		return true
-	}
-	delete(b.fence, key)
-	return false
 }
 
 // eachService calls fn with every Service r lists, a page of servicesPage at a time when
@@ -223,10 +136,10 @@ const servicesPage = 500
 // cache. The lock is released however fn ends (guarded.Value.Do). When the pools changed, it
 // then retries the waiting Services and those whose pool changed, and refreshes every pool's
 // status.
-func (s *state) withLock(ctx context.Context, fn func(*book)) error {
+func (s *state) withLock(ctx context.Context, fn func(*decide.Book)) error {
 	var retry, pools []string
 	var err error
-	s.book.Do(func(b *book) {
+	s.book.Do(func(b *decide.Book) {
 		if err = s.load(ctx, b); err != nil {
 			return
 		}
@@ -237,7 +150,7 @@ func (s *state) withLock(ctx context.Context, fn func(*book)) error {
 		}
 		fn(b)
 		if changed {
-			retry, pools = append(moved, b.waitingServices()...), slices.Collect(maps.Keys(b.poolGen))
+			retry, pools = append(moved, b.WaitingServices()...), b.PoolNames()
 		}
 	})
 	if err != nil {
@@ -250,43 +163,13 @@ func (s *state) withLock(ctx context.Context, fn func(*book)) error {
 
 // syncPools gives the book's allocator the pools in the cache if they changed, and returns the
 // Services whose pool changed as a result.
-func (s *state) syncPools(ctx context.Context, b *book) (changed bool, moved []string, err error) {
+func (s *state) syncPools(ctx context.Context, b *decide.Book) (changed bool, moved []string, err error) {
 	var list porticov1.IPAddressPoolList
 	if err := s.reader.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil { // read only
 		return false, nil, err
 	}
-	gen := make(map[string]int64, len(list.Items))
-	for i := range list.Items {
-		gen[list.Items[i].Name] = list.Items[i].Generation
-	}
-	if b.poolGen != nil && maps.Equal(gen, b.poolGen) {
-		return false, nil, nil
-	}
-	b.poolGen = gen
-	pools := make([]allocator.Pool, 0, len(list.Items))
-	for i := range list.Items {
-		pools = append(pools, allocatorPool(&list.Items[i]))
-	}
-	return true, slices.DeleteFunc(b.alloc.SetPools(pools), isLeavingKey), nil
-}
-
-// allocatorPool is the allocator's view of a pool: its valid entries (the invalid ones are
-// named on the pool's Ready condition).
-func allocatorPool(p *porticov1.IPAddressPool) allocator.Pool {
-	ranges, _ := rules.PoolRanges(p)
-	ap := allocator.Pool{
-		Name:          p.Name,
-		Ranges:        ranges,
-		AutoAssign:    p.Spec.AutoAssign == nil || *p.Spec.AutoAssign,
-		AvoidBuggyIPs: p.Spec.AvoidBuggyIPs,
-
-		SharingAcrossNamespaces: p.Spec.AllowSharingAcrossNamespaces,
-	}
-	if sa := p.Spec.ServiceAllocation; sa != nil {
-		ap.HasServiceAllocation = true
-		ap.Priority = sa.Priority
-	}
-	return ap
+	changed, moved = b.SetPools(list.Items)
+	return changed, moved, nil
 }
 
 // request builds the allocator request for a Service, evaluating pools' serviceAllocation.
@@ -298,40 +181,17 @@ func (s *state) request(ctx context.Context, svc *corev1.Service) (allocator.Req
 	return s.requestFrom(ctx, svc, pools.Items)
 }
 
-// requestFrom builds the allocator request for a Service against the given pools.
+// requestFrom builds the allocator request for a Service against the given pools, reading its
+// namespace's labels when a pool selects by them.
 func (s *state) requestFrom(ctx context.Context, svc *corev1.Service, pools []porticov1.IPAddressPool) (allocator.Request, error) {
 	var nsLabels map[string]string
-	var selected []string
-	for i := range pools {
-		sa := pools[i].Spec.ServiceAllocation
-		if sa == nil {
-			continue
-		}
-		if nsLabels == nil && len(sa.NamespaceSelectors) > 0 {
-			var ns corev1.Namespace
-			if err := s.reader.Get(ctx, client.ObjectKey{Name: svc.Namespace}, &ns); err == nil {
-				nsLabels = ns.Labels
-			}
-		}
-		if selects(sa, svc, nsLabels) {
-			selected = append(selected, pools[i].Name)
+	if decide.NeedsNamespaceLabels(pools) {
+		var ns corev1.Namespace
+		if err := s.reader.Get(ctx, client.ObjectKey{Name: svc.Namespace}, &ns); err == nil {
+			nsLabels = ns.Labels
 		}
 	}
-	return buildRequest(svc, selected)
-}
-
-// poolsContaining names every pool that contains one of ips: each counts them, so each
-// one's status changes when they are taken or freed.
-func (b *book) poolsContaining(ips []netip.Addr) []string {
-	var names []string
-	for _, ip := range ips {
-		for _, n := range b.alloc.PoolsContaining(ip) {
-			if !slices.Contains(names, n) {
-				names = append(names, n)
-			}
-		}
-	}
-	return names
+	return decide.Request(svc, pools, nsLabels)
 }
 
 // retryServices asks for the named Services to be reconciled again. Never call it inside

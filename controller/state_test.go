@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/portico-lb/portico/controller/decide"
 )
 
 // emptyCluster is a cache with nothing in it: enough to load the allocator, which this test
@@ -27,10 +29,10 @@ func TestPanicReleasesTheLock(t *testing.T) {
 				t.Fatal("the panic did not reach the caller")
 			}
 		}()
-		_ = s.withLock(context.Background(), func(*book) { panic("a bug in a reconciler") })
+		_ = s.withLock(context.Background(), func(*decide.Book) { panic("a bug in a reconciler") })
 	}()
 	done := make(chan error, 1)
-	go func() { done <- s.withLock(context.Background(), func(*book) {}) }()
+	go func() { done <- s.withLock(context.Background(), func(*decide.Book) {}) }()
 	select {
 	case err := <-done:
 		if err != nil {

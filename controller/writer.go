@@ -2,23 +2,18 @@ package controller
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"hash/fnv"
 	"net/netip"
-	"slices"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/util/resourceversion"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
-	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
+	"github.com/portico-lb/portico/controller/decide"
 	"github.com/portico-lb/portico/internal/events"
 )
 
@@ -32,7 +27,10 @@ import (
 // ingress, IPAllocated and annotation; the health reconciler its conditions). Each write is
 // computed from a cached copy; when another part's write got there first (a conflict), the
 // lane re-applies this part's fields to the current object and writes again, so the parts
-// never overwrite each other and never wait for a reconcile to try again.
+// never overwrite each other and never wait for a reconcile to try again; but a part that sets
+// addresses is dropped, and its Service decided again, when the stored addresses changed
+// (decide.Writes.Rebase). What is decided without I/O (redundant writes, what may be stored,
+// the conflict rule) is decide.Writes; this file sends the requests.
 type statusWriter struct {
 	client client.Client
 	reader client.Reader // uncached: the current object after a conflict
@@ -41,21 +39,11 @@ type statusWriter struct {
 	// queueing them for lanes that no longer read.
 	stopped chan struct{}
 
-	mu       sync.Mutex
-	inflight map[string][]*writeJob // writes handed to a lane and not done yet, oldest first
-	written  map[string][]written   // our writes the cache may not show yet
-	failures map[string]int         // consecutive failures, for backoff
+	mu     sync.Mutex
+	writes *decide.Writes // under mu
 	// lull is quiet once no write has been pending for eventLull: events wait for it (the
 	// event sender), so they go after a burst of Services, not between its writes.
 	lull *events.Lull
-}
-
-// written is a write of ours that landed, or whose fate is unknown (a timeout, a cut
-// connection), until the cache holds a copy of the Service newer than the one it replaced.
-type written struct {
-	base   string       // the resourceVersion the write replaced
-	ips    []netip.Addr // the addresses it lists
-	landed bool         // false: it may or may not have been stored
 }
 
 // writePart is one reconciler's share of a Service's status.
@@ -65,22 +53,9 @@ type writePart struct {
 	retry chan<- event.GenericEvent // the reconciler's queue: the Service decides again after a failure
 }
 
-// addrs returns the addresses the part itself writes. Only those can reach the stored status
-// through its write: a part that leaves the ingress alone sends its copy's ingress under its
-// copy's resourceVersion, so it lands only where that is stored already.
-func (p writePart) addrs() []netip.Addr {
-	var probe corev1.Service
-	p.apply(&probe)
-	return porticov1.IngressAddrs(&probe)
-}
-
+// writeJob is a write handed to a lane, with the part that made it.
 type writeJob struct {
-	key string
-	// want is the whole wanted object, at the resourceVersion it was computed from. It never
-	// changes once submitted: submit compares new writes with it while a lane is sending the
-	// job, so the lane sends a copy (the answer is decoded into what was sent).
-	want *corev1.Service
-	ips  []netip.Addr // the addresses the part writes
+	*decide.Write
 	part writePart
 }
 
@@ -91,8 +66,7 @@ const (
 )
 
 func newStatusWriter(c client.Client, reader client.Reader) *statusWriter {
-	w := &statusWriter{client: c, reader: reader, stopped: make(chan struct{}),
-		inflight: map[string][]*writeJob{}, written: map[string][]written{}, failures: map[string]int{},
+	w := &statusWriter{client: c, reader: reader, stopped: make(chan struct{}), writes: decide.NewWrites(),
 		lull: events.NewLull(eventLull)}
 	for range writeLanes {
 		w.lanes = append(w.lanes, make(chan *writeJob, laneDepth))
@@ -122,28 +96,16 @@ func (w *statusWriter) Start(ctx context.Context) error {
 	return nil
 }
 
-// submit hands over a write unless it is redundant. cached is the object the decision was
-// made from; p.apply makes it what it should become.
+// submit hands over a write unless it is redundant (decide.Writes.Submit). cached is the object
+// the decision was made from; p.apply makes it what it should become.
 func (w *statusWriter) submit(key string, cached *corev1.Service, p writePart) {
-	want := cached.DeepCopy()
-	p.apply(want)
 	w.mu.Lock()
-	for _, wr := range w.unseen(key, cached) {
-		if wr.landed {
-			w.mu.Unlock()
-			return // our write has not reached the cache; its watch event brings us back
-		}
-	}
-	if js := w.inflight[key]; len(js) > 0 && sameWrite(js[len(js)-1].want, want) {
+	write := w.writes.Submit(key, cached, p.apply)
+	if write == nil {
 		w.mu.Unlock()
 		return
 	}
-	if sameWrite(cached, want) {
-		w.mu.Unlock()
-		return
-	}
-	job := &writeJob{key: key, want: want, ips: p.addrs(), part: p}
-	w.inflight[key] = append(w.inflight[key], job)
+	job := &writeJob{Write: write, part: p}
 	w.lull.Hold()
 	w.mu.Unlock()
 	h := fnv.New32a()
@@ -160,11 +122,7 @@ func (w *statusWriter) submit(key string, cached *corev1.Service, p writePart) {
 // done forgets a write handed over: it is no longer on its way. Call with mu held.
 func (w *statusWriter) done(job *writeJob) {
 	w.lull.Release()
-	if js := slices.DeleteFunc(w.inflight[job.key], func(j *writeJob) bool { return j == job }); len(js) > 0 {
-		w.inflight[job.key] = js
-	} else {
-		delete(w.inflight, job.key)
-	}
+	w.writes.Done(job.Write)
 }
 
 // quiet returns a channel that is closed once no status write has been pending for eventLull.
@@ -177,55 +135,12 @@ func (w *statusWriter) quiet() <-chan struct{} { return w.lull.Quiet() }
 // write means the burst is over; a lone Service's event follows its address by that much.
 const eventLull = 500 * time.Millisecond
 
-// unseen returns our writes to the Service that cached does not show, and forgets those it
-// does. Call with mu held.
-func (w *statusWriter) unseen(key string, cached *corev1.Service) []written {
-	ws := slices.DeleteFunc(w.written[key], func(wr written) bool { return newer(cached.ResourceVersion, wr.base) })
-	if len(ws) == 0 {
-		delete(w.written, key)
-		return nil
-	}
-	w.written[key] = ws
-	return ws
-}
-
 // mayList returns the addresses our writes may have put in the Service's stored status that
-// cached does not show: those of writes not done yet, and of writes the cache has not seen.
-// What a Service gives up stays held while any of them lists it (see holdLeaving): another
-// Service's write could otherwise land first, and both would list the address.
+// cached does not show (decide.Writes.MayList).
 func (w *statusWriter) mayList(key string, cached *corev1.Service) []netip.Addr {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	var ips []netip.Addr
-	for _, j := range w.inflight[key] {
-		ips = append(ips, j.ips...)
-	}
-	for _, wr := range w.unseen(key, cached) {
-		ips = append(ips, wr.ips...)
-	}
-	return ips
-}
-
-// newer reports whether resourceVersion a is later than b. Resource versions are comparable
-// since Kubernetes 1.35; if either is not, only an equal one counts as not newer.
-func newer(a, b string) bool {
-	c, err := resourceversion.CompareResourceVersion(a, b)
-	if err != nil {
-		return a != b
-	}
-	return c > 0
-}
-
-// mayHaveLanded reports whether a failed write may still have been stored: the apiserver
-// refused it if it answered with an error status, unless that is a timeout; a cut connection
-// leaves its fate unknown.
-func mayHaveLanded(err error) bool {
-	var status apierrors.APIStatus
-	return !errors.As(err, &status) || apierrors.IsTimeout(err) || apierrors.IsServerTimeout(err)
-}
-
-func sameWrite(a, b *corev1.Service) bool {
-	return equality.Semantic.DeepEqual(a.Status, b.Status) && equality.Semantic.DeepEqual(a.Annotations, b.Annotations)
+	return w.writes.MayList(key, cached)
 }
 
 // run is one lane; retries go to wg, so that Start waits for them too.
@@ -241,8 +156,8 @@ func (w *statusWriter) run(leading context.Context, lane chan *writeJob, wg *syn
 		if leading.Err() != nil {
 			return
 		}
-		base := job.want.ResourceVersion
-		sent := job.want.DeepCopy()
+		base := job.Want.ResourceVersion
+		sent := job.Want.DeepCopy()
 		// On kube-apiserver 1.37 a status update also stores metadata annotations: one request.
 		err := w.client.Status().Update(ctx, sent)
 		if apierrors.IsConflict(err) {
@@ -252,19 +167,10 @@ func (w *statusWriter) run(leading context.Context, lane chan *writeJob, wg *syn
 		// told of it); base is then empty too.
 		w.mu.Lock()
 		w.done(job)
-		if base != "" && (err == nil || mayHaveLanded(err)) {
-			w.written[job.key] = append(w.written[job.key], written{base: base, ips: job.ips, landed: err == nil})
-		}
-		var backoff time.Duration
-		if err == nil {
-			delete(w.failures, job.key)
-		} else {
-			w.failures[job.key]++
-			backoff = min(10*time.Millisecond<<min(w.failures[job.key], 10), 10*time.Second)
-		}
+		backoff := w.writes.Finished(job.Write, base, err)
 		w.mu.Unlock()
 		if err != nil {
-			logf.Log.WithName("status-writer").V(1).Info("status write failed; retrying", "service", job.key, "error", err.Error(), "after", backoff)
+			logf.Log.WithName("status-writer").V(1).Info("status write failed; retrying", "service", job.Key, "error", err.Error(), "after", backoff)
 			wg.Go(func() { retryAfter(leading, backoff, job) })
 			continue
 		}
@@ -286,31 +192,27 @@ func retryAfter(leading context.Context, backoff time.Duration, job *writeJob) {
 	case <-wait.C:
 	}
 	svc := &corev1.Service{}
-	svc.Namespace, svc.Name = job.want.Namespace, job.want.Name
+	svc.Namespace, svc.Name = job.Want.Namespace, job.Want.Name
 	select {
 	case job.part.retry <- event.GenericEvent{Object: svc}:
 	case <-leading.Done():
 	}
 }
 
-// rebase applies the job's part to the Service as the apiserver has it now, after another
-// part's write made the job's copy stale, and writes that (unless the fields are already
-// right). It returns what it sent (nil: nothing) and the resourceVersion that replaced. A
-// conflict may be the next leader's write: an old leader that knows it lost the lease does not
-// write over it.
+// rebase sends, after another write made the job's copy stale, what decide.Writes.Rebase makes
+// of it on the Service as the apiserver has it now (unless the fields are already right, or
+// the job must be decided again). It returns what it sent (nil: nothing) and the
+// resourceVersion that replaced. A conflict may be the next leader's write: an old leader that
+// knows it lost the lease does not write over it.
 func (w *statusWriter) rebase(leading context.Context, job *writeJob) (sent *corev1.Service, base string, err error) {
 	ctx := context.WithoutCancel(leading)
 	var cur corev1.Service
-	if err := w.reader.Get(ctx, client.ObjectKeyFromObject(job.want), &cur); err != nil {
+	if err := w.reader.Get(ctx, client.ObjectKeyFromObject(job.Want), &cur); err != nil {
 		return nil, "", err
 	}
-	if cur.UID != job.want.UID {
-		return nil, "", fmt.Errorf("service %s was recreated: deciding again", job.key)
-	}
-	sent = cur.DeepCopy()
-	job.part.apply(sent)
-	if sameWrite(&cur, sent) {
-		return nil, "", nil
+	sent, err = w.writes.Rebase(job.Write, &cur)
+	if sent == nil || err != nil {
+		return nil, "", err
 	}
 	if err := leading.Err(); err != nil {
 		return nil, "", err
@@ -321,7 +223,6 @@ func (w *statusWriter) rebase(leading context.Context, job *writeJob) (sent *cor
 // forget drops what is remembered about a deleted Service.
 func (w *statusWriter) forget(key string) {
 	w.mu.Lock()
-	delete(w.written, key)
-	delete(w.failures, key)
+	w.writes.Forget(key)
 	w.mu.Unlock()
 }

@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -27,8 +28,9 @@ func packages(t *testing.T, pattern, field string) map[string][]string {
 }
 
 // TestLayering: controller/ and speaker/ are siblings that never link each other's code, the
-// speaker does not link controller-runtime's client, the rules they share and the speaker's plan
-// do no I/O, and internal/ helpers do not import testing outside tests.
+// speaker does not link controller-runtime's client, the rules they share and the two pure cores
+// (controller/decide, speaker/plan) do no I/O, and internal/ helpers do not import testing
+// outside tests.
 func TestLayering(t *testing.T) {
 	forbid := func(pattern, field string, bad func(string) bool) {
 		for pkg, uses := range packages(t, pattern, field) {
@@ -53,51 +55,62 @@ func TestLayering(t *testing.T) {
 	// the demo that uses them does not link the testing package and its flags.
 	forbid("internal/...", "Imports", func(p string) bool { return p == "testing" })
 	ioFree := map[string]bool{"os": true, "os/exec": true, "net": true, "net/http": true, "io/fs": true, "syscall": true}
+	noIO := func(p string) bool {
+		return ioFree[p] || strings.HasPrefix(p, "k8s.io/client-go") || strings.HasPrefix(p, "sigs.k8s.io/controller-runtime")
+	}
 	forbid("rules/...", "Imports", func(p string) bool {
-		return ioFree[p] || strings.HasPrefix(p, "k8s.io/client-go") || strings.HasPrefix(p, "sigs.k8s.io/controller-runtime") ||
-			strings.HasPrefix(p, module) && !strings.HasPrefix(p, module+"api/") && !strings.HasPrefix(p, module+"rules")
+		return noIO(p) || strings.HasPrefix(p, module) && !strings.HasPrefix(p, module+"api/") && !strings.HasPrefix(p, module+"rules")
+	})
+	// The controller's decisions are pure: no I/O, no client, no speaker code, and of Portico
+	// only the API, the rules, the allocator and itself (its simulator, its test hook).
+	forbid("controller/decide/...", "Imports", func(p string) bool {
+		return noIO(p) || strings.HasPrefix(p, module) && !strings.HasPrefix(p, module+"api/") &&
+			!strings.HasPrefix(p, module+"rules") && !strings.HasPrefix(p, module+"controller/allocator") &&
+			!strings.HasPrefix(p, module+"controller/decide")
+	})
+	// Nor through what it imports (api/ registers its types with controller-runtime's scheme, a
+	// table with no I/O).
+	forbid("controller/decide/...", "Deps", func(p string) bool {
+		return strings.HasPrefix(p, "k8s.io/client-go") ||
+			strings.HasPrefix(p, "sigs.k8s.io/controller-runtime") && p != "sigs.k8s.io/controller-runtime/pkg/scheme" ||
+			strings.HasPrefix(p, module+"speaker")
 	})
 	// The speaker's plan is pure: its inputs are the cluster's objects and the live members, its
 	// output what the node announces. It opens no socket, calls no apiserver and links neither
 	// GoBGP nor mdlayher's packet code (speaker/bgp and speaker/l2 apply the plan); it may use
 	// speaker/bfd's Config, the settings a BFD session is asked for.
 	forbid("speaker/plan/...", "Imports", func(p string) bool {
-		return ioFree[p] || strings.HasPrefix(p, "k8s.io/client-go") || strings.HasPrefix(p, "sigs.k8s.io/controller-runtime") ||
-			strings.HasPrefix(p, module) && !strings.HasPrefix(p, module+"api/") && !strings.HasPrefix(p, module+"rules") &&
-				!strings.HasPrefix(p, module+"speaker/plan") && p != module+"speaker/bfd"
+		return noIO(p) || strings.HasPrefix(p, module) && !strings.HasPrefix(p, module+"api/") && !strings.HasPrefix(p, module+"rules") &&
+			!strings.HasPrefix(p, module+"speaker/plan") && p != module+"speaker/bfd"
 	})
 	forbid("speaker/plan", "Deps", func(p string) bool {
 		return strings.HasPrefix(p, "github.com/osrg/gobgp") || strings.HasPrefix(p, "github.com/mdlayher/") ||
 			strings.HasPrefix(p, "k8s.io/client-go") || strings.HasPrefix(p, module+"controller") ||
 			strings.HasPrefix(p, "sigs.k8s.io/controller-runtime") && p != "sigs.k8s.io/controller-runtime/pkg/scheme" // the API types' registration
 	})
-	// Nor does it read the wall clock: the time, where a decision needs it, is passed in.
-	for _, file := range sources(t, "speaker/plan") {
-		if strings.Contains(file.text, "time.Now(") {
-			t.Errorf("%s calls time.Now", file.name)
-		}
-	}
 }
 
-type source struct{ name, text string }
-
-// sources are the non-test Go files of the package at dir (relative to the module root).
-func sources(t *testing.T, dir string) []source {
-	t.Helper()
-	names, err := filepath.Glob(filepath.Join("..", dir, "*.go"))
-	if err != nil || len(names) == 0 {
-		t.Fatalf("no Go files in %s: %v", dir, err)
+// TestNoWallClock: the two pure cores take the time they decide at as an argument, so a
+// transcript or a simulation sets it; no non-test file of controller/decide or speaker/plan
+// reads the clock.
+func TestNoWallClock(t *testing.T) {
+	out, err := exec.Command("go", "list", "-f", "{{.Dir}}{{range .GoFiles}} {{.}}{{end}}", module+"controller/decide/...", module+"speaker/plan/...").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
 	}
-	var out []source
-	for _, name := range names {
-		if strings.HasSuffix(name, "_test.go") {
-			continue
+	clock := regexp.MustCompile(`\btime\.(Now|Since|Until|Sleep|After|AfterFunc|NewTimer|NewTicker|Tick)\(`)
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Fields(line)
+		for _, name := range f[1:] {
+			src, err := os.ReadFile(filepath.Join(f[0], name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, l := range strings.Split(string(src), "\n") {
+				if clock.MatchString(l) {
+					t.Errorf("%s:%d reads the wall clock: %s", filepath.Join(f[0], name), i+1, strings.TrimSpace(l))
+				}
+			}
 		}
-		b, err := os.ReadFile(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, source{name, string(b)})
 	}
-	return out
 }

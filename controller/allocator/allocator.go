@@ -50,6 +50,15 @@ func (a *Allocator) Assignment(service string) (Assignment, bool) {
 	return Assignment{IPs: slices.Clone(asg.ips), Pool: asg.pool}, true
 }
 
+// Held returns the request a Service's addresses were given or restored for.
+func (a *Allocator) Held(service string) (Request, bool) {
+	asg, ok := a.services[service]
+	if !ok {
+		return Request{}, false
+	}
+	return asg.req, true
+}
+
 func (a *Allocator) current(service string) Assignment {
 	asg, _ := a.Assignment(service)
 	return asg

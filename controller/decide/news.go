@@ -1,4 +1,4 @@
-package controller
+package decide
 
 import (
 	"sync"
@@ -14,10 +14,10 @@ import (
 // once; the event, which `kubectl get events` and alerting read, only if it lasts.
 const defaultNewsAfter = 30 * time.Second
 
-// newsDesk decides which health conditions deserve an event: a problem (False, per reason)
+// NewsDesk decides which health conditions deserve an event: a problem (False, per reason)
 // once it has lasted `after`, once; the end of a problem only if it was told (or an earlier
 // reason of the same False was: whoever read that warning learns that it is over).
-type newsDesk struct {
+type NewsDesk struct {
 	after   time.Duration
 	started time.Time // a problem due before this was told by the leader before this one
 
@@ -33,18 +33,18 @@ type problem struct {
 	owed   bool // an earlier reason of the same False was told: its end is news
 }
 
-// newNewsDesk makes a desk; started may be zero, and is then set by the first review (a
+// NewNewsDesk makes a desk; started may be zero, and is then set by the first review (a
 // leader's reconcilers start when it is elected, and review first then).
-func newNewsDesk(after time.Duration, started time.Time) *newsDesk {
+func NewNewsDesk(after time.Duration, started time.Time) *NewsDesk {
 	if after <= 0 {
 		after = defaultNewsAfter
 	}
-	return &newsDesk{after: after, started: started, problems: map[string]map[string]problem{}}
+	return &NewsDesk{after: after, started: started, problems: map[string]map[string]problem{}}
 }
 
-// review looks at the Service's stored conditions of the given types at time now: those to
+// Review looks at the Service's stored conditions of the given types at time now: those to
 // tell now, and how long until a problem becomes news (0: none is waiting).
-func (d *newsDesk) review(key string, stored []metav1.Condition, types []string, now time.Time) (tell []metav1.Condition, again time.Duration) {
+func (d *NewsDesk) Review(key string, stored []metav1.Condition, types []string, now time.Time) (tell []metav1.Condition, again time.Duration) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.started.IsZero() {
@@ -96,8 +96,8 @@ func (d *newsDesk) review(key string, stored []metav1.Condition, types []string,
 	return tell, again
 }
 
-// forget drops what is remembered about a deleted Service.
-func (d *newsDesk) forget(key string) {
+// Forget drops what is remembered about a deleted Service.
+func (d *NewsDesk) Forget(key string) {
 	d.mu.Lock()
 	delete(d.problems, key)
 	d.mu.Unlock()

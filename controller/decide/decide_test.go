@@ -1,4 +1,4 @@
-package controller
+package decide
 
 import (
 	"fmt"
@@ -42,9 +42,9 @@ import (
 //	pools                               every pool's counts and its Exhausted and OrphanedIPs
 func TestDecideTranscripts(t *testing.T) {
 	datadriven.Walk(t, "testdata/decide", func(t *testing.T, path string) {
-		w := &world{book: newBook(), svcs: map[string]*corev1.Service{},
+		w := &world{book: NewBook(), svcs: map[string]*corev1.Service{},
 			now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-		w.desk = newNewsDesk(0, w.now)
+		w.desk = NewNewsDesk(0, w.now)
 		datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
 			var b strings.Builder
 			w.out = &b
@@ -59,11 +59,11 @@ func TestDecideTranscripts(t *testing.T) {
 
 // world is the cluster a transcript tells of, as the controller reads it.
 type world struct {
-	book  book
+	book  *Book
 	svcs  map[string]*corev1.Service // as stored
 	pools []porticov1.IPAddressPool
-	facts healthFacts
-	desk  *newsDesk
+	facts HealthFacts
+	desk  *NewsDesk
 	now   time.Time
 	out   *strings.Builder
 }
@@ -96,7 +96,7 @@ func (w *world) run(t *testing.T, d *datadriven.TestData) {
 		w.facts.Pools = w.pools
 		var aps []allocator.Pool
 		for i := range w.pools {
-			aps = append(aps, allocatorPool(&w.pools[i]))
+			aps = append(aps, AllocatorPool(&w.pools[i]))
 		}
 		for _, moved := range w.book.alloc.SetPools(aps) {
 			fmt.Fprintf(w.out, "moved %s\n", moved)
@@ -146,7 +146,7 @@ func (w *world) run(t *testing.T, d *datadriven.TestData) {
 			return
 		}
 		delete(w.svcs, key)
-		w.print(nil, decide(&w.book, seen{key: key}))
+		w.print(nil, Service(w.book, Seen{Key: key}))
 	case "endpoints":
 		name := d.CmdArgs[0].Key
 		var ready, notReady int
@@ -160,10 +160,10 @@ func (w *world) run(t *testing.T, d *datadriven.TestData) {
 		}
 		w.facts.EndpointSlices = append(slices.DeleteFunc(w.facts.EndpointSlices, func(o discoveryv1.EndpointSlice) bool { return o.Name == s.Name }), s)
 	case "pods":
-		w.facts.pods = nil
+		w.facts.Pods = nil
 		for _, a := range d.CmdArgs {
 			k, v, _ := strings.Cut(a.String(), "=")
-			w.facts.pods = append(w.facts.pods, map[string]string{k: v})
+			w.facts.Pods = append(w.facts.Pods, map[string]string{k: v})
 		}
 	case "node":
 		for _, name := range names() {
@@ -182,7 +182,7 @@ func (w *world) run(t *testing.T, d *datadriven.TestData) {
 		w.speaker(d.CmdArgs[0].Key, arg("mac"), arg("announces"), arg("heard"))
 	case "health":
 		svc := w.svcs["default/"+d.CmdArgs[0].Key]
-		rd, again := decideHealth(svc, w.facts, w.desk, w.now)
+		rd, again := Health(svc, w.facts, w.desk, w.now)
 		w.print(svc, rd)
 		if again > 0 {
 			fmt.Fprintf(w.out, "look again in %s\n", again)
@@ -195,9 +195,9 @@ func (w *world) run(t *testing.T, d *datadriven.TestData) {
 		w.now = w.now.Add(dur)
 	case "pools":
 		for _, p := range w.pools {
-			f := w.book.facts(p.Name)
-			fmt.Fprintf(w.out, "%s: %d assigned, %d waiting\n", p.Name, f.stats.Assigned[0]+f.stats.Assigned[1], f.waiting)
-			for _, c := range []metav1.Condition{exhaustedCondition(f), orphanCondition(f)} {
+			f := w.book.PoolFacts(p.Name)
+			fmt.Fprintf(w.out, "%s: %d assigned, %d waiting\n", p.Name, f.Stats.Assigned[0]+f.Stats.Assigned[1], f.Waiting)
+			for _, c := range []metav1.Condition{ExhaustedCondition(f), OrphanCondition(f)} {
 				fmt.Fprintf(w.out, "  %s=%s %s: %s\n", c.Type, c.Status, c.Reason, c.Message)
 			}
 		}
@@ -209,10 +209,10 @@ func (w *world) run(t *testing.T, d *datadriven.TestData) {
 // decide runs the Service reconcile's decision on what the world holds, and stores its write.
 // writing names an address a write of ours still on its way lists (statusWriter.mayList).
 func (w *world) decide(t *testing.T, svc *corev1.Service, brief bool, writing string) {
-	in := seen{key: svc.Namespace + "/" + svc.Name, svc: svc.DeepCopy(), listed: porticov1.IngressAddrs(svc),
-		ours: rules.Handles(svc, porticov1.DefaultLoadBalancerClass, true)}
+	in := Seen{Key: svc.Namespace + "/" + svc.Name, Svc: svc.DeepCopy(), Listed: porticov1.IngressAddrs(svc),
+		Ours: rules.Handles(svc, porticov1.DefaultLoadBalancerClass, true)}
 	if writing != "" {
-		in.listed = append(in.listed, netip.MustParseAddr(writing))
+		in.Listed = append(in.Listed, netip.MustParseAddr(writing))
 	}
 	var selected []string
 	for i := range w.pools {
@@ -220,13 +220,13 @@ func (w *world) decide(t *testing.T, svc *corev1.Service, brief bool, writing st
 			selected = append(selected, w.pools[i].Name)
 		}
 	}
-	in.req, in.reqErr = buildRequest(svc, selected)
+	in.Req, in.ReqErr = buildRequest(svc, selected)
 	if !slices.ContainsFunc(svc.Status.Conditions, func(c metav1.Condition) bool { return c.Type == porticov1.ConditionEndpointsReady }) {
-		in.health = &w.facts
+		in.Health = &w.facts
 	}
-	rd := decide(&w.book, in)
-	if brief && in.ours {
-		fmt.Fprintf(w.out, "%s: %s\n", svc.Name, condLine(rd.conditions[0]))
+	rd := Service(w.book, in)
+	if brief && in.Ours {
+		fmt.Fprintf(w.out, "%s: %s\n", svc.Name, condLine(rd.Conditions[0]))
 		w.store(svc, rd)
 		return
 	}
@@ -234,10 +234,10 @@ func (w *world) decide(t *testing.T, svc *corev1.Service, brief bool, writing st
 }
 
 // print tells a decision for the stored Service, and stores its write.
-func (w *world) print(svc *corev1.Service, rd ready) {
+func (w *world) print(svc *corev1.Service, rd Ready) {
 	want := svc.DeepCopy()
 	if svc != nil {
-		rd.apply(want)
+		rd.Apply(want)
 	}
 	switch {
 	case svc == nil:
@@ -250,25 +250,25 @@ func (w *world) print(svc *corev1.Service, rd ready) {
 		}
 		fallthrough
 	default:
-		for _, c := range rd.conditions {
+		for _, c := range rd.Conditions {
 			fmt.Fprintln(w.out, condLine(c))
 		}
-		for _, t := range rd.remove {
+		for _, t := range rd.Remove {
 			fmt.Fprintf(w.out, "remove %s\n", strings.TrimPrefix(t, "portico.dev/"))
 		}
 		if rd.dropPool {
 			fmt.Fprintln(w.out, "remove annotation allocated-from-pool")
 		}
 	}
-	for _, c := range rd.tell {
-		n := eventOf(c)
-		fmt.Fprintf(w.out, "event %s %s: %s\n", n.eventType, n.reason, n.note)
+	for _, c := range rd.Tell {
+		n := EventOf(c)
+		fmt.Fprintf(w.out, "event %s %s: %s\n", n.Type, n.Reason, n.Note)
 	}
-	if pools := slices.Compact(slices.Sorted(slices.Values(rd.pools))); len(pools) > 0 {
+	if pools := slices.Compact(slices.Sorted(slices.Values(rd.Pools))); len(pools) > 0 {
 		fmt.Fprintf(w.out, "pools %s\n", strings.Join(pools, ","))
 	}
-	if len(rd.retry) > 0 {
-		fmt.Fprintf(w.out, "retry %s\n", strings.Join(rd.retry, ","))
+	if len(rd.Retry) > 0 {
+		fmt.Fprintf(w.out, "retry %s\n", strings.Join(rd.Retry, ","))
 	}
 	if svc != nil {
 		w.store(svc, rd)
@@ -276,11 +276,11 @@ func (w *world) print(svc *corev1.Service, rd ready) {
 }
 
 // store applies a decision to the stored Service, as its write would, at the world's time.
-func (w *world) store(svc *corev1.Service, rd ready) {
-	for i := range rd.conditions {
-		rd.conditions[i].LastTransitionTime = metav1.NewTime(w.now)
+func (w *world) store(svc *corev1.Service, rd Ready) {
+	for i := range rd.Conditions {
+		rd.Conditions[i].LastTransitionTime = metav1.NewTime(w.now)
 	}
-	rd.apply(svc)
+	rd.Apply(svc)
 }
 
 func condLine(c metav1.Condition) string {
@@ -306,12 +306,12 @@ func (w *world) speaker(node, mac, announces, heard string) {
 		}
 	}
 	byName := map[string]porticov1.Speaker{}
-	for _, o := range w.facts.speakers {
+	for _, o := range w.facts.Speakers {
 		byName[o.Name] = o
 	}
 	byName[node] = s
-	w.facts.speakers = nil
+	w.facts.Speakers = nil
 	for _, n := range slices.Sorted(maps.Keys(byName)) {
-		w.facts.speakers = append(w.facts.speakers, byName[n])
+		w.facts.Speakers = append(w.facts.Speakers, byName[n])
 	}
 }

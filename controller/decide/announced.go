@@ -1,4 +1,4 @@
-package controller
+package decide
 
 import (
 	"fmt"
@@ -16,7 +16,7 @@ import (
 // announcedCondition is the Service's Announced condition, its one owner: who announces each
 // address, from the speakers' reports, or why nobody does, from the same rules the speakers
 // apply.
-func announcedCondition(svc *corev1.Service, f healthFacts) metav1.Condition {
+func announcedCondition(svc *corev1.Service, f HealthFacts) metav1.Condition {
 	c := metav1.Condition{Type: porticov1.ConditionAnnounced, ObservedGeneration: svc.Generation}
 	ips := porticov1.IngressAddrs(svc)
 	if len(ips) == 0 {
@@ -27,7 +27,7 @@ func announcedCondition(svc *corev1.Service, f healthFacts) metav1.Condition {
 	var said []string
 	var l2, bgp bool
 	for _, ip := range ips {
-		msg, proto := announcers(key, ip, f.speakers)
+		msg, proto := announcers(key, ip, f.Speakers)
 		if msg != "" {
 			said = append(said, msg)
 			l2 = l2 || proto == porticov1.ProtocolL2
@@ -103,9 +103,9 @@ func announcers(key string, ip netip.Addr, speakers []porticov1.Speaker) (string
 // notAnnounced says why nobody announces ip, by the L2 rules every speaker runs
 // (rules.L2EligibilityOf; a node runs a speaker when it has a Speaker object) and the
 // BGPAdvertisements.
-func notAnnounced(svc *corev1.Service, ip netip.Addr, f healthFacts) (metav1.ConditionStatus, string, string) {
+func notAnnounced(svc *corev1.Service, ip netip.Addr, f HealthFacts) (metav1.ConditionStatus, string, string) {
 	running := map[string]bool{}
-	for _, s := range f.speakers {
+	for _, s := range f.Speakers {
 		running[s.Name] = true
 	}
 	e := rules.L2EligibilityOf(f.Cluster, svc, ip, func(node string) bool { return running[node] })
@@ -114,7 +114,7 @@ func notAnnounced(svc *corev1.Service, ip netip.Addr, f healthFacts) (metav1.Con
 		// Orphaned (its pool shrank or went): advertisements select pools, so no speaker
 		// announces it, however many run, while IPAllocated stays True.
 		return metav1.ConditionFalse, porticov1.ReasonOrphanedIP, fmt.Sprintf("%s is outside every IPAddressPool; no advertisement covers it, so no node announces it: restore the pool or move the Service", ip)
-	case len(f.speakers) == 0:
+	case len(f.Speakers) == 0:
 		return metav1.ConditionFalse, porticov1.ReasonNoSpeakers, "no speaker has reported (no Speaker objects): is the portico-speaker DaemonSet running?"
 	case !e.Advertised && bgpAdvertised(svc, e.Pool, f):
 		return metav1.ConditionUnknown, porticov1.ReasonAnnouncePending, fmt.Sprintf("a BGPAdvertisement selects pool %s; no speaker reports advertising %s yet", e.Pool, ip)
@@ -138,10 +138,10 @@ func sameAddr(s string, ip netip.Addr) bool {
 // bgpAdvertised reports whether a BGPAdvertisement selects the pool for the Service.
 // Extension point: BGP's own "why not" (no session Established, peers' nodeSelectors)
 // belongs here once speakers report BGP sessions.
-func bgpAdvertised(svc *corev1.Service, pool string, f healthFacts) bool {
+func bgpAdvertised(svc *corev1.Service, pool string, f HealthFacts) bool {
 	for i := range f.Pools {
 		if f.Pools[i].Name == pool {
-			return rules.Selectors(nil).BGPAdvertised(f.bgpAds, &f.Pools[i], svc)
+			return rules.Selectors(nil).BGPAdvertised(f.BGPAdvertisements, &f.Pools[i], svc)
 		}
 	}
 	return false

@@ -1,4 +1,4 @@
-package controller
+package decide
 
 import (
 	"fmt"
@@ -15,7 +15,7 @@ import (
 // its addresses stay taken, since its status still lists them and kube-proxy and the speakers
 // go on using them, until the object is gone; it gets nothing new. listed is every address
 // its stored status may list (ServiceReconciler.mayList).
-func keep(b *book, key string, listed []netip.Addr) outcome {
+func keep(b *Book, key string, listed []netip.Addr) outcome {
 	var o outcome
 	o.asg, _ = b.alloc.Assignment(key)
 	// No longer waiting: the pools it waited on count one Service fewer.

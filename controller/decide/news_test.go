@@ -1,4 +1,4 @@
-package controller
+package decide
 
 import (
 	"fmt"
@@ -32,7 +32,7 @@ func TestNewsTranscripts(t *testing.T) {
 			}
 			return epoch.Add(dur)
 		}
-		var desk *newsDesk
+		var desk *NewsDesk
 		var stored []metav1.Condition
 		var types []string
 		datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
@@ -42,7 +42,7 @@ func TestNewsTranscripts(t *testing.T) {
 				if d.HasArg("after") {
 					after = at(d, "after").Sub(epoch)
 				}
-				desk = newNewsDesk(after, at(d, "at"))
+				desk = NewNewsDesk(after, at(d, "at"))
 				return fmt.Sprintf("news after %s\n", desk.after)
 			case "stored":
 				typ, status := d.CmdArgs[0].Key, d.CmdArgs[0].Vals[0]
@@ -58,7 +58,7 @@ func TestNewsTranscripts(t *testing.T) {
 				return "ok\n"
 			case "review":
 				now := at(d, "at")
-				tell, again := desk.review("ns/web", stored, types, now)
+				tell, again := desk.Review("ns/web", stored, types, now)
 				var b strings.Builder
 				for _, c := range tell {
 					fmt.Fprintf(&b, "tell %s=%s %s\n", c.Type, c.Status, c.Reason)
@@ -71,7 +71,7 @@ func TestNewsTranscripts(t *testing.T) {
 				}
 				return b.String()
 			case "forget":
-				desk.forget("ns/web")
+				desk.Forget("ns/web")
 				return "ok\n"
 			}
 			t.Fatalf("%s: unknown command %q", d.Pos, d.Cmd)

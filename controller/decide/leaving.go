@@ -1,4 +1,4 @@
-package controller
+package decide
 
 import (
 	"net/netip"
@@ -21,29 +21,48 @@ const leavingSuffix = " (until its status no longer lists it)"
 // isLeavingKey reports whether an allocator key is a leavingKey, not a Service.
 func isLeavingKey(key string) bool { return strings.HasSuffix(key, leavingSuffix) }
 
+// leaving is what leavingKey(key) held, and the request the Service's addresses were given for:
+// an address it shared is held again under the same sharing key, beside the Services it shares
+// it with.
+type leaving struct {
+	ips []netip.Addr
+	req allocator.Request
+}
+
 // dropLeaving lets go of what leavingKey(key) holds, and returns it.
-func (b *book) dropLeaving(key string) []netip.Addr {
+func (b *Book) dropLeaving(key string) leaving {
+	var l leaving
+	if req, ok := b.alloc.Held(leavingKey(key)); ok {
+		l.req = req
+	}
+	if req, ok := b.alloc.Held(key); ok {
+		l.req = req
+	}
 	was, _ := b.alloc.Assignment(leavingKey(key))
 	b.alloc.Release(leavingKey(key))
-	return was.IPs
+	l.ips = was.IPs
+	return l
 }
 
 // holdLeaving holds, under leavingKey, what the Service's stored status may list (listed) that it
-// no longer holds (holds), as far as nobody else holds it. was is what dropLeaving returned;
-// it returns the pools of those of them no longer held, now free.
-func (b *book) holdLeaving(key string, was, listed, holds []netip.Addr) (freedIn []string) {
+// no longer holds (holds), as far as nobody else may take it. was is what dropLeaving returned;
+// it returns the pools of those of them no longer held, now free. An address the Service shared
+// is held under its sharing key: were it not held, it would become free once the last Service
+// sharing it let go, while this one's status may still list it.
+func (b *Book) holdLeaving(key string, was leaving, listed, holds []netip.Addr) (freedIn []string) {
+	hold := allocator.Request{Service: leavingKey(key), SharingKey: was.req.SharingKey, Local: was.req.Local, Selector: was.req.Selector}
 	var kept []netip.Addr
 	for _, ip := range listed {
-		if slices.Contains(holds, ip) {
+		if slices.Contains(holds, ip) || slices.Contains(kept, ip) { // two writes may list it
 			continue
 		}
-		// Exclusive: fails when another Service holds ip, which then is not free anyway.
-		if _, err := b.alloc.Restore(allocator.Request{Service: leavingKey(key)}, append(slices.Clone(kept), ip)); err == nil {
+		// Fails when another Service holds ip and may not share it, which then is not free anyway.
+		if _, err := b.alloc.Restore(hold, append(slices.Clone(kept), ip)); err == nil {
 			kept = append(kept, ip)
 		}
 	}
 	var letGo []netip.Addr
-	for _, ip := range was {
+	for _, ip := range was.ips {
 		if !slices.Contains(kept, ip) && !slices.Contains(holds, ip) {
 			letGo = append(letGo, ip)
 		}

@@ -1,4 +1,4 @@
-package controller
+package decide
 
 import (
 	"fmt"
@@ -26,6 +26,30 @@ func annotation(svc *corev1.Service, portico string, metallb []string) (name, va
 		}
 	}
 	return "", "", false
+}
+
+// Request builds the allocator request for a Service against the given pools, evaluating
+// their serviceAllocation; nsLabels are its namespace's labels (read only when a pool has
+// namespaceSelectors: NeedsNamespaceLabels). A malformed annotation is an error; the request
+// returned with it still names the Service and its ports, so held addresses can be kept.
+func Request(svc *corev1.Service, pools []porticov1.IPAddressPool, nsLabels map[string]string) (allocator.Request, error) {
+	var selected []string
+	for i := range pools {
+		if sa := pools[i].Spec.ServiceAllocation; sa != nil && selects(sa, svc, nsLabels) {
+			selected = append(selected, pools[i].Name)
+		}
+	}
+	return buildRequest(svc, selected)
+}
+
+// NeedsNamespaceLabels reports whether a pool selects Services by their namespace's labels.
+func NeedsNamespaceLabels(pools []porticov1.IPAddressPool) bool {
+	for i := range pools {
+		if sa := pools[i].Spec.ServiceAllocation; sa != nil && len(sa.NamespaceSelectors) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // buildRequest turns a Service into an allocator request. selected names the pools whose

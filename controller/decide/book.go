@@ -1,0 +1,209 @@
+package decide
+
+import (
+	"cmp"
+	"maps"
+	"net/netip"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/resourceversion"
+
+	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
+	"github.com/portico-lb/portico/controller/allocator"
+	"github.com/portico-lb/portico/rules"
+)
+
+// Book is the allocator, what it was fed and what the decisions made with it. It is not safe
+// for concurrent use: the controller holds it behind a lock.
+type Book struct {
+	alloc    *allocator.Allocator
+	loaded   bool
+	poolGen  map[string]int64     // pool → generation the allocator was given
+	waiting  map[string]waiter    // Services without the address they want
+	orphanOf map[string]string    // Service → pool it got an address from that no longer holds it
+	uid      map[string]types.UID // Service → the object its addresses were decided for
+	// fence is, after a rebuild from the apiserver, the resourceVersion it read of each Service
+	// it restored addresses for, until the cache shows that version or a later one (Behind).
+	fence map[string]string
+}
+
+// NewBook is an empty book: no pool, no Service, not yet rebuilt.
+func NewBook() *Book {
+	return &Book{alloc: allocator.New(), waiting: map[string]waiter{}, orphanOf: map[string]string{}, uid: map[string]types.UID{}}
+}
+
+// waiter is a Service waiting for an address.
+type waiter struct {
+	since time.Time // the Service's creation: the oldest waiter is retried first
+	pools []string  // pools it could get one from
+}
+
+// WaitingServices lists the Services waiting for an address, oldest first.
+func (b *Book) WaitingServices() []string {
+	names := slices.Collect(maps.Keys(b.waiting))
+	slices.SortFunc(names, func(x, y string) int {
+		return cmp.Or(b.waiting[x].since.Compare(b.waiting[y].since), cmp.Compare(x, y))
+	})
+	return names
+}
+
+// SetPools gives the allocator the pools if their generations changed, and returns whether
+// they did and the Services whose pool changed as a result.
+func (b *Book) SetPools(pools []porticov1.IPAddressPool) (changed bool, moved []string) {
+	gen := make(map[string]int64, len(pools))
+	for i := range pools {
+		gen[pools[i].Name] = pools[i].Generation
+	}
+	if b.poolGen != nil && maps.Equal(gen, b.poolGen) {
+		return false, nil
+	}
+	b.poolGen = gen
+	aps := make([]allocator.Pool, 0, len(pools))
+	for i := range pools {
+		aps = append(aps, AllocatorPool(&pools[i]))
+	}
+	return true, slices.DeleteFunc(b.alloc.SetPools(aps), isLeavingKey)
+}
+
+// PoolNames names the pools the allocator was last given.
+func (b *Book) PoolNames() []string { return slices.Sorted(maps.Keys(b.poolGen)) }
+
+// AllocatorPool is the allocator's view of a pool: its valid entries (the invalid ones are
+// named on the pool's Ready condition).
+func AllocatorPool(p *porticov1.IPAddressPool) allocator.Pool {
+	ranges, _ := rules.PoolRanges(p)
+	ap := allocator.Pool{
+		Name:          p.Name,
+		Ranges:        ranges,
+		AutoAssign:    p.Spec.AutoAssign == nil || *p.Spec.AutoAssign,
+		AvoidBuggyIPs: p.Spec.AvoidBuggyIPs,
+
+		SharingAcrossNamespaces: p.Spec.AllowSharingAcrossNamespaces,
+	}
+	if sa := p.Spec.ServiceAllocation; sa != nil {
+		ap.HasServiceAllocation = true
+		ap.Priority = sa.Priority
+	}
+	return ap
+}
+
+// SetInUse tells the allocator the addresses foreign hosts answer for: it hands none of them
+// out. changed says whether the set changed, released whether an address came free.
+func (b *Book) SetInUse(ips []netip.Addr) (changed, released bool) {
+	before := b.alloc.InUse()
+	released = b.alloc.SetInUse(ips)
+	return !slices.Equal(before, b.alloc.InUse()), released
+}
+
+// PoolsContaining names every pool that contains ip.
+func (b *Book) PoolsContaining(ip netip.Addr) []string { return b.alloc.PoolsContaining(ip) }
+
+// poolsContaining names every pool that contains one of ips: each counts them, so each
+// one's status changes when they are taken or freed.
+func (b *Book) poolsContaining(ips []netip.Addr) []string {
+	var names []string
+	for _, ip := range ips {
+		for _, n := range b.alloc.PoolsContaining(ip) {
+			if !slices.Contains(names, n) {
+				names = append(names, n)
+			}
+		}
+	}
+	return names
+}
+
+// Stored is what a rebuild keeps of a Service whose stored status lists addresses.
+type Stored struct {
+	Created         time.Time
+	Key             string
+	UID             types.UID
+	ResourceVersion string
+	Request         allocator.Request
+	IPs             []netip.Addr
+}
+
+// Refused is a stored address a rebuild did not restore, and why.
+type Refused struct {
+	Service string
+	Reason  error
+}
+
+// Loaded reports whether the book was rebuilt from the stored status (Rebuild).
+func (b *Book) Loaded() bool { return b.loaded }
+
+// Rebuild restores what the Services' stored status lists, once, before anything new is
+// allocated: addresses never move across restarts. The pools are set first (SetPools). With
+// fence, each restored Service is fenced at the resourceVersion read (Behind).
+func (b *Book) Rebuild(stored []Stored, fence bool) []Refused {
+	// Oldest first: if two Services claim one address, the older keeps it.
+	stored = slices.Clone(stored)
+	slices.SortFunc(stored, func(a, b Stored) int { return cmp.Or(a.Created.Compare(b.Created), cmp.Compare(a.Key, b.Key)) })
+	// Services whose status still meets their spec go first: one edited after its status was
+	// written (moved to another pool, say) may still list an address that was freed and given
+	// to another Service, whose write landed first (status writes go out in parallel) before
+	// the old leader died. The edited one is moving anyway; the other must keep its address.
+	var fit, stale []Stored
+	for _, s := range stored {
+		if b.alloc.Satisfies(s.Request, s.IPs) {
+			fit = append(fit, s)
+		} else {
+			stale = append(stale, s)
+		}
+	}
+	if fence {
+		b.fence = map[string]string{}
+	}
+	var refused []Refused
+	for _, s := range append(fit, stale...) {
+		if _, err := b.alloc.Restore(s.Request, s.IPs); err != nil {
+			refused = append(refused, Refused{s.Request.Service, err})
+			continue
+		}
+		b.uid[s.Key] = s.UID
+		if fence {
+			b.fence[s.Key] = s.ResourceVersion
+		}
+	}
+	b.loaded = true
+	return refused
+}
+
+// Behind reports whether the cache's copy of a Service (nil: not in the cache) is older than
+// what the rebuild read of it: a decision from that copy could give away an address its stored
+// status lists. The cache catches up (a new leader's informers may have been cut off from an
+// apiserver that restarted, and resume only after their backoff), and its event brings the
+// Service back. Once the cache shows that version or a later one, the Service is no longer
+// fenced. A fenced Service missing from the cache may be gone: the caller asks the apiserver,
+// and Unfences it if so.
+func (b *Book) Behind(key string, cached *corev1.Service) bool {
+	rv, fenced := b.fence[key]
+	if !fenced {
+		return false
+	}
+	if cached == nil {
+		return true
+	}
+	// Versions that do not compare (an apiserver older than 1.35) cannot say: not fenced.
+	if c, err := resourceversion.CompareResourceVersion(rv, cached.ResourceVersion); err == nil && c > 0 {
+		return true
+	}
+	delete(b.fence, key)
+	return false
+}
+
+// replaced reports whether key's addresses were decided for another object than uid (one
+// deleted, and created again under its name). An unknown uid cannot say: not replaced.
+func (b *Book) replaced(key string, uid types.UID) bool {
+	old, ok := b.uid[key]
+	return ok && old != "" && uid != "" && old != uid
+}
+
+// Unfence decides the Service from the cache again: it is gone from the apiserver.
+func (b *Book) Unfence(key string) { delete(b.fence, key) }
+
+// Allocator is the book's allocator, for a what-if on a book of its own (PreviewPools):
+// decisions step the book through Service, which keeps the rest of it in step.
+func (b *Book) Allocator() *allocator.Allocator { return b.alloc }

@@ -1,0 +1,81 @@
+package decide
+
+import (
+	"fmt"
+	"math/big"
+	"net/netip"
+	"slices"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
+	"github.com/portico-lb/portico/controller/allocator"
+)
+
+// PoolFacts is what the book knows of one pool.
+type PoolFacts struct {
+	Stats   allocator.Stats
+	Waiting int32
+	Orphans []string
+	Next    []netip.Addr
+	// InUse is the pool's addresses foreign hosts answer for: the caller fills it from the
+	// Speakers' findings.
+	InUse []porticov1.AddressInUse
+	// Probes says whether the pool's addresses are probed for conflicts (spec.conflictProbing),
+	// and Proxies lists the MACs taken for proxy ARP/NDP answerers; the caller fills both.
+	Probes  bool
+	Proxies []porticov1.ProxyAnswerer
+}
+
+// nextPerFamily is how many of each family's next addresses a pool's status lists.
+const nextPerFamily = 4
+
+// PoolFacts is what the book knows of the named pool.
+func (b *Book) PoolFacts(pool string) PoolFacts {
+	f := PoolFacts{}
+	f.Stats, _ = b.alloc.Stats(pool)
+	for _, w := range b.waiting {
+		if slices.Contains(w.pools, pool) {
+			f.Waiting++
+		}
+	}
+	for svc, p := range b.orphanOf {
+		if p == pool {
+			f.Orphans = append(f.Orphans, svc)
+		}
+	}
+	slices.Sort(f.Orphans)
+	f.Next = b.alloc.NextAddresses(pool, nextPerFamily)
+	return f
+}
+
+// ExhaustedCondition is the pool's Exhausted condition.
+func ExhaustedCondition(f PoolFacts) metav1.Condition {
+	c := metav1.Condition{Type: porticov1.ConditionExhausted}
+	if f.Stats.Size[0] == nil {
+		c.Status, c.Reason, c.Message = metav1.ConditionUnknown, "NoAddresses", "the pool has no valid address"
+		return c
+	}
+	free := new(big.Int).Add(f.Stats.Available[0], f.Stats.Available[1])
+	if free.Sign() > 0 {
+		c.Status, c.Reason = metav1.ConditionFalse, "FreeAddresses"
+		c.Message = fmt.Sprintf("%s addresses free", free)
+		return c
+	}
+	c.Status, c.Reason = metav1.ConditionTrue, porticov1.ReasonPoolExhausted
+	c.Message = fmt.Sprintf("all %d usable addresses are assigned; %d Services wait for one", f.Stats.Assigned[0]+f.Stats.Assigned[1], f.Waiting)
+	return c
+}
+
+// OrphanCondition is the pool's OrphanedIPs condition.
+func OrphanCondition(f PoolFacts) metav1.Condition {
+	c := metav1.Condition{Type: porticov1.ConditionOrphanedIPs, Status: metav1.ConditionFalse, Reason: "None",
+		Message: "every address given from this pool is still in it"}
+	if len(f.Orphans) > 0 {
+		shown := f.Orphans[:min(len(f.Orphans), 5)]
+		c.Status, c.Reason = metav1.ConditionTrue, porticov1.ReasonOrphanedIP
+		c.Message = fmt.Sprintf("%d Services hold addresses this pool no longer contains (kept until they let go): %s", len(f.Orphans), strings.Join(shown, ", "))
+	}
+	return c
+}
