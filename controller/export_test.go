@@ -30,3 +30,6 @@ func (w *statusWriter) SetHealthCondition(svc *corev1.Service, cond metav1.Condi
 
 // SpeakerChange is speakerChange, for the package's tests.
 var SpeakerChange = speakerChange
+
+// Fenced is fenced, for the package's tests.
+var Fenced = fenced

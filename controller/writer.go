@@ -218,8 +218,11 @@ func newer(a, b string) bool {
 
 // mayHaveLanded reports whether a failed write may still have been stored: the apiserver
 // refused it if it answered with an error status, unless that is a timeout; a cut connection
-// leaves its fate unknown.
+// leaves its fate unknown. A write the lease fence stopped was never sent.
 func mayHaveLanded(err error) bool {
+	if errors.Is(err, errLeaseUnproven) {
+		return false
+	}
 	var status apierrors.APIStatus
 	return !errors.As(err, &status) || apierrors.IsTimeout(err) || apierrors.IsServerTimeout(err)
 }

@@ -4,6 +4,7 @@ package kube
 import (
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
@@ -26,12 +27,17 @@ func NewScheme() (*runtime.Scheme, error) {
 // controller-runtime manager whose scheme knows Portico's types. Its informers list, then
 // watch (see watchlist.Off).
 func NewManager(opts ctrl.Options) (ctrl.Manager, error) {
-	watchlist.Off()
-	scheme, err := NewScheme()
+	cfg, err := ctrl.GetConfig()
 	if err != nil {
 		return nil, err
 	}
-	cfg, err := ctrl.GetConfig()
+	return NewManagerFor(cfg, opts)
+}
+
+// NewManagerFor is NewManager for a connection already configured.
+func NewManagerFor(cfg *rest.Config, opts ctrl.Options) (ctrl.Manager, error) {
+	watchlist.Off()
+	scheme, err := NewScheme()
 	if err != nil {
 		return nil, err
 	}
