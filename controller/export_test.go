@@ -1,6 +1,8 @@
 package controller
 
 import (
+	"net/netip"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,6 +21,16 @@ func NewStatusWriter(c client.Client) *statusWriter { return newStatusWriter(c, 
 func (w *statusWriter) SetCondition(svc *corev1.Service, cond metav1.Condition, queue chan<- event.GenericEvent) {
 	w.submit(svc.Namespace+"/"+svc.Name, svc, writePart{retry: queue, apply: func(want *corev1.Service) {
 		meta.SetStatusCondition(&want.Status.Conditions, cond)
+	}})
+}
+
+// SetAddresses hands the writer an allocation's write: svc's ingress becomes ips.
+func (w *statusWriter) SetAddresses(svc *corev1.Service, ips []netip.Addr, queue chan<- event.GenericEvent) {
+	w.submit(svc.Namespace+"/"+svc.Name, svc, writePart{retry: queue, apply: func(want *corev1.Service) {
+		want.Status.LoadBalancer.Ingress = nil
+		for _, ip := range ips {
+			want.Status.LoadBalancer.Ingress = append(want.Status.LoadBalancer.Ingress, corev1.LoadBalancerIngress{IP: ip.String()})
+		}
 	}})
 }
 

@@ -81,6 +81,7 @@ type writeJob struct {
 	// job, so the lane sends a copy (the answer is decoded into what was sent).
 	want *corev1.Service
 	ips  []netip.Addr // the addresses the part writes
+	from []netip.Addr // the addresses of the copy the decision was made from
 	part writePart
 }
 
@@ -142,7 +143,7 @@ func (w *statusWriter) submit(key string, cached *corev1.Service, p writePart) {
 		w.mu.Unlock()
 		return
 	}
-	job := &writeJob{key: key, want: want, ips: p.addrs(), part: p}
+	job := &writeJob{key: key, want: want, ips: p.addrs(), from: porticov1.IngressAddrs(cached), part: p}
 	w.inflight[key] = append(w.inflight[key], job)
 	w.lull.Hold()
 	w.mu.Unlock()
@@ -296,11 +297,20 @@ func retryAfter(leading context.Context, backoff time.Duration, job *writeJob) {
 	}
 }
 
+// errDecidedFromOther refuses to rebase a write that would change addresses the decision did
+// not see.
+var errDecidedFromOther = errors.New("the Service lists other addresses than its decision was made from: deciding again")
+
 // rebase applies the job's part to the Service as the apiserver has it now, after another
 // part's write made the job's copy stale, and writes that (unless the fields are already
-// right). It returns what it sent (nil: nothing) and the resourceVersion that replaced. A
-// conflict may be the next leader's write: an old leader that knows it lost the lease does not
-// write over it.
+// right). It returns what it sent (nil: nothing) and the resourceVersion that replaced.
+//
+// A conflict may be the next leader's write, met by an old one that has not noticed yet that
+// it lost the lease: it then holds a decision made from a state the new leader has changed.
+// So a write never changes the addresses of a Service that lists other addresses than the
+// copy its decision was made from: it is dropped unsent, and the Service decided again from
+// what is there (errDecidedFromOther; run retries it through the part's queue). Conditions
+// alone (the health part's, which leaves the addresses as stored) are still re-applied.
 func (w *statusWriter) rebase(leading context.Context, job *writeJob) (sent *corev1.Service, base string, err error) {
 	ctx := context.WithoutCancel(leading)
 	var cur corev1.Service
@@ -314,6 +324,9 @@ func (w *statusWriter) rebase(leading context.Context, job *writeJob) (sent *cor
 	job.part.apply(sent)
 	if sameWrite(&cur, sent) {
 		return nil, "", nil
+	}
+	if now := porticov1.IngressAddrs(&cur); !slices.Equal(now, job.from) && !slices.Equal(porticov1.IngressAddrs(sent), now) {
+		return nil, "", errDecidedFromOther
 	}
 	if err := leading.Err(); err != nil {
 		return nil, "", err
