@@ -60,10 +60,11 @@ type ready struct {
 func decide(b *book, in seen) ready {
 	var o outcome
 	switch {
+	case in.svc != nil && in.svc.DeletionTimestamp != nil:
+		// Ours or not: a type edited away while Terminating frees nothing before it is gone.
+		o = keep(b, in.key, in.listed)
 	case !in.ours:
 		o.freedIn = release(b, in.key, in.listed)
-	case in.svc.DeletionTimestamp != nil:
-		o = keep(b, in.key, in.listed)
 	default:
 		o = allocate(b, in)
 	}
