@@ -76,7 +76,7 @@ func run(opts ctrl.Options, copts controller.Options) error {
 	if copts.Lease, err = controller.FenceLeaderElection(cfg, &opts); err != nil {
 		return err
 	}
-	mgr, err := kube.NewManagerFor(cfg, opts)
+	mgr, err := kube.NewManager(cfg, opts)
 	if err != nil {
 		return err
 	}

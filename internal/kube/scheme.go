@@ -23,19 +23,10 @@ func NewScheme() (*runtime.Scheme, error) {
 	return s, nil
 }
 
-// NewManager connects to the cluster (in-cluster, --kubeconfig or $KUBECONFIG) and returns a
-// controller-runtime manager whose scheme knows Portico's types. Its informers list, then
+// NewManager returns a controller-runtime manager on cfg (ctrl.GetConfig: in-cluster,
+// --kubeconfig or $KUBECONFIG) whose scheme knows Portico's types. Its informers list, then
 // watch (see watchlist.Off).
-func NewManager(opts ctrl.Options) (ctrl.Manager, error) {
-	cfg, err := ctrl.GetConfig()
-	if err != nil {
-		return nil, err
-	}
-	return NewManagerFor(cfg, opts)
-}
-
-// NewManagerFor is NewManager for a connection already configured.
-func NewManagerFor(cfg *rest.Config, opts ctrl.Options) (ctrl.Manager, error) {
+func NewManager(cfg *rest.Config, opts ctrl.Options) (ctrl.Manager, error) {
 	watchlist.Off()
 	scheme, err := NewScheme()
 	if err != nil {
