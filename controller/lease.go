@@ -43,9 +43,30 @@ func (f *LeaseFence) Held() bool {
 	if f == nil {
 		return true
 	}
+	return time.Until(f.until()) > 0
+}
+
+// until is when the proof runs out: the renew deadline after the last renewal was sent (zero
+// before the first).
+func (f *LeaseFence) until() time.Time {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return !f.renewed.IsZero() && time.Since(f.renewed) < f.renewDeadline
+	if f.renewed.IsZero() {
+		return time.Time{}
+	}
+	return f.renewed.Add(f.renewDeadline)
+}
+
+// bound returns ctx ending when the proof runs out, for one request: a write that waits past
+// it on this side (the client's rate limiter, a connection) is abandoned, not sent late. It
+// fails at once while the fence does not hold.
+func (f *LeaseFence) bound(ctx context.Context) (context.Context, context.CancelFunc, error) {
+	until := f.until()
+	if time.Until(until) <= 0 {
+		return ctx, func() {}, errLeaseUnproven
+	}
+	ctx, cancel := context.WithDeadline(ctx, until)
+	return ctx, cancel, nil
 }
 
 func (f *LeaseFence) renewedAt(sent time.Time) {
@@ -138,9 +159,10 @@ func (p leaseEvents) GetEventRecorder(string) recorder.EventRecorder { return ni
 // Nothing was sent: the write did not land.
 var errLeaseUnproven = errors.New("not sent: this replica cannot prove it still holds the leader lease (no renewal within the renew deadline)")
 
-// fencedClient sends no write while its fence does not hold; reads pass through. Every write
-// the controller makes (Service and pool status, BGPPeer and advertisement status, events)
-// goes through one.
+// fencedClient sends no write while its fence does not hold, and gives up on one still
+// waiting to be sent when the fence runs out (LeaseFence.bound); reads pass through. Every
+// write the controller makes (Service and pool status, BGPPeer and advertisement status,
+// events) goes through one.
 type fencedClient struct {
 	client.Client
 	fence *LeaseFence
@@ -153,57 +175,62 @@ func fenced(c client.Client, f *LeaseFence) client.Client {
 	return fencedClient{Client: c, fence: f}
 }
 
-func (c fencedClient) check() error {
-	if !c.fence.Held() {
-		return errLeaseUnproven
-	}
-	return nil
-}
-
 func (c fencedClient) Create(ctx context.Context, obj client.Object, opts ...client.CreateOption) error {
-	if err := c.check(); err != nil {
+	ctx, cancel, err := c.fence.bound(ctx)
+	if err != nil {
 		return err
 	}
+	defer cancel()
 	return c.Client.Create(ctx, obj, opts...)
 }
 
 func (c fencedClient) Update(ctx context.Context, obj client.Object, opts ...client.UpdateOption) error {
-	if err := c.check(); err != nil {
+	ctx, cancel, err := c.fence.bound(ctx)
+	if err != nil {
 		return err
 	}
+	defer cancel()
 	return c.Client.Update(ctx, obj, opts...)
 }
 
 func (c fencedClient) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
-	if err := c.check(); err != nil {
+	ctx, cancel, err := c.fence.bound(ctx)
+	if err != nil {
 		return err
 	}
+	defer cancel()
 	return c.Client.Patch(ctx, obj, patch, opts...)
 }
 
 func (c fencedClient) Apply(ctx context.Context, obj runtime.ApplyConfiguration, opts ...client.ApplyOption) error {
-	if err := c.check(); err != nil {
+	ctx, cancel, err := c.fence.bound(ctx)
+	if err != nil {
 		return err
 	}
+	defer cancel()
 	return c.Client.Apply(ctx, obj, opts...)
 }
 
 func (c fencedClient) Delete(ctx context.Context, obj client.Object, opts ...client.DeleteOption) error {
-	if err := c.check(); err != nil {
+	ctx, cancel, err := c.fence.bound(ctx)
+	if err != nil {
 		return err
 	}
+	defer cancel()
 	return c.Client.Delete(ctx, obj, opts...)
 }
 
 func (c fencedClient) DeleteAllOf(ctx context.Context, obj client.Object, opts ...client.DeleteAllOfOption) error {
-	if err := c.check(); err != nil {
+	ctx, cancel, err := c.fence.bound(ctx)
+	if err != nil {
 		return err
 	}
+	defer cancel()
 	return c.Client.DeleteAllOf(ctx, obj, opts...)
 }
 
 func (c fencedClient) Status() client.SubResourceWriter {
-	return fencedSubResource{SubResourceWriter: c.Client.Status(), fence: c}
+	return fencedSubResource{SubResourceWriter: c.Client.Status(), fence: c.fence}
 }
 
 func (c fencedClient) SubResource(name string) client.SubResourceClient {
@@ -211,39 +238,47 @@ func (c fencedClient) SubResource(name string) client.SubResourceClient {
 	return struct {
 		client.SubResourceReader
 		fencedSubResource
-	}{s, fencedSubResource{SubResourceWriter: s, fence: c}}
+	}{s, fencedSubResource{SubResourceWriter: s, fence: c.fence}}
 }
 
 // fencedSubResource is fencedClient's for a subresource (status).
 type fencedSubResource struct {
 	client.SubResourceWriter
-	fence fencedClient
+	fence *LeaseFence
 }
 
 func (s fencedSubResource) Create(ctx context.Context, obj, sub client.Object, opts ...client.SubResourceCreateOption) error {
-	if err := s.fence.check(); err != nil {
+	ctx, cancel, err := s.fence.bound(ctx)
+	if err != nil {
 		return err
 	}
+	defer cancel()
 	return s.SubResourceWriter.Create(ctx, obj, sub, opts...)
 }
 
 func (s fencedSubResource) Update(ctx context.Context, obj client.Object, opts ...client.SubResourceUpdateOption) error {
-	if err := s.fence.check(); err != nil {
+	ctx, cancel, err := s.fence.bound(ctx)
+	if err != nil {
 		return err
 	}
+	defer cancel()
 	return s.SubResourceWriter.Update(ctx, obj, opts...)
 }
 
 func (s fencedSubResource) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
-	if err := s.fence.check(); err != nil {
+	ctx, cancel, err := s.fence.bound(ctx)
+	if err != nil {
 		return err
 	}
+	defer cancel()
 	return s.SubResourceWriter.Patch(ctx, obj, patch, opts...)
 }
 
 func (s fencedSubResource) Apply(ctx context.Context, obj runtime.ApplyConfiguration, opts ...client.SubResourceApplyOption) error {
-	if err := s.fence.check(); err != nil {
+	ctx, cancel, err := s.fence.bound(ctx)
+	if err != nil {
 		return err
 	}
+	defer cancel()
 	return s.SubResourceWriter.Apply(ctx, obj, opts...)
 }
