@@ -164,10 +164,11 @@ bench-bgp: controlplane
 
 ## chaos (CHAOS_SERVICES, default 3000; CI runs 300): the chaos tests (build tag chaos, so
 ## `make test` does not run them): Services churned while controller replicas are SIGKILLed
-## or frozen past their lease and the apiserver and etcd restart; pools reshaped under Services; then every fuzz target
-## for FUZZTIME. With the race detector, as `make test`: the controllers and speakers the chaos
-## kills are built with it, and a race one reports fails its test (CI's size: 162 s with it
-## here, 153 s without in CI). The report goes to bin/chaos.md (docs/reliability.md quotes a real run).
+## or frozen past their lease and the apiserver and etcd restart; pools reshaped under
+## Services; then every fuzz target for FUZZTIME. With the race detector, as `make test`: the
+## controllers and speakers the chaos kills are built with it, and a race one reports fails its
+## test (CI's size: 162 s with it here, 153 s without in CI, before the pause test, which adds
+## about 65 s at 10 pauses). The report goes to bin/chaos.md (docs/reliability.md quotes a real run).
 CHAOS_SERVICES ?= 3000
 # CHAOS_LEADER_KILLS (default 30; CI runs 10): how often TestChaosLeaderKills SIGKILLs the leader mid-burst.
 CHAOS_LEADER_KILLS ?= 30
