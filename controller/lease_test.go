@@ -2,7 +2,9 @@ package controller_test
 
 import (
 	"context"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -11,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -124,3 +127,68 @@ func TestUnprovenLeaseSendsNothing(t *testing.T) {
 		t.Fatal("without leader election the client is fenced")
 	}
 }
+
+// TestFencedWriteAbandonedPastTheProof: a write that passed the fence's check but must wait on
+// this side (here at the client's rate limiter, shut) is abandoned when the proof runs out, not
+// sent once its turn comes, when another replica may lead.
+func TestFencedWriteAbandonedPastTheProof(t *testing.T) {
+	ns := namespace(t, nil)
+	svc := createService(t, ns, "throttled")
+	opts := ctrl.Options{LeaderElection: true, LeaderElectionID: "fence-throttled", LeaderElectionNamespace: ns, RenewDeadline: ptr.To(2 * time.Second)}
+	fence, err := controller.FenceLeaderElection(cp.Config, &opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	limiter := &shutLimiter{}
+	cfg := rest.CopyConfig(cp.Config)
+	cfg.RateLimiter = limiter
+	slow, err := client.New(cfg, client.Options{Scheme: cp.Client.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cur corev1.Service
+	if err := slow.Get(context.Background(), client.ObjectKeyFromObject(svc), &cur); err != nil {
+		t.Fatal(err)
+	}
+	meta.SetStatusCondition(&cur.Status.Conditions, metav1.Condition{Type: "portico.dev/FenceTest", Status: metav1.ConditionTrue, Reason: "Late", Message: "test"})
+	limiter.shut.Store(true)
+	lock := opts.LeaderElectionResourceLockInterface
+	now := metav1.Now()
+	if err := lock.Create(context.Background(), resourcelock.LeaderElectionRecord{HolderIdentity: lock.Identity(), LeaseDurationSeconds: 3, AcquireTime: now, RenewTime: now}); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- controller.Fenced(slow, fence).Status().Update(context.Background(), &cur) }()
+	select {
+	case err := <-done:
+		if err == nil || strings.Contains(err.Error(), "cannot prove") {
+			t.Fatalf("want the write abandoned at the limiter once the proof ran out, got %v", err)
+		}
+		t.Logf("abandoned: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the throttled write is still waiting for its turn, long past the lease proof")
+	}
+	var got corev1.Service
+	if err := cp.Client.Get(context.Background(), client.ObjectKeyFromObject(svc), &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.ResourceVersion != svc.ResourceVersion {
+		t.Fatalf("the Service was written: %+v", got.Status)
+	}
+}
+
+// shutLimiter is a client rate limiter that lets every request through until shut, and then
+// none: they wait until their context ends.
+type shutLimiter struct{ shut atomic.Bool }
+
+func (l *shutLimiter) Wait(ctx context.Context) error {
+	if !l.shut.Load() {
+		return nil
+	}
+	<-ctx.Done()
+	return ctx.Err()
+}
+func (l *shutLimiter) TryAccept() bool { return !l.shut.Load() }
+func (l *shutLimiter) Accept()         {}
+func (l *shutLimiter) Stop()           {}
+func (l *shutLimiter) QPS() float32    { return 0 }
