@@ -167,19 +167,22 @@ bench-bgp: controlplane
 
 ## chaos (CHAOS_SERVICES, default 3000; CI runs 300): the chaos tests (build tag chaos, so
 ## `make test` does not run them): Services churned while controller replicas are SIGKILLed
-## and the apiserver and etcd restart; pools reshaped under Services; then every fuzz target
-## for FUZZTIME. With the race detector, as `make test`: the controllers and speakers the chaos
-## kills are built with it, and a race one reports fails its test (CI's size: 162 s with it
-## here, 153 s without in CI). The report goes to bin/chaos.md (docs/reliability.md quotes a real run).
+## or frozen past their lease and the apiserver and etcd restart; pools reshaped under
+## Services; then every fuzz target for FUZZTIME. With the race detector, as `make test`: the
+## controllers and speakers the chaos kills are built with it, and a race one reports fails its
+## test (CI's size: 162 s with it here, 153 s without in CI, before the pause test, which adds
+## about 65 s at 10 pauses). The report goes to bin/chaos.md (docs/reliability.md quotes a real run).
 CHAOS_SERVICES ?= 3000
 # CHAOS_LEADER_KILLS (default 30; CI runs 10): how often TestChaosLeaderKills SIGKILLs the leader mid-burst.
 CHAOS_LEADER_KILLS ?= 30
+# CHAOS_LEADER_PAUSES (default 20; CI runs 10): how often TestChaosLeaderPauses freezes the leader past its lease.
+CHAOS_LEADER_PAUSES ?= 20
 chaos: controlplane
 	$(NEED_CC)
 	@mkdir -p bin && rm -f bin/chaos.md
 	go vet -tags chaos ./e2e/
 	@echo "chaos: the whole output goes to bin/chaos.log; a failing test's part is printed in full"
-	PORTICO_CHAOS_SERVICES=$(CHAOS_SERVICES) PORTICO_CHAOS_LEADER_KILLS=$(CHAOS_LEADER_KILLS) PORTICO_CHAOS_OUT=$(CURDIR)/bin/chaos.md CGO_ENABLED=1 go test -race -tags chaos -count=1 -run '^TestChaos' -v -timeout 40m ./e2e/ > bin/chaos.log 2>&1; rc=$$?; \
+	PORTICO_CHAOS_SERVICES=$(CHAOS_SERVICES) PORTICO_CHAOS_LEADER_KILLS=$(CHAOS_LEADER_KILLS) PORTICO_CHAOS_LEADER_PAUSES=$(CHAOS_LEADER_PAUSES) PORTICO_CHAOS_OUT=$(CURDIR)/bin/chaos.md CGO_ENABLED=1 go test -race -tags chaos -count=1 -run '^TestChaos' -v -timeout 40m ./e2e/ > bin/chaos.log 2>&1; rc=$$?; \
 		grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|chaos.*_test.go' bin/chaos.log | grep -v 'would exceed context deadline'; \
 		if [ $$rc -ne 0 ]; then awk '/^=== RUN/ {n = 0} {part[n++ % 400] = $$0} /^--- FAIL/ {print "chaos: the output of the failed test:"; for (i = (n > 400 ? n - 400 : 0); i < n; i++) print part[i % 400]}' bin/chaos.log; fi; \
 		exit $$rc

@@ -1,6 +1,8 @@
 package controller
 
 import (
+	"net/netip"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,6 +26,16 @@ func (w *statusWriter) SetCondition(svc *corev1.Service, cond metav1.Condition, 
 	}})
 }
 
+// SetAddresses hands the writer an allocation's write: svc's ingress becomes ips.
+func (w *statusWriter) SetAddresses(svc *corev1.Service, ips []netip.Addr, queue chan<- event.GenericEvent) {
+	w.submit(svc.Namespace+"/"+svc.Name, svc, writePart{retry: queue, apply: func(want *corev1.Service) {
+		want.Status.LoadBalancer.Ingress = nil
+		for _, ip := range ips {
+			want.Status.LoadBalancer.Ingress = append(want.Status.LoadBalancer.Ingress, corev1.LoadBalancerIngress{IP: ip.String()})
+		}
+	}})
+}
+
 // SetHealthCondition hands the writer the health reconciler's write of cond to svc, a Service
 // ours says is the controller's.
 func (w *statusWriter) SetHealthCondition(svc *corev1.Service, cond metav1.Condition, ours func(*corev1.Service) bool, queue chan<- event.GenericEvent) {
@@ -35,3 +47,6 @@ var SpeakerChange = speakerChange
 
 // FindingTTL is how long a speaker's probe round holds addresses back without another.
 const FindingTTL = findingTTL
+
+// Fenced is fenced, for the package's tests.
+var Fenced = fenced

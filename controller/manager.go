@@ -28,6 +28,9 @@ type Options struct {
 	// IgnoreClassless leaves Services without a loadBalancerClass to another load balancer;
 	// the speakers must run with the same setting.
 	IgnoreClassless bool
+	// Lease proves, before each write, that this replica still holds the leader lease
+	// (FenceLeaderElection); nil without leader election.
+	Lease *LeaseFence
 }
 
 // CacheOptions set what the manager's cache keeps: no object's managedFields, which nothing
@@ -53,37 +56,39 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if opts.Metrics == nil {
 		opts.Metrics = NewMetrics(prometheus.NewRegistry())
 	}
+	// Every write goes through c: none is sent unless the lease is proven held.
+	c := fenced(mgr.GetClient(), opts.Lease)
 	s := newState(mgr.GetClient(), opts.LoadBalancerClass)
 	s.live = mgr.GetAPIReader()
 	s.ignoreClassless = opts.IgnoreClassless
-	w := newStatusWriter(mgr.GetClient(), mgr.GetAPIReader())
+	w := newStatusWriter(c, mgr.GetAPIReader())
 	if err := mgr.Add(w); err != nil {
 		return err
 	}
 	// Events wait behind the Services' status writes. The sender runs on the leader only, with
 	// the reconcilers whose events it sends (a Runnable the manager starts after election).
 	host, _ := os.Hostname()
-	recorder := events.NewSender(events.Options{Create: func(ctx context.Context, ev *eventsv1.Event) error { return mgr.GetClient().Create(ctx, ev) }, Scheme: mgr.GetScheme(), Controller: EventReporter,
+	recorder := events.NewSender(events.Options{Create: func(ctx context.Context, ev *eventsv1.Event) error { return c.Create(ctx, ev) }, Scheme: mgr.GetScheme(), Controller: EventReporter,
 		Instance: EventReporter + "-" + host, Quiet: w.quiet, Metrics: opts.Metrics.events})
 	if err := mgr.Add(recorder); err != nil {
 		return err
 	}
-	if err := (&PoolReconciler{Client: mgr.GetClient(), Recorder: recorder, state: s, metrics: opts.Metrics}).setup(mgr); err != nil {
+	if err := (&PoolReconciler{Client: c, Recorder: recorder, state: s, metrics: opts.Metrics}).setup(mgr); err != nil {
 		return err
 	}
-	if err := (&BGPPeerReconciler{Client: mgr.GetClient()}).setup(mgr); err != nil {
+	if err := (&BGPPeerReconciler{Client: c}).setup(mgr); err != nil {
 		return err
 	}
-	if err := (&AdvertisementReconciler{Client: mgr.GetClient(), Recorder: recorder}).setup(mgr); err != nil {
+	if err := (&AdvertisementReconciler{Client: c, Recorder: recorder}).setup(mgr); err != nil {
 		return err
 	}
 	cluster, err := newClusterKinds(context.Background(), mgr.GetCache())
 	if err != nil {
 		return err
 	}
-	health := &HealthReconciler{Client: mgr.GetClient(), Recorder: recorder, metrics: opts.Metrics, ours: s.ours, writer: w,
+	health := &HealthReconciler{Client: c, Recorder: recorder, metrics: opts.Metrics, ours: s.ours, writer: w,
 		news: decide.NewNewsDesk(opts.NewsAfter, time.Time{}), cluster: cluster}
-	if err := (&ServiceReconciler{Client: mgr.GetClient(), Recorder: recorder, state: s, metrics: opts.Metrics, writer: w, cluster: cluster}).setup(mgr); err != nil {
+	if err := (&ServiceReconciler{Client: c, Recorder: recorder, state: s, metrics: opts.Metrics, writer: w, cluster: cluster}).setup(mgr); err != nil {
 		return err
 	}
 	return health.setup(mgr)

@@ -84,6 +84,35 @@ func TestTerminatingKeepsItsAddress(t *testing.T) {
 	waitIPs(t, ns, "b", "198.51.100.180")
 }
 
+// TestTerminatingKeepsItsAddressWhenEditedAway: a Terminating Service whose type is edited
+// away from LoadBalancer (the apiserver then clears its status) still keeps its address until
+// the object is gone: a new Service waits for it, and the Service turned back into a
+// LoadBalancer before it goes lists it again.
+func TestTerminatingKeepsItsAddressWhenEditedAway(t *testing.T) {
+	startManager(t)
+	createPool(t, "terminating-edited", addresses("198.51.100.182/32"))
+	ns := namespace(t, nil)
+	a := createService(t, ns, "a", withHold)
+	waitIPs(t, ns, "a", "198.51.100.182")
+	deleteHeld(t, a)
+	waitTerminating(t, ns, "a", "198.51.100.182")
+
+	update(t, a, func() { a.Spec.Type = corev1.ServiceTypeClusterIP })
+	waitService(t, ns, "a", "Portico's condition taken off the ClusterIP Service", func(s *corev1.Service) bool { return allocated(s) == nil })
+	createService(t, ns, "b")
+	if c := waitReason(t, ns, "b", porticov1.ReasonPoolExhausted); c.Status != metav1.ConditionFalse {
+		t.Errorf("b: %+v", c)
+	}
+
+	update(t, a, func() { a.Spec.Type = corev1.ServiceTypeLoadBalancer })
+	waitTerminating(t, ns, "a", "198.51.100.182")
+	if c := waitReason(t, ns, "b", porticov1.ReasonPoolExhausted); c.Status != metav1.ConditionFalse {
+		t.Errorf("b, after a turned back: %+v", c)
+	}
+	letGo(t, a)
+	waitIPs(t, ns, "b", "198.51.100.182")
+}
+
 // TestRestartKeepsTerminatingAddress: a controller that starts while a Service is Terminating
 // counts its address as taken.
 func TestRestartKeepsTerminatingAddress(t *testing.T) {

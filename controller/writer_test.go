@@ -3,7 +3,9 @@ package controller_test
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	"github.com/portico-lb/portico/controller"
@@ -138,5 +141,62 @@ func TestHealthWriteAfterTypeChange(t *testing.T) {
 	case ev := <-queue:
 		t.Fatalf("a write to %s failed and was queued again", ev.Object.GetName())
 	default:
+	}
+}
+
+// TestStaleAddressWriteDropped: an address write decided from a copy of a Service that lists no
+// address meets the Service holding another address already (a conflict): the next leader's
+// write, met by an old leader that has not noticed it lost the lease. The write is dropped
+// unsent and the Service comes back to its queue to be decided again; re-applied, it would
+// put the old decision's address over the new leader's, which may have given it to another
+// Service. A health write from the same stale copy is still re-applied: it sets conditions
+// only.
+func TestStaleAddressWriteDropped(t *testing.T) {
+	ns := namespace(t, nil)
+	stale := createService(t, ns, "contested")
+	decided := stale.DeepCopy() // the next leader's decision, stored first
+	decided.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "198.51.100.6"}}
+	if err := cp.Client.Status().Update(context.Background(), decided); err != nil {
+		t.Fatal(err)
+	}
+	w := controller.NewStatusWriter(cp.Client)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = w.Start(ctx) }()
+	queue := make(chan event.GenericEvent, 1)
+	w.SetAddresses(stale, []netip.Addr{netip.MustParseAddr("198.51.100.5")}, queue)
+	var retried bool
+	var listed []string
+	err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		select {
+		case ev := <-queue:
+			retried = ev.Object.GetName() == "contested"
+		default:
+		}
+		var svc corev1.Service
+		if err := cp.Client.Get(ctx, client.ObjectKeyFromObject(stale), &svc); err != nil {
+			return false, err
+		}
+		listed = nil
+		for _, in := range svc.Status.LoadBalancer.Ingress {
+			listed = append(listed, in.IP)
+		}
+		return retried || !slices.Equal(listed, []string{"198.51.100.6"}), nil
+	})
+	if err != nil {
+		t.Fatalf("the stale write was neither dropped nor sent: %v", err)
+	}
+	if !slices.Equal(listed, []string{"198.51.100.6"}) {
+		t.Fatalf("a write decided from a copy listing no address put %v over the next leader's 198.51.100.6", listed)
+	}
+
+	ours := func(*corev1.Service) bool { return true }
+	health := metav1.Condition{Type: "portico.dev/HealthTest", Status: metav1.ConditionTrue, Reason: "Rebased", Message: "test"}
+	w.SetHealthCondition(stale, health, ours, queue)
+	svc := waitService(t, ns, "contested", "the health condition re-applied", func(s *corev1.Service) bool {
+		return meta.FindStatusCondition(s.Status.Conditions, health.Type) != nil
+	})
+	if got := svc.Status.LoadBalancer.Ingress; len(got) != 1 || got[0].IP != "198.51.100.6" {
+		t.Fatalf("the health write changed the addresses: %v", got)
 	}
 }

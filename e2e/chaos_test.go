@@ -69,6 +69,7 @@ type replicas struct {
 	started int
 	killed  int // by us
 	exited  int // on their own (lost the lease while the apiserver was down, say)
+	paused  map[*controllerProcess]bool
 }
 
 // keep starts replicas until n run, counting those that died on their own.

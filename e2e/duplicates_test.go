@@ -39,36 +39,62 @@ type duplicateWatch struct {
 	holders  map[netip.Addr]map[string]bool // address → the Services listing it
 	events   int
 	relists  int             // the watch was lost and the Services read again: states in the gap are unseen
+	gap      gapSeen         // what the relists found changed in their gaps
+	failed   string          // why the Services could not be read again after the watch was lost
 	found    []string        // every moment of two holders, first seen
 	reported map[string]bool // address and pair already in found
 }
+
+// gapSeen is what relists found changed while the watch was lost: the Services whose state
+// changed unseen, and the addresses that went from one Service to another unseen (whether
+// both held one at some moment in the gap cannot be known; the relisted moment is checked).
+type gapSeen struct {
+	changed   int
+	handovers []string
+}
+
+// relistWithin is how long the watch may go without reading the Services again after losing
+// its place (the apiserver restarts in seconds); after that the run fails.
+const relistWithin = 2 * time.Minute
 
 // watchDuplicates starts the watch; it runs until the test ends.
 func watchDuplicates(t testing.TB, cp *controlplane.ControlPlane) *duplicateWatch {
 	t.Helper()
 	w := &duplicateWatch{cs: kubernetes.NewForConfigOrDie(cp.Config), done: make(chan struct{}), reported: map[string]bool{}}
 	ctx, cancel := context.WithCancel(context.Background())
-	rv, err := w.relist(ctx)
+	list, err := w.cs.CoreV1().Services("").List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	go w.run(ctx, rv)
+	w.last, w.holders = map[string]*corev1.Service{}, map[netip.Addr]map[string]bool{}
+	for i := range list.Items {
+		w.observe(&list.Items[i], list.ResourceVersion)
+	}
+	go w.run(ctx, list.ResourceVersion)
 	t.Cleanup(func() { cancel(); <-w.done })
 	return w
 }
 
 func (w *duplicateWatch) run(ctx context.Context, rv string) {
 	defer close(w.done)
+	var lost time.Time // when the watch lost its place; zero while it has one
 	for ctx.Err() == nil {
 		if rv == "" {
+			if lost.IsZero() {
+				lost = time.Now()
+			}
 			var err error
 			if rv, err = w.relist(ctx); err != nil {
+				if time.Since(lost) > relistWithin && ctx.Err() == nil {
+					w.mu.Lock()
+					w.failed = fmt.Sprintf("the Services could not be read again for %s after the watch lost its place: %v", relistWithin, err)
+					w.mu.Unlock()
+					return
+				}
 				pause(ctx) // the apiserver is down (restarting): try again
 				continue
 			}
-			w.mu.Lock()
-			w.relists++
-			w.mu.Unlock()
+			lost = time.Time{}
 		}
 		rv = w.follow(ctx, rv)
 	}
@@ -123,7 +149,9 @@ func (w *duplicateWatch) follow(ctx context.Context, rv string) string {
 	return rv
 }
 
-// relist reads every Service afresh (a consistent moment) and checks it.
+// relist reads every Service afresh after the watch lost its place (a consistent moment),
+// checks it, and compares it with what the watch knew before the gap: which Services changed
+// unseen, and which addresses went from one Service to another unseen.
 func (w *duplicateWatch) relist(ctx context.Context) (string, error) {
 	list, err := w.cs.CoreV1().Services("").List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -131,9 +159,34 @@ func (w *duplicateWatch) relist(ctx context.Context) (string, error) {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.relists++
+	before := map[netip.Addr]string{}
+	for key, svc := range w.last {
+		for _, ip := range porticov1.IngressAddrs(svc) {
+			before[ip] = key
+		}
+	}
+	known := w.last
 	w.last, w.holders = map[string]*corev1.Service{}, map[netip.Addr]map[string]bool{}
+	now := map[string]bool{}
 	for i := range list.Items {
-		w.observe(&list.Items[i], list.ResourceVersion)
+		svc := &list.Items[i]
+		key := svc.Namespace + "/" + svc.Name
+		now[key] = true
+		if old := known[key]; old == nil || old.ResourceVersion != svc.ResourceVersion {
+			w.gap.changed++
+		}
+		w.observe(svc, list.ResourceVersion)
+		for _, ip := range porticov1.IngressAddrs(svc) {
+			if from := before[ip]; from != "" && from != key {
+				w.gap.handovers = append(w.gap.handovers, fmt.Sprintf("%s from %s to %s", ip, from, key))
+			}
+		}
+	}
+	for key := range known {
+		if !now[key] {
+			w.gap.changed++ // deleted in the gap
+		}
 	}
 	return list.ResourceVersion, nil
 }
@@ -206,9 +259,13 @@ func (w *duplicateWatch) check(t testing.TB) (events, moments int) {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.failed != "" {
+		t.Errorf("the duplicate watch stopped: %s", w.failed)
+	}
 	for _, f := range w.found {
 		t.Errorf("two holders at once: %s", f)
 	}
-	t.Logf("duplicate watch: %d Service events, %d moments with an address held twice, %d relists (watch lost)", w.events, len(w.found), w.relists)
+	t.Logf("duplicate watch: %d Service events, %d moments with an address held twice, %d relists (watch lost; each relisted moment checked): %d Services changed in the gaps, %d addresses handed over unseen %v",
+		w.events, len(w.found), w.relists, w.gap.changed, len(w.gap.handovers), w.gap.handovers)
 	return w.events, len(w.found)
 }

@@ -68,7 +68,15 @@ func main() {
 }
 
 func run(opts ctrl.Options, copts controller.Options) error {
-	mgr, err := kube.NewManager(opts)
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		return err
+	}
+	// A replica that cannot prove it still holds the lease (paused past it, say) writes nothing.
+	if copts.Lease, err = controller.FenceLeaderElection(cfg, &opts); err != nil {
+		return err
+	}
+	mgr, err := kube.NewManager(cfg, opts)
 	if err != nil {
 		return err
 	}

@@ -61,10 +61,11 @@ func Service(b *Book, in Seen) Ready {
 	}
 	var o outcome
 	switch {
+	case in.Svc != nil && in.Svc.DeletionTimestamp != nil:
+		// Ours or not: a type edited away while Terminating frees nothing before it is gone.
+		o = keep(b, in.Key, in.Listed)
 	case !in.Ours:
 		o.freedIn = release(b, in.Key, in.Listed)
-	case in.Svc.DeletionTimestamp != nil:
-		o = keep(b, in.Key, in.Listed)
 	default:
 		o = allocate(b, in)
 	}

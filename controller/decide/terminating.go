@@ -13,8 +13,10 @@ import (
 
 // keep is the decision for a Terminating Service (deleted, held in the API by a finalizer):
 // its addresses stay taken, since its status still lists them and kube-proxy and the speakers
-// go on using them, until the object is gone; it gets nothing new. listed is every address
-// its stored status may list (ServiceReconciler.mayList).
+// go on using them, until the object is gone; it gets nothing new. That holds too when its
+// type or class is edited away meanwhile (the apiserver then clears its status): turned back,
+// it would list them again. listed is every address its stored status may list
+// (ServiceReconciler.mayList).
 func keep(b *Book, key string, listed []netip.Addr) outcome {
 	var o outcome
 	o.asg, _ = b.alloc.Assignment(key)

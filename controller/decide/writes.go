@@ -215,10 +215,17 @@ func newer(a, b string) bool {
 	return c > 0
 }
 
+// ErrNotSent marks a write refused before its request left (the controller's lease fence):
+// it did not land.
+var ErrNotSent = errors.New("not sent")
+
 // mayHaveLanded reports whether a failed write may still have been stored: the apiserver
 // refused it if it answered with an error status, unless that is a timeout; a cut connection
-// leaves its fate unknown.
+// leaves its fate unknown; a write never sent (ErrNotSent) did not land.
 func mayHaveLanded(err error) bool {
+	if errors.Is(err, ErrNotSent) {
+		return false
+	}
 	var status apierrors.APIStatus
 	return !errors.As(err, &status) || apierrors.IsTimeout(err) || apierrors.IsServerTimeout(err)
 }

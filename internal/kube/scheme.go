@@ -4,6 +4,7 @@ package kube
 import (
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
@@ -22,16 +23,12 @@ func NewScheme() (*runtime.Scheme, error) {
 	return s, nil
 }
 
-// NewManager connects to the cluster (in-cluster, --kubeconfig or $KUBECONFIG) and returns a
-// controller-runtime manager whose scheme knows Portico's types. Its informers list, then
+// NewManager returns a controller-runtime manager on cfg (ctrl.GetConfig: in-cluster,
+// --kubeconfig or $KUBECONFIG) whose scheme knows Portico's types. Its informers list, then
 // watch (see watchlist.Off).
-func NewManager(opts ctrl.Options) (ctrl.Manager, error) {
+func NewManager(cfg *rest.Config, opts ctrl.Options) (ctrl.Manager, error) {
 	watchlist.Off()
 	scheme, err := NewScheme()
-	if err != nil {
-		return nil, err
-	}
-	cfg, err := ctrl.GetConfig()
 	if err != nil {
 		return nil, err
 	}
