@@ -46,6 +46,13 @@ func announcedCondition(svc *corev1.Service, f healthFacts) metav1.Condition {
 	return c
 }
 
+// AnnouncedConditionOf is the Announced condition the health reconciler writes for svc, from
+// the cluster's objects and the Speakers (for tests that compare it with the speakers' plans;
+// the controller and the speaker never import each other).
+func AnnouncedConditionOf(svc *corev1.Service, c rules.Cluster, speakers []porticov1.Speaker) metav1.Condition {
+	return announcedCondition(svc, healthFacts{Cluster: c, speakers: speakers})
+}
+
 // announcers describes who reports announcing ip for the Service: "10.0.0.200 from node
 // worker-1 on eth0", "10.0.0.200 over BGP to peers tor-a,tor-b (told by node worker-1 for every
 // node advertising it)".

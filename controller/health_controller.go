@@ -50,6 +50,9 @@ func (r *HealthReconciler) setup(mgr ctrl.Manager) error {
 		}); err != nil {
 		return err
 	}
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Service{}, ingressIPIndex, ingressIPs); err != nil {
+		return err
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&corev1.Service{}).
 		Named("service-health").
@@ -150,7 +153,7 @@ func (r *HealthReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 		// new Service, and the address is not delayed by a health write.
 		return ctrl.Result{}, nil
 	}
-	facts, err := gatherHealth(ctx, r.Client, r.cluster, &svc)
+	facts, err := gatherHealth(ctx, r.Client, r.cluster, r.ours, &svc)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -192,9 +195,9 @@ func healthPart(rd ready, ours func(*corev1.Service) bool, retry chan<- event.Ge
 const sliceServiceIndex = "portico.dev/service-name"
 
 // gatherHealth reads what the Service's health conditions are folded from: its EndpointSlices
-// (and the namespace's pods when they list no endpoint) from the cache, the cluster-wide kinds
-// from their stores (clusterKinds).
-func gatherHealth(ctx context.Context, c client.Reader, cluster *clusterKinds, svc *corev1.Service) (healthFacts, error) {
+// (and the namespace's pods when they list no endpoint) and the Services sharing its addresses
+// from the cache, the cluster-wide kinds from their stores (clusterKinds).
+func gatherHealth(ctx context.Context, c client.Reader, cluster *clusterKinds, ours func(*corev1.Service) bool, svc *corev1.Service) (healthFacts, error) {
 	var f healthFacts
 	var slices discoveryv1.EndpointSliceList
 	if err := c.List(ctx, &slices, client.InNamespace(svc.Namespace),
@@ -213,6 +216,9 @@ func gatherHealth(ctx context.Context, c client.Reader, cluster *clusterKinds, s
 				f.pods = append(f.pods, pods.Items[i].Labels)
 			}
 		}
+	}
+	if err := gatherSharers(ctx, c, ours, svc, &f); err != nil {
+		return f, err
 	}
 	cluster.fill(&f)
 	return f, nil
