@@ -64,7 +64,9 @@ func randomCluster(r *rand.Rand) cluster {
 			Spec: v1alpha1.IPAddressPoolSpec{Addresses: []v1alpha1.AddressRange{"198.51.100.0/29", "2001:db8::/125"}}},
 		{ObjectMeta: metav1.ObjectMeta{Name: "pool-b"}, Spec: v1alpha1.IPAddressPoolSpec{Addresses: []v1alpha1.AddressRange{"203.0.113.0/29"}}},
 	}
-	sel := func(k, v string) metav1.LabelSelector { return metav1.LabelSelector{MatchLabels: map[string]string{k: v}} }
+	sel := func(k, v string) metav1.LabelSelector {
+		return metav1.LabelSelector{MatchLabels: map[string]string{k: v}}
+	}
 	for i := range r.IntN(4) {
 		ad := v1alpha1.L2Advertisement{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("ad-%d", i)}}
 		switch r.IntN(3) {
