@@ -25,6 +25,7 @@ import (
 	"github.com/portico-lb/portico/speaker/kubeapi"
 	"github.com/portico-lb/portico/speaker/l2"
 	"github.com/portico-lb/portico/speaker/membership"
+	"github.com/portico-lb/portico/speaker/plan"
 )
 
 // simPort is the memberlist port of the simulated nodes, each on its own loopback address
@@ -68,7 +69,7 @@ func (r l2Side) SolicitNeighbour(netip.Addr) (bool, error) { return false, nil }
 
 // Apply takes every wanted session as Established at once (a fixed time, so a plan's
 // sessions never rewrite the status by themselves).
-func (r bgpSide) Apply(_ context.Context, d bgp.Desired) []error {
+func (r bgpSide) Apply(_ context.Context, d plan.BGP) []error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.peers = map[string]bgp.State{}

@@ -1,7 +1,9 @@
 package rules_test
 
 import (
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -25,7 +27,8 @@ func packages(t *testing.T, pattern, field string) map[string][]string {
 }
 
 // TestLayering: controller/ and speaker/ are siblings that never link each other's code, the
-// speaker does not link controller-runtime's client, the rules they share do no I/O, and internal/ helpers do not import testing outside tests.
+// speaker does not link controller-runtime's client, the rules they share and the speaker's plan
+// do no I/O, and internal/ helpers do not import testing outside tests.
 func TestLayering(t *testing.T) {
 	forbid := func(pattern, field string, bad func(string) bool) {
 		for pkg, uses := range packages(t, pattern, field) {
@@ -54,4 +57,47 @@ func TestLayering(t *testing.T) {
 		return ioFree[p] || strings.HasPrefix(p, "k8s.io/client-go") || strings.HasPrefix(p, "sigs.k8s.io/controller-runtime") ||
 			strings.HasPrefix(p, module) && !strings.HasPrefix(p, module+"api/") && !strings.HasPrefix(p, module+"rules")
 	})
+	// The speaker's plan is pure: its inputs are the cluster's objects and the live members, its
+	// output what the node announces. It opens no socket, calls no apiserver and links neither
+	// GoBGP nor mdlayher's packet code (speaker/bgp and speaker/l2 apply the plan); it may use
+	// speaker/bfd's Config, the settings a BFD session is asked for.
+	forbid("speaker/plan/...", "Imports", func(p string) bool {
+		return ioFree[p] || strings.HasPrefix(p, "k8s.io/client-go") || strings.HasPrefix(p, "sigs.k8s.io/controller-runtime") ||
+			strings.HasPrefix(p, module) && !strings.HasPrefix(p, module+"api/") && !strings.HasPrefix(p, module+"rules") &&
+				!strings.HasPrefix(p, module+"speaker/plan") && p != module+"speaker/bfd"
+	})
+	forbid("speaker/plan", "Deps", func(p string) bool {
+		return strings.HasPrefix(p, "github.com/osrg/gobgp") || strings.HasPrefix(p, "github.com/mdlayher/") ||
+			strings.HasPrefix(p, "k8s.io/client-go") || strings.HasPrefix(p, module+"controller") ||
+			strings.HasPrefix(p, "sigs.k8s.io/controller-runtime") && p != "sigs.k8s.io/controller-runtime/pkg/scheme" // the API types' registration
+	})
+	// Nor does it read the wall clock: the time, where a decision needs it, is passed in.
+	for _, file := range sources(t, "speaker/plan") {
+		if strings.Contains(file.text, "time.Now(") {
+			t.Errorf("%s calls time.Now", file.name)
+		}
+	}
+}
+
+type source struct{ name, text string }
+
+// sources are the non-test Go files of the package at dir (relative to the module root).
+func sources(t *testing.T, dir string) []source {
+	t.Helper()
+	names, err := filepath.Glob(filepath.Join("..", dir, "*.go"))
+	if err != nil || len(names) == 0 {
+		t.Fatalf("no Go files in %s: %v", dir, err)
+	}
+	var out []source
+	for _, name := range names {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		b, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, source{name, string(b)})
+	}
+	return out
 }

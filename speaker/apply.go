@@ -2,36 +2,38 @@ package speaker
 
 import (
 	"context"
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
 
 	"github.com/portico-lb/portico/speaker/l2"
+	"github.com/portico-lb/portico/speaker/plan"
 )
 
 // replan brings the plan up to date: the changed Services, or everything.
-func (s *Speaker) replan(ctx context.Context) (Changes, error) {
+func (s *Speaker) replan(ctx context.Context) (plan.Changes, error) {
 	keys, all := s.pending.take()
 	if all || s.planner == nil {
 		w, err := s.world(ctx)
 		if err != nil {
 			s.pending.everything()
-			return Changes{}, err
+			return plan.Changes{}, err
 		}
 		if s.planner == nil {
-			s.planner = NewPlanner(s.Node, s.LBClass)
+			s.planner = plan.NewPlanner(s.Node, s.LBClass)
 		}
 		return s.planner.Replan(w, s.Group.IsAlive), nil
 	}
 	if len(keys) == 0 {
-		return Changes{}, nil
+		return plan.Changes{}, nil
 	}
 	svcs, eps, err := s.changedServices(ctx, keys)
 	if err != nil {
 		for _, k := range keys {
 			s.pending.service(k)
 		}
-		return Changes{}, err
+		return plan.Changes{}, err
 	}
 	return s.planner.Update(svcs, eps, keys), nil
 }
@@ -43,16 +45,16 @@ type appliedPlan struct {
 
 // applyL2 hands the L2 addresses to the announcer when they changed, and returns the addresses
 // whose claim or interfaces changed.
-func (s *Speaker) applyL2(ch Changes) []netip.Addr {
-	plan := s.planner.Plan()
+func (s *Speaker) applyL2(ch plan.Changes) []netip.Addr {
+	p := s.planner.Plan()
 	changed := ch.Mine
 	if ch.All {
-		changed = keysOf(plan.Mine, s.owned)
+		changed = keysOf(p.Mine, s.owned)
 	}
 	joined := s.joined.Swap(false)
 	if len(changed) > 0 || s.ifaces == nil {
-		want := make(l2.Want, len(plan.Mine))
-		for ip, c := range plan.Mine {
+		want := make(l2.Want, len(p.Mine))
+		for ip, c := range p.Mine {
 			want[ip] = c.Interfaces
 		}
 		var answered map[netip.Addr][]string
@@ -122,5 +124,5 @@ func keysOf[A, B any](a map[netip.Addr]A, b map[netip.Addr]B) []netip.Addr {
 	for ip := range b {
 		set[ip] = true
 	}
-	return sortedAddrs(set)
+	return slices.SortedFunc(maps.Keys(set), netip.Addr.Compare)
 }

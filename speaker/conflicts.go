@@ -15,6 +15,7 @@ import (
 	"github.com/portico-lb/portico/rules"
 	"github.com/portico-lb/portico/rules/election"
 	"github.com/portico-lb/portico/speaker/l2"
+	"github.com/portico-lb/portico/speaker/plan"
 )
 
 // ConflictProbing paces the probes of the addresses pools hand out next, which find a
@@ -44,7 +45,7 @@ type conflictTarget struct {
 // L2Advertisements select, their Service selectors aside), which probes on the interfaces it
 // would answer on. The rule reads only what every speaker sees, so exactly one node probes
 // each address, and a new address costs no gossip.
-func conflictTargets(w World, me string, alive func(string) bool) []conflictTarget {
+func conflictTargets(w plan.World, me string, alive func(string) bool) []conflictTarget {
 	held := map[netip.Addr]bool{}
 	for i := range w.Services {
 		for _, ip := range v1alpha1.IngressAddrs(&w.Services[i]) {

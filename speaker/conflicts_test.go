@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/portico-lb/portico/api/v1alpha1"
+	"github.com/portico-lb/portico/speaker/plan/plantest"
 )
 
 // TestConflictTranscripts runs testdata/conflicts/*.txt: which node probes which of the
@@ -25,15 +26,15 @@ import (
 //	                     its advertisements name, when they do)
 func TestConflictTranscripts(t *testing.T) {
 	datadriven.Walk(t, "testdata/conflicts", func(t *testing.T, path string) {
-		s := newL2Scenario()
+		s := plantest.NewL2Scenario()
 		datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
 			switch d.Cmd {
 			case "next", "inuse":
-				p, ok := s.pools[d.CmdArgs[0].Key]
+				p, ok := s.Pools[d.CmdArgs[0].Key]
 				if !ok {
 					t.Fatalf("%s: no pool %q", d.Pos, d.CmdArgs[0].Key)
 				}
-				addrs := bare(d.CmdArgs[1:])
+				addrs := plantest.Bare(d.CmdArgs[1:])
 				if d.Cmd == "next" {
 					p.Status.NextAddresses = addrs
 					return "ok"
@@ -44,9 +45,9 @@ func TestConflictTranscripts(t *testing.T) {
 				}
 				return "ok"
 			case "probes":
-				return s.probes()
+				return probes(s)
 			}
-			if err := s.run(d); err != nil {
+			if err := s.Run(d); err != nil {
 				t.Fatalf("%s: %v", d.Pos, err)
 			}
 			return "ok"
@@ -54,16 +55,17 @@ func TestConflictTranscripts(t *testing.T) {
 	})
 }
 
-func (s *l2Scenario) probes() string {
+// probes lists, per running speaker, the addresses it probes.
+func probes(s *plantest.L2Scenario) string {
 	var b strings.Builder
-	w := s.world()
-	for _, n := range slices.Sorted(maps.Keys(s.nodes)) {
-		if s.down[n] {
+	w := s.World()
+	for _, n := range slices.Sorted(maps.Keys(s.Nodes)) {
+		if s.Down[n] {
 			fmt.Fprintf(&b, "%s: speaker down\n", n)
 			continue
 		}
 		var addrs []string
-		for _, t := range conflictTargets(w, n, s.alive(n)) {
+		for _, t := range conflictTargets(w, n, s.Alive(n)) {
 			a := t.ip.String()
 			if t.interfaces != nil {
 				a += " on " + strings.Join(t.interfaces, ",")

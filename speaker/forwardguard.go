@@ -3,6 +3,8 @@ package speaker
 import (
 	"net/netip"
 	"slices"
+
+	"github.com/portico-lb/portico/speaker/plan"
 )
 
 // Guard keeps this node from routing the untranslated traffic of the addresses it announces
@@ -17,23 +19,23 @@ type Guard interface {
 }
 
 // touched are the addresses whose L2 claim or BGP route the changes may start or stop.
-func (s *Speaker) touched(ch Changes, plan Plan) []netip.Addr {
+func (s *Speaker) touched(ch plan.Changes, p plan.Plan) []netip.Addr {
 	if ch.All {
-		return append(keysOf(plan.Mine, s.owned), keysOf(plan.Routed, s.routed)...)
+		return append(keysOf(p.Mine, s.owned), keysOf(p.Routed, s.routed)...)
 	}
 	return append(slices.Clone(ch.Mine), ch.Routed...)
 }
 
 // guard brings the Guard's addresses up to date for those of addrs the plan announces
 // (announced) or no longer announces (!announced); a failure is logged and changes nothing else.
-func (s *Speaker) guard(addrs []netip.Addr, plan Plan, announced bool) {
+func (s *Speaker) guard(addrs []netip.Addr, p plan.Plan, announced bool) {
 	if s.Guard == nil || len(addrs) == 0 {
 		return
 	}
 	var pick []netip.Addr
 	for _, ip := range addrs {
-		_, l2 := plan.Mine[ip]
-		_, routed := plan.Routed[ip]
+		_, l2 := p.Mine[ip]
+		_, routed := p.Routed[ip]
 		if (l2 || routed) == announced {
 			pick = append(pick, ip)
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/portico-lb/portico/speaker/bgp"
+	"github.com/portico-lb/portico/speaker/plan"
 )
 
 // TestHealth: not ready until the main loop runs, alive while starting and while the loop
@@ -40,8 +41,8 @@ func TestHealth(t *testing.T) {
 // session that carries none, and stops waiting once RoutesUpWait has passed since the start.
 func TestRoutesUp(t *testing.T) {
 	lo := netip.MustParseAddr("127.0.0.1")
-	peer := func(name string) bgp.Peer {
-		return bgp.Peer{Name: name, Address: lo, Port: 1, MyASN: 64513, PeerASN: 64512, RouterID: lo,
+	peer := func(name string) plan.Peer {
+		return plan.Peer{Name: name, Address: lo, Port: 1, MyASN: 64513, PeerASN: 64512, RouterID: lo,
 			HoldTime: 90 * time.Second, KeepaliveTime: 30 * time.Second, ConnectTime: time.Second}
 	}
 	sessions := &bgp.Sessions{Log: logr.Discard()}
@@ -52,14 +53,14 @@ func TestRoutesUp(t *testing.T) {
 	}
 	s.planned.Store(true)
 	pfx := netip.MustParsePrefix("203.0.113.10/32")
-	if errs := sessions.Apply(context.Background(), bgp.Desired{Peers: map[string]bgp.Peer{"idle": peer("idle")}}); len(errs) > 0 {
+	if errs := sessions.Apply(context.Background(), plan.BGP{Peers: map[string]plan.Peer{"idle": peer("idle")}}); len(errs) > 0 {
 		t.Fatal(errs)
 	}
 	if err := s.RoutesUp(nil); err != nil {
 		t.Errorf("not ready for a session that carries no route: %v", err)
 	}
-	if errs := sessions.Apply(context.Background(), bgp.Desired{Peers: map[string]bgp.Peer{"idle": peer("idle"), "tor": peer("tor")},
-		Routes: map[string]map[netip.Prefix]bgp.Route{"tor": {pfx: {Prefix: pfx}}}}); len(errs) > 0 {
+	if errs := sessions.Apply(context.Background(), plan.BGP{Peers: map[string]plan.Peer{"idle": peer("idle"), "tor": peer("tor")},
+		Routes: map[string]map[netip.Prefix]plan.Route{"tor": {pfx: {Prefix: pfx}}}}); len(errs) > 0 {
 		t.Fatal(errs)
 	}
 	err := s.RoutesUp(nil)

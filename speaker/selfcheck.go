@@ -17,6 +17,7 @@ import (
 	"github.com/portico-lb/portico/rules"
 	"github.com/portico-lb/portico/rules/election"
 	"github.com/portico-lb/portico/speaker/l2"
+	"github.com/portico-lb/portico/speaker/plan"
 	"github.com/portico-lb/portico/speaker/selfcheck"
 )
 
@@ -51,7 +52,7 @@ func (s *Speaker) selfCheckTargets(ctx context.Context) []selfcheck.Target {
 // selfCheckAddrs are the addresses announced over L2 that node me probes, sorted: those whose
 // prober it is. The owner of an address is elected from every Service listing it
 // (rules.L2EligibilityOf), so the Services are grouped by address first.
-func selfCheckAddrs(w World, me, lbClass string, alive func(string) bool, members []string) []netip.Addr {
+func selfCheckAddrs(w plan.World, me, lbClass string, alive func(string) bool, members []string) []netip.Addr {
 	holders := map[netip.Addr][]corev1.Service{}
 	for i := range w.Services {
 		svc := &w.Services[i]
@@ -63,7 +64,7 @@ func selfCheckAddrs(w World, me, lbClass string, alive func(string) bool, member
 		}
 	}
 	var out []netip.Addr
-	cluster := w.cluster()
+	cluster := w.Cluster()
 	for ip, svcs := range holders {
 		cluster.Services = svcs
 		for i := range svcs {

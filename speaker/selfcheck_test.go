@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/portico-lb/portico/api/v1alpha1"
+	"github.com/portico-lb/portico/speaker/plan/plantest"
 )
 
 // macs returns n distinct MACs, sorted as the prober reports them.
@@ -96,24 +97,24 @@ func TestOneProberPerAddress(t *testing.T) {
 	var svcs []corev1.Service
 	ip := netip.MustParseAddr("198.51.100.10")
 	for range 30 {
-		svcs = append(svcs, lbService("s"+ip.String(), ip.String()))
+		svcs = append(svcs, plantest.LBService("s"+ip.String(), ip.String()))
 		ip = ip.Next()
 	}
-	local := lbService("local", "198.51.100.99")
+	local := plantest.LBService("local", "198.51.100.99")
 	local.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
 	node, ready := "node-b", true
-	w := world(append(svcs, local)...)
+	w := plantest.World(append(svcs, local)...)
 	w.EndpointSlices = []discoveryv1.EndpointSlice{{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "local-x", Labels: map[string]string{discoveryv1.LabelServiceName: "local"}},
 		Endpoints:  []discoveryv1.Endpoint{{Addresses: []string{"10.244.0.1"}, NodeName: &node, Conditions: discoveryv1.EndpointConditions{Ready: &ready}}},
 	}}
 	probers := map[netip.Addr][]string{}
-	for _, n := range nodeNames {
-		for _, ip := range selfCheckAddrs(w, n, v1alpha1.DefaultLoadBalancerClass, allAlive, nodeNames) {
+	for _, n := range plantest.NodeNames {
+		for _, ip := range selfCheckAddrs(w, n, v1alpha1.DefaultLoadBalancerClass, plantest.AllAlive, plantest.NodeNames) {
 			probers[ip] = append(probers[ip], n)
 		}
 	}
-	owned := owners(w, allAlive)
+	owned := plantest.Owners(w, plantest.AllAlive)
 	if len(probers) != len(owned) || len(owned) != 31 {
 		t.Fatalf("%d addresses probed, %d owned; want 31 each", len(probers), len(owned))
 	}

@@ -22,7 +22,9 @@ import (
 	"github.com/portico-lb/portico/speaker/kubeapi"
 	"github.com/portico-lb/portico/speaker/l2"
 	"github.com/portico-lb/portico/speaker/membership"
+	"github.com/portico-lb/portico/speaker/plan"
 	"github.com/portico-lb/portico/speaker/selfcheck"
+	"github.com/portico-lb/portico/speaker/status"
 )
 
 // Speaker answers on this node for the addresses it owns and reports them in its Speaker
@@ -62,18 +64,18 @@ type Speaker struct {
 	cause     atomic.Value   // string: why the next recomputation runs
 	lostAt    atomic.Int64   // unix nanos of the latest member loss not yet acted upon
 	joined    atomic.Bool    // a member joined since the latest recomputation
-	owned     map[netip.Addr]Claim
+	owned     map[netip.Addr]plan.Claim
 	ifaces    map[netip.Addr][]string
 	pending   pendingChanges
-	planner   *Planner
+	planner   *plan.Planner
 	applied   appliedPlan
-	view      statusView
+	view      status.View
 	macs      []string // hardwareAddrs as read at macsAt
 	macsAt    time.Time
-	macsAgain bool              // a re-read is on its way
-	reports   chan statusReport // the latest status to write; a newer one replaces an unwritten one
+	macsAgain bool               // a re-read is on its way
+	reports   chan status.Report // the latest status to write; a newer one replaces an unwritten one
 	joining   atomic.Bool
-	routed    map[netip.Addr]BGPClaim
+	routed    map[netip.Addr]plan.BGPClaim
 	secretsMu sync.Mutex // the self-check and conflict probes read the world from their own goroutines
 	secrets   map[types.NamespacedName]cachedSecret
 	checks    atomic.Pointer[selfCheckReport]          // the latest self-check results
@@ -104,7 +106,7 @@ type Announcer interface {
 // Router holds this node's BGP sessions and routes: a *bgp.Sessions (whose state changes the
 // speaker watches), or a recorder as for Announcer.
 type Router interface {
-	Apply(ctx context.Context, d bgp.Desired) []error
+	Apply(ctx context.Context, d plan.BGP) []error
 	Close()
 	States() map[string]bgp.State
 }
@@ -114,9 +116,9 @@ type Router interface {
 func (s *Speaker) Start(ctx context.Context) error {
 	s.startedAt = time.Now()
 	s.kick = make(chan struct{}, 1)
-	s.reports = make(chan statusReport, 1)
-	s.owned = map[netip.Addr]Claim{}
-	s.routed = map[netip.Addr]BGPClaim{}
+	s.reports = make(chan status.Report, 1)
+	s.owned = map[netip.Addr]plan.Claim{}
+	s.routed = map[netip.Addr]plan.BGPClaim{}
 	s.busy = events.NewLull(eventLull)
 	s.events = events.NewSender(events.Options{Create: s.Client.CreateEvent, Scheme: s.Client.Scheme(), Controller: "portico-speaker",
 		Instance: "portico-speaker-" + s.Node, Quiet: s.busy.Quiet, Metrics: s.Metrics.events})
@@ -198,7 +200,7 @@ func (s *Speaker) Start(ctx context.Context) error {
 // the events then no longer compete with the writes that bring the addresses and routes.
 // Measured there: during the burst only the overdue events went (about ten a second after the
 // first 10 s), the rest after it.
-const eventLull = 2 * statusWriteInterval
+const eventLull = 2 * status.WriteInterval
 
 func (s *Speaker) trigger(cause string) {
 	s.busy.Stir()
@@ -271,8 +273,8 @@ func (s *Speaker) joinPeers(ctx context.Context, wait bool) {
 	go join()
 }
 
-func (s *Speaker) world(ctx context.Context) (World, error) {
-	var w World
+func (s *Speaker) world(ctx context.Context) (plan.World, error) {
+	var w plan.World
 	var svcs corev1.ServiceList
 	var eps discoveryv1.EndpointSliceList
 	var nodes corev1.NodeList
@@ -287,7 +289,7 @@ func (s *Speaker) world(ctx context.Context) (World, error) {
 			return w, err
 		}
 	}
-	return World{Services: svcs.Items, EndpointSlices: eps.Items, Nodes: nodes.Items, Advertisements: ads.Items, Pools: pools.Items,
+	return plan.World{Services: svcs.Items, EndpointSlices: eps.Items, Nodes: nodes.Items, Advertisements: ads.Items, Pools: pools.Items,
 		BGPPeers: peers.Items, BGPAds: bgpAds.Items, BFDProfiles: bfdProfiles.Items, Secrets: s.secretsFor(ctx, peers.Items), IgnoreExcludeLabel: s.IgnoreExcludeLabel, IgnoreClassless: s.IgnoreClassless}, nil
 }
 
@@ -301,40 +303,40 @@ func (s *Speaker) reconcile(ctx context.Context) {
 		s.Log.Error(err, "reading the cache")
 		return
 	}
-	plan := s.planner.Plan()
-	touched := s.touched(ch, plan)
-	s.guard(touched, plan, true) // before the first answer or route
+	p := s.planner.Plan()
+	touched := s.touched(ch, p)
+	s.guard(touched, p, true) // before the first answer or route
 	mine := s.applyL2(ch)
 	if lostAt != 0 && s.gained(mine) > 0 {
 		// Set has sent the first gratuitous frames when it returns.
 		s.Metrics.failover.Observe(time.Since(time.Unix(0, lostAt)).Seconds())
 	}
 	s.ownersChanged(ctx, mine, cause)
-	s.Metrics.announced.Set(float64(len(plan.Mine)))
+	s.Metrics.announced.Set(float64(len(p.Mine)))
 	routed := ch.Routed
 	if ch.All {
-		routed = keysOf(plan.Routed, s.routed)
+		routed = keysOf(p.Routed, s.routed)
 	}
 	if ch.All || len(ch.Routes) > 0 || len(s.applied.bgp) > 0 {
-		d := plan.BGP
+		d := p.BGP
 		if !ch.All && len(s.applied.bgp) == 0 {
 			d.Changed = ch.Routes // the routes compared; after a problem, every route
 		}
 		s.applied.bgp = s.BGP.Apply(ctx, d)
 	}
-	s.routesChanged(ctx, plan.Routed, routed, cause)
-	s.planned.Store(true)         // after startedAt, which RoutesUp reads once it sees this
-	s.guard(touched, plan, false) // once withdrawn
-	problems := slices.Clone(plan.Problems)
-	for _, p := range append(s.applied.l2, s.applied.bgp...) {
-		problems = append(problems, p.Error())
+	s.routesChanged(ctx, p.Routed, routed, cause)
+	s.planned.Store(true)      // after startedAt, which RoutesUp reads once it sees this
+	s.guard(touched, p, false) // once withdrawn
+	problems := slices.Clone(p.Problems)
+	for _, err := range append(s.applied.l2, s.applied.bgp...) {
+		problems = append(problems, err.Error())
 	}
 	problems = append(problems, s.refusalProblems()...)
 	if s.keyProblem != "" {
 		problems = append(problems, s.keyProblem)
 	}
 	slices.Sort(problems)
-	s.report(plan, problems, mine, routed, ch.prefixes(), ch.All, s.BGP.States())
+	s.report(p, problems, mine, routed, ch.Prefixes(), ch.All, s.BGP.States())
 }
 
 // event tells each of the Services, by a Normal "Announced" event, what this node does for them.

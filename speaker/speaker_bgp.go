@@ -11,12 +11,13 @@ import (
 
 	"github.com/portico-lb/portico/api/v1alpha1"
 	"github.com/portico-lb/portico/speaker/bgp"
+	"github.com/portico-lb/portico/speaker/plan"
 )
 
 // routesChanged runs after the BGP routes were applied: for each address whose claim changed
 // it logs whether this node starts or stops advertising it, tells its Service by an event when
 // it starts (if it is the teller), and remembers the claim.
-func (s *Speaker) routesChanged(ctx context.Context, now map[netip.Addr]BGPClaim, changed []netip.Addr, cause string) {
+func (s *Speaker) routesChanged(ctx context.Context, now map[netip.Addr]plan.BGPClaim, changed []netip.Addr, cause string) {
 	for _, ip := range changed {
 		c, routed := now[ip]
 		old, had := s.routed[ip]

@@ -18,7 +18,7 @@ import (
 	"github.com/portico-lb/portico/api/v1alpha1"
 	"github.com/portico-lb/portico/controller"
 	"github.com/portico-lb/portico/rules"
-	"github.com/portico-lb/portico/speaker"
+	"github.com/portico-lb/portico/speaker/plan"
 )
 
 const lbClass = "portico.dev/lb"
@@ -32,7 +32,7 @@ var (
 // cluster is one random cluster: the objects both sides read, and which nodes run a live
 // speaker.
 type cluster struct {
-	w     speaker.World
+	w     plan.World
 	alive map[string]bool
 }
 
@@ -122,8 +122,8 @@ func (c cluster) answerers(ip netip.Addr, key string) []string {
 		if !c.alive[n.Name] {
 			continue
 		}
-		plan := speaker.MakePlan(c.w, n.Name, lbClass, func(m string) bool { return c.alive[m] })
-		if claim, ok := plan.Mine[ip]; ok && slices.Contains(claim.Services, key) {
+		p := plan.Make(c.w, n.Name, lbClass, func(m string) bool { return c.alive[m] })
+		if claim, ok := p.Mine[ip]; ok && slices.Contains(claim.Services, key) {
 			out = append(out, n.Name)
 		}
 	}

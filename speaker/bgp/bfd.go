@@ -8,11 +8,12 @@ import (
 	api "github.com/osrg/gobgp/v4/api"
 
 	"github.com/portico-lb/portico/speaker/bfd"
+	"github.com/portico-lb/portico/speaker/plan"
 )
 
 // withoutBFD is p with its BFD settings cleared: a change to them alone reconfigures the BFD
 // session and leaves the BGP session alone.
-func withoutBFD(p Peer) Peer {
+func withoutBFD(p plan.Peer) plan.Peer {
 	p.BFD = bfd.Config{}
 	return p
 }

@@ -1,65 +1,18 @@
 package bgp
 
 import (
-	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
 
 	"github.com/osrg/gobgp/v4/pkg/packet/bgp"
 
-	"github.com/portico-lb/portico/api/v1alpha1"
+	"github.com/portico-lb/portico/speaker/plan"
 )
 
-func TestParseCommunity(t *testing.T) {
-	for _, tc := range []struct {
-		in    string
-		std   uint32
-		large LargeCommunity
-		isLg  bool
-		err   string
-	}{
-		{in: "65000:100", std: 65000<<16 | 100},
-		{in: "0:0"},
-		{in: "no-export", std: 0xFFFFFF01},
-		{in: "blackhole", std: 0xFFFF029A},
-		{in: "large:64512:1:2", large: LargeCommunity{64512, 1, 2}, isLg: true},
-		{in: "large:4294967295:0:4294967295", large: LargeCommunity{4294967295, 0, 4294967295}, isLg: true},
-		{in: "65536:1", err: "each up to 65535"},
-		{in: "65000", err: "want AS:VALUE"},
-		{in: "large:1:2", err: "want large:GLOBAL:LOCAL1:LOCAL2"},
-		{in: "large:1:2:4294967296", err: "is not a number up to 4294967295"},
-	} {
-		var got Attrs
-		err := got.AddCommunity(v1alpha1.Community(tc.in))
-		if tc.err != "" {
-			if err == nil || !strings.Contains(err.Error(), tc.err) || !got.Equal(Attrs{}) {
-				t.Errorf("%q: error %v and %+v, want an error containing %q and nothing added", tc.in, err, got, tc.err)
-			}
-			continue
-		}
-		want := Attrs{Communities: []uint32{tc.std}}
-		if tc.isLg {
-			want = Attrs{Large: []LargeCommunity{tc.large}}
-		}
-		if err != nil || !got.Equal(want) {
-			t.Errorf("%q: got %+v, %v; want %+v", tc.in, got, err, want)
-		}
-		if !tc.isLg && communityString(tc.std) != tc.in {
-			t.Errorf("%q prints as %q", tc.in, communityString(tc.std))
-		}
-	}
-}
-
-// TestPasswordNeverPrinted: however a Peer is formatted (logs, errors), its password stays out.
-func TestPasswordNeverPrinted(t *testing.T) {
-	p := Peer{Name: "tor", Address: netip.MustParseAddr("198.51.100.1"), Password: "s3cret"}
-	d := Desired{Peers: map[string]Peer{"tor": p}}
-	for _, s := range []string{fmt.Sprint(p), fmt.Sprintf("%v %+v %#v %s", p, p, p, p.Password), d.String(), fmt.Sprintf("%+v", d)} {
-		if strings.Contains(s, "s3cret") {
-			t.Fatalf("password printed: %s", s)
-		}
-	}
+// TestPasswordReachesGoBGP: the password a Peer never prints goes to GoBGP as it is.
+func TestPasswordReachesGoBGP(t *testing.T) {
+	p := plan.Peer{Name: "tor", Address: netip.MustParseAddr("198.51.100.1"), Password: "s3cret"}
 	if string(apiPeer(p, p.Address).Conf.AuthPassword) != "s3cret" {
 		t.Fatal("the password does not reach GoBGP")
 	}
@@ -67,12 +20,12 @@ func TestPasswordNeverPrinted(t *testing.T) {
 
 // TestAPIPath: next hops and attributes as GoBGP gets them.
 func TestAPIPath(t *testing.T) {
-	v6 := apiPath(Route{Prefix: netip.MustParsePrefix("2001:db8:ff::10/128"), Attrs: Attrs{NextHop: netip.MustParseAddr("2001:db8:1::11"), LocalPref: 200,
-		Communities: []uint32{1}, Large: []LargeCommunity{{1, 2, 3}}}})
+	v6 := apiPath(plan.Route{Prefix: netip.MustParsePrefix("2001:db8:ff::10/128"), Attrs: plan.Attrs{NextHop: netip.MustParseAddr("2001:db8:1::11"), LocalPref: 200,
+		Communities: []uint32{1}, Large: []plan.LargeCommunity{{Global: 1, Local1: 2, Local2: 3}}}})
 	if v6.Family != bgp.RF_IPv6_UC || len(v6.Attrs) != 5 || !strings.Contains(v6.Attrs[1].String(), "2001:db8:1::11") {
 		t.Fatalf("IPv6 path %v %v", v6.Nlri, v6.Attrs)
 	}
-	v4 := apiPath(Route{Prefix: netip.MustParsePrefix("203.0.113.10/32")})
+	v4 := apiPath(plan.Route{Prefix: netip.MustParsePrefix("203.0.113.10/32")})
 	if v4.Family != bgp.RF_IPv4_UC || len(v4.Attrs) != 2 || !strings.Contains(v4.Attrs[1].String(), "0.0.0.0") || v4.Nlri.String() != "203.0.113.10/32" {
 		t.Fatalf("IPv4 path %v %v", v4.Nlri, v4.Attrs)
 	}

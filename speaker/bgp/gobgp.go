@@ -10,6 +10,8 @@ import (
 	"github.com/osrg/gobgp/v4/pkg/config/oc"
 	"github.com/osrg/gobgp/v4/pkg/packet/bgp"
 	"github.com/osrg/gobgp/v4/pkg/server"
+
+	"github.com/portico-lb/portico/speaker/plan"
 )
 
 var (
@@ -33,7 +35,7 @@ func seconds(d time.Duration) uint64 { return uint64(d / time.Second) }
 // p.Interface, zone included: GoBGP then opens the session from the interface's own
 // link-local address). Both unicast families are enabled on every session, so IPv6 prefixes
 // travel over an IPv4 session and the reverse (MP-BGP).
-func apiPeer(p Peer, addr netip.Addr) *api.Peer {
+func apiPeer(p plan.Peer, addr netip.Addr) *api.Peer {
 	ap := &api.Peer{
 		Conf: &api.PeerConf{NeighborAddress: addr.String(), PeerAsn: p.PeerASN, LocalAsn: p.MyASN,
 			AuthPassword: string(p.Password), Description: p.Name},
@@ -64,7 +66,7 @@ func apiPeer(p Peer, addr netip.Addr) *api.Peer {
 }
 
 // apiPath is r as a GoBGP path originated here.
-func apiPath(r Route) *apiutil.Path {
+func apiPath(r plan.Route) *apiutil.Path {
 	fam := familyOf(r.Prefix.Addr())
 	nlri, _ := bgp.NewIPAddrPrefix(r.Prefix) // a valid netip.Prefix always makes one
 	attrs := []bgp.PathAttributeInterface{bgp.NewPathAttributeOrigin(bgp.BGP_ORIGIN_ATTR_TYPE_IGP)}

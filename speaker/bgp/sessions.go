@@ -17,6 +17,7 @@ import (
 	"github.com/osrg/gobgp/v4/pkg/server"
 
 	"github.com/portico-lb/portico/speaker/bfd"
+	"github.com/portico-lb/portico/speaker/plan"
 )
 
 // State is one session's state as the speaker reports it.
@@ -50,11 +51,11 @@ type Sessions struct {
 }
 
 type session struct {
-	peer   Peer
+	peer   plan.Peer
 	addr   netip.Addr // the GoBGP neighbour: peer.Address, or the router found on peer.Interface
 	srv    *server.BgpServer
 	cancel context.CancelFunc // ends the state watch
-	routes map[netip.Prefix]Route
+	routes map[netip.Prefix]plan.Route
 	state  State
 	bfd    *bfd.Peer // nil: no BFD session guards this one
 }
@@ -62,7 +63,7 @@ type session struct {
 // Apply makes the running sessions and routes match d. A peer whose settings changed gets a
 // fresh session; other sessions are not touched. Routes are added, replaced (new attributes)
 // or withdrawn one by one. It returns the problems it met (a peer GoBGP refused, ...).
-func (s *Sessions) Apply(ctx context.Context, d Desired) []error {
+func (s *Sessions) Apply(ctx context.Context, d plan.BGP) []error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.running == nil {
@@ -129,7 +130,7 @@ func (s *Sessions) States() map[string]State {
 	return out
 }
 
-func (s *Sessions) start(ctx context.Context, p Peer) (*session, error) {
+func (s *Sessions) start(ctx context.Context, p plan.Peer) (*session, error) {
 	srv := server.NewBgpServer(server.LoggerOption(gobgpLogger(s.Log.WithName("gobgp").WithValues("peer", p.Name)), nil))
 	go srv.Serve()
 	// ListenPort -1: connect out only; the speaker never listens on 179. Only the unicast
@@ -141,7 +142,7 @@ func (s *Sessions) start(ctx context.Context, p Peer) (*session, error) {
 		return nil, fmt.Errorf("starting BGP: %w", err)
 	}
 	wctx, cancel := context.WithCancel(context.Background())
-	ss := &session{peer: p, addr: p.Address, srv: srv, cancel: cancel, routes: map[netip.Prefix]Route{},
+	ss := &session{peer: p, addr: p.Address, srv: srv, cancel: cancel, routes: map[netip.Prefix]plan.Route{},
 		state: State{Peer: p.Name, Address: p.Address, State: "Idle", Since: time.Now()}}
 	err := rejectImports(ctx, srv)
 	if err == nil {
@@ -242,7 +243,7 @@ func (s *Sessions) stop(ss *session) {
 }
 
 // sync makes the session's RIB hold exactly want.
-func (ss *session) sync(want map[netip.Prefix]Route) []error {
+func (ss *session) sync(want map[netip.Prefix]plan.Route) []error {
 	var errs []error
 	for pfx := range ss.routes {
 		if _, keep := want[pfx]; !keep {
@@ -256,7 +257,7 @@ func (ss *session) sync(want map[netip.Prefix]Route) []error {
 }
 
 // syncSome is sync for the prefixes that may have changed alone.
-func (ss *session) syncSome(want map[netip.Prefix]Route, changed []netip.Prefix) []error {
+func (ss *session) syncSome(want map[netip.Prefix]plan.Route, changed []netip.Prefix) []error {
 	var errs []error
 	for _, pfx := range changed {
 		errs = ss.syncPrefix(want, pfx, errs)
@@ -265,7 +266,7 @@ func (ss *session) syncSome(want map[netip.Prefix]Route, changed []netip.Prefix)
 }
 
 // syncPrefix withdraws, adds or replaces the path of one prefix as want says.
-func (ss *session) syncPrefix(want map[netip.Prefix]Route, pfx netip.Prefix, errs []error) []error {
+func (ss *session) syncPrefix(want map[netip.Prefix]plan.Route, pfx netip.Prefix, errs []error) []error {
 	r, wanted := want[pfx]
 	old, had := ss.routes[pfx]
 	switch {

@@ -11,6 +11,8 @@ import (
 	"github.com/osrg/gobgp/v4/pkg/packet/bgp"
 
 	api "github.com/osrg/gobgp/v4/api"
+
+	"github.com/portico-lb/portico/speaker/plan"
 )
 
 // TestSessionRIBHoldsUnicastOnly: a session's GoBGP server keeps RIB tables for IPv4 and IPv6
@@ -19,14 +21,14 @@ import (
 // a loopback port nobody listens on; only the server's own tables are read.
 func TestSessionRIBHoldsUnicastOnly(t *testing.T) {
 	lo := netip.MustParseAddr("127.0.0.1")
-	p := Peer{Name: "tor", Address: lo, Port: 1, MyASN: 64513, PeerASN: 64512, RouterID: lo,
+	p := plan.Peer{Name: "tor", Address: lo, Port: 1, MyASN: 64513, PeerASN: 64512, RouterID: lo,
 		HoldTime: 90 * time.Second, KeepaliveTime: 30 * time.Second, ConnectTime: time.Second}
-	routes := map[netip.Prefix]Route{}
+	routes := map[netip.Prefix]plan.Route{}
 	for _, pfx := range []string{"203.0.113.10/32", "2001:db8:ff::10/128"} {
-		routes[netip.MustParsePrefix(pfx)] = Route{Prefix: netip.MustParsePrefix(pfx)}
+		routes[netip.MustParsePrefix(pfx)] = plan.Route{Prefix: netip.MustParsePrefix(pfx)}
 	}
 	s := &Sessions{Log: logr.Discard()}
-	if errs := s.Apply(context.Background(), Desired{Peers: map[string]Peer{"tor": p}, Routes: map[string]map[netip.Prefix]Route{"tor": routes}}); len(errs) > 0 {
+	if errs := s.Apply(context.Background(), plan.BGP{Peers: map[string]plan.Peer{"tor": p}, Routes: map[string]map[netip.Prefix]plan.Route{"tor": routes}}); len(errs) > 0 {
 		t.Fatal(errs)
 	}
 	defer s.Close()

@@ -1,4 +1,4 @@
-package bgp
+package plan
 
 import (
 	"fmt"
@@ -42,14 +42,14 @@ type Peer struct {
 	BFD bfd.Config
 }
 
-// WantsBFD reports whether a BFD session guards the BGP session.
-func (p Peer) WantsBFD() bool { return p.BFD.DetectMult != 0 }
+// wantsBFD reports whether a BFD session guards the BGP session.
+func (p Peer) wantsBFD() bool { return p.BFD.DetectMult != 0 }
 
-// IBGP reports whether the session stays inside one AS.
-func (p Peer) IBGP() bool { return p.MyASN == p.PeerASN }
+// iBGP reports whether the session stays inside one AS.
+func (p Peer) iBGP() bool { return p.MyASN == p.PeerASN }
 
-// IPv6Session reports whether the session runs over IPv6 (an Interface peer always does).
-func (p Peer) IPv6Session() bool { return p.Interface != "" || p.Address.Is6() }
+// ipv6Session reports whether the session runs over IPv6 (an Interface peer always does).
+func (p Peer) ipv6Session() bool { return p.Interface != "" || p.Address.Is6() }
 
 // Where names the router: its address, or the interface of an unnumbered peer.
 func (p Peer) Where() string {
@@ -88,8 +88,9 @@ type Route struct {
 	Services []string // namespace/name of the Services it carries, sorted
 }
 
-// Desired is everything this node should do over BGP.
-type Desired struct {
+// BGP is the plan's BGP half: everything this node should do over BGP, which package bgp
+// applies (Sessions.Apply).
+type BGP struct {
 	Peers  map[string]Peer                   // by BGPPeer name
 	Routes map[string]map[netip.Prefix]Route // by BGPPeer name, then prefix
 	// Changed, when not nil, names the only routes that may differ from the last Apply (by
@@ -98,7 +99,7 @@ type Desired struct {
 }
 
 // String renders the state deterministically (transcripts compare it), without passwords.
-func (d Desired) String() string {
+func (d BGP) String() string {
 	var b strings.Builder
 	for _, name := range slices.Sorted(maps.Keys(d.Peers)) {
 		p := d.Peers[name]
@@ -120,7 +121,7 @@ func (d Desired) String() string {
 		if p.Password != "" {
 			b.WriteString(", md5")
 		}
-		if p.WantsBFD() {
+		if p.wantsBFD() {
 			fmt.Fprintf(&b, ", bfd tx %v rx %v x%d", p.BFD.DesiredMinTx, p.BFD.RequiredMinRx, p.BFD.DetectMult)
 			if p.BFD.Passive {
 				b.WriteString(" passive")

@@ -1,7 +1,8 @@
-package speaker
+package plan
 
 import (
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 
@@ -11,7 +12,6 @@ import (
 	"github.com/portico-lb/portico/api/v1alpha1"
 	"github.com/portico-lb/portico/rules"
 	"github.com/portico-lb/portico/rules/election"
-	"github.com/portico-lb/portico/speaker/bgp"
 )
 
 // Planner keeps one node's plan between changes. Replan plans every Service again (what a
@@ -56,7 +56,7 @@ type sharerAt struct {
 
 type routeAt struct {
 	routeKey
-	bgp.Route
+	Route
 }
 
 type routedAt struct {
@@ -89,8 +89,8 @@ type Changes struct {
 	Problems bool                      // the list of problems changed
 }
 
-// prefixes are the prefixes of the routes that changed, to any peer.
-func (ch Changes) prefixes() []netip.Prefix {
+// Prefixes are the prefixes of the routes that changed, to any peer.
+func (ch Changes) Prefixes() []netip.Prefix {
 	var out []netip.Prefix
 	for _, ps := range ch.Routes {
 		out = append(out, ps...)
@@ -184,7 +184,7 @@ func (pl *Planner) update(svcs []corev1.Service, eps []discoveryv1.EndpointSlice
 		}
 	}
 	ch := Changes{}
-	for _, ip := range sortedAddrs(dirtyAddrs) {
+	for _, ip := range slices.SortedFunc(maps.Keys(dirtyAddrs), netip.Addr.Compare) {
 		mine, routed := pl.combineAddress(ip)
 		if mine {
 			ch.Mine = append(ch.Mine, ip)

@@ -1,4 +1,4 @@
-package speaker
+package plan
 
 import (
 	"fmt"
@@ -12,7 +12,6 @@ import (
 
 	"github.com/portico-lb/portico/api/v1alpha1"
 	"github.com/portico-lb/portico/rules"
-	"github.com/portico-lb/portico/speaker/bgp"
 )
 
 // BGPClaim is one address this node advertises over BGP.
@@ -42,7 +41,7 @@ const (
 type bgpNode struct {
 	name     string
 	node     *corev1.Node
-	peers    map[string]bgp.Peer
+	peers    map[string]Peer
 	mine     map[netip.Addr]bool
 	excluded bool
 }
@@ -58,7 +57,7 @@ func bgpNodeOf(w *World, name string, problems *[]string) *bgpNode {
 		*problems = append(*problems, fmt.Sprintf("BGP: node %s not found, so no BGPPeer can select it", name))
 		return nil
 	}
-	n := &bgpNode{name: name, node: node, peers: map[string]bgp.Peer{}, mine: map[netip.Addr]bool{},
+	n := &bgpNode{name: name, node: node, peers: map[string]Peer{}, mine: map[netip.Addr]bool{},
 		excluded: rules.ExcludedFromLB(node, w.IgnoreExcludeLabel)}
 	for _, ip := range rules.InternalIPs(node) {
 		n.mine[ip] = true
@@ -82,14 +81,14 @@ func bgpNodeOf(w *World, name string, problems *[]string) *bgpNode {
 }
 
 // desired is the node's sessions with no route yet.
-func (n *bgpNode) desired() bgp.Desired {
-	d := bgp.Desired{Peers: map[string]bgp.Peer{}, Routes: map[string]map[netip.Prefix]bgp.Route{}}
+func (n *bgpNode) desired() BGP {
+	d := BGP{Peers: map[string]Peer{}, Routes: map[string]map[netip.Prefix]Route{}}
 	if n == nil {
 		return d
 	}
 	for name, peer := range n.peers {
 		d.Peers[name] = peer
-		d.Routes[name] = map[netip.Prefix]bgp.Route{}
+		d.Routes[name] = map[netip.Prefix]Route{}
 	}
 	return d
 }
@@ -132,9 +131,9 @@ func advertise(p *Plan, ad *v1alpha1.BGPAdvertisement, service string, ip netip.
 		p.Problems = append(p.Problems, fmt.Sprintf("BGPAdvertisement %s: %v", ad.Name, err))
 		return
 	}
-	var attrs bgp.Attrs
+	var attrs Attrs
 	for _, c := range s.Communities {
-		if err := attrs.AddCommunity(c); err != nil {
+		if err := attrs.addCommunity(c); err != nil {
 			p.Problems = append(p.Problems, fmt.Sprintf("BGPAdvertisement %s: %v", ad.Name, err))
 		}
 	}
@@ -149,21 +148,21 @@ func advertise(p *Plan, ad *v1alpha1.BGPAdvertisement, service string, ip netip.
 			continue
 		}
 		a := attrs
-		if peer.IBGP() && s.LocalPref != nil {
+		if peer.iBGP() && s.LocalPref != nil {
 			a.LocalPref = *s.LocalPref
 		}
-		if peer.IPv6Session() == ip.Is4() {
+		if peer.ipv6Session() == ip.Is4() {
 			// The session's local address is of the other family: name this node's own.
 			a.NextHop = addressOfFamily(mine, ip.Is4())
 			if !a.NextHop.IsValid() {
 				p.Problems = append(p.Problems, fmt.Sprintf("BGPPeer %s: cannot advertise %s over an %s session: this node has no %s InternalIP for the next hop",
-					name, ip, familyName(!peer.IPv6Session()), familyName(ip.Is4())))
+					name, ip, familyName(!peer.ipv6Session()), familyName(ip.Is4())))
 				continue
 			}
 		}
 		routes := p.BGP.Routes[name]
 		r, had := routes[prefix]
-		if problem := mergeRoute(&r, had, name, bgp.Route{Prefix: prefix, Attrs: a, Services: []string{service}}); problem != "" {
+		if problem := mergeRoute(&r, had, name, Route{Prefix: prefix, Attrs: a, Services: []string{service}}); problem != "" {
 			p.Problems = append(p.Problems, problem)
 		}
 		routes[prefix] = r
@@ -179,9 +178,9 @@ func advertise(p *Plan, ad *v1alpha1.BGPAdvertisement, service string, ip netip.
 
 // mergeRoute adds add to the route r to BGPPeer peer (had: r holds one already), and says
 // when the two ask for different local-prefs.
-func mergeRoute(r *bgp.Route, had bool, peer string, add bgp.Route) (problem string) {
+func mergeRoute(r *Route, had bool, peer string, add Route) (problem string) {
 	if !had {
-		*r = bgp.Route{Prefix: add.Prefix, Attrs: add.Attrs, Services: slices.Clone(add.Services)}
+		*r = Route{Prefix: add.Prefix, Attrs: add.Attrs, Services: slices.Clone(add.Services)}
 		return ""
 	}
 	if r.Attrs.LocalPref != add.Attrs.LocalPref && r.Attrs.LocalPref != 0 && add.Attrs.LocalPref != 0 {
@@ -191,6 +190,22 @@ func mergeRoute(r *bgp.Route, had bool, peer string, add bgp.Route) (problem str
 	r.Attrs = mergeAttrs(r.Attrs, add.Attrs)
 	r.Services = unionSorted(r.Services, add.Services)
 	return problem
+}
+
+// ListsRoutesTo are the peers this node lists the routes of prefix p to in its Speaker status:
+// its address's FirstTo, or for an aggregate those of the addresses in it (aggregates are few:
+// reading every address for one is the price of aggregation).
+func (p Plan) ListsRoutesTo(prefix netip.Prefix) []string {
+	if prefix.IsSingleIP() {
+		return p.Routed[prefix.Addr()].FirstTo
+	}
+	var peers []string
+	for ip, c := range p.Routed {
+		if prefix.Contains(ip) {
+			peers = unionSorted(peers, c.FirstTo)
+		}
+	}
+	return peers
 }
 
 // unionSorted is the sorted union of two sorted lists (a new list when b adds to a).
@@ -209,14 +224,14 @@ func unionSorted(a, b []string) []string {
 
 // mergeAttrs combines two advertisements of one prefix to one peer: the union of communities,
 // the higher local-pref.
-func mergeAttrs(a, b bgp.Attrs) bgp.Attrs {
+func mergeAttrs(a, b Attrs) Attrs {
 	out := a
 	out.LocalPref = max(a.LocalPref, b.LocalPref)
 	out.Communities = append(slices.Clone(a.Communities), b.Communities...)
 	out.Large = append(slices.Clone(a.Large), b.Large...)
 	slices.Sort(out.Communities)
 	out.Communities = slices.Compact(out.Communities)
-	slices.SortFunc(out.Large, func(x, y bgp.LargeCommunity) int {
+	slices.SortFunc(out.Large, func(x, y LargeCommunity) int {
 		if x.Global != y.Global {
 			return int(int64(x.Global) - int64(y.Global))
 		}
@@ -231,9 +246,9 @@ func mergeAttrs(a, b bgp.Attrs) bgp.Attrs {
 
 // resolvePeer applies defaults, takes AS numbers from the node's labels where the peer says so
 // and reads the password. Errors never contain the password.
-func resolvePeer(bp *v1alpha1.BGPPeer, labels map[string]string, mine map[netip.Addr]bool, secrets []corev1.Secret) (bgp.Peer, error) {
+func resolvePeer(bp *v1alpha1.BGPPeer, labels map[string]string, mine map[netip.Addr]bool, secrets []corev1.Secret) (Peer, error) {
 	s := &bp.Spec
-	peer := bgp.Peer{Name: bp.Name, MyASN: s.MyASN, PeerASN: s.PeerASN, Port: defaultBGPPort, Interface: s.Interface,
+	peer := Peer{Name: bp.Name, MyASN: s.MyASN, PeerASN: s.PeerASN, Port: defaultBGPPort, Interface: s.Interface,
 		HoldTime: defaultHoldTime, ConnectTime: defaultConnectTime, EBGPMultiHop: s.EBGPMultiHop, GracefulRestart: s.EnableGracefulRestart}
 	var err error
 	if s.MyASNFromNodeLabel != "" {
@@ -313,7 +328,7 @@ func asnFromLabel(labels map[string]string, key, field string) (uint32, error) {
 	return uint32(asn), nil
 }
 
-func password(ref *v1alpha1.SecretKeyRef, secrets []corev1.Secret) (bgp.Password, error) {
+func password(ref *v1alpha1.SecretKeyRef, secrets []corev1.Secret) (Password, error) {
 	key := ref.Key
 	if key == "" {
 		key = "password"
@@ -327,7 +342,7 @@ func password(ref *v1alpha1.SecretKeyRef, secrets []corev1.Secret) (bgp.Password
 			if len(v) > 80 {
 				return "", fmt.Errorf("passwordSecret %s/%s: key %q is longer than the 80 bytes TCP MD5 allows", ref.Namespace, ref.Name, key)
 			}
-			return bgp.Password(v), nil
+			return Password(v), nil
 		}
 	}
 	return "", fmt.Errorf("passwordSecret %s/%s cannot be read (missing, or the speaker may not get it); the session stays closed rather than open without its password",

@@ -1,4 +1,4 @@
-package bgp
+package plan
 
 import (
 	"fmt"
@@ -6,9 +6,9 @@ import (
 	"github.com/portico-lb/portico/api/v1alpha1"
 )
 
-// AddCommunity appends a community, as the API defines it (v1alpha1.Community.Parse), to the
+// addCommunity appends a community, as the API defines it (v1alpha1.Community.Parse), to the
 // standard or the large ones.
-func (a *Attrs) AddCommunity(c v1alpha1.Community) error {
+func (a *Attrs) addCommunity(c v1alpha1.Community) error {
 	v, err := c.Parse()
 	switch {
 	case err != nil:

@@ -1,4 +1,4 @@
-package bgp
+package plan
 
 import (
 	"testing"
@@ -16,7 +16,7 @@ func FuzzParseCommunity(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, s string) {
 		var read Attrs
-		if err := read.AddCommunity(v1alpha1.Community(s)); err != nil {
+		if err := read.addCommunity(v1alpha1.Community(s)); err != nil {
 			return
 		}
 		var again string
@@ -26,7 +26,7 @@ func FuzzParseCommunity(f *testing.F) {
 			again = communityString(read.Communities[0])
 		}
 		var reread Attrs
-		if err := reread.AddCommunity(v1alpha1.Community(again)); err != nil || !reread.Equal(read) {
+		if err := reread.addCommunity(v1alpha1.Community(again)); err != nil || !reread.Equal(read) {
 			t.Fatalf("%q read as %q, which reads back as %+v (%v)", s, again, reread, err)
 		}
 	})

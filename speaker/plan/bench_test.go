@@ -1,8 +1,10 @@
-package speaker
+package plan_test
 
 import (
 	"fmt"
+	"maps"
 	"net/netip"
+	"slices"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -10,6 +12,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/portico-lb/portico/api/v1alpha1"
+	"github.com/portico-lb/portico/speaker/plan"
+	"github.com/portico-lb/portico/speaker/plan/plantest"
+	"github.com/portico-lb/portico/speaker/status"
 )
 
 // BenchmarkMakePlan: one speaker's whole plan for 1000 Services, each with an EndpointSlice,
@@ -22,7 +27,7 @@ func BenchmarkMakePlan(b *testing.B) {
 		b.Run(node, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				p := MakePlan(w, node, v1alpha1.DefaultLoadBalancerClass, allAlive)
+				p := plan.Make(w, node, v1alpha1.DefaultLoadBalancerClass, plantest.AllAlive)
 				if len(p.Routed) != 1000 {
 					b.Fatalf("routed %d, want 1000 (%d problems)", len(p.Routed), len(p.Problems))
 				}
@@ -39,10 +44,10 @@ func BenchmarkPlanChange(b *testing.B) {
 		w := benchWorld(n)
 		for _, node := range []string{"node-a", "node-b"} {
 			b.Run(fmt.Sprintf("services=%d/%s", n, node), func(b *testing.B) {
-				pl := NewPlanner(node, v1alpha1.DefaultLoadBalancerClass)
-				pl.Replan(w, allAlive)
-				v := &statusView{}
-				v.update(pl.Plan(), nil, keysOf(pl.Plan().Mine, pl.Plan().Mine), keysOf(pl.Plan().Routed, pl.Plan().Routed), nil, true)
+				pl := plan.NewPlanner(node, v1alpha1.DefaultLoadBalancerClass)
+				pl.Replan(w, plantest.AllAlive)
+				v := &status.View{}
+				v.Update(pl.Plan(), nil, slices.SortedFunc(maps.Keys(pl.Plan().Mine), netip.Addr.Compare), slices.SortedFunc(maps.Keys(pl.Plan().Routed), netip.Addr.Compare), nil, true)
 				svc := w.Services[n/2]
 				key := []string{svc.Namespace + "/" + svc.Name}
 				addrs := []string{svc.Status.LoadBalancer.Ingress[0].IP, "198.51.200.1"}
@@ -52,7 +57,7 @@ func BenchmarkPlanChange(b *testing.B) {
 					i++
 					svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: addrs[i%2]}}
 					ch := pl.Update([]corev1.Service{svc}, nil, key)
-					v.update(pl.Plan(), nil, ch.Mine, ch.Routed, ch.prefixes(), false)
+					v.Update(pl.Plan(), nil, ch.Mine, ch.Routed, ch.Prefixes(), false)
 					if len(ch.Routed) != 2 {
 						b.Fatalf("%d routed addresses changed, want 2", len(ch.Routed))
 					}
@@ -63,22 +68,22 @@ func BenchmarkPlanChange(b *testing.B) {
 }
 
 // benchWorld is n Services, each with an EndpointSlice, announced over L2 and BGP.
-func benchWorld(n int) World {
+func benchWorld(n int) plan.World {
 	var svcs []corev1.Service
 	var slices []discoveryv1.EndpointSlice
 	ip := netip.MustParseAddr("198.51.100.10")
 	ready := true
 	for i := range n {
 		name := fmt.Sprintf("svc-%05d", i)
-		svcs = append(svcs, lbService(name, ip.String()))
-		node := nodeNames[i%len(nodeNames)]
+		svcs = append(svcs, plantest.LBService(name, ip.String()))
+		node := plantest.NodeNames[i%len(plantest.NodeNames)]
 		slices = append(slices, discoveryv1.EndpointSlice{
 			ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name + "-x", Labels: map[string]string{discoveryv1.LabelServiceName: name}},
 			Endpoints:  []discoveryv1.Endpoint{{Addresses: []string{"10.244.0.1"}, NodeName: &node, Conditions: discoveryv1.EndpointConditions{Ready: &ready}}},
 		})
 		ip = ip.Next()
 	}
-	w := world(svcs...)
+	w := plantest.World(svcs...)
 	w.Pools[0].Spec.Addresses = []v1alpha1.AddressRange{"198.51.0.0/16"}
 	w.EndpointSlices = slices
 	for i := range w.Nodes {

@@ -2,6 +2,7 @@ package speaker
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -21,7 +22,7 @@ type pendingChanges struct {
 	mu     sync.Mutex
 	all    bool
 	keys   map[string]bool
-	slices map[string][]string // EndpointSlice names by Service key, sorted: a Service's slices without listing all
+	slices map[string]map[string]bool // EndpointSlice names by Service key: a Service's slices without listing all
 }
 
 func (p *pendingChanges) everything() {
@@ -34,11 +35,8 @@ func (p *pendingChanges) everything() {
 func (p *pendingChanges) take() (keys []string, all bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for k := range p.keys {
-		keys = append(keys, k)
-	}
+	keys = slices.Sorted(maps.Keys(p.keys))
 	all, p.all, p.keys = p.all, false, nil
-	slices.Sort(keys)
 	return keys, all
 }
 
@@ -60,24 +58,28 @@ func (p *pendingChanges) slice(es *discoveryv1.EndpointSlice, gone bool) {
 	key := es.Namespace + "/" + svc
 	p.mu.Lock()
 	if p.slices == nil {
-		p.slices = map[string][]string{}
+		p.slices = map[string]map[string]bool{}
 	}
 	if gone {
-		p.slices[key] = removeSorted(p.slices[key], es.Name)
+		delete(p.slices[key], es.Name)
 		if len(p.slices[key]) == 0 {
 			delete(p.slices, key)
 		}
 	} else {
-		p.slices[key] = insertSorted(p.slices[key], es.Name)
+		if p.slices[key] == nil {
+			p.slices[key] = map[string]bool{}
+		}
+		p.slices[key][es.Name] = true
 	}
 	p.mu.Unlock()
 	p.service(key)
 }
 
+// slicesOf are the names of the Service's EndpointSlices, sorted.
 func (p *pendingChanges) slicesOf(key string) []string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return slices.Clone(p.slices[key])
+	return slices.Sorted(maps.Keys(p.slices[key]))
 }
 
 // changeHandler is the informer handler for obj's kind: Services and EndpointSlices name the

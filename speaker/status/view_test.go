@@ -1,4 +1,4 @@
-package speaker
+package status
 
 import (
 	"net/netip"
@@ -7,34 +7,34 @@ import (
 	"time"
 
 	"github.com/portico-lb/portico/api/v1alpha1"
-	"github.com/portico-lb/portico/speaker/bgp"
+	"github.com/portico-lb/portico/speaker/plan"
 )
 
 // TestRoutesListing: status.bgp.routes lists the routes to the peers this node is the first to
 // send them to (FirstTo), one entry per prefix and attributes naming those peers, by prefix,
 // within MaxBGPRoutes, the rest counted.
 func TestRoutesListing(t *testing.T) {
-	plan := Plan{Routed: map[netip.Addr]BGPClaim{},
-		BGP: bgp.Desired{Peers: map[string]bgp.Peer{"a": {}, "b": {}}, Routes: map[string]map[netip.Prefix]bgp.Route{"a": {}, "b": {}}}}
+	p := plan.Plan{Routed: map[netip.Addr]plan.BGPClaim{},
+		BGP: plan.BGP{Peers: map[string]plan.Peer{"a": {}, "b": {}}, Routes: map[string]map[netip.Prefix]plan.Route{"a": {}, "b": {}}}}
 	ip := netip.MustParseAddr("198.51.100.0")
 	for range 300 {
 		pfx := netip.PrefixFrom(ip, 32)
 		for _, peer := range []string{"a", "b"} {
-			plan.BGP.Routes[peer][pfx] = bgp.Route{Prefix: pfx}
+			p.BGP.Routes[peer][pfx] = plan.Route{Prefix: pfx}
 		}
-		plan.Routed[ip] = BGPClaim{Peers: []string{"a", "b"}, FirstTo: []string{"a", "b"}, Teller: true}
+		p.Routed[ip] = plan.BGPClaim{Peers: []string{"a", "b"}, FirstTo: []string{"a", "b"}, Teller: true}
 		ip = ip.Next()
 	}
 	first := netip.MustParsePrefix("198.51.100.0/32")
-	plan.BGP.Routes["b"][first] = bgp.Route{Prefix: first, Attrs: bgp.Attrs{LocalPref: 200}} // b gets other attributes
+	p.BGP.Routes["b"][first] = plan.Route{Prefix: first, Attrs: plan.Attrs{LocalPref: 200}} // b gets other attributes
 	// An earlier node sends 198.51.100.2 to a: this one lists its route to b only.
-	plan.Routed[netip.MustParseAddr("198.51.100.2")] = BGPClaim{Peers: []string{"a", "b"}, FirstTo: []string{"b"}}
+	p.Routed[netip.MustParseAddr("198.51.100.2")] = plan.BGPClaim{Peers: []string{"a", "b"}, FirstTo: []string{"b"}}
 	// And it sends 198.51.100.3 to both: not listed here.
-	plan.Routed[netip.MustParseAddr("198.51.100.3")] = BGPClaim{Peers: []string{"a", "b"}}
-	v := statusView{}
-	v.update(plan, nil, nil, keysOf(plan.Routed, plan.Routed), nil, true)
+	p.Routed[netip.MustParseAddr("198.51.100.3")] = plan.BGPClaim{Peers: []string{"a", "b"}}
+	v := View{}
+	v.Update(p, nil, nil, sortedAddrs(p.Routed), nil, true)
 	st := v1alpha1.SpeakerStatus{BGP: &v1alpha1.SpeakerBGP{}}
-	v.fill(&st)
+	v.Fill(&st)
 	routes, omitted := st.BGP.Routes, st.BGP.OmittedRoutes
 	if len(routes) != v1alpha1.MaxBGPRoutes || omitted != 300-v1alpha1.MaxBGPRoutes {
 		t.Fatalf("%d routes listed, %d omitted; want %d and %d", len(routes), omitted, v1alpha1.MaxBGPRoutes, 300-v1alpha1.MaxBGPRoutes)
@@ -60,22 +60,22 @@ func TestRoutesListing(t *testing.T) {
 // written at once, also when the written list was empty and the new one is not made yet (the
 // writer makes it); a report of the same list is not written again.
 func TestAListChangeIsWritten(t *testing.T) {
-	var v statusView
-	plan := Plan{Mine: map[netip.Addr]Claim{}, Routed: map[netip.Addr]BGPClaim{}}
-	v.update(plan, nil, nil, nil, nil, false)
-	written := v.report(plan, nil)
-	written.listed = v.fill(&written.status)
+	var v View
+	p := plan.Plan{Mine: map[netip.Addr]plan.Claim{}, Routed: map[netip.Addr]plan.BGPClaim{}}
+	v.Update(p, nil, nil, nil, nil, false)
+	written := v.Report(p, nil)
+	written.Listed = v.Fill(&written.Status)
 	ip := netip.MustParseAddr("203.0.113.10")
-	plan.Routed[ip] = BGPClaim{Services: []string{"default/web"}, Peers: []string{"tor"}, Teller: true}
-	v.update(plan, nil, nil, []netip.Addr{ip}, nil, false)
-	r := v.report(plan, nil)
-	if sameStatus(written, r) {
+	p.Routed[ip] = plan.BGPClaim{Services: []string{"default/web"}, Peers: []string{"tor"}, Teller: true}
+	v.Update(p, nil, nil, []netip.Addr{ip}, nil, false)
+	r := v.Report(p, nil)
+	if Same(written, r) {
 		t.Fatalf("a new announcement is not written")
 	}
 	// The same address again without a change is no news.
-	r.listed = v.fill(&r.status)
-	v.update(plan, nil, nil, []netip.Addr{ip}, nil, false)
-	if again := v.report(plan, nil); !sameStatus(r, again) {
+	r.Listed = v.Fill(&r.Status)
+	v.Update(p, nil, nil, []netip.Addr{ip}, nil, false)
+	if again := v.Report(p, nil); !Same(r, again) {
 		t.Errorf("an unchanged list is written again")
 	}
 }
@@ -83,16 +83,16 @@ func TestAListChangeIsWritten(t *testing.T) {
 // TestWritePause: a small status may be written twice a second; one listing 1000 addresses
 // and 256 routes waits 1.756 s after its write, and no status waits more than 10 s.
 func TestWritePause(t *testing.T) {
-	if got := writePause(v1alpha1.SpeakerStatus{}); got != statusWriteInterval {
-		t.Errorf("an empty status waits %v, want %v", got, statusWriteInterval)
+	if got := WritePause(v1alpha1.SpeakerStatus{}); got != WriteInterval {
+		t.Errorf("an empty status waits %v, want %v", got, WriteInterval)
 	}
 	big := v1alpha1.SpeakerStatus{Announcements: make([]v1alpha1.Announcement, 1000),
 		BGP: &v1alpha1.SpeakerBGP{Routes: make([]v1alpha1.AdvertisedRoute, v1alpha1.MaxBGPRoutes)}}
-	if got, want := writePause(big), 1756*time.Millisecond; got != want {
+	if got, want := WritePause(big), 1756*time.Millisecond; got != want {
 		t.Errorf("1000 announcements and 256 routes wait %v, want %v", got, want)
 	}
 	big.Announcements = make([]v1alpha1.Announcement, 20000)
-	if got := writePause(big); got != statusWriteMaxInterval {
-		t.Errorf("20 000 announcements wait %v, want the cap %v", got, statusWriteMaxInterval)
+	if got := WritePause(big); got != maxWriteInterval {
+		t.Errorf("20 000 announcements wait %v, want the cap %v", got, maxWriteInterval)
 	}
 }

@@ -1,4 +1,4 @@
-package speaker
+package status
 
 import (
 	"cmp"
@@ -10,12 +10,13 @@ import (
 
 	"github.com/portico-lb/portico/api/v1alpha1"
 	"github.com/portico-lb/portico/speaker/bgp"
+	"github.com/portico-lb/portico/speaker/plan"
 )
 
-// bgpPeersStatus is the Speaker status's view of the BGP side: each peer's AS numbers and
+// BGPPeers is the Speaker status's view of the BGP side: each peer's AS numbers and
 // address as resolved here (learned ones from the running sessions). Nil when this node holds
 // no session.
-func bgpPeersStatus(d bgp.Desired, states map[string]bgp.State) *v1alpha1.SpeakerBGP {
+func BGPPeers(d plan.BGP, states map[string]bgp.State) *v1alpha1.SpeakerBGP {
 	if len(d.Peers) == 0 {
 		return nil
 	}
@@ -37,81 +38,65 @@ func bgpPeersStatus(d bgp.Desired, states map[string]bgp.State) *v1alpha1.Speake
 }
 
 // Each route to each peer is listed by one node, the first live one by name that sends it
-// there (BGPClaim.FirstTo): every node sends the same, so one Service change rewrites one
+// there (plan.BGPClaim.FirstTo): every node sends the same, so one Service change rewrites one
 // Speaker's routes (the teller's, with the same write as its announcement), however many nodes
 // advertise it.
 
 // updateRoutes rewrites the entries of the prefixes that changed: those given, the host routes
 // of the addresses in routed and the aggregates holding them (whose lister may have changed
 // with an address's FirstTo), every prefix when all. The caller holds v.mu.
-func (v *statusView) updateRoutes(plan Plan, routed []netip.Addr, prefixes []netip.Prefix, all bool) {
+func (v *View) updateRoutes(p plan.Plan, routed []netip.Addr, prefixes []netip.Prefix, all bool) {
 	touched := map[netip.Prefix]bool{}
-	for _, p := range prefixes {
-		touched[p] = true
+	for _, pfx := range prefixes {
+		touched[pfx] = true
 	}
 	if all {
-		for p := range v.routes {
-			touched[p] = true
+		for pfx := range v.routes {
+			touched[pfx] = true
 		}
-		for _, routes := range plan.BGP.Routes {
-			for p := range routes {
-				touched[p] = true
+		for _, routes := range p.BGP.Routes {
+			for pfx := range routes {
+				touched[pfx] = true
 			}
 		}
 	}
 	for _, ip := range routed {
 		touched[netip.PrefixFrom(ip, ip.BitLen())] = true
-		for p := range v.aggregates {
-			if p.Contains(ip) {
-				touched[p] = true
+		for pfx := range v.aggregates {
+			if pfx.Contains(ip) {
+				touched[pfx] = true
 			}
 		}
 	}
-	for p := range touched {
-		if !p.IsSingleIP() && routedAnywhere(plan, p) {
-			v.aggregates[p] = true
+	for pfx := range touched {
+		if !pfx.IsSingleIP() && routedAnywhere(p, pfx) {
+			v.aggregates[pfx] = true
 		} else {
-			delete(v.aggregates, p)
+			delete(v.aggregates, pfx)
 		}
-		setEntries(v, v.routes, p, routeEntries(plan, p))
+		setEntries(v, v.routes, pfx, routeEntries(p, pfx))
 	}
 }
 
-func routedAnywhere(plan Plan, p netip.Prefix) bool {
-	for _, routes := range plan.BGP.Routes {
-		if _, ok := routes[p]; ok {
+func routedAnywhere(p plan.Plan, pfx netip.Prefix) bool {
+	for _, routes := range p.BGP.Routes {
+		if _, ok := routes[pfx]; ok {
 			return true
 		}
 	}
 	return false
 }
 
-// listFirstTo are the peers this node lists the routes of prefix p to: its address's FirstTo,
-// or for an aggregate those of the addresses in it (aggregates are few: reading every address
-// for one is the price of aggregation).
-func listFirstTo(plan Plan, p netip.Prefix) []string {
-	if p.IsSingleIP() {
-		return plan.Routed[p.Addr()].FirstTo
-	}
-	var peers []string
-	for ip, c := range plan.Routed {
-		if p.Contains(ip) {
-			peers = unionSorted(peers, c.FirstTo)
-		}
-	}
-	return peers
-}
-
-// routeEntries are prefix p's entries in status.bgp.routes: one per set of attributes, naming
+// routeEntries are prefix pfx's entries in status.bgp.routes: one per set of attributes, naming
 // the peers (of those this node lists it to) that get it, ordered by attributes.
-func routeEntries(plan Plan, p netip.Prefix) []v1alpha1.AdvertisedRoute {
+func routeEntries(p plan.Plan, pfx netip.Prefix) []v1alpha1.AdvertisedRoute {
 	type entry struct {
-		attrs bgp.Attrs
+		attrs plan.Attrs
 		peers []string
 	}
 	var es []entry
-	for _, name := range listFirstTo(plan, p) {
-		r, ok := plan.BGP.Routes[name][p]
+	for _, name := range p.ListsRoutesTo(pfx) {
+		r, ok := p.BGP.Routes[name][pfx]
 		if !ok {
 			continue
 		}
@@ -124,7 +109,7 @@ func routeEntries(plan Plan, p netip.Prefix) []v1alpha1.AdvertisedRoute {
 	slices.SortFunc(es, func(a, b entry) int { return strings.Compare(fmt.Sprint(a.attrs), fmt.Sprint(b.attrs)) })
 	var out []v1alpha1.AdvertisedRoute
 	for _, e := range es {
-		ar := v1alpha1.AdvertisedRoute{Prefix: p.String(), Peers: e.peers, LocalPref: e.attrs.LocalPref,
+		ar := v1alpha1.AdvertisedRoute{Prefix: pfx.String(), Peers: e.peers, LocalPref: e.attrs.LocalPref,
 			Communities: capCommunities(e.attrs.CommunityStrings())}
 		if e.attrs.NextHop.IsValid() {
 			ar.NextHop = e.attrs.NextHop.String()
@@ -136,7 +121,7 @@ func routeEntries(plan Plan, p netip.Prefix) []v1alpha1.AdvertisedRoute {
 
 // listRoutes is status.bgp.routes: the entries by prefix, at most MaxBGPRoutes, and how many
 // were left out. The caller holds v.mu.
-func (v *statusView) listRoutes() ([]v1alpha1.AdvertisedRoute, int32) {
+func (v *View) listRoutes() ([]v1alpha1.AdvertisedRoute, int32) {
 	prefixes := slices.SortedFunc(maps.Keys(v.routes), func(a, b netip.Prefix) int {
 		return cmp.Or(a.Addr().Compare(b.Addr()), a.Bits()-b.Bits())
 	})

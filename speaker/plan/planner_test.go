@@ -1,10 +1,11 @@
-package speaker
+package plan_test
 
 import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
 	"reflect"
+	"slices"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -13,14 +14,17 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/portico-lb/portico/api/v1alpha1"
+	"github.com/portico-lb/portico/speaker/plan"
+	"github.com/portico-lb/portico/speaker/plan/plantest"
+	"github.com/portico-lb/portico/speaker/status"
 )
 
 // planWorld is the cluster of the incremental tests: three nodes with InternalIPs, L2 for
 // the pool labelled l2=yes, BGP with /30 aggregation (Services share routes), a
 // serviceSelectors advertisement with its own local-pref (conflicts are reported) and a second
 // peer that node-a does not hold.
-func planWorld() World {
-	w := world()
+func planWorld() plan.World {
+	w := plantest.World()
 	for i := range w.Nodes {
 		w.Nodes[i].Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: fmt.Sprintf("192.168.0.%d", i+1)}}
 	}
@@ -48,7 +52,7 @@ func randomService(r *rand.Rand, i int) (*corev1.Service, *discoveryv1.EndpointS
 		return nil, nil
 	}
 	name := fmt.Sprintf("s%d", i)
-	svc := lbService(name, fmt.Sprintf("198.51.100.%d", 10+r.IntN(6)))
+	svc := plantest.LBService(name, fmt.Sprintf("198.51.100.%d", 10+r.IntN(6)))
 	if r.IntN(4) == 0 {
 		svc.Status.LoadBalancer.Ingress = append(svc.Status.LoadBalancer.Ingress, corev1.LoadBalancerIngress{IP: "2001:db8:1::" + fmt.Sprint(r.IntN(3))})
 	}
@@ -61,7 +65,7 @@ func randomService(r *rand.Rand, i int) (*corev1.Service, *discoveryv1.EndpointS
 	if r.IntN(3) == 0 {
 		svc.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
 	}
-	node, ready := nodeNames[r.IntN(len(nodeNames))], r.IntN(4) > 0
+	node, ready := plantest.NodeNames[r.IntN(len(plantest.NodeNames))], r.IntN(4) > 0
 	return &svc, &discoveryv1.EndpointSlice{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name + "-x", Labels: map[string]string{discoveryv1.LabelServiceName: name}},
 		Endpoints:  []discoveryv1.Endpoint{{Addresses: []string{"10.244.0.1"}, NodeName: &node, Conditions: discoveryv1.EndpointConditions{Ready: &ready}}},
@@ -78,7 +82,7 @@ func TestUpdateIsMakePlan(t *testing.T) {
 	svcs := map[int]*corev1.Service{}
 	eps := map[int]*discoveryv1.EndpointSlice{}
 	alive := func(n string) bool { return n != "node-b" }
-	current := func() World {
+	current := func() plan.World {
 		w := planWorld()
 		for i := range services {
 			if svcs[i] != nil {
@@ -88,42 +92,44 @@ func TestUpdateIsMakePlan(t *testing.T) {
 		}
 		return w
 	}
-	planners := map[string]*Planner{}
-	views := map[string]*statusView{}
-	for _, n := range nodeNames {
-		planners[n], views[n] = NewPlanner(n, v1alpha1.DefaultLoadBalancerClass), &statusView{}
+	planners := map[string]*plan.Planner{}
+	views := map[string]*status.View{}
+	for _, n := range plantest.NodeNames {
+		planners[n], views[n] = plan.NewPlanner(n, v1alpha1.DefaultLoadBalancerClass), &status.View{}
 		planners[n].Replan(current(), alive)
 	}
 	for step := range 300 {
 		var changed []corev1.Service
-		var slices []discoveryv1.EndpointSlice
+		var changedSlices []discoveryv1.EndpointSlice
 		var keys []string
 		for range 1 + r.IntN(3) {
 			i := r.IntN(services)
 			svcs[i], eps[i] = randomService(r, i)
 			keys = append(keys, fmt.Sprintf("ns/s%d", i))
 		}
-		for _, key := range sortedStrings(keys) {
+		slices.Sort(keys)
+		sortedKeys := slices.Compact(keys)
+		for _, key := range sortedKeys {
 			var i int
 			fmt.Sscanf(key, "ns/s%d", &i)
 			if svcs[i] != nil {
 				changed = append(changed, *svcs[i])
-				slices = append(slices, *eps[i])
+				changedSlices = append(changedSlices, *eps[i])
 			}
 		}
 		w := current()
-		for _, n := range nodeNames {
-			ch := planners[n].Update(changed, slices, sortedStrings(keys))
-			got, want := planners[n].Plan(), MakePlan(w, n, v1alpha1.DefaultLoadBalancerClass, alive)
+		for _, n := range plantest.NodeNames {
+			ch := planners[n].Update(changed, changedSlices, sortedKeys)
+			got, want := planners[n].Plan(), plan.Make(w, n, v1alpha1.DefaultLoadBalancerClass, alive)
 			if !reflect.DeepEqual(got, want) {
 				t.Fatalf("step %d, node %s: Update gives\n%+v\nMakePlan gives\n%+v", step, n, got, want)
 			}
-			views[n].update(got, nil, ch.Mine, ch.Routed, ch.prefixes(), false)
-			st := views[n].report(got, got.Problems)
-			st.status.BGP = bgpPeersStatus(got.BGP, nil)
-			views[n].fill(&st.status)
-			if wantSt := planStatus(want, nil); !reflect.DeepEqual(st.status, wantSt.status) {
-				t.Fatalf("step %d, node %s: the status updated by the changes lists\n%+v\nfrom scratch\n%+v", step, n, st.status, wantSt.status)
+			views[n].Update(got, nil, ch.Mine, ch.Routed, ch.Prefixes(), false)
+			st := views[n].Report(got, got.Problems)
+			st.Status.BGP = status.BGPPeers(got.BGP, nil)
+			views[n].Fill(&st.Status)
+			if wantSt := status.OfPlan(want, nil); !reflect.DeepEqual(st.Status, wantSt.Status) {
+				t.Fatalf("step %d, node %s: the status updated by the changes lists\n%+v\nfrom scratch\n%+v", step, n, st.Status, wantSt.Status)
 			}
 		}
 	}
@@ -136,20 +142,20 @@ func TestUpdatePlansTheChangedServicesOnly(t *testing.T) {
 	ip := netip.MustParseAddr("198.51.100.0")
 	w.Pools[0].Spec.Addresses = []v1alpha1.AddressRange{"198.51.100.0/20"}
 	for i := range 2000 {
-		w.Services = append(w.Services, lbService(fmt.Sprintf("s%04d", i), ip.String()))
+		w.Services = append(w.Services, plantest.LBService(fmt.Sprintf("s%04d", i), ip.String()))
 		ip = ip.Next()
 	}
-	pl := NewPlanner("node-a", v1alpha1.DefaultLoadBalancerClass)
-	pl.Replan(w, allAlive)
+	pl := plan.NewPlanner("node-a", v1alpha1.DefaultLoadBalancerClass)
+	pl.Replan(w, plantest.AllAlive)
 	if pl.Planned != 2000 {
 		t.Fatalf("the first plan planned %d Services, want 2000", pl.Planned)
 	}
-	edited := lbService("s0007", ip.String())
+	edited := plantest.LBService("s0007", ip.String())
 	pl.Update([]corev1.Service{edited}, nil, []string{"ns/s0007"})
 	if pl.Planned != 2001 {
 		t.Fatalf("one change planned %d Services, want 1", pl.Planned-2000)
 	}
-	pl.Update([]corev1.Service{lbService("s0001", "198.51.100.1"), lbService("new", ip.Next().String())}, nil, []string{"ns/new", "ns/s0001", "ns/s0002"})
+	pl.Update([]corev1.Service{plantest.LBService("s0001", "198.51.100.1"), plantest.LBService("new", ip.Next().String())}, nil, []string{"ns/new", "ns/s0001", "ns/s0002"})
 	if pl.Planned != 2003 {
 		t.Fatalf("a batch of three changes (one deletion) planned %d Services, want 2", pl.Planned-2001)
 	}

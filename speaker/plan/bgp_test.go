@@ -1,4 +1,4 @@
-package speaker
+package plan_test
 
 import (
 	"fmt"
@@ -15,6 +15,9 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/portico-lb/portico/api/v1alpha1"
+	"github.com/portico-lb/portico/speaker/plan"
+	"github.com/portico-lb/portico/speaker/plan/plantest"
+	"github.com/portico-lb/portico/speaker/status"
 )
 
 // TestBGPTranscripts runs testdata/bgp/*.txt: what one node advertises over BGP, computed from
@@ -63,7 +66,7 @@ func TestBGPTranscripts(t *testing.T) {
 					d.ScanArgs(t, "dead", &dead)
 				}
 				alive := func(n string) bool { return !slices.Contains(strings.Split(dead, ","), n) }
-				return renderBGPPlan(MakePlan(worldOf(objs, order), node, v1alpha1.DefaultLoadBalancerClass, alive))
+				return renderBGPPlan(plan.Make(worldOf(objs, order), node, v1alpha1.DefaultLoadBalancerClass, alive))
 			}
 			t.Fatalf("%s: unknown command %q", d.Pos, d.Cmd)
 			return ""
@@ -113,8 +116,8 @@ func decodeObject(doc string) (string, any, error) {
 	return meta.Kind + " " + name, obj, nil
 }
 
-func worldOf(objs map[string]any, order []string) World {
-	var w World
+func worldOf(objs map[string]any, order []string) plan.World {
+	var w plan.World
 	for _, key := range order {
 		switch o := objs[key].(type) {
 		case *corev1.Node:
@@ -138,7 +141,7 @@ func worldOf(objs map[string]any, order []string) World {
 	return w
 }
 
-func renderBGPPlan(p Plan) string {
+func renderBGPPlan(p plan.Plan) string {
 	var b strings.Builder
 	b.WriteString(p.BGP.String())
 	for _, ip := range slices.SortedFunc(maps.Keys(p.Routed), netip.Addr.Compare) {
@@ -164,7 +167,7 @@ func renderBGPPlan(p Plan) string {
 // route in its Speaker status, so a Service change rewrites one Speaker, not every advertising
 // node's.
 func TestBGPStatusListsOnlyTheTeller(t *testing.T) {
-	w := world(lbService("web", "198.51.100.10"))
+	w := plantest.World(plantest.LBService("web", "198.51.100.10"))
 	w.Advertisements = nil
 	for i := range w.Nodes {
 		w.Nodes[i].Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: fmt.Sprintf("192.168.0.%d", i+1)}}
@@ -172,12 +175,12 @@ func TestBGPStatusListsOnlyTheTeller(t *testing.T) {
 	w.BGPPeers = []v1alpha1.BGPPeer{{ObjectMeta: metav1.ObjectMeta{Name: "router"}, Spec: v1alpha1.BGPPeerSpec{MyASN: 64500, PeerASN: 64501, PeerAddress: "192.168.0.254"}}}
 	w.BGPAds = []v1alpha1.BGPAdvertisement{{ObjectMeta: metav1.ObjectMeta{Name: "all"}}}
 	var listed []string
-	for _, n := range nodeNames {
-		p := MakePlan(w, n, v1alpha1.DefaultLoadBalancerClass, allAlive)
+	for _, n := range plantest.NodeNames {
+		p := plan.Make(w, n, v1alpha1.DefaultLoadBalancerClass, plantest.AllAlive)
 		if len(p.Routed) != 1 {
 			t.Fatalf("%s routes %d addresses, want 1 (%v)", n, len(p.Routed), p.Problems)
 		}
-		st := planStatus(p, nil).status
+		st := status.OfPlan(p, nil).Status
 		for _, a := range st.Announcements {
 			listed = append(listed, n+" "+a.IP+" "+a.Service)
 		}

@@ -1,11 +1,10 @@
-package speaker
+package plan
 
 import (
 	"net/netip"
 	"slices"
 
 	"github.com/portico-lb/portico/rules/election"
-	"github.com/portico-lb/portico/speaker/bgp"
 )
 
 // combineAddress decides ip again from the Services that list it: its owner over L2 (Services
@@ -70,7 +69,7 @@ func (pl *Planner) combineAddress(ip netip.Addr) (mineChanged, routedChanged boo
 // combineRoute folds the Services' routes to one peer's prefix (in Service order, so every
 // node reports the same conflicts) and reports whether the route changed.
 func (pl *Planner) combineRoute(rk routeKey) bool {
-	var r bgp.Route
+	var r Route
 	had := false
 	var problems []string
 	for _, key := range pl.byRoute[rk] {
@@ -155,13 +154,4 @@ func removeSorted(list []string, s string) []string {
 func sortedStrings(s []string) []string {
 	slices.Sort(s)
 	return slices.Compact(s)
-}
-
-func sortedAddrs(set map[netip.Addr]bool) []netip.Addr {
-	out := make([]netip.Addr, 0, len(set))
-	for ip := range set {
-		out = append(out, ip)
-	}
-	slices.SortFunc(out, netip.Addr.Compare)
-	return out
 }

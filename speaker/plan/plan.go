@@ -1,4 +1,4 @@
-package speaker
+package plan
 
 import (
 	"fmt"
@@ -11,10 +11,10 @@ import (
 
 	"github.com/portico-lb/portico/api/v1alpha1"
 	"github.com/portico-lb/portico/rules"
-	"github.com/portico-lb/portico/speaker/bgp"
 )
 
-// World is everything the speaker reads from the apiserver, as listed from its cache.
+// World is everything the plan reads of the cluster: the objects as the speaker lists them
+// from its cache, and the Secrets its BGPPeers reference.
 type World struct {
 	Services       []corev1.Service
 	EndpointSlices []discoveryv1.EndpointSlice
@@ -35,8 +35,8 @@ type World struct {
 	selectors rules.Selectors // filled while one plan is made
 }
 
-// cluster is what the shared L2 rules read of the world.
-func (w World) cluster() rules.Cluster {
+// Cluster is what the shared L2 rules read of the world.
+func (w World) Cluster() rules.Cluster {
 	return rules.Cluster{Nodes: w.Nodes, EndpointSlices: w.EndpointSlices, L2Advertisements: w.Advertisements, Pools: w.Pools,
 		IgnoreExcludeLabel: w.IgnoreExcludeLabel}
 }
@@ -52,15 +52,16 @@ type Claim struct {
 // with the configuration.
 type Plan struct {
 	Mine     map[netip.Addr]Claim
-	BGP      bgp.Desired
+	BGP      BGP
 	Routed   map[netip.Addr]BGPClaim // addresses this node advertises over BGP
 	Problems []string
 }
 
-// MakePlan decides, from the cluster's objects and the live members, which addresses node me
-// answers for. Every speaker runs it on the same inputs and election.Owner makes them agree.
-// It is a Planner's first plan: the speaker keeps the Planner and replans only what changes.
-func MakePlan(w World, me, lbClass string, alive func(node string) bool) Plan {
+// Make decides, from the cluster's objects and the live members, which addresses node me
+// answers for and advertises. Every speaker plans on the same inputs and election.Owner makes
+// them agree. It is a Planner's first plan: the speaker keeps the Planner and plans again only
+// what changes.
+func Make(w World, me, lbClass string, alive func(node string) bool) Plan {
 	pl := NewPlanner(me, lbClass)
 	pl.Replan(w, alive)
 	return pl.Plan()
