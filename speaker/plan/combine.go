@@ -4,20 +4,20 @@ import (
 	"net/netip"
 	"slices"
 
-	"github.com/portico-lb/portico/rules/election"
+	"github.com/portico-lb/portico/rules"
 )
 
 // combineAddress decides ip again from the Services that list it: its owner over L2 (Services
 // sharing an address have one owner) and this node's BGP claim. It reports which changed.
 func (pl *Planner) combineAddress(ip netip.Addr) (mineChanged, routedChanged bool) {
-	var ss []sharer
+	var ss []rules.L2Share
 	var routed BGPClaim
 	told := false
 	var first, sentEarlier []string
 	for _, key := range pl.byAddr[ip] {
 		sp := pl.services[key]
 		if s, ok := find(sp.l2, func(s *sharerAt) netip.Addr { return s.ip }, ip); ok {
-			ss = append(ss, s.sharer)
+			ss = append(ss, s.L2Share)
 		}
 		if c, ok := find(sp.routed, func(r *routedAt) netip.Addr { return r.ip }, ip); ok {
 			routed.Services = unionSorted(routed.Services, c.Services)
@@ -37,10 +37,9 @@ func (pl *Planner) combineAddress(ip netip.Addr) (mineChanged, routedChanged boo
 	var claim Claim
 	mine, problem := false, ""
 	if len(ss) > 0 {
-		var nodes []string
-		nodes, problem = answerers(ip, ss)
-		owner, ok := election.Owner(ip, election.Preferred(nodes, weightsOf(ss)))
-		if mine = ok && owner == pl.me; mine {
+		var owner string
+		owner, _, problem = rules.L2Owner(ip, ss)
+		if mine = owner == pl.me; mine {
 			claim = claimOf(ss)
 		}
 	}

@@ -1,10 +1,8 @@
 package plan
 
 import (
-	"fmt"
 	"net/netip"
 	"slices"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -67,61 +65,15 @@ func Make(w World, me, lbClass string, alive func(node string) bool) Plan {
 	return pl.Plan()
 }
 
-// sharer is one Service that lists an address, as the L2 rules see it.
-type sharer struct {
-	service  string
-	eligible []string         // nodes that may answer for it
-	ifaces   []string         // where this node would answer (nil: every suitable interface)
-	weights  map[string]int32 // preferredNodeSelectors weights by node (nil: none)
-}
-
-// weightsOf adds up the sharers' preferences: a node every Service prefers comes first.
-func weightsOf(ss []sharer) map[string]int32 {
-	if len(ss) == 1 {
-		return ss[0].weights
-	}
-	sum := map[string]int32{}
-	for _, s := range ss {
-		for n, w := range s.weights {
-			sum[n] += w
-		}
-	}
-	return sum
-}
-
-// answerers are the nodes the owner of ip is elected among. Services sharing an address have
-// one owner, or two nodes would answer for it: a node eligible for every one of them. When no
-// node is (their advertisements pick different nodes), any node eligible for one of them
-// answers, and the configuration is reported as a problem.
-func answerers(ip netip.Addr, ss []sharer) (nodes []string, problem string) {
-	nodes = slices.Clone(ss[0].eligible)
-	var all []string
-	for _, s := range ss {
-		nodes = slices.DeleteFunc(nodes, func(n string) bool { return !slices.Contains(s.eligible, n) })
-		all = append(all, s.eligible...)
-	}
-	if len(nodes) > 0 || len(all) == 0 {
-		return nodes, ""
-	}
-	slices.Sort(all)
-	var names []string
-	for _, s := range ss {
-		names = append(names, s.service)
-	}
-	slices.Sort(names)
-	return slices.Compact(all), fmt.Sprintf("%s is shared by %s, but no node may answer for all of them (their L2Advertisements or endpoints pick different nodes); a node one of them allows answers",
-		ip, strings.Join(names, ", "))
-}
-
-// claimOf is this node's claim on an address the sharers list: every Service, and the
-// interfaces any of them answers on.
-func claimOf(ss []sharer) Claim {
+// claimOf is this node's claim on an address the Services sharing it list: every Service, and
+// the interfaces any of them answers on.
+func claimOf(ss []rules.L2Share) Claim {
 	var c Claim
 	all := false
 	for _, s := range ss {
-		c.Services = append(c.Services, s.service)
-		all = all || s.ifaces == nil
-		c.Interfaces = append(c.Interfaces, s.ifaces...)
+		c.Services = append(c.Services, s.Service)
+		all = all || s.Interfaces == nil
+		c.Interfaces = append(c.Interfaces, s.Interfaces...)
 	}
 	slices.Sort(c.Services)
 	c.Services = slices.Compact(c.Services)
