@@ -57,6 +57,8 @@ func (r *HealthReconciler) setup(mgr ctrl.Manager) error {
 		For(&corev1.Service{}).
 		Named("service-health").
 		WatchesRawSource(source.Channel(r.retries, &handler.EnqueueRequestForObject{})).
+		// The live speakers changed: a Lease appeared, went or ran out.
+		WatchesRawSource(source.Channel(r.cluster.liveness.changed, handler.EnqueueRequestsFromMapFunc(r.addressed))).
 		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(sliceService)).
 		// Pods only for their labels (the hint when a selector matches nothing): metadata is
 		// all the cache keeps of them.

@@ -57,6 +57,11 @@ type Speaker struct {
 	// RoutesUpWait bounds how long readiness waits for the BGP sessions that carry this node's
 	// routes after the start (RoutesUp); zero does not wait for them.
 	RoutesUpWait time.Duration
+	// LeaseNamespace is where this speaker renews its Lease every LeaseRenew (lease.go); ""
+	// renews none, and then the controller counts every Speaker as live only while no speaker
+	// holds a Lease.
+	LeaseNamespace string
+	LeaseRenew     time.Duration
 
 	kick      chan struct{}
 	events    *events.Sender // Announced, SessionUp and SessionDown, sent once busy stops (busy)
@@ -143,6 +148,7 @@ func (s *Speaker) Start(ctx context.Context) error {
 	// A speaker that answered before joining would see itself alone and claim every address,
 	// so the first join completes before the first plan.
 	s.joinPeers(ctx, true)
+	go s.renewLease(ctx)
 	go s.runSelfCheck(ctx)
 	go s.runConflictProbes(ctx)
 	rejoin := time.NewTicker(500 * time.Millisecond)
@@ -230,6 +236,7 @@ func (s *Speaker) shutdown() {
 	if err := s.Announce.Close(); err != nil {
 		s.Log.Error(err, "closing responders")
 	}
+	s.dropLease()
 	if s.Guard != nil {
 		if err := s.Guard.Close(); err != nil {
 			s.Log.Error(err, "removing the forwarding guard")
