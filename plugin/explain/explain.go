@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
@@ -87,7 +88,17 @@ func Run(ctx context.Context, e *plugin.Env, name string) error {
 	if err != nil {
 		return err
 	}
-	layers := []layer{address, endpoints, announcerLayer(&svc, speakers.Items), selfCheckLayer(&svc, speakers.Items)}
+	live, liveNote := liveSpeakers(ctx, e.Client, speakers.Items, time.Now())
+	elected, err := electedLines(ctx, e.Client, &svc, live)
+	if err != nil {
+		elected = []string{"who answers not computed: " + err.Error()}
+	}
+	announcer := announcerLayer(&svc, slices.DeleteFunc(slices.Clone(speakers.Items), func(s porticov1.Speaker) bool { return !live(s.Name) }))
+	announcer.lines = append(announcer.lines, elected...)
+	if liveNote != "" {
+		announcer.lines = append(announcer.lines, liveNote)
+	}
+	layers := []layer{address, endpoints, announcer, selfCheckLayer(&svc, speakers.Items)}
 	for _, l := range layers {
 		for i, line := range l.lines {
 			label := ""
