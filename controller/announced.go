@@ -60,7 +60,7 @@ func announcers(key string, ip netip.Addr, speakers []porticov1.Speaker) (string
 	var l2, l2ifs, bgpNodes, peers []string
 	for i := range speakers {
 		for _, a := range speakers[i].Status.Announcements {
-			if a.Service != key || !sameAddr(a.IP, ip) {
+			if a.Service != key || !porticov1.SameAddr(a.IP, ip) {
 				continue
 			}
 			switch a.Protocol {
@@ -135,11 +135,6 @@ func notAnnounced(svc *corev1.Service, ip netip.Addr, f healthFacts) (metav1.Con
 		return metav1.ConditionFalse, porticov1.ReasonNoEligibleNode, fmt.Sprintf("%s: %s", ip, e.WhyNone)
 	}
 	return metav1.ConditionUnknown, porticov1.ReasonAnnouncePending, fmt.Sprintf("node %s is elected to answer for %s; its speaker does not report it yet", e.Owner, ip)
-}
-
-func sameAddr(s string, ip netip.Addr) bool {
-	a, err := netip.ParseAddr(s)
-	return err == nil && a.Unmap() == ip.Unmap()
 }
 
 // bgpAdvertised reports whether a BGPAdvertisement selects the pool for the Service.

@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
+	"github.com/portico-lb/portico/rules"
 )
 
 // endpointCounts sums a Service's EndpointSlices; an endpoint listed in two slices (one per
@@ -28,8 +29,7 @@ func countEndpoints(slices []discoveryv1.EndpointSlice) endpointCounts {
 			}
 			seen[id] = true
 			c.total++
-			// A nil ready means ready (discovery/v1: consumers treat unknown as ready).
-			if ep.Conditions.Ready == nil || *ep.Conditions.Ready {
+			if rules.ReadyEndpoint(&ep) {
 				c.ready++
 			}
 			if ep.Conditions.Terminating != nil && *ep.Conditions.Terminating {

@@ -128,12 +128,18 @@ func LocalReadyNodes(svcs []corev1.Service, slices []discoveryv1.EndpointSlice) 
 			continue
 		}
 		for _, ep := range s.Endpoints {
-			if ep.NodeName != nil && (ep.Conditions.Ready == nil || *ep.Conditions.Ready) {
+			if ep.NodeName != nil && ReadyEndpoint(&ep) {
 				nodes[*ep.NodeName] = true
 			}
 		}
 	}
 	return out
+}
+
+// ReadyEndpoint reports whether an endpoint is ready to receive traffic: its ready condition is
+// true or unset (discovery/v1: consumers treat unknown as ready).
+func ReadyEndpoint(ep *discoveryv1.Endpoint) bool {
+	return ep.Conditions.Ready == nil || *ep.Conditions.Ready
 }
 
 // InternalIPs are the node's InternalIP addresses: where its speaker gossips from, and its BGP

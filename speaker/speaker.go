@@ -18,6 +18,7 @@ import (
 
 	"github.com/portico-lb/portico/api/v1alpha1"
 	"github.com/portico-lb/portico/internal/events"
+	"github.com/portico-lb/portico/rules"
 	"github.com/portico-lb/portico/speaker/bgp"
 	"github.com/portico-lb/portico/speaker/kubeapi"
 	"github.com/portico-lb/portico/speaker/l2"
@@ -261,10 +262,8 @@ func (s *Speaker) joinPeers(ctx context.Context, wait bool) {
 		if n.Name == s.Node || s.Group.IsAlive(n.Name) {
 			continue
 		}
-		for _, a := range n.Status.Addresses {
-			if a.Type == corev1.NodeInternalIP {
-				peers = append(peers, membership.HostPort(a.Address, s.MLPort))
-			}
+		for _, ip := range rules.InternalIPs(&n) {
+			peers = append(peers, membership.HostPort(ip.String(), s.MLPort))
 		}
 	}
 	join := func() {
