@@ -153,7 +153,7 @@ func (c cluster) named(svc *corev1.Service) (string, metav1.Condition) {
 // names no node.
 func TestControllerNamesTheNodeThatAnswers(t *testing.T) {
 	r := rand.New(rand.NewPCG(32, 3))
-	const clusters = 3000
+	const clusters = 2000
 	checked := 0
 	for i := range clusters {
 		c := randomCluster(r)
