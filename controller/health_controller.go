@@ -59,7 +59,9 @@ func (r *HealthReconciler) setup(mgr ctrl.Manager) error {
 		WatchesRawSource(source.Channel(r.retries, &handler.EnqueueRequestForObject{})).
 		// The live speakers changed: a Lease appeared, went or ran out.
 		WatchesRawSource(source.Channel(r.cluster.liveness.changed, handler.EnqueueRequestsFromMapFunc(r.addressed))).
-		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(sliceService)).
+		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(r.sliceServices)).
+		// Services sharing an address have one owner, elected over all of them.
+		Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(r.sharersOf)).
 		// Pods only for their labels (the hint when a selector matches nothing): metadata is
 		// all the cache keeps of them.
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.servicesIn), builder.OnlyMetadata).

@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
 )
@@ -71,4 +72,41 @@ func gatherSharers(ctx context.Context, c client.Reader, ours func(*corev1.Servi
 		}
 	}
 	return nil
+}
+
+// sharersOf maps a Service's change (its addresses, labels, policy, or its going) to the other
+// Services holding one of its addresses: their owner is elected over it too.
+func (r *HealthReconciler) sharersOf(ctx context.Context, o client.Object) []reconcile.Request {
+	svc, ok := o.(*corev1.Service)
+	if !ok {
+		return nil
+	}
+	var reqs []reconcile.Request
+	for _, ip := range porticov1.IngressAddrs(svc) {
+		holders, err := holdingAny(ctx, r.Client, r.ours, ip)
+		if err != nil {
+			return reqs
+		}
+		for _, h := range holders {
+			if h.Namespace != svc.Namespace || h.Name != svc.Name {
+				reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(h)})
+			}
+		}
+	}
+	return reqs
+}
+
+// sliceServices maps an EndpointSlice to its Service and, for a Service with
+// externalTrafficPolicy Local (whose endpoints say which nodes may answer), the Services
+// sharing its addresses.
+func (r *HealthReconciler) sliceServices(ctx context.Context, o client.Object) []reconcile.Request {
+	reqs := sliceService(ctx, o)
+	if len(reqs) == 0 {
+		return nil
+	}
+	var svc corev1.Service
+	if err := r.Client.Get(ctx, reqs[0].NamespacedName, &svc); err != nil || svc.Spec.ExternalTrafficPolicy != corev1.ServiceExternalTrafficPolicyLocal {
+		return reqs
+	}
+	return append(reqs, r.sharersOf(ctx, &svc)...)
 }
