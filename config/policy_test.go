@@ -8,6 +8,7 @@ import (
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -161,4 +162,28 @@ func grantSpeakerWrites(t *testing.T, users ...string) {
 			})
 		}
 	})
+}
+
+// TestSpeakerWritesOnlyItsOwnLease: the same policy keeps a speaker, which RBAC lets write
+// Leases in Portico's namespace, to the Lease of its own node (speaker-NODE): not another
+// node's, and not the controller's leader Lease.
+func TestSpeakerWritesOnlyItsOwnLease(t *testing.T) {
+	ctx := context.Background()
+	kubectl(t, "apply", "--server-side", "-f", rendered)
+	const nodeA = "lease-node-a"
+	speakerA := asUser(t, speakerSA, nodeA)
+	lease := func(name string) *coordinationv1.Lease {
+		return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: systemNamespace, Name: name}}
+	}
+	notOwn := func(name string) string {
+		return "portico-speaker on node " + nodeA + " may write only Lease speaker-" + nodeA + ", not Lease " + name
+	}
+	poll(t, "the policy refuses "+nodeA+" creating Lease speaker-lease-node-b", func(ctx context.Context) (bool, error) {
+		err := speakerA.Create(ctx, lease("speaker-lease-node-b"), client.DryRunAll)
+		return err != nil && strings.Contains(err.Error(), notOwn("speaker-lease-node-b")), nil
+	})
+	wantRefused(t, nodeA+" creating the controller's leader Lease", speakerA.Create(ctx, lease("portico-controller.portico.dev"), client.DryRunAll),
+		notOwn("portico-controller.portico.dev"))
+	must(t, speakerA.Create(ctx, lease("speaker-"+nodeA), client.DryRunAll))
+	wantRefused(t, "a speaker without node name creating a Lease", asUser(t, speakerSA, "").Create(ctx, lease("speaker-"+nodeA), client.DryRunAll), noNodeName)
 }

@@ -153,9 +153,18 @@ func TestRBAC(t *testing.T) {
 		return slices.Contains(reasons, "IPAllocated") && slices.Contains(reasons, "Announced"), nil
 	})
 
-	// Clean shutdowns too: the leader releases its Lease, the speaker leaves.
+	poll(t, "the speaker renews its Lease", func(ctx context.Context) (bool, error) {
+		var l coordinationv1.Lease
+		err := c.Get(ctx, client.ObjectKey{Namespace: systemNamespace, Name: "speaker-" + node}, &l)
+		return err == nil && ptr.Deref(l.Spec.HolderIdentity, "") == node, client.IgnoreNotFound(err)
+	})
+
+	// Clean shutdowns too: the leader releases its Lease, the speaker leaves and deletes its own.
 	controller.stop(t)
 	speaker.stop(t)
+	if err := c.Get(ctx, client.ObjectKey{Namespace: systemNamespace, Name: "speaker-" + node}, &coordinationv1.Lease{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the stopped speaker's Lease: got %v, want NotFound", err)
+	}
 	checkAudit(t, auditFrom, map[string]bool{controllerSA: true, speakerSA: true})
 
 	// And a real request: RBAC is enforced for these identities, the controller gets no Secret.
@@ -204,7 +213,13 @@ func TestRBACLimits(t *testing.T) {
 		// Leader election stays in Portico's namespace.
 		ask{controllerSA, "update", "coordination.k8s.io", "leases", systemNamespace, "", true},
 		ask{controllerSA, "update", "coordination.k8s.io", "leases", "kube-system", "", false},
-		ask{speakerSA, "update", "coordination.k8s.io", "leases", systemNamespace, "", false},
+		// The speakers renew their own Leases there (the admission policy keeps each to its
+		// own: config/policy_test.go), nowhere else.
+		ask{speakerSA, "update", "coordination.k8s.io", "leases", systemNamespace, "", true},
+		ask{speakerSA, "update", "coordination.k8s.io", "leases", "kube-system", "", false},
+		ask{speakerSA, "list", "coordination.k8s.io", "leases", systemNamespace, "", false},
+		ask{controllerSA, "watch", "coordination.k8s.io", "leases", systemNamespace, "", true},
+		ask{controllerSA, "watch", "coordination.k8s.io", "leases", "", "", false},
 	)
 	for _, a := range asks {
 		res, sub := "", ""

@@ -146,3 +146,40 @@ func setNodeConditions(t *testing.T, node *corev1.Node, conds ...corev1.NodeCond
 		t.Fatal(err)
 	}
 }
+
+// TestAnnouncedSharedAddress: Services sharing an address have one owner, elected over every
+// one of them (rules.L2Owner), as each speaker's plan elects it. web prefers node share-a (an
+// advertisement for tier=gold Services); db has no preference, and on its own the hash would
+// elect share-b. Both conditions name share-a, and both share-b once web loses its preference.
+func TestAnnouncedSharedAddress(t *testing.T) {
+	startManager(t)
+	createPool(t, "shared-l2", addresses("203.0.113.31/32"))
+	for _, n := range []struct{ name, link string }{{"share-a", "wired"}, {"share-b", "wifi"}} {
+		create(t, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.name, Labels: map[string]string{"link": n.link}}})
+		create(t, &porticov1.Speaker{ObjectMeta: metav1.ObjectMeta{Name: n.name}})
+	}
+	create(t, &porticov1.L2Advertisement{ObjectMeta: metav1.ObjectMeta{Name: "shared-l2"},
+		Spec: porticov1.L2AdvertisementSpec{IPAddressPools: []porticov1.Name{"shared-l2"}}})
+	create(t, &porticov1.L2Advertisement{ObjectMeta: metav1.ObjectMeta{Name: "shared-l2-gold"}, Spec: porticov1.L2AdvertisementSpec{
+		IPAddressPools:   []porticov1.Name{"shared-l2"},
+		ServiceSelectors: []metav1.LabelSelector{{MatchLabels: map[string]string{"tier": "gold"}}},
+		PreferredNodeSelectors: []porticov1.PreferredNodeSelector{{Weight: 100,
+			Preference: metav1.LabelSelector{MatchLabels: map[string]string{"link": "wired"}}}}}})
+	ns := namespace(t, nil)
+	gold := func(s *corev1.Service) { s.Labels = map[string]string{"tier": "gold"} }
+	createService(t, ns, "web", withSharingKey("k", 80), gold)
+	createService(t, ns, "db", withSharingKey("k", 5432))
+	for _, name := range []string{"web", "db"} {
+		waitIPs(t, ns, name, "203.0.113.31")
+		waitAnnounced(t, ns, name, metav1.ConditionUnknown, porticov1.ReasonAnnouncePending,
+			"node share-a is elected to answer for 203.0.113.31; its speaker does not report it yet")
+	}
+	// web leaves tier gold: no Service prefers share-a any more, and db's condition follows a
+	// change to web alone.
+	web := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web"}}
+	update(t, web, func() { delete(web.Labels, "tier") })
+	for _, name := range []string{"web", "db"} {
+		waitAnnounced(t, ns, name, metav1.ConditionUnknown, porticov1.ReasonAnnouncePending,
+			"node share-b is elected to answer for 203.0.113.31; its speaker does not report it yet")
+	}
+}

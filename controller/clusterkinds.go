@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -20,6 +21,7 @@ import (
 // What it returns shares the cache's objects: read only.
 type clusterKinds struct {
 	speakers, l2Ads, bgpAds, pools, nodes toolscache.Store
+	liveness                              *speakerLiveness // which Speakers count
 }
 
 // newClusterKinds finds (or adds) the informers of the cluster-wide kinds in c. Called before
@@ -45,9 +47,9 @@ func newClusterKinds(ctx context.Context, c cache.Cache) (*clusterKinds, error) 
 	return &k, nil
 }
 
-// fill sets f's cluster-wide lists.
+// fill sets f's cluster-wide lists; the Speakers are those of live speakers.
 func (k *clusterKinds) fill(f *decide.HealthFacts) {
-	f.Speakers = storeItems[porticov1.Speaker](k.speakers)
+	f.Speakers = k.liveness.counted(storeItems[porticov1.Speaker](k.speakers), time.Now())
 	f.L2Advertisements = storeItems[porticov1.L2Advertisement](k.l2Ads)
 	f.BGPAdvertisements = storeItems[porticov1.BGPAdvertisement](k.bgpAds)
 	f.Pools = storeItems[porticov1.IPAddressPool](k.pools)

@@ -51,11 +51,18 @@ func (r *HealthReconciler) setup(mgr ctrl.Manager) error {
 		}); err != nil {
 		return err
 	}
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Service{}, ingressIPIndex, ingressIPs); err != nil {
+		return err
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&corev1.Service{}).
 		Named("service-health").
 		WatchesRawSource(source.Channel(r.retries, &handler.EnqueueRequestForObject{})).
-		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(sliceService)).
+		// The live speakers changed: a Lease appeared, went or ran out.
+		WatchesRawSource(source.Channel(r.cluster.liveness.changed, handler.EnqueueRequestsFromMapFunc(r.addressed))).
+		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(r.sliceServices)).
+		// Services sharing an address have one owner, elected over all of them.
+		Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(r.sharersOf)).
 		// Pods only for their labels (the hint when a selector matches nothing): metadata is
 		// all the cache keeps of them.
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.servicesIn), builder.OnlyMetadata).
@@ -151,7 +158,7 @@ func (r *HealthReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 		// new Service, and the address is not delayed by a health write.
 		return ctrl.Result{}, nil
 	}
-	facts, err := gatherHealth(ctx, r.Client, r.cluster, &svc)
+	facts, err := gatherHealth(ctx, r.Client, r.cluster, r.ours, &svc)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -193,9 +200,9 @@ func healthPart(rd decide.Ready, ours func(*corev1.Service) bool, retry chan<- e
 const sliceServiceIndex = "portico.dev/service-name"
 
 // gatherHealth reads what the Service's health conditions are folded from: its EndpointSlices
-// (and the namespace's pods when they list no endpoint) from the cache, the cluster-wide kinds
-// from their stores (clusterKinds).
-func gatherHealth(ctx context.Context, c client.Reader, cluster *clusterKinds, svc *corev1.Service) (decide.HealthFacts, error) {
+// (and the namespace's pods when they list no endpoint) and the Services sharing its addresses
+// from the cache, the cluster-wide kinds from their stores (clusterKinds).
+func gatherHealth(ctx context.Context, c client.Reader, cluster *clusterKinds, ours func(*corev1.Service) bool, svc *corev1.Service) (decide.HealthFacts, error) {
 	var f decide.HealthFacts
 	var slices discoveryv1.EndpointSliceList
 	if err := c.List(ctx, &slices, client.InNamespace(svc.Namespace),
@@ -214,6 +221,9 @@ func gatherHealth(ctx context.Context, c client.Reader, cluster *clusterKinds, s
 				f.Pods = append(f.Pods, pods.Items[i].Labels)
 			}
 		}
+	}
+	if err := gatherSharers(ctx, c, ours, svc, &f); err != nil {
+		return f, err
 	}
 	cluster.fill(&f)
 	return f, nil

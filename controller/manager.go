@@ -6,13 +6,17 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
 	"github.com/portico-lb/portico/controller/decide"
 	"github.com/portico-lb/portico/internal/events"
+	"github.com/portico-lb/portico/rules"
 )
 
 // Options configure the controller.
@@ -31,6 +35,10 @@ type Options struct {
 	// Lease proves, before each write, that this replica still holds the leader lease
 	// (FenceLeaderElection); nil without leader election.
 	Lease *LeaseFence
+	// SpeakerNamespace is where the speakers renew their Leases: a Speaker counts in the
+	// Services' conditions only while its speaker's Lease is fresh. "" reads no Lease and
+	// counts every Speaker. The manager's cache must be told (CacheOptions).
+	SpeakerNamespace string
 }
 
 // CacheOptions set what the manager's cache keeps: no object's managedFields, which nothing
@@ -39,8 +47,20 @@ type Options struct {
 // speaker's cache (speaker.TrimForCache), it keeps kubectl's last-applied annotation: the
 // controller writes Services, and a status update also stores the annotations it carries, so
 // a copy without it would delete it from the Service.
-func CacheOptions(o *ctrl.Options) {
+//
+// Of the Leases it keeps the speakers' alone, in speakerNamespace: a cluster-wide watch would
+// follow every node's heartbeat Lease too.
+func CacheOptions(o *ctrl.Options, speakerNamespace string) {
 	o.Cache.DefaultTransform = cache.TransformStripManagedFields()
+	if speakerNamespace != "" {
+		if o.Cache.ByObject == nil {
+			o.Cache.ByObject = map[client.Object]cache.ByObject{}
+		}
+		o.Cache.ByObject[&coordinationv1.Lease{}] = cache.ByObject{
+			Namespaces: map[string]cache.Config{speakerNamespace: {}},
+			Label:      labels.SelectorFromSet(labels.Set{rules.SpeakerLeaseLabel: ""}),
+		}
+	}
 }
 
 // EventReporter is the reportingController of every event the controller sends.
@@ -84,6 +104,12 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	}
 	cluster, err := newClusterKinds(context.Background(), mgr.GetCache())
 	if err != nil {
+		return err
+	}
+	if cluster.liveness, err = newSpeakerLiveness(context.Background(), mgr.GetCache(), opts.SpeakerNamespace); err != nil {
+		return err
+	}
+	if err := mgr.Add(cluster.liveness); err != nil {
 		return err
 	}
 	health := &HealthReconciler{Client: c, Recorder: recorder, metrics: opts.Metrics, ours: s.ours, writer: w,

@@ -72,7 +72,7 @@ func (r *ServiceReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		in.Svc, in.Ours = &svc, r.state.ours(&svc)
 	}
 	if in.Ours && meta.FindStatusCondition(svc.Status.Conditions, porticov1.ConditionEndpointsReady) == nil {
-		if facts, err := gatherHealth(ctx, r.Client, r.cluster, &svc); err == nil { // else the health reconciler writes them on its own
+		if facts, err := gatherHealth(ctx, r.Client, r.cluster, r.state.ours, &svc); err == nil { // else the health reconciler writes them on its own
 			in.Health = &facts
 		}
 	}

@@ -6,12 +6,10 @@ import (
 	"slices"
 	"strings"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -123,25 +121,18 @@ func unlisted(s *porticov1.Speaker) porticov1.SpeakerStatus {
 	return st
 }
 
-// holding returns the addressed Services that hold one of ips, read from the cache without
-// copies.
+// holding returns the addressed Services that hold one of ips, from the cache's index.
 func (r *HealthReconciler) holding(ctx context.Context, ips []netip.Addr) []string {
-	var svcs corev1.ServiceList
-	if err := r.Client.List(ctx, &svcs, client.UnsafeDisableDeepCopy); err != nil {
-		return nil
-	}
 	var keys []string
-	for i := range svcs.Items {
-		svc := &svcs.Items[i]
-		if !r.ours(svc) {
-			continue
+	for _, ip := range ips {
+		svcs, err := holdingAny(ctx, r.Client, r.ours, ip)
+		if err != nil {
+			return nil
 		}
-		for _, ip := range porticov1.IngressAddrs(svc) {
-			if slices.Contains(ips, ip) {
-				keys = append(keys, svc.Namespace+"/"+svc.Name)
-				break
-			}
+		for _, svc := range svcs {
+			keys = append(keys, svc.Namespace+"/"+svc.Name)
 		}
 	}
-	return keys
+	slices.Sort(keys)
+	return slices.Compact(keys)
 }

@@ -18,56 +18,11 @@ type Cluster struct {
 	EndpointSlices   []discoveryv1.EndpointSlice
 	L2Advertisements []v1alpha1.L2Advertisement
 	Pools            []v1alpha1.IPAddressPool
+	// Services are the Services Portico handles (Handles) that may share an address with the
+	// one asked about: every one, or those listing the same address.
+	Services []corev1.Service
 	// IgnoreExcludeLabel is the speakers' --ignore-exclude-lb-label (ExcludedFromLB).
 	IgnoreExcludeLabel bool
-}
-
-// L2Eligibility is what the configuration says about who may answer for one address of a
-// Service over L2, computed by the same code every speaker runs, so the controller's Announced
-// condition and the speakers never disagree on the rules.
-type L2Eligibility struct {
-	// Pool the address came from; "" when it is in no pool.
-	Pool string
-	// Advertised: some L2Advertisement selects the pool and the Service.
-	Advertised bool
-	// Eligible nodes, sorted, and the one elected to answer.
-	Eligible []string
-	Owner    string
-	// WhyNone names what excluded every node (election.Eligible's reason), when none is eligible.
-	WhyNone string
-	// Nodes is how many nodes were considered (0: the cluster has no Node objects).
-	Nodes int
-	// NoLocalEndpoint: nodes would be eligible but for externalTrafficPolicy Local, none of
-	// them holding a ready endpoint.
-	NoLocalEndpoint bool
-}
-
-// L2EligibilityOf evaluates the L2 rules for ip of svc. alive says whether a node runs a live
-// speaker.
-func L2EligibilityOf(c Cluster, svc *corev1.Service, ip netip.Addr, alive func(node string) bool) L2Eligibility {
-	var e L2Eligibility
-	sel := Selectors{}
-	pools, _ := ParsePools(c.Pools)
-	pool, ok := PoolOf(svc, ip, pools)
-	if !ok {
-		return e
-	}
-	e.Pool = pool.Name
-	ads := sel.L2AdvertisementsFor(c.L2Advertisements, pool, svc)
-	if len(ads) == 0 {
-		return e
-	}
-	e.Advertised = true
-	cands, _ := sel.Candidates(c.Nodes, ads, LocalReadyNodes([]corev1.Service{*svc}, c.EndpointSlices)[svc.Namespace+"/"+svc.Name], "", alive, c.IgnoreExcludeLabel)
-	e.Nodes = len(cands)
-	local := svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal
-	e.Eligible, e.WhyNone = election.Eligible(cands, election.Policy{LocalOnly: local})
-	if len(e.Eligible) == 0 && local {
-		anyway, _ := election.Eligible(cands, election.Policy{})
-		e.NoLocalEndpoint = len(anyway) > 0
-	}
-	e.Owner, _ = election.Owner(ip, election.Preferred(e.Eligible, election.Weights(cands)))
-	return e
 }
 
 // Candidates describes every node for election under the L2Advertisements ads, and the
@@ -173,12 +128,18 @@ func LocalReadyNodes(svcs []corev1.Service, slices []discoveryv1.EndpointSlice) 
 			continue
 		}
 		for _, ep := range s.Endpoints {
-			if ep.NodeName != nil && (ep.Conditions.Ready == nil || *ep.Conditions.Ready) {
+			if ep.NodeName != nil && ReadyEndpoint(&ep) {
 				nodes[*ep.NodeName] = true
 			}
 		}
 	}
 	return out
+}
+
+// ReadyEndpoint reports whether an endpoint is ready to receive traffic: its ready condition is
+// true or unset (discovery/v1: consumers treat unknown as ready).
+func ReadyEndpoint(ep *discoveryv1.Endpoint) bool {
+	return ep.Conditions.Ready == nil || *ep.Conditions.Ready
 }
 
 // InternalIPs are the node's InternalIP addresses: where its speaker gossips from, and its BGP

@@ -43,9 +43,9 @@ type reporter struct {
 	reports   chan status.Report // the latest status to write; a newer one replaces an unwritten one
 	macs      []string           // hardwareAddrs as read at macsAt
 	macsAt    time.Time
-	macsAgain bool                                      // a re-read is on its way
-	checks    atomic.Pointer[selfCheckReport]           // the latest self-check results (selfcheck.go)
-	foreign   *atomic.Pointer[foreignRound] // the conflict prober's latest round (Speaker.foreign)
+	macsAgain bool                            // a re-read is on its way
+	checks    atomic.Pointer[selfCheckReport] // the latest self-check results (selfcheck.go)
+	foreign   *atomic.Pointer[foreignRound]   // the conflict prober's latest round (Speaker.foreign)
 }
 
 func newReporter(s *Speaker) *reporter {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/portico-lb/portico/api/v1alpha1"
@@ -49,23 +50,35 @@ func (s *Speaker) selfCheckTargets(ctx context.Context) []selfcheck.Target {
 }
 
 // selfCheckAddrs are the addresses announced over L2 that node me probes, sorted: those whose
-// prober it is.
+// prober it is. The owner of an address is elected from every Service listing it
+// (rules.L2EligibilityOf), so the Services are grouped by address first.
 func selfCheckAddrs(w plan.World, me, lbClass string, alive func(string) bool, members []string) []netip.Addr {
-	var out []netip.Addr
-	cluster := w.Cluster()
+	holders := map[netip.Addr][]corev1.Service{}
 	for i := range w.Services {
 		svc := &w.Services[i]
 		if !rules.Handles(svc, lbClass, !w.IgnoreClassless) {
 			continue
 		}
 		for _, ip := range v1alpha1.IngressAddrs(svc) {
-			if e := rules.L2EligibilityOf(cluster, svc, ip, alive); e.Advertised && e.Owner != "" && prober(ip, e, members) == me {
-				out = append(out, ip)
+			holders[ip] = append(holders[ip], *svc)
+		}
+	}
+	var out []netip.Addr
+	cluster := w.Cluster()
+	for ip, svcs := range holders {
+		cluster.Services = svcs
+		for i := range svcs {
+			// Every Service an L2Advertisement covers has the same owner: the first one tells.
+			if e := rules.L2EligibilityOf(cluster, &svcs[i], ip, alive); e.Advertised {
+				if e.Owner != "" && prober(ip, e, members) == me {
+					out = append(out, ip)
+				}
+				break
 			}
 		}
 	}
 	slices.SortFunc(out, netip.Addr.Compare)
-	return slices.Compact(out)
+	return out
 }
 
 // prober is the one node that probes ip: the election's runner-up among the eligible nodes

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/portico-lb/portico/api/v1alpha1"
+	"github.com/portico-lb/portico/rules"
 	"github.com/portico-lb/portico/speaker/bgp"
 	"github.com/portico-lb/portico/speaker/kubeapi"
 	"github.com/portico-lb/portico/speaker/l2"
@@ -55,6 +56,11 @@ type Speaker struct {
 	// RoutesUpWait bounds how long readiness waits for the BGP sessions that carry this node's
 	// routes after the start (RoutesUp); zero does not wait for them.
 	RoutesUpWait time.Duration
+	// LeaseNamespace is where this speaker renews its Lease every LeaseRenew (lease.go); ""
+	// renews none, and then the controller counts every Speaker as live only while no speaker
+	// holds a Lease.
+	LeaseNamespace string
+	LeaseRenew     time.Duration
 
 	// The sides the loop drives, made by Start.
 	answerer   *answerer
@@ -68,11 +74,11 @@ type Speaker struct {
 	joining   atomic.Bool
 	pending   pendingReplan
 	planner   *plan.Planner
-	secrets   secretCache                              // the BGPPeers' password Secrets (secrets.go)
-	foreign   atomic.Pointer[foreignRound]             // the latest conflict probe round's foreign answers (conflicts.go), which the reporter lists
-	loopAt    atomic.Int64                             // unix nanos of the main loop's latest turn; 0 until it starts (health.go)
-	startedAt time.Time                                // when Start began (RoutesUp)
-	planned   atomic.Bool                              // the first plan has been applied (RoutesUp)
+	secrets   secretCache                  // the BGPPeers' password Secrets (secrets.go)
+	foreign   atomic.Pointer[foreignRound] // the latest conflict probe round's foreign answers (conflicts.go), which the reporter lists
+	loopAt    atomic.Int64                 // unix nanos of the main loop's latest turn; 0 until it starts (health.go)
+	startedAt time.Time                    // when Start began (RoutesUp)
+	planned   atomic.Bool                  // the first plan has been applied (RoutesUp)
 
 	synced     atomic.Bool // the cache has synced: Admit can check claims
 	refused    refusals
@@ -131,6 +137,7 @@ func (s *Speaker) Start(ctx context.Context) error {
 	// A speaker that answered before joining would see itself alone and claim every address,
 	// so the first join completes before the first plan.
 	s.joinPeers(ctx, true)
+	go s.renewLease(ctx)
 	go s.runSelfCheck(ctx)
 	go s.runConflictProbes(ctx)
 	rejoin := time.NewTicker(500 * time.Millisecond)
@@ -209,6 +216,7 @@ func (s *Speaker) shutdown() {
 	if err := s.Announce.Close(); err != nil {
 		s.Log.Error(err, "closing responders")
 	}
+	s.dropLease()
 	if s.Guard != nil {
 		if err := s.Guard.Close(); err != nil {
 			s.Log.Error(err, "removing the forwarding guard")
@@ -233,10 +241,8 @@ func (s *Speaker) joinPeers(ctx context.Context, wait bool) {
 		if n.Name == s.Node || s.Group.IsAlive(n.Name) {
 			continue
 		}
-		for _, a := range n.Status.Addresses {
-			if a.Type == corev1.NodeInternalIP {
-				peers = append(peers, membership.HostPort(a.Address, s.MLPort))
-			}
+		for _, ip := range rules.InternalIPs(&n) {
+			peers = append(peers, membership.HostPort(ip.String(), s.MLPort))
 		}
 	}
 	join := func() {

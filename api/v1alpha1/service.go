@@ -18,3 +18,10 @@ func IngressAddrs(svc *corev1.Service) []netip.Addr {
 	}
 	return ips
 }
+
+// SameAddr reports whether s, an address as a status lists it (an Announcement's or a
+// SelfCheck's IP), is ip, in whichever spelling (IPv4-mapped IPv6 is IPv4).
+func SameAddr(s string, ip netip.Addr) bool {
+	a, err := netip.ParseAddr(s)
+	return err == nil && a.Unmap() == ip.Unmap()
+}

@@ -236,16 +236,18 @@ func homeLab(t *testing.T) {
 		}
 	}
 
-	// What the speakers on two nodes report: worker-1 answers for gitea and harbor, worker-2
-	// for argocd and grafana, and each probed the other's addresses.
+	// What the speakers on two nodes report, as the owner rule elects them
+	// (rules.L2EligibilityOf): worker-1 answers for gitea, argocd and grafana, worker-2 for
+	// harbor, and each probed the other's addresses.
 	speaker(t, "worker-1", "02:00:00:00:00:01", []porticov1.Announcement{
 		{IP: "10.0.0.200", Service: "default/gitea", Protocol: porticov1.ProtocolL2, Interfaces: []string{"eth0"}},
-		{IP: "10.0.0.202", Service: "default/harbor", Protocol: porticov1.ProtocolL2, Interfaces: []string{"eth0"}},
-	}, []porticov1.SelfCheck{{IP: "10.0.0.201", MACs: []string{"02:00:00:00:00:02"}}, {IP: "10.0.0.203", MACs: []string{"02:00:00:00:00:02"}}})
-	speaker(t, "worker-2", "02:00:00:00:00:02", []porticov1.Announcement{
 		{IP: "10.0.0.201", Service: "default/argocd", Protocol: porticov1.ProtocolL2, Interfaces: []string{"eth0"}},
 		{IP: "10.0.0.203", Service: "default/grafana", Protocol: porticov1.ProtocolL2, Interfaces: []string{"eth0"}},
-	}, []porticov1.SelfCheck{{IP: "10.0.0.200", MACs: []string{"02:00:00:00:00:01"}}, {IP: "10.0.0.202", MACs: []string{"02:00:00:00:00:01"}}})
+	}, []porticov1.SelfCheck{{IP: "10.0.0.202", MACs: []string{"02:00:00:00:00:02"}}})
+	speaker(t, "worker-2", "02:00:00:00:00:02", []porticov1.Announcement{
+		{IP: "10.0.0.202", Service: "default/harbor", Protocol: porticov1.ProtocolL2, Interfaces: []string{"eth0"}},
+	}, []porticov1.SelfCheck{{IP: "10.0.0.200", MACs: []string{"02:00:00:00:00:01"}}, {IP: "10.0.0.201", MACs: []string{"02:00:00:00:00:01"}},
+		{IP: "10.0.0.203", MACs: []string{"02:00:00:00:00:01"}}})
 
 	wantReason := map[string]string{"gitea": porticov1.ReasonNoEndpoints, "argocd": porticov1.ReasonEndpointsReady,
 		"harbor": porticov1.ReasonNoReadyEndpoints, "grafana": porticov1.ReasonEndpointsReady, "jellyfin": porticov1.ReasonNoEndpoints}

@@ -35,6 +35,8 @@ func main() {
 	flag.DurationVar(&copts.NewsAfter, "news-after", 30*time.Second, "how long a Service's health problem lasts before an event tells it (its condition says it at once)")
 	flag.BoolVar(&copts.IgnoreClassless, "ignore-classless", false,
 		"leave Services with no spec.loadBalancerClass to another load balancer, handling only --load-balancer-class (the speakers need the same flag)")
+	flag.StringVar(&copts.SpeakerNamespace, "speaker-namespace", os.Getenv("POD_NAMESPACE"),
+		"namespace where the speakers renew their Leases: a speaker counts in the Services' conditions only while its Lease is fresh (default $POD_NAMESPACE; empty counts every Speaker object)")
 	logOpts := zap.Options{}
 	logOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -54,7 +56,7 @@ func main() {
 		// waiting for the lease to expire.
 		LeaderElectionReleaseOnCancel: true,
 	}
-	controller.CacheOptions(&opts)
+	controller.CacheOptions(&opts, copts.SpeakerNamespace)
 	if os.Getenv("GOGC") == "" {
 		// The heap may grow to 1.5 times what is live before a collection, not twice: at
 		// 5000 Services about 30 MB is live and the collector's share of CPU stays near zero,

@@ -50,6 +50,8 @@ type options struct {
 	ignoreClassless            bool
 	forwardGuard               bool
 	routesUpWait               time.Duration
+	leaseNamespace             string
+	leaseRenew                 time.Duration
 }
 
 func main() {
@@ -75,6 +77,10 @@ func main() {
 		"leave Services with no spec.loadBalancerClass to another load balancer, handling only --load-balancer-class (the controller needs the same flag)")
 	flag.BoolVar(&o.forwardGuard, "forward-guard", true,
 		"drop packets to the addresses this node announces that nothing on the node translated (nftables table inet portico; needs CAP_NET_ADMIN), so that clients arriving before the service proxy's rule connect on their next retransmission instead of being routed back out")
+	flag.StringVar(&o.leaseNamespace, "namespace", os.Getenv("POD_NAMESPACE"),
+		"the speakers' namespace, where this speaker renews its Lease (default $POD_NAMESPACE, from the downward API); empty renews none")
+	flag.DurationVar(&o.leaseRenew, "lease-renew-interval", speaker.DefaultLeaseRenew,
+		"how often this speaker renews its Lease; the controller counts it out of the Services' conditions three intervals after the last renewal (0 renews none)")
 	o.selfCheck = selfcheck.DefaultOptions
 	flag.DurationVar(&o.selfCheck.Interval, "self-check-interval", o.selfCheck.Interval, "how often the addresses other nodes answer for are probed (ARP) to report who answers; 0 switches the self-check off")
 	flag.Float64Var(&o.selfCheck.Rate, "self-check-rate", o.selfCheck.Rate, "self-check probes per second at most")
@@ -131,6 +137,7 @@ func run(o options) error {
 		Announce: l2.NewAnnouncer(log.WithName("l2"), metrics), BGP: sessions, Guard: fwd,
 		Metrics: metrics, Log: log, SelfCheck: o.selfCheck, Conflicts: o.conflicts, KeyRefresh: o.keyRefresh,
 		IgnoreExcludeLabel: o.ignoreExcludeLabel, IgnoreClassless: o.ignoreClassless, RoutesUpWait: o.routesUpWait,
+		LeaseNamespace: o.leaseNamespace, LeaseRenew: o.leaseRenew,
 	}
 	var keys membership.Keys
 	if o.secret != "" {

@@ -3,6 +3,8 @@ package allocator
 import (
 	"fmt"
 	"net/netip"
+
+	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
 )
 
 // Family is an IP family.
@@ -67,19 +69,18 @@ type Request struct {
 	Selector string
 }
 
-// Reason says why an allocation failed; the values are the IPAllocated condition's reasons.
+// Reason says why an allocation failed: one of the IPAllocated condition's reasons, which the
+// API defines (and documents) once.
 type Reason string
 
 const (
-	NoMatchingPool          Reason = "NoMatchingPool"
-	PoolExhausted           Reason = "PoolExhausted"
-	RequestedIPInUse        Reason = "RequestedIPInUse"
-	RequestedIPNotInAnyPool Reason = "RequestedIPNotInAnyPool"
-	SharingConflict         Reason = "SharingConflict"
-	FamilyUnavailable       Reason = "FamilyUnavailable"
-	// NotAllowedByPool: the requested pool, or the pool holding a requested address, has a
-	// serviceAllocation that does not select the Service.
-	NotAllowedByPool Reason = "NotAllowedByPool"
+	NoMatchingPool          Reason = porticov1.ReasonNoMatchingPool
+	PoolExhausted           Reason = porticov1.ReasonPoolExhausted
+	RequestedIPInUse        Reason = porticov1.ReasonRequestedIPInUse
+	RequestedIPNotInAnyPool Reason = porticov1.ReasonRequestedIPNotInAnyPool
+	SharingConflict         Reason = porticov1.ReasonSharingConflict
+	FamilyUnavailable       Reason = porticov1.ReasonFamilyUnavailable
+	NotAllowedByPool        Reason = porticov1.ReasonNotAllowedByPool
 )
 
 // Error is a failed allocation: a reason and a message for a person.

@@ -46,6 +46,13 @@ func announcedCondition(svc *corev1.Service, f HealthFacts) metav1.Condition {
 	return c
 }
 
+// AnnouncedConditionOf is the Announced condition the health reconciler writes for svc, from
+// the cluster's objects and the Speakers (for tests that compare it with the speakers' plans;
+// the controller and the speaker never import each other).
+func AnnouncedConditionOf(svc *corev1.Service, c rules.Cluster, speakers []porticov1.Speaker) metav1.Condition {
+	return announcedCondition(svc, HealthFacts{Cluster: c, Speakers: speakers})
+}
+
 // announcers describes who reports announcing ip for the Service: "10.0.0.200 from node
 // worker-1 on eth0", "10.0.0.200 over BGP to peers tor-a,tor-b (told by node worker-1 for every
 // node advertising it)".
@@ -53,7 +60,7 @@ func announcers(key string, ip netip.Addr, speakers []porticov1.Speaker) (string
 	var l2, l2ifs, bgpNodes, peers []string
 	for i := range speakers {
 		for _, a := range speakers[i].Status.Announcements {
-			if a.Service != key || !sameAddr(a.IP, ip) {
+			if a.Service != key || !porticov1.SameAddr(a.IP, ip) {
 				continue
 			}
 			switch a.Protocol {
@@ -128,11 +135,6 @@ func notAnnounced(svc *corev1.Service, ip netip.Addr, f HealthFacts) (metav1.Con
 		return metav1.ConditionFalse, porticov1.ReasonNoEligibleNode, fmt.Sprintf("%s: %s", ip, e.WhyNone)
 	}
 	return metav1.ConditionUnknown, porticov1.ReasonAnnouncePending, fmt.Sprintf("node %s is elected to answer for %s; its speaker does not report it yet", e.Owner, ip)
-}
-
-func sameAddr(s string, ip netip.Addr) bool {
-	a, err := netip.ParseAddr(s)
-	return err == nil && a.Unmap() == ip.Unmap()
 }
 
 // bgpAdvertised reports whether a BGPAdvertisement selects the pool for the Service.

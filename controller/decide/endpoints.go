@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
+	"github.com/portico-lb/portico/rules"
 )
 
 // endpointCounts sums a Service's EndpointSlices; an endpoint listed in two slices (one per
@@ -28,8 +29,7 @@ func countEndpoints(slices []discoveryv1.EndpointSlice) endpointCounts {
 			}
 			seen[id] = true
 			c.total++
-			// A nil ready means ready (discovery/v1: consumers treat unknown as ready).
-			if ep.Conditions.Ready == nil || *ep.Conditions.Ready {
+			if rules.ReadyEndpoint(&ep) {
 				c.ready++
 			}
 			if ep.Conditions.Terminating != nil && *ep.Conditions.Terminating {
@@ -51,13 +51,25 @@ func endpointID(ep *discoveryv1.Endpoint) string {
 	return fmt.Sprintf("%p", ep)
 }
 
+// slicesOf are svc's among slices: a Service's health facts hold those of the Services sharing
+// its addresses too.
+func slicesOf(svc *corev1.Service, slices []discoveryv1.EndpointSlice) []discoveryv1.EndpointSlice {
+	var out []discoveryv1.EndpointSlice
+	for i := range slices {
+		if slices[i].Namespace == svc.Namespace && slices[i].Labels[discoveryv1.LabelServiceName] == svc.Name {
+			out = append(out, slices[i])
+		}
+	}
+	return out
+}
+
 // endpointsCondition is the Service's EndpointsReady condition, from its EndpointSlices and,
 // when they list nothing, the labels of the pods in its namespace: an empty slice is not an
 // error to Kubernetes, so the condition says which selector found nothing and which labels
 // exist near it.
 func endpointsCondition(svc *corev1.Service, slices []discoveryv1.EndpointSlice, pods []map[string]string) metav1.Condition {
 	c := metav1.Condition{Type: porticov1.ConditionEndpointsReady, ObservedGeneration: svc.Generation}
-	n := countEndpoints(slices)
+	n := countEndpoints(slicesOf(svc, slices))
 	if len(svc.Spec.Selector) == 0 {
 		if n.ready > 0 {
 			c.Status, c.Reason = metav1.ConditionTrue, porticov1.ReasonEndpointsReady

@@ -50,12 +50,12 @@ func reachable(key string, ip netip.Addr, speakers []porticov1.Speaker, owner ma
 	for i := range speakers {
 		s := &speakers[i]
 		for _, a := range s.Status.Announcements {
-			if a.Service == key && a.Protocol == porticov1.ProtocolL2 && sameAddr(a.IP, ip) {
+			if a.Service == key && a.Protocol == porticov1.ProtocolL2 && porticov1.SameAddr(a.IP, ip) {
 				announcers = append(announcers, s.Name)
 			}
 		}
 		for _, sc := range s.Status.SelfChecks {
-			if sameAddr(sc.IP, ip) {
+			if porticov1.SameAddr(sc.IP, ip) {
 				probers = append(probers, s.Name)
 				for _, mac := range sc.MACs {
 					heard[strings.ToLower(mac)] = true

@@ -7,9 +7,9 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net/netip"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
@@ -21,6 +21,7 @@ import (
 
 	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
 	"github.com/portico-lb/portico/plugin"
+	"github.com/portico-lb/portico/rules"
 )
 
 // Command is the explain subcommand.
@@ -87,7 +88,17 @@ func Run(ctx context.Context, e *plugin.Env, name string) error {
 	if err != nil {
 		return err
 	}
-	layers := []layer{address, endpoints, announcerLayer(&svc, speakers.Items), selfCheckLayer(&svc, speakers.Items)}
+	live, liveNote := liveSpeakers(ctx, e.Client, speakers.Items, time.Now())
+	elected, err := electedLines(ctx, e.Client, &svc, live)
+	if err != nil {
+		elected = []string{"who answers not computed: " + err.Error()}
+	}
+	announcer := announcerLayer(&svc, slices.DeleteFunc(slices.Clone(speakers.Items), func(s porticov1.Speaker) bool { return !live(s.Name) }))
+	announcer.lines = append(announcer.lines, elected...)
+	if liveNote != "" {
+		announcer.lines = append(announcer.lines, liveNote)
+	}
+	layers := []layer{address, endpoints, announcer, selfCheckLayer(&svc, speakers.Items)}
 	for _, l := range layers {
 		for i, line := range l.lines {
 			label := ""
@@ -199,7 +210,7 @@ func endpointsLayer(ctx context.Context, c client.Client, svc *corev1.Service) (
 		l.lines = append(l.lines, fmt.Sprintf("EndpointSlice %s (%s): %s", s.Name, s.AddressType, plural(len(s.Endpoints), "endpoint")))
 		for _, ep := range s.Endpoints {
 			state := "not ready"
-			if ep.Conditions.Ready == nil || *ep.Conditions.Ready {
+			if rules.ReadyEndpoint(&ep) {
 				state = "ready"
 				ready++
 			} else if ep.Conditions.Terminating != nil && *ep.Conditions.Terminating {
@@ -253,7 +264,7 @@ func announcerLayer(svc *corev1.Service, speakers []porticov1.Speaker) layer {
 		var by []string
 		for _, s := range speakers {
 			for _, a := range s.Status.Announcements {
-				if a.Service == key && sameAddr(a.IP, ip) {
+				if a.Service == key && porticov1.SameAddr(a.IP, ip) {
 					by = append(by, fmt.Sprintf("%s from node %s (interfaces %s, peers %s)", a.Protocol, s.Name,
 						strings.Join(a.Interfaces, ","), strings.Join(a.Peers, ",")))
 				}
@@ -283,7 +294,7 @@ func selfCheckLayer(svc *corev1.Service, speakers []porticov1.Speaker) layer {
 		var heard []string
 		for _, s := range speakers {
 			for _, sc := range s.Status.SelfChecks {
-				if sameAddr(sc.IP, ip) {
+				if porticov1.SameAddr(sc.IP, ip) {
 					macs := "nobody"
 					if len(sc.MACs) > 0 {
 						macs = strings.Join(sc.MACs, ",")
@@ -309,11 +320,6 @@ func plural(n int, what string) string {
 		return "1 " + what
 	}
 	return fmt.Sprintf("%d %ss", n, what)
-}
-
-func sameAddr(s string, ip netip.Addr) bool {
-	a, err := netip.ParseAddr(s)
-	return err == nil && a.Unmap() == ip.Unmap()
 }
 
 func get(ctx context.Context, c client.Client, key client.ObjectKey, obj client.Object) (bool, error) {

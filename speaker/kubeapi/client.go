@@ -13,6 +13,7 @@ import (
 	"reflect"
 	"strings"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	eventsv1 "k8s.io/api/events/v1"
@@ -36,15 +37,17 @@ var resources = map[string]struct {
 	namespaced bool
 }{
 	"Service": {"services", true}, "EndpointSlice": {"endpointslices", true}, "Node": {"nodes", false},
-	"Secret": {"secrets", true}, "Event": {"events", true},
+	"Secret": {"secrets", true}, "Event": {"events", true}, "Lease": {"leases", true},
 	"Speaker": {"speakers", false}, "IPAddressPool": {"ipaddresspools", false}, "L2Advertisement": {"l2advertisements", false},
 	"BGPPeer": {"bgppeers", false}, "BGPAdvertisement": {"bgpadvertisements", false}, "BFDProfile": {"bfdprofiles", false},
 }
 
-// newScheme knows core/v1, discovery/v1, events/v1 and Portico's types.
+// newScheme knows core/v1, discovery/v1, events/v1, coordination/v1 (the speaker's Lease) and
+// Portico's types.
 func newScheme() *runtime.Scheme {
 	s := runtime.NewScheme()
 	utilruntime.Must(corev1.AddToScheme(s))
+	utilruntime.Must(coordinationv1.AddToScheme(s))
 	utilruntime.Must(discoveryv1.AddToScheme(s))
 	utilruntime.Must(eventsv1.AddToScheme(s))
 	utilruntime.Must(v1alpha1.AddToScheme(s))
@@ -69,7 +72,8 @@ func New(cfg *rest.Config) (*Client, error) {
 		return nil, err
 	}
 	codecs := serializer.NewCodecFactory(c.scheme).WithoutConversion()
-	for _, gv := range []schema.GroupVersion{corev1.SchemeGroupVersion, discoveryv1.SchemeGroupVersion, eventsv1.SchemeGroupVersion, v1alpha1.GroupVersion} {
+	for _, gv := range []schema.GroupVersion{corev1.SchemeGroupVersion, discoveryv1.SchemeGroupVersion, eventsv1.SchemeGroupVersion,
+		coordinationv1.SchemeGroupVersion, v1alpha1.GroupVersion} {
 		gc := rest.CopyConfig(cfg)
 		gc.GroupVersion = &gv
 		gc.APIPath = "/apis"
@@ -137,16 +141,38 @@ func (c *Client) Get(ctx context.Context, key types.NamespacedName, obj runtime.
 
 // Create creates obj and reads back what the apiserver stored.
 func (c *Client) Create(ctx context.Context, obj runtime.Object) error {
-	return c.write(ctx, obj, false)
+	return c.write(ctx, obj, create)
+}
+
+// Update replaces obj (at obj's resourceVersion) and reads back the result.
+func (c *Client) Update(ctx context.Context, obj runtime.Object) error {
+	return c.write(ctx, obj, update)
 }
 
 // UpdateStatus writes obj's status (at obj's resourceVersion) and reads back the result.
 func (c *Client) UpdateStatus(ctx context.Context, obj runtime.Object) error {
-	return c.write(ctx, obj, true)
+	return c.write(ctx, obj, updateStatus)
 }
 
-// write creates obj, or replaces its status, and reads back what the apiserver stored.
-func (c *Client) write(ctx context.Context, obj runtime.Object, status bool) error {
+// Delete deletes the object of obj's kind named by key.
+func (c *Client) Delete(ctx context.Context, key types.NamespacedName, obj runtime.Object) error {
+	r, err := c.resourceOf(obj)
+	if err != nil {
+		return err
+	}
+	return r.at(r.client.Delete(), key.Namespace).Name(key.Name).Do(ctx).Error()
+}
+
+type writeKind int
+
+const (
+	create writeKind = iota
+	update
+	updateStatus
+)
+
+// write creates obj, or replaces it or its status, and reads back what the apiserver stored.
+func (c *Client) write(ctx context.Context, obj runtime.Object, kind writeKind) error {
 	r, err := c.resourceOf(obj)
 	if err != nil {
 		return err
@@ -156,10 +182,13 @@ func (c *Client) write(ctx context.Context, obj runtime.Object, status bool) err
 		return err
 	}
 	var req *rest.Request
-	if status {
-		req = r.at(r.client.Put(), m.GetNamespace()).Name(m.GetName()).SubResource("status")
-	} else {
+	switch kind {
+	case create:
 		req = r.at(r.client.Post(), m.GetNamespace())
+	case update:
+		req = r.at(r.client.Put(), m.GetNamespace()).Name(m.GetName())
+	default:
+		req = r.at(r.client.Put(), m.GetNamespace()).Name(m.GetName()).SubResource("status")
 	}
 	return into(req.Body(obj).Do(ctx), obj)
 }

@@ -1,25 +1,23 @@
 package plan
 
 import (
-	"fmt"
 	"net/netip"
 	"slices"
-	"strings"
 
-	"github.com/portico-lb/portico/rules/election"
+	"github.com/portico-lb/portico/rules"
 )
 
 // combineAddress decides ip again from the Services that list it: its owner over L2 (Services
 // sharing an address have one owner) and this node's BGP claim. It reports which changed.
 func (pl *Planner) combineAddress(ip netip.Addr) (mineChanged, routedChanged bool) {
-	var ss []sharer
+	var ss []rules.L2Share
 	var routed BGPClaim
 	told := false
 	var first, sentEarlier []string
 	for _, key := range pl.byAddr[ip] {
 		sp := pl.services[key]
 		if s, ok := find(sp.l2, func(s *sharerAt) netip.Addr { return s.ip }, ip); ok {
-			ss = append(ss, s.sharer)
+			ss = append(ss, s.L2Share)
 		}
 		if c, ok := find(sp.routed, func(r *routedAt) netip.Addr { return r.ip }, ip); ok {
 			routed.Services = unionSorted(routed.Services, c.Services)
@@ -39,10 +37,9 @@ func (pl *Planner) combineAddress(ip netip.Addr) (mineChanged, routedChanged boo
 	var claim Claim
 	mine, problem := false, ""
 	if len(ss) > 0 {
-		var nodes []string
-		nodes, problem = answerers(ip, ss)
-		owner, ok := election.Owner(ip, election.Preferred(nodes, weightsOf(ss)))
-		if mine = ok && owner == pl.me; mine {
+		var owner string
+		owner, _, problem = rules.L2Owner(ip, ss)
+		if mine = owner == pl.me; mine {
 			claim = claimOf(ss)
 		}
 	}
@@ -66,73 +63,6 @@ func (pl *Planner) combineAddress(ip netip.Addr) (mineChanged, routedChanged boo
 		delete(pl.byAddr, ip)
 	}
 	return mineChanged, routedChanged
-}
-
-// sharer is one Service that lists an address, as the L2 rules see it.
-type sharer struct {
-	service  string
-	eligible []string         // nodes that may answer for it
-	ifaces   []string         // where this node would answer (nil: every suitable interface)
-	weights  map[string]int32 // preferredNodeSelectors weights by node (nil: none)
-}
-
-// weightsOf adds up the sharers' preferences: a node every Service prefers comes first.
-func weightsOf(ss []sharer) map[string]int32 {
-	if len(ss) == 1 {
-		return ss[0].weights
-	}
-	sum := map[string]int32{}
-	for _, s := range ss {
-		for n, w := range s.weights {
-			sum[n] += w
-		}
-	}
-	return sum
-}
-
-// answerers are the nodes the owner of ip is elected among. Services sharing an address have
-// one owner, or two nodes would answer for it: a node eligible for every one of them. When no
-// node is (their advertisements pick different nodes), any node eligible for one of them
-// answers, and the configuration is reported as a problem.
-func answerers(ip netip.Addr, ss []sharer) (nodes []string, problem string) {
-	nodes = slices.Clone(ss[0].eligible)
-	var all []string
-	for _, s := range ss {
-		nodes = slices.DeleteFunc(nodes, func(n string) bool { return !slices.Contains(s.eligible, n) })
-		all = append(all, s.eligible...)
-	}
-	if len(nodes) > 0 || len(all) == 0 {
-		return nodes, ""
-	}
-	slices.Sort(all)
-	var names []string
-	for _, s := range ss {
-		names = append(names, s.service)
-	}
-	slices.Sort(names)
-	return slices.Compact(all), fmt.Sprintf("%s is shared by %s, but no node may answer for all of them (their L2Advertisements or endpoints pick different nodes); a node one of them allows answers",
-		ip, strings.Join(names, ", "))
-}
-
-// claimOf is this node's claim on an address the sharers list: every Service, and the
-// interfaces any of them answers on.
-func claimOf(ss []sharer) Claim {
-	var c Claim
-	all := false
-	for _, s := range ss {
-		c.Services = append(c.Services, s.service)
-		all = all || s.ifaces == nil
-		c.Interfaces = append(c.Interfaces, s.ifaces...)
-	}
-	slices.Sort(c.Services)
-	c.Services = slices.Compact(c.Services)
-	if all {
-		c.Interfaces = nil
-	} else {
-		slices.Sort(c.Interfaces)
-		c.Interfaces = slices.Compact(c.Interfaces)
-	}
-	return c
 }
 
 // combineRoute folds the Services' routes to one peer's prefix (in Service order, so every

@@ -2,6 +2,7 @@ package plan
 
 import (
 	"net/netip"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -62,4 +63,25 @@ func Make(w World, me, lbClass string, alive func(node string) bool) Plan {
 	pl := NewPlanner(me, lbClass)
 	pl.Replan(w, alive)
 	return pl.Plan()
+}
+
+// claimOf is this node's claim on an address the Services sharing it list: every Service, and
+// the interfaces any of them answers on.
+func claimOf(ss []rules.L2Share) Claim {
+	var c Claim
+	all := false
+	for _, s := range ss {
+		c.Services = append(c.Services, s.Service)
+		all = all || s.Interfaces == nil
+		c.Interfaces = append(c.Interfaces, s.Interfaces...)
+	}
+	slices.Sort(c.Services)
+	c.Services = slices.Compact(c.Services)
+	if all {
+		c.Interfaces = nil
+	} else {
+		slices.Sort(c.Interfaces)
+		c.Interfaces = slices.Compact(c.Interfaces)
+	}
+	return c
 }

@@ -9,7 +9,6 @@ import (
 
 	"github.com/portico-lb/portico/api/v1alpha1"
 	"github.com/portico-lb/portico/rules"
-	"github.com/portico-lb/portico/rules/election"
 )
 
 // Planner keeps one node's plan between changes. Replan plans every Service again (what a
@@ -49,7 +48,7 @@ type servicePlan struct {
 
 type sharerAt struct {
 	ip netip.Addr
-	sharer
+	rules.L2Share
 }
 
 type routeAt struct {
@@ -213,6 +212,7 @@ func (pl *Planner) planService(svc *corev1.Service, key string, ready map[string
 	sp := &servicePlan{}
 	own := pl.scratchFor(pl.mine) // this Service's routes from this node
 	alive := func(n string) bool { return pl.alive[n] }
+	cluster := w.Cluster()
 	for _, ip := range v1alpha1.IngressAddrs(svc) {
 		pool, ok := rules.PoolOf(svc, ip, pl.pools)
 		if !ok {
@@ -221,11 +221,7 @@ func (pl *Planner) planService(svc *corev1.Service, key string, ready map[string
 		}
 		sp.addrs = append(sp.addrs, ip)
 		if ads := w.selectors.L2AdvertisementsFor(w.Advertisements, pool, svc); len(ads) > 0 {
-			cands, myIfaces := w.selectors.Candidates(w.Nodes, ads, ready, pl.me, alive, w.IgnoreExcludeLabel)
-			eligible, _ := election.Eligible(cands, election.Policy{
-				LocalOnly: svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal,
-			})
-			sp.l2 = append(sp.l2, sharerAt{ip, sharer{service: key, eligible: eligible, ifaces: myIfaces, weights: election.Weights(cands)}})
+			sp.l2 = append(sp.l2, sharerAt{ip, w.selectors.L2ShareOf(&cluster, ads, svc, ready, pl.me, alive)})
 		}
 		pl.mine.advertiseAddress(w, own, svc, key, ip, pool, ready)
 		if c, ok := own.Routed[ip]; ok {

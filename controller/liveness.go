@@ -1,0 +1,115 @@
+package controller
+
+import (
+	"context"
+	"maps"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+
+	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
+	"github.com/portico-lb/portico/rules"
+)
+
+// speakerLiveness tells the health conditions which Speakers to count: those whose speaker
+// renews its Lease (rules.LiveSpeakers). A frozen, killed or cut-off speaker leaves its Speaker
+// object as it was, naming addresses another node has taken over. When the set of live
+// speakers changes (a Lease appears, is deleted, or runs out, which no watch event tells) it
+// wakes every addressed Service.
+type speakerLiveness struct {
+	namespace string
+	leases    client.Reader // nil: no Lease is read, every Speaker counts
+	poke      chan struct{}
+	changed   chan event.GenericEvent
+}
+
+// newSpeakerLiveness reads the speakers' Leases in namespace from c ("" reads none).
+func newSpeakerLiveness(ctx context.Context, c cache.Cache, namespace string) (*speakerLiveness, error) {
+	l := &speakerLiveness{namespace: namespace, poke: make(chan struct{}, 1), changed: make(chan event.GenericEvent, 1)}
+	if namespace == "" {
+		return l, nil
+	}
+	inf, err := c.GetInformer(ctx, &coordinationv1.Lease{})
+	if err != nil {
+		return nil, err
+	}
+	l.leases = c
+	poke := func(any) {
+		select {
+		case l.poke <- struct{}{}:
+		default:
+		}
+	}
+	_, err = inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{AddFunc: poke, DeleteFunc: poke,
+		UpdateFunc: func(_, o any) { poke(o) }})
+	return l, err
+}
+
+// state is which nodes run a live speaker at now, when that next changes by itself, and
+// whether any speaker holds a Lease (rules.LiveSpeakers).
+func (l *speakerLiveness) state(now time.Time) (live map[string]bool, next time.Time, leased bool) {
+	if l.leases == nil {
+		return nil, time.Time{}, false
+	}
+	var leases coordinationv1.LeaseList
+	if err := l.leases.List(context.Background(), &leases, client.InNamespace(l.namespace),
+		client.HasLabels{rules.SpeakerLeaseLabel}, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, time.Time{}, false // not synced yet: count every Speaker, as before the Leases
+	}
+	return rules.LiveSpeakers(leases.Items, now)
+}
+
+// counted are the Speakers the conditions count at now: the live ones, or every one while no
+// speaker holds a Lease (speakers older than the Leases).
+func (l *speakerLiveness) counted(speakers []porticov1.Speaker, now time.Time) []porticov1.Speaker {
+	live, _, leased := l.state(now)
+	if !leased {
+		return speakers
+	}
+	out := make([]porticov1.Speaker, 0, len(speakers))
+	for _, s := range speakers {
+		if live[s.Name] {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// Start follows the live set until ctx ends: at every Lease change and when the next Lease
+// runs out, and sends a change on changed when the set differs from the last one sent.
+func (l *speakerLiveness) Start(ctx context.Context) error {
+	if l.leases == nil {
+		return nil
+	}
+	var last map[string]bool
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-l.poke:
+		case <-timer.C:
+		}
+		live, next, _ := l.state(time.Now())
+		if !maps.Equal(live, last) {
+			last = live
+			select {
+			case l.changed <- event.GenericEvent{Object: &coordinationv1.Lease{}}:
+			default: // one waiting already wakes every Service
+			}
+		}
+		wait := time.Minute
+		if !next.IsZero() {
+			wait = time.Until(next) + 10*time.Millisecond
+		}
+		timer.Reset(wait)
+	}
+}
+
+// NeedLeaderElection: only the leader's reconcilers read the changes.
+func (l *speakerLiveness) NeedLeaderElection() bool { return true }

@@ -1,0 +1,197 @@
+// Package agree holds tests that run the controller's and the speaker's code side by side: the
+// two never import each other, so what they must agree on is checked here.
+package agree
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/portico-lb/portico/api/v1alpha1"
+	"github.com/portico-lb/portico/controller/decide"
+	"github.com/portico-lb/portico/rules"
+	"github.com/portico-lb/portico/speaker/plan"
+)
+
+const lbClass = "portico.dev/lb"
+
+var (
+	nodeNames = []string{"node-a", "node-b", "node-c", "node-d"}
+	addrs     = []string{"198.51.100.1", "198.51.100.2", "203.0.113.1", "2001:db8::1"}
+	elected   = regexp.MustCompile(`^node (\S+) is elected to answer for`)
+)
+
+// cluster is one random cluster: the objects both sides read, and which nodes run a live
+// speaker.
+type cluster struct {
+	w     plan.World
+	alive map[string]bool
+}
+
+// randomCluster builds nodes (health, labels, exclusion, a dead speaker), two pools,
+// L2Advertisements (pool, node and Service selectors, preferred nodes, interfaces) and
+// Services that share a few addresses (some externalTrafficPolicy Local, with endpoints).
+func randomCluster(r *rand.Rand) cluster {
+	c := cluster{alive: map[string]bool{}}
+	w := &c.w
+	one := func(n int) bool { return r.IntN(n) == 0 }
+	for _, name := range nodeNames[:1+r.IntN(len(nodeNames))] {
+		n := corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
+			"zone": []string{"x", "y"}[r.IntN(2)], "link": []string{"wired", "wifi"}[r.IntN(2)]}}}
+		if one(8) {
+			n.Labels[v1alpha1.LabelExcludeFromExternalLoadBalancers] = ""
+		}
+		if one(8) {
+			n.Status.Conditions = append(n.Status.Conditions, corev1.NodeCondition{Type: corev1.NodeReady, Status: corev1.ConditionFalse})
+		}
+		if one(10) {
+			n.Status.Conditions = append(n.Status.Conditions, corev1.NodeCondition{Type: corev1.NodeNetworkUnavailable, Status: corev1.ConditionTrue})
+		}
+		n.Spec.Unschedulable = one(6)
+		w.Nodes = append(w.Nodes, n)
+		c.alive[name] = !one(6)
+	}
+	w.Pools = []v1alpha1.IPAddressPool{
+		{ObjectMeta: metav1.ObjectMeta{Name: "pool-a", Labels: map[string]string{"l2": "yes"}},
+			Spec: v1alpha1.IPAddressPoolSpec{Addresses: []v1alpha1.AddressRange{"198.51.100.0/29", "2001:db8::/125"}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "pool-b"}, Spec: v1alpha1.IPAddressPoolSpec{Addresses: []v1alpha1.AddressRange{"203.0.113.0/29"}}},
+	}
+	sel := func(k, v string) metav1.LabelSelector {
+		return metav1.LabelSelector{MatchLabels: map[string]string{k: v}}
+	}
+	for i := range r.IntN(4) {
+		ad := v1alpha1.L2Advertisement{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("ad-%d", i)}}
+		switch r.IntN(3) {
+		case 0:
+			ad.Spec.IPAddressPools = []v1alpha1.Name{v1alpha1.Name([]string{"pool-a", "pool-b"}[r.IntN(2)])}
+		case 1:
+			ad.Spec.IPAddressPoolSelectors = []metav1.LabelSelector{sel("l2", "yes")}
+		}
+		if one(2) {
+			ad.Spec.NodeSelectors = []metav1.LabelSelector{sel("zone", []string{"x", "y"}[r.IntN(2)])}
+		}
+		if one(2) {
+			ad.Spec.PreferredNodeSelectors = []v1alpha1.PreferredNodeSelector{{Weight: int32(1 + r.IntN(100)), Preference: sel("link", "wired")}}
+		}
+		if one(4) {
+			ad.Spec.ServiceSelectors = []metav1.LabelSelector{sel("app", "web")}
+		}
+		if one(3) {
+			ad.Spec.Interfaces = []v1alpha1.InterfaceName{v1alpha1.InterfaceName([]string{"eth0", "eth1"}[r.IntN(2)])}
+		}
+		w.Advertisements = append(w.Advertisements, ad)
+	}
+	for i := range 1 + r.IntN(5) {
+		name := fmt.Sprintf("s%d", i)
+		ip := addrs[r.IntN(len(addrs))]
+		svc := corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, Labels: map[string]string{"app": []string{"web", "db"}[r.IntN(2)]},
+				Annotations: map[string]string{v1alpha1.AnnotationAllowSharedIP: "key"}},
+			Spec:   corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer},
+			Status: corev1.ServiceStatus{LoadBalancer: corev1.LoadBalancerStatus{Ingress: []corev1.LoadBalancerIngress{{IP: ip}}}},
+		}
+		if one(3) {
+			svc.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+			var eps []discoveryv1.Endpoint
+			for range r.IntN(3) {
+				node, ready := nodeNames[r.IntN(len(nodeNames))], !one(4)
+				eps = append(eps, discoveryv1.Endpoint{Addresses: []string{"10.244.0.1"}, NodeName: &node,
+					Conditions: discoveryv1.EndpointConditions{Ready: &ready}})
+			}
+			w.EndpointSlices = append(w.EndpointSlices, discoveryv1.EndpointSlice{
+				ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name + "-x", Labels: map[string]string{discoveryv1.LabelServiceName: name}},
+				Endpoints:  eps})
+		}
+		w.Services = append(w.Services, svc)
+	}
+	return c
+}
+
+// answerers are the live nodes whose speaker plan answers for ip of the Service key over L2.
+func (c cluster) answerers(ip netip.Addr, key string) []string {
+	var out []string
+	for _, n := range c.w.Nodes {
+		if !c.alive[n.Name] {
+			continue
+		}
+		p := plan.Make(c.w, n.Name, lbClass, func(m string) bool { return c.alive[m] })
+		if claim, ok := p.Mine[ip]; ok && slices.Contains(claim.Services, key) {
+			out = append(out, n.Name)
+		}
+	}
+	return out
+}
+
+// named is the node the controller's Announced condition says is elected for ip while no
+// speaker reports it ("" when it names none), and the condition.
+func (c cluster) named(svc *corev1.Service) (string, metav1.Condition) {
+	var speakers []v1alpha1.Speaker // every live speaker has reported, announcing nothing yet
+	for _, n := range c.w.Nodes {
+		if c.alive[n.Name] {
+			speakers = append(speakers, v1alpha1.Speaker{ObjectMeta: metav1.ObjectMeta{Name: n.Name}})
+		}
+	}
+	rc := rules.Cluster{Nodes: c.w.Nodes, EndpointSlices: c.w.EndpointSlices, L2Advertisements: c.w.Advertisements, Pools: c.w.Pools, Services: c.w.Services}
+	cond := decide.AnnouncedConditionOf(svc, rc, speakers)
+	if m := elected.FindStringSubmatch(cond.Message); m != nil {
+		return m[1], cond
+	}
+	return "", cond
+}
+
+// TestControllerNamesTheNodeThatAnswers: over random clusters, for every address of every
+// Service with one address, the node the controller's Announced condition names as elected is
+// the one node whose speaker plan answers for it, and when no plan answers the controller
+// names no node.
+func TestControllerNamesTheNodeThatAnswers(t *testing.T) {
+	r := rand.New(rand.NewPCG(32, 3))
+	const clusters = 2000
+	checked := 0
+	for i := range clusters {
+		c := randomCluster(r)
+		for j := range c.w.Services {
+			svc := &c.w.Services[j]
+			key := svc.Namespace + "/" + svc.Name
+			ip := v1alpha1.IngressAddrs(svc)[0]
+			answer := c.answerers(ip, key)
+			node, cond := c.named(svc)
+			checked++
+			if len(answer) > 1 {
+				t.Fatalf("cluster %d: %s of %s is answered by %v, more than one node\n%s", i, ip, key, answer, describe(c))
+			}
+			if want := strings.Join(answer, ""); node != want {
+				t.Fatalf("cluster %d: %s of %s: the controller names %q (%s %s: %s), the speakers' plans answer from %q\n%s",
+					i, ip, key, node, cond.Status, cond.Reason, cond.Message, want, describe(c))
+			}
+		}
+	}
+	t.Logf("%d clusters, %d addresses checked", clusters, checked)
+}
+
+// describe prints a cluster for a failure message.
+func describe(c cluster) string {
+	var b strings.Builder
+	for _, n := range c.w.Nodes {
+		fmt.Fprintf(&b, "node %s alive=%v labels=%v unschedulable=%v conditions=%v\n", n.Name, c.alive[n.Name], n.Labels, n.Spec.Unschedulable, n.Status.Conditions)
+	}
+	for _, ad := range c.w.Advertisements {
+		fmt.Fprintf(&b, "L2Advertisement %s %+v\n", ad.Name, ad.Spec)
+	}
+	for _, s := range c.w.Services {
+		fmt.Fprintf(&b, "Service %s labels=%v policy=%s ingress=%v\n", s.Name, s.Labels, s.Spec.ExternalTrafficPolicy, v1alpha1.IngressAddrs(&s))
+	}
+	for _, s := range c.w.EndpointSlices {
+		for _, ep := range s.Endpoints {
+			fmt.Fprintf(&b, "endpoint of %s on %s ready=%v\n", s.Labels[discoveryv1.LabelServiceName], *ep.NodeName, *ep.Conditions.Ready)
+		}
+	}
+	return b.String()
+}

@@ -1,0 +1,51 @@
+package rules
+
+import (
+	"strings"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+)
+
+// A speaker's Speaker object says what it announced when it last wrote, not that it still runs:
+// a frozen (SIGSTOP), killed or cut-off speaker leaves it as it was. So each speaker also renews
+// a Lease in its namespace, named after its node, every few seconds (its duration three
+// renewals), and a speaker counts as live only while its Lease is fresh. A speaker stopped in
+// order (SIGTERM) deletes its Lease.
+
+// SpeakerLeaseLabel marks the speakers' Leases, so that the controller watches those alone.
+const SpeakerLeaseLabel = "portico.dev/speaker-lease"
+
+// speakerLeasePrefix begins every speaker's Lease name: a node may bear any name, and the
+// prefix keeps a speaker from writing a Lease named like another component's.
+const speakerLeasePrefix = "speaker-"
+
+// SpeakerLeaseName is the name of the Lease the speaker of node renews.
+func SpeakerLeaseName(node string) string { return speakerLeasePrefix + node }
+
+// LiveSpeakers says which nodes run a live speaker at now: those whose Lease (named after the
+// node, held by it) was renewed less than its duration ago. next is when the earliest of them
+// goes stale, the zero time when none is live. leased is false when no speaker holds a Lease at
+// all (speakers older than the Leases): then every Speaker object counts as live, as before.
+func LiveSpeakers(leases []coordinationv1.Lease, now time.Time) (live map[string]bool, next time.Time, leased bool) {
+	live = map[string]bool{}
+	for i := range leases {
+		l := &leases[i]
+		node, ok := strings.CutPrefix(l.Name, speakerLeasePrefix)
+		if !ok || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != node {
+			continue
+		}
+		leased = true
+		if l.Spec.RenewTime == nil || l.Spec.LeaseDurationSeconds == nil {
+			continue
+		}
+		until := l.Spec.RenewTime.Add(time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second)
+		if now.Before(until) {
+			live[node] = true
+			if next.IsZero() || until.Before(next) {
+				next = until
+			}
+		}
+	}
+	return live, next, leased
+}

@@ -1,0 +1,172 @@
+package rules
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/portico-lb/portico/api/v1alpha1"
+	"github.com/portico-lb/portico/rules/election"
+)
+
+// Which node answers for an address over L2 is decided here, once, for every side: each
+// speaker's plan (which answers), the controller's Announced condition (which it names), the
+// self-check (who probes) and kubectl portico explain. A Service's share of an address
+// (L2ShareOf) reads its advertisements, the nodes and its endpoints; the owner (L2Owner) is
+// elected from the shares of every Service listing the address. L2EligibilityOf puts the two
+// together; the speaker's planner calls them apart, to plan again only the Services that change.
+
+// L2Share is one Service's part in who answers for one of its addresses over L2.
+type L2Share struct {
+	Service string // namespace/name
+	// Eligible are the nodes that may answer for the Service, sorted (election.Eligible).
+	Eligible []string
+	// Interfaces are where node me (L2ShareOf's) answers: nil means every suitable interface.
+	Interfaces []string
+	// Weights are the preferredNodeSelectors' weights by node (nil: none).
+	Weights map[string]int32
+	// WhyNone names what excluded every node, when none is eligible.
+	WhyNone string
+	// NoLocalEndpoint: nodes would be eligible but for externalTrafficPolicy Local, none of
+	// them holding a ready endpoint.
+	NoLocalEndpoint bool
+	// Nodes is how many nodes were considered (0: the cluster has no Node objects).
+	Nodes int
+}
+
+// L2ShareOf is svc's share of an address its L2Advertisements ads cover. local holds the nodes
+// with a ready endpoint of svc (LocalReadyNodes); alive says whether a node runs a live
+// speaker.
+func (sel Selectors) L2ShareOf(c *Cluster, ads []*v1alpha1.L2Advertisement, svc *corev1.Service, local map[string]bool, me string, alive func(string) bool) L2Share {
+	s := L2Share{Service: svc.Namespace + "/" + svc.Name}
+	cands, ifaces := sel.Candidates(c.Nodes, ads, local, me, alive, c.IgnoreExcludeLabel)
+	s.Interfaces, s.Weights, s.Nodes = ifaces, election.Weights(cands), len(cands)
+	isLocal := svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal
+	s.Eligible, s.WhyNone = election.Eligible(cands, election.Policy{LocalOnly: isLocal})
+	if len(s.Eligible) == 0 && isLocal {
+		anyway, _ := election.Eligible(cands, election.Policy{})
+		s.NoLocalEndpoint = len(anyway) > 0
+	}
+	return s
+}
+
+// L2Owner elects the node that answers for ip over L2 from the shares of every Service listing
+// it. Services sharing an address have one owner, or two nodes would answer and clients would
+// flap between them: it is elected among the nodes eligible for every one of them, or, when no
+// node is (their advertisements or endpoints pick different nodes), among those eligible for
+// any, which conflict then describes. Only the heaviest preferred of those nodes (the shares'
+// weights add up) take part. nodes are the nodes it was elected among; owner is "" when there
+// are none. The order of shares does not matter.
+func L2Owner(ip netip.Addr, shares []L2Share) (owner string, nodes []string, conflict string) {
+	if len(shares) == 0 {
+		return "", nil, ""
+	}
+	nodes = slices.Clone(shares[0].Eligible)
+	var all []string
+	for _, s := range shares {
+		nodes = slices.DeleteFunc(nodes, func(n string) bool { return !slices.Contains(s.Eligible, n) })
+		all = append(all, s.Eligible...)
+	}
+	if len(nodes) == 0 && len(all) > 0 {
+		slices.Sort(all)
+		nodes = slices.Compact(all)
+		names := make([]string, 0, len(shares))
+		for _, s := range shares {
+			names = append(names, s.Service)
+		}
+		slices.Sort(names)
+		conflict = fmt.Sprintf("%s is shared by %s, but no node may answer for all of them (their L2Advertisements or endpoints pick different nodes); a node one of them allows answers",
+			ip, strings.Join(slices.Compact(names), ", "))
+	}
+	owner, _ = election.Owner(ip, election.Preferred(nodes, weightsOf(shares)))
+	return owner, nodes, conflict
+}
+
+// weightsOf adds up the shares' preferences: a node every Service prefers comes first.
+func weightsOf(shares []L2Share) map[string]int32 {
+	if len(shares) == 1 {
+		return shares[0].Weights
+	}
+	sum := map[string]int32{}
+	for _, s := range shares {
+		for n, w := range s.Weights {
+			sum[n] += w
+		}
+	}
+	return sum
+}
+
+// L2Eligibility is what the rules say about who answers for one address of a Service over L2.
+type L2Eligibility struct {
+	// Pool the address came from; "" when it is in no pool.
+	Pool string
+	// Advertised: some L2Advertisement selects the pool and the Service.
+	Advertised bool
+	// Eligible are the nodes the owner is elected among, sorted (with a shared address, those
+	// eligible for every Service listing it), and Owner the one elected to answer.
+	Eligible []string
+	Owner    string
+	// Sharers are the Services whose addresses' owner this is (namespace/name, sorted): the
+	// Service asked about and those sharing the address, as far as an L2Advertisement covers
+	// them. Conflict says that no node may answer for all of them (L2Owner).
+	Sharers  []string
+	Conflict string
+	// WhyNone names what excluded every node (election.Eligible's reason), when none is eligible.
+	WhyNone string
+	// Nodes is how many nodes were considered (0: the cluster has no Node objects).
+	Nodes int
+	// NoLocalEndpoint: no node answers, and nodes would but for externalTrafficPolicy Local,
+	// none of them holding a ready endpoint.
+	NoLocalEndpoint bool
+}
+
+// L2EligibilityOf says which node answers for ip of svc over L2, and why none does: svc's share
+// and those of the Services in c.Services that list ip, their owner elected by L2Owner. alive
+// says whether a node runs a live speaker.
+func L2EligibilityOf(c Cluster, svc *corev1.Service, ip netip.Addr, alive func(node string) bool) L2Eligibility {
+	var e L2Eligibility
+	sel := Selectors{}
+	pools, _ := ParsePools(c.Pools)
+	pool, ok := PoolOf(svc, ip, pools)
+	if !ok {
+		return e
+	}
+	e.Pool = pool.Name
+	ads := sel.L2AdvertisementsFor(c.L2Advertisements, pool, svc)
+	if len(ads) == 0 {
+		return e
+	}
+	e.Advertised = true
+	key := svc.Namespace + "/" + svc.Name
+	sharing := []corev1.Service{*svc}
+	for i := range c.Services {
+		s := &c.Services[i]
+		if s.Namespace+"/"+s.Name != key && slices.Contains(v1alpha1.IngressAddrs(s), ip) {
+			sharing = append(sharing, *s)
+		}
+	}
+	local := LocalReadyNodes(sharing, c.EndpointSlices)
+	own := sel.L2ShareOf(&c, ads, svc, local[key], "", alive)
+	shares := []L2Share{own}
+	for i := range sharing[1:] {
+		s := &sharing[1+i]
+		if p, ok := PoolOf(s, ip, pools); ok {
+			if theirs := sel.L2AdvertisementsFor(c.L2Advertisements, p, s); len(theirs) > 0 {
+				shares = append(shares, sel.L2ShareOf(&c, theirs, s, local[s.Namespace+"/"+s.Name], "", alive))
+			}
+		}
+	}
+	e.Owner, e.Eligible, e.Conflict = L2Owner(ip, shares)
+	for _, s := range shares {
+		e.Sharers = append(e.Sharers, s.Service)
+	}
+	slices.Sort(e.Sharers)
+	e.Nodes = own.Nodes
+	if e.Owner == "" {
+		e.WhyNone, e.NoLocalEndpoint = own.WhyNone, own.NoLocalEndpoint
+	}
+	return e
+}
