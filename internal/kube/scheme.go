@@ -1,4 +1,6 @@
-// Package kube holds the small pieces every Portico binary shares when talking to Kubernetes.
+// Package kube holds the small pieces the controller, the kubectl plugin and the test control
+// plane share when talking to Kubernetes through controller-runtime; the speaker has its own,
+// smaller client (speaker/kubeapi).
 package kube
 
 import (
