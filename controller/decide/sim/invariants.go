@@ -90,8 +90,15 @@ func (a *apiserver) holder(ip netip.Addr, key, k string) (string, bool) {
 // Service keeps its addresses under the request it had (decide's keep), while a rebuild reads
 // its request from its spec: if a user edited its sharing key, a waiting Service may share its
 // address after a restart and not before. The oracle, a rebuild, does not judge that case.
+// A Terminating Service no longer of type LoadBalancer keeps whatever the controller's book
+// gave it until it is gone (decide's keep, ours or not), which its cleared status does not
+// show (and a replica that missed the type edit keeps what it last gave): the oracle cannot
+// tell which addresses, so it does not judge while such a Service exists.
 func (a *apiserver) terminatingHolds(ips []netip.Addr) bool {
 	for _, svc := range a.services {
+		if svc.DeletionTimestamp != nil && svc.Spec.Type != corev1.ServiceTypeLoadBalancer {
+			return true
+		}
 		if svc.DeletionTimestamp != nil && slices.ContainsFunc(porticov1.IngressAddrs(svc), func(ip netip.Addr) bool { return slices.Contains(ips, ip) }) {
 			return true
 		}
