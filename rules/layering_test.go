@@ -68,11 +68,9 @@ func TestLayering(t *testing.T) {
 			!strings.HasPrefix(p, module+"rules") && !strings.HasPrefix(p, module+"controller/allocator") &&
 			!strings.HasPrefix(p, module+"controller/decide")
 	})
-	// Nor through what it imports (api/ registers its types with controller-runtime's scheme, a
-	// table with no I/O).
+	// Nor through what it imports.
 	forbid("controller/decide/...", "Deps", func(p string) bool {
-		return strings.HasPrefix(p, "k8s.io/client-go") ||
-			strings.HasPrefix(p, "sigs.k8s.io/controller-runtime") && p != "sigs.k8s.io/controller-runtime/pkg/scheme" ||
+		return strings.HasPrefix(p, "k8s.io/client-go") || strings.HasPrefix(p, "sigs.k8s.io/controller-runtime") ||
 			strings.HasPrefix(p, module+"speaker")
 	})
 	// The speaker's plan is pure: its inputs are the cluster's objects and the live members, its
@@ -86,7 +84,7 @@ func TestLayering(t *testing.T) {
 	forbid("speaker/plan", "Deps", func(p string) bool {
 		return strings.HasPrefix(p, "github.com/osrg/gobgp") || strings.HasPrefix(p, "github.com/mdlayher/") ||
 			strings.HasPrefix(p, "k8s.io/client-go") || strings.HasPrefix(p, module+"controller") ||
-			strings.HasPrefix(p, "sigs.k8s.io/controller-runtime") && p != "sigs.k8s.io/controller-runtime/pkg/scheme" // the API types' registration
+			strings.HasPrefix(p, "sigs.k8s.io/controller-runtime")
 	})
 }
 

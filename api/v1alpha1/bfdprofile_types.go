@@ -74,5 +74,5 @@ type BFDProfileList struct {
 }
 
 func init() {
-	SchemeBuilder.Register(&BFDProfile{}, &BFDProfileList{})
+	register(&BFDProfile{}, &BFDProfileList{})
 }

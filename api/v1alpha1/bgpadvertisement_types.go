@@ -116,5 +116,5 @@ type BGPAdvertisementList struct {
 }
 
 func init() {
-	SchemeBuilder.Register(&BGPAdvertisement{}, &BGPAdvertisementList{})
+	register(&BGPAdvertisement{}, &BGPAdvertisementList{})
 }

@@ -207,5 +207,5 @@ type BGPPeerList struct {
 }
 
 func init() {
-	SchemeBuilder.Register(&BGPPeer{}, &BGPPeerList{})
+	register(&BGPPeer{}, &BGPPeerList{})
 }

@@ -10,17 +10,30 @@
 package v1alpha1
 
 import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"sigs.k8s.io/controller-runtime/pkg/scheme"
 )
 
 var (
 	// GroupVersion is the API group and version of every Portico object.
 	GroupVersion = schema.GroupVersion{Group: "portico.dev", Version: "v1alpha1"}
 
-	// SchemeBuilder registers the Portico types with a runtime.Scheme.
-	SchemeBuilder = &scheme.Builder{GroupVersion: GroupVersion}
+	// AddToScheme adds the Portico types to a scheme. It is apimachinery's builder, not
+	// controller-runtime's, so the pure packages that use these types (rules, controller/decide,
+	// speaker/plan) link no controller-runtime code.
+	AddToScheme = schemeBuilder.AddToScheme
 
-	// AddToScheme adds the Portico types to a scheme.
-	AddToScheme = SchemeBuilder.AddToScheme
+	schemeBuilder = runtime.NewSchemeBuilder(addKnownTypes)
 )
+
+// known are the Portico types, each kind with its list; each kind's file adds them (register).
+var known []runtime.Object
+
+func register(objs ...runtime.Object) { known = append(known, objs...) }
+
+func addKnownTypes(s *runtime.Scheme) error {
+	s.AddKnownTypes(GroupVersion, known...)
+	metav1.AddToGroupVersion(s, GroupVersion)
+	return nil
+}

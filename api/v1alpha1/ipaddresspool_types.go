@@ -236,5 +236,5 @@ type IPAddressPoolList struct {
 }
 
 func init() {
-	SchemeBuilder.Register(&IPAddressPool{}, &IPAddressPoolList{})
+	register(&IPAddressPool{}, &IPAddressPoolList{})
 }

@@ -206,5 +206,5 @@ type SpeakerList struct {
 }
 
 func init() {
-	SchemeBuilder.Register(&Speaker{}, &SpeakerList{})
+	register(&Speaker{}, &SpeakerList{})
 }
