@@ -59,16 +59,17 @@ func (f *LeaseFence) until() time.Time {
 	return f.renewed.Add(f.renewDeadline)
 }
 
-// bound returns ctx ending when the proof runs out, for one request: a write that waits past
-// it on this side (the client's rate limiter, a connection) is abandoned, not sent late. It
-// fails at once while the fence does not hold.
-func (f *LeaseFence) bound(ctx context.Context) (context.Context, context.CancelFunc, error) {
+// send runs one write with ctx ending when the proof runs out: a write that waits past it on
+// this side (the client's rate limiter, a connection) is abandoned, not sent late. It fails at
+// once while the fence does not hold.
+func (f *LeaseFence) send(ctx context.Context, write func(context.Context) error) error {
 	until := f.until()
 	if time.Until(until) <= 0 {
-		return ctx, func() {}, errLeaseUnproven
+		return errLeaseUnproven
 	}
 	ctx, cancel := context.WithDeadline(ctx, until)
-	return ctx, cancel, nil
+	defer cancel()
+	return write(ctx)
 }
 
 func (f *LeaseFence) renewedAt(sent time.Time) {
@@ -162,7 +163,7 @@ func (p leaseEvents) GetEventRecorder(string) recorder.EventRecorder { return ni
 var errLeaseUnproven = fmt.Errorf("%w: this replica cannot prove it still holds the leader lease (no renewal within the renew deadline)", decide.ErrNotSent)
 
 // fencedClient sends no write while its fence does not hold, and gives up on one still
-// waiting to be sent when the fence runs out (LeaseFence.bound); reads pass through. Every
+// waiting to be sent when the fence runs out (LeaseFence.send); reads pass through. Every
 // write the controller makes (Service and pool status, BGPPeer and advertisement status,
 // events) goes through one.
 type fencedClient struct {
@@ -178,57 +179,27 @@ func fenced(c client.Client, f *LeaseFence) client.Client {
 }
 
 func (c fencedClient) Create(ctx context.Context, obj client.Object, opts ...client.CreateOption) error {
-	ctx, cancel, err := c.fence.bound(ctx)
-	if err != nil {
-		return err
-	}
-	defer cancel()
-	return c.Client.Create(ctx, obj, opts...)
+	return c.fence.send(ctx, func(ctx context.Context) error { return c.Client.Create(ctx, obj, opts...) })
 }
 
 func (c fencedClient) Update(ctx context.Context, obj client.Object, opts ...client.UpdateOption) error {
-	ctx, cancel, err := c.fence.bound(ctx)
-	if err != nil {
-		return err
-	}
-	defer cancel()
-	return c.Client.Update(ctx, obj, opts...)
+	return c.fence.send(ctx, func(ctx context.Context) error { return c.Client.Update(ctx, obj, opts...) })
 }
 
 func (c fencedClient) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
-	ctx, cancel, err := c.fence.bound(ctx)
-	if err != nil {
-		return err
-	}
-	defer cancel()
-	return c.Client.Patch(ctx, obj, patch, opts...)
+	return c.fence.send(ctx, func(ctx context.Context) error { return c.Client.Patch(ctx, obj, patch, opts...) })
 }
 
 func (c fencedClient) Apply(ctx context.Context, obj runtime.ApplyConfiguration, opts ...client.ApplyOption) error {
-	ctx, cancel, err := c.fence.bound(ctx)
-	if err != nil {
-		return err
-	}
-	defer cancel()
-	return c.Client.Apply(ctx, obj, opts...)
+	return c.fence.send(ctx, func(ctx context.Context) error { return c.Client.Apply(ctx, obj, opts...) })
 }
 
 func (c fencedClient) Delete(ctx context.Context, obj client.Object, opts ...client.DeleteOption) error {
-	ctx, cancel, err := c.fence.bound(ctx)
-	if err != nil {
-		return err
-	}
-	defer cancel()
-	return c.Client.Delete(ctx, obj, opts...)
+	return c.fence.send(ctx, func(ctx context.Context) error { return c.Client.Delete(ctx, obj, opts...) })
 }
 
 func (c fencedClient) DeleteAllOf(ctx context.Context, obj client.Object, opts ...client.DeleteAllOfOption) error {
-	ctx, cancel, err := c.fence.bound(ctx)
-	if err != nil {
-		return err
-	}
-	defer cancel()
-	return c.Client.DeleteAllOf(ctx, obj, opts...)
+	return c.fence.send(ctx, func(ctx context.Context) error { return c.Client.DeleteAllOf(ctx, obj, opts...) })
 }
 
 func (c fencedClient) Status() client.SubResourceWriter {
@@ -250,37 +221,17 @@ type fencedSubResource struct {
 }
 
 func (s fencedSubResource) Create(ctx context.Context, obj, sub client.Object, opts ...client.SubResourceCreateOption) error {
-	ctx, cancel, err := s.fence.bound(ctx)
-	if err != nil {
-		return err
-	}
-	defer cancel()
-	return s.SubResourceWriter.Create(ctx, obj, sub, opts...)
+	return s.fence.send(ctx, func(ctx context.Context) error { return s.SubResourceWriter.Create(ctx, obj, sub, opts...) })
 }
 
 func (s fencedSubResource) Update(ctx context.Context, obj client.Object, opts ...client.SubResourceUpdateOption) error {
-	ctx, cancel, err := s.fence.bound(ctx)
-	if err != nil {
-		return err
-	}
-	defer cancel()
-	return s.SubResourceWriter.Update(ctx, obj, opts...)
+	return s.fence.send(ctx, func(ctx context.Context) error { return s.SubResourceWriter.Update(ctx, obj, opts...) })
 }
 
 func (s fencedSubResource) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
-	ctx, cancel, err := s.fence.bound(ctx)
-	if err != nil {
-		return err
-	}
-	defer cancel()
-	return s.SubResourceWriter.Patch(ctx, obj, patch, opts...)
+	return s.fence.send(ctx, func(ctx context.Context) error { return s.SubResourceWriter.Patch(ctx, obj, patch, opts...) })
 }
 
 func (s fencedSubResource) Apply(ctx context.Context, obj runtime.ApplyConfiguration, opts ...client.SubResourceApplyOption) error {
-	ctx, cancel, err := s.fence.bound(ctx)
-	if err != nil {
-		return err
-	}
-	defer cancel()
-	return s.SubResourceWriter.Apply(ctx, obj, opts...)
+	return s.fence.send(ctx, func(ctx context.Context) error { return s.SubResourceWriter.Apply(ctx, obj, opts...) })
 }

@@ -85,7 +85,6 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 		if found {
 			facts = b.PoolFacts(pool.Name)
 			facts.InUse = inUseIn(b, pool.Name, findings)
-			facts.Probes, facts.Proxies = pool.ProbesConflicts(), verdict.proxies[pool.Name]
 		}
 	}); err != nil {
 		return ctrl.Result{}, err
@@ -105,7 +104,7 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	}
 
 	want := pool.DeepCopy()
-	r.fill(ctx, want, facts)
+	r.fill(ctx, want, facts, verdict.proxies[pool.Name])
 	r.metrics.pool(pool.Name, facts)
 	if equality.Semantic.DeepEqual(want.Status, pool.Status) {
 		return ctrl.Result{RequeueAfter: again}, nil
@@ -133,7 +132,7 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 }
 
 // fill computes the pool's whole status.
-func (r *PoolReconciler) fill(ctx context.Context, pool *porticov1.IPAddressPool, f decide.PoolFacts) {
+func (r *PoolReconciler) fill(ctx context.Context, pool *porticov1.IPAddressPool, f decide.PoolFacts, proxies []porticov1.ProxyAnswerer) {
 	st := &pool.Status
 	st.ObservedGeneration = pool.Generation
 	if f.Stats.Size[0] != nil {
@@ -147,7 +146,7 @@ func (r *PoolReconciler) fill(ctx context.Context, pool *porticov1.IPAddressPool
 	for _, ip := range f.Next {
 		st.NextAddresses = append(st.NextAddresses, ip.String())
 	}
-	st.InUse, st.ProxyAnswerers = f.InUse, f.Proxies
+	st.InUse, st.ProxyAnswerers = f.InUse, proxies
 
 	set := func(c metav1.Condition) {
 		c.ObservedGeneration = pool.Generation
@@ -157,7 +156,7 @@ func (r *PoolReconciler) fill(ctx context.Context, pool *porticov1.IPAddressPool
 	set(r.overlapCondition(ctx, pool))
 	set(decide.ExhaustedCondition(f))
 	set(decide.OrphanCondition(f))
-	set(inUseCondition(f.Probes, f.InUse, f.Proxies))
+	set(inUseCondition(pool.ProbesConflicts(), f.InUse, proxies))
 }
 
 func decimalIf(size, n *big.Int) string {

@@ -22,10 +22,6 @@ type PoolFacts struct {
 	// InUse is the pool's addresses foreign hosts answer for: the caller fills it from the
 	// Speakers' findings.
 	InUse []porticov1.AddressInUse
-	// Probes says whether the pool's addresses are probed for conflicts (spec.conflictProbing),
-	// and Proxies lists the MACs taken for proxy ARP/NDP answerers; the caller fills both.
-	Probes  bool
-	Proxies []porticov1.ProxyAnswerer
 }
 
 // nextPerFamily is how many of each family's next addresses a pool's status lists.
