@@ -93,8 +93,7 @@ func (s *state) load(ctx context.Context, b *decide.Book) error {
 			return
 		}
 		req, _ := s.requestFrom(ctx, svc, pools.Items) // a bad annotation does not stop the Service keeping its address
-		stored = append(stored, decide.Stored{Created: svc.CreationTimestamp.Time, Key: svc.Namespace + "/" + svc.Name, UID: svc.UID,
-			ResourceVersion: svc.ResourceVersion, Request: req, IPs: ips})
+		stored = append(stored, decide.StoredOf(svc, req))
 	})
 	if err != nil {
 		return err

@@ -115,14 +115,19 @@ func (b *Book) poolsContaining(ips []netip.Addr) []string {
 	return names
 }
 
-// Stored is what a rebuild keeps of a Service whose stored status lists addresses.
+// Stored is what a rebuild keeps of a Service whose stored status lists addresses; its key
+// (namespace/name) is its Request's Service.
 type Stored struct {
 	Created         time.Time
-	Key             string
 	UID             types.UID
 	ResourceVersion string
 	Request         allocator.Request
 	IPs             []netip.Addr
+}
+
+// StoredOf is what a rebuild keeps of svc, whose request is req.
+func StoredOf(svc *corev1.Service, req allocator.Request) Stored {
+	return Stored{Created: svc.CreationTimestamp.Time, UID: svc.UID, ResourceVersion: svc.ResourceVersion, Request: req, IPs: porticov1.IngressAddrs(svc)}
 }
 
 // Refused is a stored address a rebuild did not restore, and why.
@@ -140,7 +145,9 @@ func (b *Book) Loaded() bool { return b.loaded }
 func (b *Book) Rebuild(stored []Stored, fence bool) []Refused {
 	// Oldest first: if two Services claim one address, the older keeps it.
 	stored = slices.Clone(stored)
-	slices.SortFunc(stored, func(a, b Stored) int { return cmp.Or(a.Created.Compare(b.Created), cmp.Compare(a.Key, b.Key)) })
+	slices.SortFunc(stored, func(a, b Stored) int {
+		return cmp.Or(a.Created.Compare(b.Created), cmp.Compare(a.Request.Service, b.Request.Service))
+	})
 	// Services whose status still meets their spec go first: one edited after its status was
 	// written (moved to another pool, say) may still list an address that was freed and given
 	// to another Service, whose write landed first (status writes go out in parallel) before
@@ -162,9 +169,9 @@ func (b *Book) Rebuild(stored []Stored, fence bool) []Refused {
 			refused = append(refused, Refused{s.Request.Service, err})
 			continue
 		}
-		b.uid[s.Key] = s.UID
+		b.uid[s.Request.Service] = s.UID
 		if fence {
-			b.fence[s.Key] = s.ResourceVersion
+			b.fence[s.Request.Service] = s.ResourceVersion
 		}
 	}
 	b.loaded = true

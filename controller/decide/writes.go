@@ -14,7 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/resourceversion"
 
 	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
-	"github.com/portico-lb/portico/controller/decide/internal/testhook"
 )
 
 // Writes is the status writer's bookkeeping, with no I/O: which writes are on their way, which
@@ -25,14 +24,6 @@ type Writes struct {
 	inflight map[string][]*Write  // writes handed to a lane and not done yet, oldest first
 	written  map[string][]written // our writes the cache may not show yet
 	failures map[string]int       // consecutive failures, for backoff
-	// reapplyAddresses is the conflict rule before the fix: the part, addresses included, is
-	// applied to whatever is stored now. Only the simulator sets it (testhook), to show what
-	// it broke.
-	reapplyAddresses bool
-}
-
-func init() {
-	testhook.ReapplyAddressesOnConflict = func(w any) { w.(*Writes).reapplyAddresses = true }
 }
 
 // NewWrites is the bookkeeping of a writer that has sent nothing yet.
@@ -177,7 +168,7 @@ func (w *Writes) Rebase(job *Write, cur *corev1.Service) (*corev1.Service, error
 	if cur.UID != job.Want.UID {
 		return nil, fmt.Errorf("service %s was recreated: %w", job.Key, errDecideAgain)
 	}
-	if job.addresses && !w.reapplyAddresses {
+	if job.addresses {
 		if !slices.Equal(porticov1.IngressAddrs(cur), porticov1.IngressAddrs(job.base)) {
 			return nil, fmt.Errorf("service %s lists other addresses than when its write was decided: %w", job.Key, errDecideAgain)
 		}

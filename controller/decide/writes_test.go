@@ -39,30 +39,28 @@ func condition(reason string) func(*corev1.Service) {
 
 // TestRebaseKeepsAddressesItDidNotDecideFrom: after a conflict, a write that sets addresses is
 // dropped when the stored addresses are not those it was decided from (the next leader's
-// write, say) or the Service was edited since, and rebased when neither changed; a conditions-only write is always rebased. The rule
-// before the fix re-applied the addresses over anything.
+// write, say) or the Service was edited since, and rebased when neither changed; a
+// conditions-only write is always rebased. (The rule before the fix, which re-applied the
+// addresses over anything, lives on only in the simulator: sim.Options.OldConflictRule.)
 func TestRebaseKeepsAddressesItDidNotDecideFrom(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		apply   func(*corev1.Service)
 		current *corev1.Service
-		old     bool
 		want    []netip.Addr // nil with drop
 		drop    bool
 	}{
-		{"addresses, stored ones changed", addresses("10.0.0.5"), listing("7", "10.0.0.6"), false, nil, true},
-		{"addresses, stored ones unchanged", addresses("10.0.0.5"), listing("7"), false, []netip.Addr{netip.MustParseAddr("10.0.0.5")}, false},
-		{"conditions, stored addresses changed", condition("Answered"), listing("7", "10.0.0.6"), false, []netip.Addr{netip.MustParseAddr("10.0.0.6")}, false},
-		{"addresses, old rule", addresses("10.0.0.5"), listing("7", "10.0.0.6"), true, []netip.Addr{netip.MustParseAddr("10.0.0.5")}, false},
+		{"addresses, stored ones changed", addresses("10.0.0.5"), listing("7", "10.0.0.6"), nil, true},
+		{"addresses, stored ones unchanged", addresses("10.0.0.5"), listing("7"), []netip.Addr{netip.MustParseAddr("10.0.0.5")}, false},
+		{"conditions, stored addresses changed", condition("Answered"), listing("7", "10.0.0.6"), []netip.Addr{netip.MustParseAddr("10.0.0.6")}, false},
 		{"addresses, sharing key edited since", addresses("10.0.0.5"), func() *corev1.Service {
 			s := listing("7")
 			s.Annotations = map[string]string{porticov1.AnnotationAllowSharedIP: "k2"}
 			return s
-		}(), false, nil, true},
+		}(), nil, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := NewWrites()
-			w.reapplyAddresses = tc.old
 			job := w.Submit("ns/a", listing("5"), tc.apply)
 			if job == nil {
 				t.Fatal("the write was found redundant")

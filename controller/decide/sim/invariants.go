@@ -143,7 +143,7 @@ func (w *world) checkQuiet() {
 		}
 		req, _ := decide.Request(svc, pools, nil)
 		if ips := porticov1.IngressAddrs(svc); len(ips) > 0 {
-			stored = append(stored, decide.Stored{Created: svc.CreationTimestamp.Time, Key: key, ResourceVersion: svc.ResourceVersion, Request: req, IPs: ips})
+			stored = append(stored, decide.StoredOf(svc, req))
 		} else if svc.DeletionTimestamp == nil {
 			without = append(without, svc)
 		}

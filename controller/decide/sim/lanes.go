@@ -1,22 +1,25 @@
 package sim
 
 import (
+	"fmt"
 	"hash/fnv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 )
 
 // submit is statusWriter.submit: decide.Writes says whether to send; a lane sends.
 func (r *replica) submit(key string, cached *corev1.Service, apply func(*corev1.Service), health bool) {
-	wr := r.writes.Submit(key, cached, r.onSimClock(apply))
+	apply = r.onSimClock(apply)
+	wr := r.writes.Submit(key, cached, apply)
 	if wr == nil {
 		return
 	}
 	h := fnv.New32a()
 	h.Write([]byte(key))
-	j := &job{Write: wr, health: health, lane: int(h.Sum32() % writeLanes), decision: &decision{replica: r.name, edit: edits(cached), allocation: !health, pools: r.known, kept: r.kept}}
+	j := &job{Write: wr, health: health, lane: int(h.Sum32() % writeLanes), decision: &decision{replica: r.name, edit: edits(cached), allocation: !health, pools: r.known, kept: r.kept}, apply: apply}
 	r.w.logf("%s decides %s: %s (from rv %s)", r.name, j.what(), describe(wr.Want), wr.Want.ResourceVersion)
 	r.lanes[j.lane].jobs = append(r.lanes[j.lane].jobs, j)
 	r.kick(j.lane)
@@ -110,6 +113,9 @@ func (r *replica) rebase(j *job) {
 			return
 		}
 		sent, err := r.writes.Rebase(j.Write, cur)
+		if r.w.opts.OldConflictRule {
+			sent, err = oldRebase(j, cur)
+		}
 		if sent == nil || err != nil {
 			if err != nil {
 				r.w.logf("%s drops its %s: %v", r.name, j.what(), err)
@@ -164,4 +170,18 @@ func (r *replica) request(do func() error, done func(error)) {
 		}
 		back(w.netDelay(), err)
 	})
+}
+
+// oldRebase is the conflict rule before issue 30's fix, kept here to show what the simulator
+// finds in it: the part, addresses included, re-applied to whatever is stored now.
+func oldRebase(j *job, cur *corev1.Service) (*corev1.Service, error) {
+	if cur.UID != j.Want.UID {
+		return nil, fmt.Errorf("service %s was recreated: deciding again", j.Key)
+	}
+	sent := cur.DeepCopy()
+	j.apply(sent)
+	if equality.Semantic.DeepEqual(cur.Status, sent.Status) && equality.Semantic.DeepEqual(cur.Annotations, sent.Annotations) {
+		return nil, nil
+	}
+	return sent, nil
 }

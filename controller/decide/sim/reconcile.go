@@ -27,8 +27,7 @@ func (r *replica) withLock(fn func(*decide.Book)) {
 		for _, svc := range r.w.api.list() { // live, not from the cache
 			if ips := porticov1.IngressAddrs(svc); ours(svc) && len(ips) > 0 {
 				req, _ := decide.Request(svc, r.pools, nil)
-				stored = append(stored, decide.Stored{Created: svc.CreationTimestamp.Time, Key: svc.Namespace + "/" + svc.Name, UID: svc.UID,
-					ResourceVersion: svc.ResourceVersion, Request: req, IPs: ips})
+				stored = append(stored, decide.StoredOf(svc, req))
 				r.kept = append(r.kept, ips...)
 			}
 		}

@@ -11,7 +11,6 @@ import (
 
 	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
 	"github.com/portico-lb/portico/controller/decide"
-	"github.com/portico-lb/portico/controller/decide/internal/testhook"
 )
 
 // replica is one portico-controller process: its informer cache, its leader elector and,
@@ -57,7 +56,8 @@ type job struct {
 	*decide.Write
 	health   bool // the health reconciler's part (else the allocation's)
 	lane     int
-	decision *decision // what it was decided from
+	decision *decision             // what it was decided from
+	apply    func(*corev1.Service) // the part, for OldConflictRule's rebase
 }
 
 // workQueue is a reconciler's queue: a key waits once, in order.
@@ -137,9 +137,6 @@ func (r *replica) tick() {
 	r.leading, r.lastRenew = true, r.w.now
 	r.observed, r.observedAt = r.w.api.lease, r.w.now
 	r.book, r.writes, r.desk = decide.NewBook(), decide.NewWrites(), decide.NewNewsDesk(0, time.Time{})
-	if r.w.opts.OldConflictRule {
-		testhook.ReapplyAddressesOnConflict(r.writes)
-	}
 	r.w.logf("%s leads", r.name)
 	// The controllers start: their first list puts every cached object in their queues.
 	r.enqueue(&r.svcQ, poolsKey)
