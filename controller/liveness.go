@@ -49,34 +49,24 @@ func newSpeakerLiveness(ctx context.Context, c cache.Cache, namespace string) (*
 	return l, err
 }
 
-// state is which nodes run a live speaker at now, when that next changes by itself, and
-// whether any speaker holds a Lease (rules.LiveSpeakers).
-func (l *speakerLiveness) state(now time.Time) (live map[string]bool, next time.Time, leased bool) {
+// leases are the speakers' Leases; ok is false until they can be read.
+func (l *speakerLiveness) leaseList() (leases []coordinationv1.Lease, ok bool) {
 	if l.leases == nil {
-		return nil, time.Time{}, false
+		return nil, false
 	}
-	var leases coordinationv1.LeaseList
-	if err := l.leases.List(context.Background(), &leases, client.InNamespace(l.namespace),
+	var list coordinationv1.LeaseList
+	if err := l.leases.List(context.Background(), &list, client.InNamespace(l.namespace),
 		client.HasLabels{rules.SpeakerLeaseLabel}, client.UnsafeDisableDeepCopy); err != nil {
-		return nil, time.Time{}, false // not synced yet: count every Speaker, as before the Leases
+		return nil, false // not synced yet: count every Speaker, as before the Leases
 	}
-	return rules.LiveSpeakers(leases.Items, now)
+	return list.Items, true
 }
 
-// counted are the Speakers the conditions count at now: the live ones, or every one while no
-// speaker holds a Lease (speakers older than the Leases).
+// counted are the Speakers the conditions count at now (rules.CountedSpeakers).
 func (l *speakerLiveness) counted(speakers []porticov1.Speaker, now time.Time) []porticov1.Speaker {
-	live, _, leased := l.state(now)
-	if !leased {
-		return speakers
-	}
-	out := make([]porticov1.Speaker, 0, len(speakers))
-	for _, s := range speakers {
-		if live[s.Name] {
-			out = append(out, s)
-		}
-	}
-	return out
+	leases, _ := l.leaseList()
+	counted, _ := rules.CountedSpeakers(speakers, leases, now)
+	return counted
 }
 
 // Start follows the live set until ctx ends: at every Lease change and when the next Lease
@@ -95,7 +85,8 @@ func (l *speakerLiveness) Start(ctx context.Context) error {
 		case <-l.poke:
 		case <-timer.C:
 		}
-		live, next, _ := l.state(time.Now())
+		leases, _ := l.leaseList()
+		live, next, _ := rules.LiveSpeakers(leases, time.Now())
 		if !maps.Equal(live, last) {
 			last = live
 			select {

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+
+	"github.com/portico-lb/portico/api/v1alpha1"
 )
 
 // A speaker's Speaker object says what it announced when it last wrote, not that it still runs:
@@ -48,4 +50,23 @@ func LiveSpeakers(leases []coordinationv1.Lease, now time.Time) (live map[string
 		}
 	}
 	return live, next, leased
+}
+
+// CountedSpeakers are the Speakers the Services' conditions (and explain) count at now: those
+// whose speaker is live, or every one while no speaker holds a Lease (speakers older than the
+// Leases); stale names the nodes whose Speaker does not count, sorted as speakers are.
+func CountedSpeakers(speakers []v1alpha1.Speaker, leases []coordinationv1.Lease, now time.Time) (counted []v1alpha1.Speaker, stale []string) {
+	live, _, leased := LiveSpeakers(leases, now)
+	if !leased {
+		return speakers, nil
+	}
+	counted = make([]v1alpha1.Speaker, 0, len(speakers))
+	for _, s := range speakers {
+		if live[s.Name] {
+			counted = append(counted, s)
+		} else {
+			stale = append(stale, s.Name)
+		}
+	}
+	return counted, stale
 }

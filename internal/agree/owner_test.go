@@ -17,11 +17,10 @@ import (
 
 	"github.com/portico-lb/portico/api/v1alpha1"
 	"github.com/portico-lb/portico/controller/decide"
-	"github.com/portico-lb/portico/rules"
 	"github.com/portico-lb/portico/speaker/plan"
 )
 
-const lbClass = "portico.dev/lb"
+const lbClass = v1alpha1.DefaultLoadBalancerClass
 
 var (
 	nodeNames = []string{"node-a", "node-b", "node-c", "node-d"}
@@ -139,7 +138,8 @@ func (c cluster) named(svc *corev1.Service) (string, metav1.Condition) {
 			speakers = append(speakers, v1alpha1.Speaker{ObjectMeta: metav1.ObjectMeta{Name: n.Name}})
 		}
 	}
-	rc := rules.Cluster{Nodes: c.w.Nodes, EndpointSlices: c.w.EndpointSlices, L2Advertisements: c.w.Advertisements, Pools: c.w.Pools, Services: c.w.Services}
+	rc := c.w.Cluster()
+	rc.Services = c.w.Services
 	cond := decide.AnnouncedConditionOf(svc, rc, speakers)
 	if m := elected.FindStringSubmatch(cond.Message); m != nil {
 		return m[1], cond

@@ -17,34 +17,26 @@ import (
 	"github.com/portico-lb/portico/rules"
 )
 
-// liveSpeakers are the nodes whose speaker is live by its Lease (rules.LiveSpeakers), and a
-// line saying so; when no speaker holds a Lease (or they cannot be read), every Speaker
-// counts, as the controller counts them.
+// liveSpeakers are the nodes whose Speaker counts, as the controller counts them
+// (rules.CountedSpeakers: live by their Lease, or every one while no speaker holds a Lease or
+// the Leases cannot be read), and a line saying which do not or why every one counts.
 func liveSpeakers(ctx context.Context, c client.Client, speakers []porticov1.Speaker, now time.Time) (func(string) bool, string) {
-	running := map[string]bool{}
-	for _, s := range speakers {
-		running[s.Name] = true
-	}
 	var leases coordinationv1.LeaseList
-	if err := c.List(ctx, &leases, client.HasLabels{rules.SpeakerLeaseLabel}); err != nil {
-		return func(n string) bool { return running[n] }, "speakers' Leases not read (" + err.Error() + "): every Speaker counts as live"
+	err := c.List(ctx, &leases, client.HasLabels{rules.SpeakerLeaseLabel})
+	counted, stale := rules.CountedSpeakers(speakers, leases.Items, now)
+	live := map[string]bool{}
+	for _, s := range counted {
+		live[s.Name] = true
 	}
-	live, _, leased := rules.LiveSpeakers(leases.Items, now)
-	if !leased {
-		return func(n string) bool { return running[n] }, ""
+	alive := func(n string) bool { return live[n] }
+	switch {
+	case err != nil:
+		return alive, "speakers' Leases not read (" + err.Error() + "): every Speaker counts as live"
+	case len(stale) > 0:
+		slices.Sort(stale)
+		return alive, "not live (Lease not renewed): " + strings.Join(stale, ",") + "; their Speaker objects do not count"
 	}
-	var stale []string
-	for _, s := range speakers {
-		if !live[s.Name] {
-			stale = append(stale, s.Name)
-		}
-	}
-	if len(stale) == 0 {
-		return func(n string) bool { return live[n] }, ""
-	}
-	slices.Sort(stale)
-	return func(n string) bool { return live[n] },
-		"not live (Lease not renewed): " + strings.Join(stale, ",") + "; their Speaker objects do not count"
+	return alive, ""
 }
 
 // electedLines say, by the rule every speaker runs (rules.L2EligibilityOf), which node
@@ -65,18 +57,18 @@ func electedLines(ctx context.Context, c client.Client, svc *corev1.Service, liv
 		}
 	}
 	cl.Nodes, cl.Pools, cl.L2Advertisements = nodes.Items, pools.Items, ads.Items
-	for _, s := range append(svcs.Items, *svc) {
+	for _, s := range svcs.Items { // svc is among them
 		if !sharing(svc, &s, ips) {
 			continue
 		}
 		if s.Namespace != svc.Namespace || s.Name != svc.Name {
 			cl.Services = append(cl.Services, s)
 		}
-		var slices discoveryv1.EndpointSliceList
-		if err := c.List(ctx, &slices, client.InNamespace(s.Namespace), client.MatchingLabels{discoveryv1.LabelServiceName: s.Name}); err != nil {
+		var eps discoveryv1.EndpointSliceList
+		if err := c.List(ctx, &eps, client.InNamespace(s.Namespace), client.MatchingLabels{discoveryv1.LabelServiceName: s.Name}); err != nil {
 			return nil, err
 		}
-		cl.EndpointSlices = append(cl.EndpointSlices, slices.Items...)
+		cl.EndpointSlices = append(cl.EndpointSlices, eps.Items...)
 	}
 	var lines []string
 	for _, ip := range ips {
@@ -103,14 +95,16 @@ func electedLines(ctx context.Context, c client.Client, svc *corev1.Service, liv
 	return lines, nil
 }
 
-// sharing reports whether s, a Service of svc's load balancer, holds one of ips.
+// sharing reports whether s, a Service of svc's load balancer (rules.Handles with svc's class,
+// or Portico's default class, and Services without a class, as the controller runs by default),
+// holds one of ips.
 func sharing(svc, s *corev1.Service, ips []netip.Addr) bool {
-	if s.Spec.Type != corev1.ServiceTypeLoadBalancer || !equalClass(svc.Spec.LoadBalancerClass, s.Spec.LoadBalancerClass) {
+	class := porticov1.DefaultLoadBalancerClass
+	if svc.Spec.LoadBalancerClass != nil {
+		class = *svc.Spec.LoadBalancerClass
+	}
+	if !rules.Handles(s, class, true) {
 		return false
 	}
 	return slices.ContainsFunc(porticov1.IngressAddrs(s), func(ip netip.Addr) bool { return slices.Contains(ips, ip) })
-}
-
-func equalClass(a, b *string) bool {
-	return a == nil && b == nil || a != nil && b != nil && *a == *b
 }
