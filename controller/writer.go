@@ -99,8 +99,9 @@ func (w *statusWriter) Start(ctx context.Context) error {
 // submit hands over a write unless it is redundant (decide.Writes.Submit). cached is the object
 // the decision was made from; p.apply makes it what it should become.
 func (w *statusWriter) submit(key string, cached *corev1.Service, p writePart) {
+	write := decide.NewWrite(key, cached, p.apply)
 	w.mu.Lock()
-	write := w.writes.Submit(key, cached, p.apply)
+	write = w.writes.Submit(write)
 	if write == nil {
 		w.mu.Unlock()
 		return

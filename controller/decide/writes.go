@@ -57,27 +57,33 @@ type written struct {
 	landed bool         // false: it may or may not have been stored
 }
 
-// Submit returns the write that makes cached what apply says, or nil when it is redundant:
-// the same write is already on its way, the cache already shows it, or a write of ours landed
-// that the cache has not seen yet (its watch event brings the Service back). A returned write
-// is on its way until Done.
-func (w *Writes) Submit(key string, cached *corev1.Service, apply func(*corev1.Service)) *Write {
+// NewWrite is the write that makes cached what apply says. It touches no bookkeeping, so the
+// writer builds it (a copy of the Service, apply run twice) before it takes its lock.
+func NewWrite(key string, cached *corev1.Service, apply func(*corev1.Service)) *Write {
 	want := cached.DeepCopy()
 	apply(want)
-	for _, wr := range w.unseen(key, cached) {
+	job := &Write{Key: key, Want: want, apply: apply, base: cached}
+	job.addresses, job.ips = setsIngress(apply)
+	return job
+}
+
+// Submit puts job on its way and returns it, or returns nil when it is redundant: the same
+// write is already on its way, the cache already shows it, or a write of ours landed that the
+// cache has not seen yet (its watch event brings the Service back). A returned write is on its
+// way until Done.
+func (w *Writes) Submit(job *Write) *Write {
+	for _, wr := range w.unseen(job.Key, job.base) {
 		if wr.landed {
 			return nil
 		}
 	}
-	if js := w.inflight[key]; len(js) > 0 && sameWrite(js[len(js)-1].Want, want) {
+	if js := w.inflight[job.Key]; len(js) > 0 && sameWrite(js[len(js)-1].Want, job.Want) {
 		return nil
 	}
-	if sameWrite(cached, want) {
+	if sameWrite(job.base, job.Want) {
 		return nil
 	}
-	job := &Write{Key: key, Want: want, apply: apply, base: cached}
-	job.addresses, job.ips = setsIngress(apply)
-	w.inflight[key] = append(w.inflight[key], job)
+	w.inflight[job.Key] = append(w.inflight[job.Key], job)
 	return job
 }
 

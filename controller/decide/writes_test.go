@@ -61,7 +61,7 @@ func TestRebaseKeepsAddressesItDidNotDecideFrom(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := NewWrites()
-			job := w.Submit("ns/a", listing("5"), tc.apply)
+			job := w.Submit(NewWrite("ns/a", listing("5"), tc.apply))
 			if job == nil {
 				t.Fatal("the write was found redundant")
 			}
@@ -88,8 +88,8 @@ func TestRebaseKeepsAddressesItDidNotDecideFrom(t *testing.T) {
 func TestSubmitSkipsRedundantWrites(t *testing.T) {
 	w := NewWrites()
 	cached := listing("5")
-	job := w.Submit("ns/a", cached, addresses("10.0.0.5"))
-	if job == nil || w.Submit("ns/a", cached, addresses("10.0.0.5")) != nil {
+	job := w.Submit(NewWrite("ns/a", cached, addresses("10.0.0.5")))
+	if job == nil || w.Submit(NewWrite("ns/a", cached, addresses("10.0.0.5"))) != nil {
 		t.Fatal("want one write of two identical ones")
 	}
 	if got := w.MayList("ns/a", cached); len(got) != 1 {
@@ -97,14 +97,14 @@ func TestSubmitSkipsRedundantWrites(t *testing.T) {
 	}
 	w.Done(job)
 	w.Finished(job, "5", nil)
-	if w.Submit("ns/a", cached, addresses("10.0.0.6")) != nil {
+	if w.Submit(NewWrite("ns/a", cached, addresses("10.0.0.6"))) != nil {
 		t.Fatal("a write was sent from a copy older than our landed write")
 	}
 	if got := w.MayList("ns/a", cached); len(got) != 1 {
 		t.Fatalf("a landed write the cache has not seen may list 10.0.0.5; MayList says %v", got)
 	}
 	seen := listing("6", "10.0.0.5")
-	if w.Submit("ns/a", seen, addresses("10.0.0.5")) != nil {
+	if w.Submit(NewWrite("ns/a", seen, addresses("10.0.0.5"))) != nil {
 		t.Fatal("a write the cache shows already was sent")
 	}
 	if got := w.MayList("ns/a", seen); len(got) != 0 {

@@ -8,12 +8,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	"github.com/portico-lb/portico/controller/decide"
 )
 
 // submit is statusWriter.submit: decide.Writes says whether to send; a lane sends.
 func (r *replica) submit(key string, cached *corev1.Service, apply func(*corev1.Service), health bool) {
 	apply = r.onSimClock(apply)
-	wr := r.writes.Submit(key, cached, apply)
+	wr := r.writes.Submit(decide.NewWrite(key, cached, apply))
 	if wr == nil {
 		return
 	}
