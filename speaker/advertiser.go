@@ -34,9 +34,9 @@ func (a *advertiser) touched(ch plan.Changes, p plan.Plan) []netip.Addr {
 }
 
 // apply hands the sessions and the routes that changed to the Router (every route after a
-// problem), and returns the addresses whose BGP claim may have changed.
-func (a *advertiser) apply(ctx context.Context, p plan.Plan, ch plan.Changes, cause string) []netip.Addr {
-	routed := a.touched(ch, p)
+// problem), and returns the addresses whose BGP claim may have changed (touched, from touched).
+func (a *advertiser) apply(ctx context.Context, p plan.Plan, ch plan.Changes, touched []netip.Addr, cause string) []netip.Addr {
+	routed := touched
 	if ch.All || len(ch.Routes) > 0 || len(a.problems) > 0 {
 		d := p.BGP
 		if !ch.All && len(a.problems) == 0 {

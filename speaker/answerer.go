@@ -34,11 +34,11 @@ func (a *answerer) touched(ch plan.Changes, p plan.Plan) []netip.Addr {
 	return slices.Clone(ch.Mine)
 }
 
-// apply hands the L2 addresses to the announcer when they changed, and returns the addresses
-// whose claim or interfaces changed; reannounce (a member joined) has every address announced
-// again.
-func (a *answerer) apply(p plan.Plan, ch plan.Changes, reannounce bool) []netip.Addr {
-	changed := a.touched(ch, p)
+// apply hands the L2 addresses to the announcer when they changed (touched, from touched), and
+// returns the addresses whose claim or interfaces changed; reannounce (a member joined) has
+// every address announced again.
+func (a *answerer) apply(p plan.Plan, touched []netip.Addr, reannounce bool) []netip.Addr {
+	changed := touched
 	if len(changed) > 0 || a.ifaces == nil {
 		want := make(l2.Want, len(p.Mine))
 		for ip, c := range p.Mine {

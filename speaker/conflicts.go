@@ -187,7 +187,7 @@ func (s *Speaker) conflictRound(ctx context.Context) {
 		}
 	}
 	var prev []v1alpha1.ForeignAnswer
-	if p := s.foreign.Load(); p != nil {
+	if p := s.reporter.foreign.Load(); p != nil {
 		prev = p.answers
 	}
 	now := metav1.NewTime(time.Now().Truncate(time.Second))
@@ -197,7 +197,7 @@ func (s *Speaker) conflictRound(ctx context.Context) {
 			s.Log.Info("a foreign host answers for a pool address not yet handed out", "ip", a.IP, "mac", a.MAC, "interface", a.Interface)
 		}
 	}
-	s.foreign.Store(&foreignRound{answers: found, at: now})
+	s.reporter.foreign.Store(&foreignRound{answers: found, at: now})
 	if len(found) > 0 || len(prev) > 0 {
 		s.trigger(causeStatus)
 	}

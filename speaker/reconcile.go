@@ -31,16 +31,17 @@ func (s *Speaker) reconcile(ctx context.Context) {
 		return
 	}
 	p := s.planner.Plan()
-	touched := append(s.answerer.touched(ch, p), s.advertiser.touched(ch, p)...)
+	l2Touched, bgpTouched := s.answerer.touched(ch, p), s.advertiser.touched(ch, p)
+	touched := slices.Concat(l2Touched, bgpTouched)
 	s.guard(touched, p, true) // before the first answer or route
-	mine := s.answerer.apply(p, ch, s.joined.Swap(false))
+	mine := s.answerer.apply(p, l2Touched, s.joined.Swap(false))
 	if lostAt != 0 && s.answerer.gained(p, mine) > 0 {
 		// Set has sent the first gratuitous frames when it returns.
 		s.Metrics.failover.Observe(time.Since(time.Unix(0, lostAt)).Seconds())
 	}
 	s.answerer.ownersChanged(ctx, p, mine, cause)
 	s.Metrics.announced.Set(float64(len(p.Mine)))
-	routed := s.advertiser.apply(ctx, p, ch, cause)
+	routed := s.advertiser.apply(ctx, p, ch, bgpTouched, cause)
 	s.planned.Store(true)      // after startedAt, which RoutesUp reads once it sees this
 	s.guard(touched, p, false) // once withdrawn
 	problems := slices.Clone(p.Problems)

@@ -45,12 +45,12 @@ type reporter struct {
 	macsAt    time.Time
 	macsAgain bool                            // a re-read is on its way
 	checks    atomic.Pointer[selfCheckReport] // the latest self-check results (selfcheck.go)
-	foreign   *atomic.Pointer[foreignRound]   // the conflict prober's latest round (Speaker.foreign)
+	foreign   atomic.Pointer[foreignRound]    // the conflict prober's latest round (conflicts.go)
 }
 
 func newReporter(s *Speaker) *reporter {
 	r := &reporter{node: s.Node, client: s.Client, cache: s.Cache, log: s.Log, metrics: s.Metrics, trigger: s.trigger,
-		busy: events.NewLull(eventLull), reports: make(chan status.Report, 1), foreign: &s.foreign}
+		busy: events.NewLull(eventLull), reports: make(chan status.Report, 1)}
 	r.events = events.NewSender(events.Options{Create: s.Client.CreateEvent, Scheme: s.Client.Scheme(), Controller: "portico-speaker",
 		Instance: "portico-speaker-" + s.Node, Quiet: r.busy.Quiet, Metrics: s.Metrics.events})
 	return r

@@ -74,11 +74,10 @@ type Speaker struct {
 	joining   atomic.Bool
 	pending   pendingReplan
 	planner   *plan.Planner
-	secrets   secretCache                  // the BGPPeers' password Secrets (secrets.go)
-	foreign   atomic.Pointer[foreignRound] // the latest conflict probe round's foreign answers (conflicts.go), which the reporter lists
-	loopAt    atomic.Int64                 // unix nanos of the main loop's latest turn; 0 until it starts (health.go)
-	startedAt time.Time                    // when Start began (RoutesUp)
-	planned   atomic.Bool                  // the first plan has been applied (RoutesUp)
+	secrets   secretCache  // the BGPPeers' password Secrets (secrets.go)
+	loopAt    atomic.Int64 // unix nanos of the main loop's latest turn; 0 until it starts (health.go)
+	startedAt time.Time    // when Start began (RoutesUp)
+	planned   atomic.Bool  // the first plan has been applied (RoutesUp)
 
 	synced     atomic.Bool // the cache has synced: Admit can check claims
 	refused    refusals
