@@ -56,7 +56,7 @@ func (m *Manager) Start(name string, addr, src netip.Addr, cfg Config, onChange 
 	if _, dup := m.peers[addr]; dup {
 		return nil, fmt.Errorf("a BFD session with %s is already running", addr)
 	}
-	key := listenerKey{addr.Is4(), cfg.Hops.port()}
+	key := listenerKey{addr.Is4(), portOf(cfg.Hops)}
 	if m.listeners[key] == nil {
 		l, err := listen(key.v4, key.port)
 		if err != nil {
@@ -94,12 +94,12 @@ func (m *Manager) deliver(r received, port uint16) {
 	m.mu.Lock()
 	p := m.peers[r.from]
 	m.mu.Unlock()
-	if p == nil || p.hops.port() != port {
+	if p == nil || portOf(p.hops) != port {
 		m.metrics.dropped.WithLabelValues("unknown-peer").Inc()
 		m.log.V(1).Info("dropping a BFD packet from an address with no session on this port", "from", r.from, "port", port)
 		return
 	}
-	if !p.hops.accepts(r.ttl) {
+	if !accepts(p.hops, r.ttl) {
 		m.metrics.dropped.WithLabelValues("ttl").Inc()
 		m.log.V(1).Info("dropping a BFD packet whose TTL the session does not accept", "from", r.from, "ttl", r.ttl, "multihop", p.hops.Multihop)
 		return

@@ -2,26 +2,16 @@ package bfd
 
 import (
 	"time"
+
+	"github.com/portico-lb/portico/rules/bfdprofile"
 )
 
-// Config is what the local system asks of one session.
-type Config struct {
-	DesiredMinTx  time.Duration // how often this side would like to send once Up
-	RequiredMinRx time.Duration // how often it can take packets from the peer
-	DetectMult    uint8
-	// Passive: send nothing until the peer has spoken (RFC 5880 §6.1).
-	Passive bool
-	// Hops is how the packets travel; the state machine never reads it, the sockets do.
-	Hops Hops
-}
+// Config is what the local system asks of one session (rules/bfdprofile, which the speaker's
+// plan fills without linking this package's sockets).
+type Config = bfdprofile.Config
 
-// Hops says how a session's packets travel: single hop (RFC 5881: UDP port 3784, sent with
-// TTL 255 and accepted only with TTL 255) or multihop (RFC 5883: port 4784, sent with TTL 255
-// and accepted with a TTL of at least MinTTL, for peers that are routers away).
-type Hops struct {
-	Multihop bool
-	MinTTL   uint8 // multihop only: the least TTL accepted
-}
+// Hops says how a session's packets travel: single hop or multihop (rules/bfdprofile).
+type Hops = bfdprofile.Hops
 
 // slowTx is the least transmit interval advertised while the session is not Up (RFC 5880 §6.8.3).
 const slowTx = time.Second

@@ -18,8 +18,8 @@ const Port = 3784
 // MultihopPort is the UDP port of multihop BFD control packets (RFC 5883 §5).
 const MultihopPort = 4784
 
-// port is the UDP port of h's control packets.
-func (h Hops) port() uint16 {
+// portOf is the UDP port of h's control packets.
+func portOf(h Hops) uint16 {
 	if h.Multihop {
 		return MultihopPort
 	}
@@ -27,7 +27,7 @@ func (h Hops) port() uint16 {
 }
 
 // accepts reports whether a packet that arrived with ttl may belong to a session of kind h.
-func (h Hops) accepts(ttl int) bool {
+func accepts(h Hops, ttl int) bool {
 	if h.Multihop {
 		return ttl >= int(h.MinTTL)
 	}

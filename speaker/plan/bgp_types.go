@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/portico-lb/portico/speaker/bfd"
+	"github.com/portico-lb/portico/rules/bfdprofile"
 )
 
 // Password is a TCP MD5 password. It prints as "<redacted>" in every format, so a log line or an
@@ -39,7 +39,7 @@ type Peer struct {
 	GracefulRestart bool
 	Password        Password
 	// BFD: the BFD session that guards this one; zero (DetectMult 0) for none.
-	BFD bfd.Config
+	BFD bfdprofile.Config
 }
 
 // wantsBFD reports whether a BFD session guards the BGP session.
