@@ -3,13 +3,19 @@ package controller_test
 import (
 	"context"
 	"testing"
+	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
+	"github.com/portico-lb/portico/controller"
+	"github.com/portico-lb/portico/rules"
 )
 
 // create makes a cluster-scoped test object and deletes it when the test ends.
@@ -182,4 +188,45 @@ func TestAnnouncedSharedAddress(t *testing.T) {
 		waitAnnounced(t, ns, name, metav1.ConditionUnknown, porticov1.ReasonAnnouncePending,
 			"node share-b is elected to answer for 203.0.113.31; its speaker does not report it yet")
 	}
+}
+
+// TestAnnouncedNoLiveSpeaker: with Speaker objects whose speakers all let their Leases run out
+// (frozen, cut off, or gone without deleting it), Announced says no speaker is live, names the
+// stale ones and when a speaker last renewed, instead of asking whether the DaemonSet runs;
+// once one renews again the condition moves on.
+func TestAnnouncedNoLiveSpeaker(t *testing.T) {
+	leases := namespace(t, nil)
+	cp.RunManager(t, func(mgr ctrl.Manager) error {
+		return controller.Setup(mgr, controller.Options{SpeakerNamespace: leases, NewsAfter: time.Hour})
+	}, func(o *ctrl.Options) { controller.CacheOptions(o, leases) })
+	createPool(t, "stale", addresses("203.0.113.30-203.0.113.31"))
+	ns := namespace(t, nil)
+	createService(t, ns, "web")
+	waitIPs(t, ns, "web", "203.0.113.30")
+
+	renewed := time.Now().Add(-time.Minute).UTC().Truncate(time.Second)
+	lease := func(node string, at time.Time, seconds int32) *coordinationv1.Lease {
+		return &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Namespace: leases, Name: rules.SpeakerLeaseName(node), Labels: map[string]string{rules.SpeakerLeaseLabel: ""}},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(node), LeaseDurationSeconds: ptr.To(seconds),
+				RenewTime: &metav1.MicroTime{Time: at}},
+		}
+	}
+	leaseA := lease("stale-a", renewed, 15)
+	create(t, leaseA)
+	create(t, lease("stale-b", renewed.Add(-time.Minute), 15))
+	create(t, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "stale-a"}})
+	create(t, &porticov1.Speaker{ObjectMeta: metav1.ObjectMeta{Name: "stale-a"}})
+	create(t, &porticov1.Speaker{ObjectMeta: metav1.ObjectMeta{Name: "stale-b"}})
+	waitAnnounced(t, ns, "web", metav1.ConditionFalse, porticov1.ReasonNoSpeakers,
+		"no live speaker: 2 Speaker objects, all stale (stale-a,stale-b; last Lease renewal "+renewed.Format(time.RFC3339)+
+			"): are the speakers frozen, cut off from the apiserver, or gone?")
+
+	// stale-a's speaker renews again: it counts, and the next question is the advertisement.
+	update(t, leaseA, func() {
+		leaseA.Spec.RenewTime = &metav1.MicroTime{Time: time.Now()}
+		leaseA.Spec.LeaseDurationSeconds = ptr.To[int32](3600)
+	})
+	waitAnnounced(t, ns, "web", metav1.ConditionFalse, porticov1.ReasonNoAdvertisement,
+		"no L2Advertisement or BGPAdvertisement selects pool stale for this Service")
 }

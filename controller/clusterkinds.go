@@ -49,7 +49,7 @@ func newClusterKinds(ctx context.Context, c cache.Cache) (*clusterKinds, error) 
 
 // fill sets f's cluster-wide lists; the Speakers are those of live speakers.
 func (k *clusterKinds) fill(f *decide.HealthFacts) {
-	f.Speakers = k.liveness.counted(storeItems[porticov1.Speaker](k.speakers), time.Now())
+	k.liveness.count(f, storeItems[porticov1.Speaker](k.speakers), time.Now())
 	f.L2Advertisements = storeItems[porticov1.L2Advertisement](k.l2Ads)
 	f.BGPAdvertisements = storeItems[porticov1.BGPAdvertisement](k.bgpAds)
 	f.Pools = storeItems[porticov1.IPAddressPool](k.pools)

@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
+	"github.com/portico-lb/portico/controller/decide"
 	"github.com/portico-lb/portico/rules"
 )
 
@@ -62,11 +63,12 @@ func (l *speakerLiveness) leaseList() (leases []coordinationv1.Lease, ok bool) {
 	return list.Items, true
 }
 
-// counted are the Speakers the conditions count at now (rules.CountedSpeakers).
-func (l *speakerLiveness) counted(speakers []porticov1.Speaker, now time.Time) []porticov1.Speaker {
+// count sets f's Speakers to those the conditions count at now (rules.CountedSpeakers), and
+// what it says of the others.
+func (l *speakerLiveness) count(f *decide.HealthFacts, speakers []porticov1.Speaker, now time.Time) {
 	leases, _ := l.leaseList()
-	counted, _ := rules.CountedSpeakers(speakers, leases, now)
-	return counted
+	f.Speakers, f.Stale = rules.CountedSpeakers(speakers, leases, now)
+	f.LastRenewed = rules.LastRenewed(leases)
 }
 
 // Start follows the live set until ctx ends: at every Lease change and when the next Lease

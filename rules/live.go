@@ -70,3 +70,20 @@ func CountedSpeakers(speakers []v1alpha1.Speaker, leases []coordinationv1.Lease,
 	}
 	return counted, stale
 }
+
+// LastRenewed is the latest renewal of any speaker's Lease: when the controller last heard from a
+// speaker, for the message that says none is live. Zero when no speaker's Lease was ever renewed.
+func LastRenewed(leases []coordinationv1.Lease) time.Time {
+	var last time.Time
+	for i := range leases {
+		l := &leases[i]
+		node, ok := strings.CutPrefix(l.Name, speakerLeasePrefix)
+		if !ok || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != node || l.Spec.RenewTime == nil {
+			continue
+		}
+		if l.Spec.RenewTime.After(last) {
+			last = l.Spec.RenewTime.Time
+		}
+	}
+	return last
+}

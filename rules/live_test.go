@@ -41,4 +41,10 @@ func TestLiveSpeakers(t *testing.T) {
 	if live, next, leased := LiveSpeakers(leases[4:], t0); len(live) != 0 || !next.IsZero() || leased {
 		t.Errorf("no speaker Lease: live %v, next %v, leased %v; want none, zero, false", live, next, leased)
 	}
+	if last := LastRenewed(leases); !last.Equal(t0.Add(-2 * time.Second)) {
+		t.Errorf("last renewed %v, want %v (node-a's; node-d's Lease is not its speaker's)", last, t0.Add(-2*time.Second))
+	}
+	if last := LastRenewed(leases[4:]); !last.IsZero() {
+		t.Errorf("no speaker Lease: last renewed %v, want zero", last)
+	}
 }

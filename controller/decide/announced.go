@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -121,6 +122,8 @@ func notAnnounced(svc *corev1.Service, ip netip.Addr, f HealthFacts) (metav1.Con
 		// Orphaned (its pool shrank or went): advertisements select pools, so no speaker
 		// announces it, however many run, while IPAllocated stays True.
 		return metav1.ConditionFalse, porticov1.ReasonOrphanedIP, fmt.Sprintf("%s is outside every IPAddressPool; no advertisement covers it, so no node announces it: restore the pool or move the Service", ip)
+	case len(f.Speakers) == 0 && len(f.Stale) > 0:
+		return metav1.ConditionFalse, porticov1.ReasonNoSpeakers, noLiveSpeaker(f.Stale, f.LastRenewed)
 	case len(f.Speakers) == 0:
 		return metav1.ConditionFalse, porticov1.ReasonNoSpeakers, "no speaker has reported (no Speaker objects): is the portico-speaker DaemonSet running?"
 	case !e.Advertised && bgpAdvertised(svc, e.Pool, f):
@@ -147,4 +150,19 @@ func bgpAdvertised(svc *corev1.Service, pool string, f HealthFacts) bool {
 		}
 	}
 	return false
+}
+
+// noLiveSpeaker says that Speaker objects exist but none of their speakers renews its Lease:
+// frozen, cut off from the apiserver, or gone without deleting it.
+func noLiveSpeaker(stale []string, lastRenewed time.Time) string {
+	objects := "1 Speaker object"
+	if len(stale) > 1 {
+		objects = fmt.Sprintf("%d Speaker objects, all", len(stale))
+	}
+	last := "no Lease renewed"
+	if !lastRenewed.IsZero() {
+		last = "last Lease renewal " + lastRenewed.UTC().Format(time.RFC3339)
+	}
+	return fmt.Sprintf("no live speaker: %s stale (%s; %s): are the speakers frozen, cut off from the apiserver, or gone?",
+		objects, strings.Join(stale, ","), last)
 }

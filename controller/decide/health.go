@@ -16,7 +16,12 @@ import (
 type HealthFacts struct {
 	rules.Cluster     // the nodes, the Service's EndpointSlices, the L2Advertisements, the pools
 	BGPAdvertisements []porticov1.BGPAdvertisement
-	Speakers          []porticov1.Speaker
+	Speakers          []porticov1.Speaker // those of live speakers (rules.CountedSpeakers)
+	// Stale are the nodes whose Speaker does not count, their speaker's Lease having run out, and
+	// LastRenewed the latest renewal of any speaker's Lease (zero for none): what Announced says
+	// when no speaker is live.
+	Stale       []string
+	LastRenewed time.Time
 	// Pods are the labels of the namespace's pods, read only when NeedsPodLabels says so (the
 	// hint in EndpointsReady).
 	Pods []map[string]string
