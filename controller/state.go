@@ -14,7 +14,7 @@ import (
 	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
 	"github.com/portico-lb/portico/controller/allocator"
 	"github.com/portico-lb/portico/controller/decide"
-	"github.com/portico-lb/portico/internal/guarded"
+	"github.com/portico-lb/portico/internal/locked"
 	"github.com/portico-lb/portico/rules"
 )
 
@@ -28,7 +28,7 @@ type state struct {
 	// ignoreClassless leaves Services without a loadBalancerClass alone (rules.Handles).
 	ignoreClassless bool
 
-	book *guarded.Value[decide.Book] // reached through withLock or book.Do only
+	book *locked.Value[decide.Book] // reached through withLock or book.Do only
 
 	retry chan event.GenericEvent // Services to reconcile again
 	dirty chan event.GenericEvent // pools whose status may have changed
@@ -38,7 +38,7 @@ func newState(reader client.Reader, class string) *state {
 	return &state{
 		reader: reader,
 		class:  class,
-		book:   guarded.New(*decide.NewBook()),
+		book:   locked.New(*decide.NewBook()),
 		retry:  make(chan event.GenericEvent, 4096),
 		dirty:  make(chan event.GenericEvent, 1024),
 	}
@@ -132,7 +132,7 @@ func eachService(ctx context.Context, r client.Reader, paged bool, fn func(*core
 const servicesPage = 500
 
 // withLock runs fn holding the book's lock, with the allocator loaded and fed the pools in the
-// cache. The lock is released however fn ends (guarded.Value.Do). When the pools changed, it
+// cache. The lock is released however fn ends (locked.Value.Do). When the pools changed, it
 // then retries the waiting Services and those whose pool changed, and refreshes every pool's
 // status.
 func (s *state) withLock(ctx context.Context, fn func(*decide.Book)) error {

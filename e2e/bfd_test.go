@@ -79,7 +79,7 @@ func (e *l2Env) freezeNodeA(routerNS string, all []string) (route netip.Prefix, 
 	return route, frozen, time.Since(t0)
 }
 
-// TestBFD peers three speakers with bird2 over BGP guarded by BFD (100 ms × 5, BGP hold time
+// TestBFD peers three speakers with bird2 over BGP watched by BFD (100 ms × 5, BGP hold time
 // 9 s). The BFD sessions come Up on both sides; then one speaker is frozen with SIGSTOP (a
 // node that dies silently: no FIN, no NOTIFICATION). bird's BFD declares it down and its route
 // leaves bird's kernel table while the BGP hold timer is still running: bird's protocol gives

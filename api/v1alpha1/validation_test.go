@@ -223,7 +223,7 @@ func TestInvalidObjectsAreRejected(t *testing.T) {
 	}
 }
 
-// TestEdgeValuesAreAccepted guards against rules stricter than the spec says.
+// TestEdgeValuesAreAccepted checks for rules stricter than the spec says.
 func TestEdgeValuesAreAccepted(t *testing.T) {
 	ctx := context.Background()
 	cases := []struct{ kind, spec string }{

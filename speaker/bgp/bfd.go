@@ -18,9 +18,9 @@ func withoutBFD(p plan.Peer) plan.Peer {
 	return p
 }
 
-// guard makes the BFD session guarding ss match cfg: started, reconfigured (a poll sequence,
+// syncBFD makes the BFD session watching ss match cfg: started, reconfigured (a poll sequence,
 // the BGP session untouched) or stopped. Called with s.mu held.
-func (s *Sessions) guard(ss *session, cfg bfd.Config) error {
+func (s *Sessions) syncBFD(ss *session, cfg bfd.Config) error {
 	switch {
 	case cfg.DetectMult == 0:
 		if ss.bfd != nil {
@@ -32,7 +32,7 @@ func (s *Sessions) guard(ss *session, cfg bfd.Config) error {
 	case ss.bfd != nil && cfg.Hops != ss.peer.BFD.Hops:
 		ss.bfd.Stop() // another minimum TTL: a fresh session
 		ss.bfd = nil
-		return s.guard(ss, cfg)
+		return s.syncBFD(ss, cfg)
 	case ss.bfd != nil:
 		if cfg != ss.peer.BFD {
 			ss.bfd.Reconfigure(cfg)

@@ -57,7 +57,7 @@ type session struct {
 	cancel context.CancelFunc // ends the state watch
 	routes map[netip.Prefix]plan.Route
 	state  State
-	bfd    *bfd.Peer // nil: no BFD session guards this one
+	bfd    *bfd.Peer // nil: no BFD session watches this one
 }
 
 // Apply makes the running sessions and routes match d. A peer whose settings changed gets a
@@ -93,7 +93,7 @@ func (s *Sessions) Apply(ctx context.Context, d plan.BGP) []error {
 			}
 			s.running[name] = ss
 		}
-		if err := s.guard(ss, d.Peers[name].BFD); err != nil {
+		if err := s.syncBFD(ss, d.Peers[name].BFD); err != nil {
 			errs = append(errs, fmt.Errorf("BGPPeer %s: %w", name, err))
 		}
 		if some {

@@ -38,11 +38,11 @@ type Peer struct {
 	EBGPMultiHop    bool
 	GracefulRestart bool
 	Password        Password
-	// BFD: the BFD session that guards this one; zero (DetectMult 0) for none.
+	// BFD: the BFD session that watches this one; zero (DetectMult 0) for none.
 	BFD bfdprofile.Config
 }
 
-// wantsBFD reports whether a BFD session guards the BGP session.
+// wantsBFD reports whether a BFD session watches the BGP session.
 func (p Peer) wantsBFD() bool { return p.BFD.DetectMult != 0 }
 
 // iBGP reports whether the session stays inside one AS.

@@ -1,6 +1,6 @@
-// Package guarded holds a value that can be reached only with its lock held: the lock is
+// Package locked holds a value that can be reached only with its lock held: the lock is
 // enforced by the type, not by a comment asking callers to take it.
-package guarded
+package locked
 
 import "sync"
 
@@ -10,7 +10,7 @@ type Value[T any] struct {
 	v  T
 }
 
-// New guards v.
+// New puts v behind its lock.
 func New[T any](v T) *Value[T] { return &Value[T]{v: v} }
 
 // Do runs fn with the lock held, and releases it however fn ends: a panic (which

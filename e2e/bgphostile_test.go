@@ -18,14 +18,14 @@ import (
 	"github.com/portico-lb/portico/internal/netlab"
 )
 
-// floodRoutes is how many routes the router sends the speakers in TestBGPGuards: a few
+// floodRoutes is how many routes the router sends the speakers in TestBGPHostileRouter: a few
 // thousand, enough that storing them would show in a speaker's memory.
 const floodRoutes = 5000
 
-// TestBGPGuards feeds the speakers what a router must not be able to hurt them with: a large
+// TestBGPHostileRouter feeds the speakers what a router must not be able to hurt them with: a large
 // table (r1, bird), which the import policy rejects, and malformed UPDATEs from a hand-written
 // peer (r2), after which the speaker still runs, keeps its other session and answers ARP.
-func TestBGPGuards(t *testing.T) {
+func TestBGPHostileRouter(t *testing.T) {
 	inBGPLab(t, 2, func(t *testing.T, e *l2Env) {
 		tor := e.Routers[0]
 		b := startBird(t, tor.NS, floodBirdConfig(tor.IPv4.Addr(), e.Nodes, floodRoutes))
@@ -59,7 +59,7 @@ func TestBGPGuards(t *testing.T) {
 		t.Run("malformed UPDATEs reset only their own session", func(t *testing.T) {
 			e.t = t
 			l2ip := netip.MustParseAddr("198.51.100.120")
-			e.create(scenario{name: "guard-l2", ip: l2ip})
+			e.create(scenario{name: "hostile-l2", ip: l2ip})
 			owner := e.soleAnnouncer(l2ip, 10*time.Second)
 			e.expectARP(l2ip, owner)
 			torBefore := e.sessions("node-a")["tor"]
