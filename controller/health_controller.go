@@ -71,7 +71,7 @@ func (r *HealthReconciler) setup(mgr ctrl.Manager) error {
 		// a node's heartbeats would otherwise re-run every Service.
 		Watches(&porticov1.Speaker{}, r.speakerChanges()).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.addressed),
-			builder.WithPredicates(predicate.Or[client.Object](predicate.LabelChangedPredicate{}, nodeHealthChanged))).
+			builder.WithPredicates(predicate.Or[client.Object](predicate.LabelChangedPredicate{}, nodeFitnessChanged))).
 		Watches(&porticov1.L2Advertisement{}, handler.EnqueueRequestsFromMapFunc(r.addressed),
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&porticov1.BGPAdvertisement{}, handler.EnqueueRequestsFromMapFunc(r.addressed),
@@ -81,15 +81,15 @@ func (r *HealthReconciler) setup(mgr ctrl.Manager) error {
 		Complete(r)
 }
 
-// nodeHealthChanged passes a Node update that changes what the election reads of it
-// (rules.NodeHealth), not its heartbeats (which would re-run every Service).
-var nodeHealthChanged = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+// nodeFitnessChanged passes a Node update that changes what the election reads of it
+// (rules.NodeFitness), not its heartbeats (which would re-run every Service).
+var nodeFitnessChanged = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
 	before, ok1 := e.ObjectOld.(*corev1.Node)
 	after, ok2 := e.ObjectNew.(*corev1.Node)
 	if !ok1 || !ok2 {
 		return false
 	}
-	return rules.HealthOf(before) != rules.HealthOf(after)
+	return rules.FitnessOf(before) != rules.FitnessOf(after)
 }}
 
 // sliceService maps an EndpointSlice to its Service, by the label the endpointslice

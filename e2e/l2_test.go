@@ -307,7 +307,7 @@ func TestL2(t *testing.T) {
 
 		t.Run("a node whose network is unavailable hands over", func(t *testing.T) {
 			e.t = t
-			e.handsOver(t, "health", netip.MustParseAddr("198.51.100.212"), func(owner string) {
+			e.handsOver(t, "unfit", netip.MustParseAddr("198.51.100.212"), func(owner string) {
 				setNodeConditions(t, e, owner, corev1.NodeCondition{Type: corev1.NodeNetworkUnavailable, Status: corev1.ConditionTrue})
 				t.Cleanup(func() { setNodeConditions(t, e, owner) })
 			})

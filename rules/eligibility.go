@@ -37,7 +37,7 @@ func (c Selectors) Candidates(nodes []corev1.Node, ads []*v1alpha1.L2Advertiseme
 		n := &nodes[i]
 		cand := election.Candidate{Name: n.Name, Alive: alive(n.Name), LocalEndpoint: local[n.Name]}
 		cand.Excluded = ExcludedFromLB(n, ignoreExclude)
-		h := HealthOf(n)
+		h := FitnessOf(n)
 		cand.NotReady, cand.NetworkUnavailable, cand.Cordoned = h.NotReady, h.NetworkUnavailable, h.Cordoned
 		for _, ad := range ads {
 			cand.Weight += c.preferenceOf(ad.Spec.PreferredNodeSelectors, n.Labels)
@@ -83,20 +83,20 @@ func ExcludedFromLB(n *corev1.Node, ignore bool) bool {
 	return labelled && !ignore
 }
 
-// NodeHealth is what the election reads of a node besides its labels: the whole of it, so
+// NodeFitness is whether a node is fit to announce: what the election reads of it besides its labels: the whole of it, so
 // that a watch can tell a change that matters from a heartbeat by comparing two.
-type NodeHealth struct {
+type NodeFitness struct {
 	// NotReady: Ready is False or Unknown. NetworkUnavailable: NetworkUnavailable is True. A
 	// node that reports neither condition (no kubelet has posted yet, or none runs, as in a
-	// lab) counts as healthy.
+	// lab) counts as fit.
 	NotReady, NetworkUnavailable bool
 	// Cordoned: spec.unschedulable, as kubectl drain sets it first.
 	Cordoned bool
 }
 
-// HealthOf reads a node's NodeHealth.
-func HealthOf(n *corev1.Node) NodeHealth {
-	h := NodeHealth{Cordoned: n.Spec.Unschedulable}
+// FitnessOf reads a node's NodeFitness.
+func FitnessOf(n *corev1.Node) NodeFitness {
+	h := NodeFitness{Cordoned: n.Spec.Unschedulable}
 	for _, c := range n.Status.Conditions {
 		switch c.Type {
 		case corev1.NodeReady:

@@ -75,7 +75,7 @@ type Speaker struct {
 	pending   pendingReplan
 	planner   *plan.Planner
 	secrets   secretCache  // the BGPPeers' password Secrets (secrets.go)
-	loopAt    atomic.Int64 // unix nanos of the main loop's latest turn; 0 until it starts (health.go)
+	loopAt    atomic.Int64 // unix nanos of the main loop's latest turn; 0 until it starts (probes.go)
 	startedAt time.Time    // when Start began (RoutesUp)
 	planned   atomic.Bool  // the first plan has been applied (RoutesUp)
 

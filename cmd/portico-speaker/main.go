@@ -162,7 +162,7 @@ func run(o options) error {
 		mux        *http.ServeMux
 	}{
 		{"metrics", o.metricsAddr, metricsMux(reg)},
-		{"health probes", o.probeAddr, probesMux(map[string]healthz.Checker{"main-loop": s.Alive}, map[string]healthz.Checker{"synced-and-joined": s.Ready, "bgp-sessions": s.RoutesUp})},
+		{"probes", o.probeAddr, probesMux(map[string]healthz.Checker{"main-loop": s.Alive}, map[string]healthz.Checker{"synced-and-joined": s.Ready, "bgp-sessions": s.RoutesUp})},
 		{"pprof", o.pprofAddr, pprofMux()},
 	} {
 		if err := serve(ctx, log, srv.name, srv.addr, srv.mux); err != nil {

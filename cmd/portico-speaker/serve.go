@@ -32,9 +32,9 @@ func metricsMux(reg *prometheus.Registry) *http.ServeMux {
 
 // probesMux serves /healthz and /readyz, each check also at its own path (/readyz/<name>), as
 // a controller-runtime manager does.
-func probesMux(healthy, ready map[string]healthz.Checker) *http.ServeMux {
+func probesMux(alive, ready map[string]healthz.Checker) *http.ServeMux {
 	mux := http.NewServeMux()
-	for path, checks := range map[string]map[string]healthz.Checker{"/healthz": healthy, "/readyz": ready} {
+	for path, checks := range map[string]map[string]healthz.Checker{"/healthz": alive, "/readyz": ready} {
 		h := http.StripPrefix(path, &healthz.Handler{Checks: checks})
 		mux.Handle(path, h)
 		mux.Handle(path+"/", h)

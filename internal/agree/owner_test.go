@@ -35,7 +35,7 @@ type cluster struct {
 	alive map[string]bool
 }
 
-// randomCluster builds nodes (health, labels, exclusion, a dead speaker), two pools,
+// randomCluster builds nodes (fitness, labels, exclusion, a dead speaker), two pools,
 // L2Advertisements (pool, node and Service selectors, preferred nodes, interfaces) and
 // Services that share a few addresses (some externalTrafficPolicy Local, with endpoints).
 func randomCluster(r *rand.Rand) cluster {

@@ -6,7 +6,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 )
 
-func TestNodeHealth(t *testing.T) {
+func TestNodeFitness(t *testing.T) {
 	node := func(conds ...corev1.NodeCondition) *corev1.Node {
 		return &corev1.Node{Status: corev1.NodeStatus{Conditions: conds}}
 	}
@@ -28,10 +28,10 @@ func TestNodeHealth(t *testing.T) {
 		{"network unavailable", node(ready(corev1.ConditionTrue), network(corev1.ConditionTrue)), false, true},
 		{"network Unknown is not unavailable", node(network(corev1.ConditionUnknown)), false, false},
 	} {
-		h := HealthOf(tc.node)
+		h := FitnessOf(tc.node)
 		nr, nu := h.NotReady, h.NetworkUnavailable
 		if nr != tc.notReady || nu != tc.networkUnavailable {
-			t.Errorf("%s: HealthOf = %v, %v; want %v, %v", tc.name, nr, nu, tc.notReady, tc.networkUnavailable)
+			t.Errorf("%s: FitnessOf = %v, %v; want %v, %v", tc.name, nr, nu, tc.notReady, tc.networkUnavailable)
 		}
 	}
 }

@@ -13,9 +13,9 @@ import (
 	"github.com/portico-lb/portico/speaker/plan"
 )
 
-// TestHealth: not ready until the main loop runs, alive while starting and while the loop
+// TestProbes: not ready until the main loop runs, alive while starting and while the loop
 // turns, not alive once it has stalled.
-func TestHealth(t *testing.T) {
+func TestProbes(t *testing.T) {
 	var s Speaker
 	if err := s.Ready(nil); err == nil {
 		t.Error("ready before the main loop started")
