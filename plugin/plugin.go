@@ -1,5 +1,5 @@
 // Package plugin holds what the kubectl-portico subcommands (plugin/status, plugin/explain,
-// plugin/plan, ...) share: the connection to the cluster and the output.
+// plugin/preview, ...) share: the connection to the cluster and the output.
 package plugin
 
 import (

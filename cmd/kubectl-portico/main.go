@@ -11,7 +11,7 @@ import (
 	"github.com/portico-lb/portico/plugin"
 	"github.com/portico-lb/portico/plugin/explain"
 	"github.com/portico-lb/portico/plugin/migrate"
-	"github.com/portico-lb/portico/plugin/plan"
+	"github.com/portico-lb/portico/plugin/preview"
 	"github.com/portico-lb/portico/plugin/routes"
 	"github.com/portico-lb/portico/plugin/status"
 )
@@ -38,6 +38,6 @@ func newRoot() *cobra.Command {
 		}
 		return e.Client, nil
 	}
-	root.AddCommand(status.Command(env), explain.Command(env), plan.Command(env), routes.Command(env), migrate.Command(connect))
+	root.AddCommand(status.Command(env), explain.Command(env), preview.Command(env), routes.Command(env), migrate.Command(connect))
 	return root
 }

@@ -1,7 +1,7 @@
-// Package plan is `kubectl portico plan -f pools.yaml`: what applying a pool change would do
+// Package preview is `kubectl portico plan -f pools.yaml`: what applying a pool change would do
 // to the Services that hold addresses and to those waiting for one, computed with the
 // controller's own allocator, changing nothing.
-package plan
+package preview
 
 import (
 	"context"
@@ -84,7 +84,7 @@ func readPools(file string, stdin io.Reader) ([]porticov1.IPAddressPool, error) 
 	return pools, nil
 }
 
-// Run prints the plan.
+// Run prints the preview.
 func Run(ctx context.Context, e *plugin.Env, pools []porticov1.IPAddressPool, class string, prune bool) error {
 	p, err := controller.PreviewPools(ctx, e.Client, class, pools, prune)
 	if err != nil {
