@@ -109,8 +109,8 @@ func announcers(key string, ip netip.Addr, speakers []porticov1.Speaker) (string
 }
 
 // notAnnounced says why nobody announces ip, by the L2 rules every speaker runs
-// (rules.L2EligibilityOf; a node runs a speaker when it has a Speaker object) and the
-// BGPAdvertisements.
+// (rules.L2EligibilityOf; a node runs a speaker when its Speaker counts, its speaker's Lease
+// live: f.Speakers) and the BGPAdvertisements.
 func notAnnounced(svc *corev1.Service, ip netip.Addr, f HealthFacts) (metav1.ConditionStatus, string, string) {
 	running := map[string]bool{}
 	for _, s := range f.Speakers {
@@ -141,8 +141,8 @@ func notAnnounced(svc *corev1.Service, ip netip.Addr, f HealthFacts) (metav1.Con
 }
 
 // bgpAdvertised reports whether a BGPAdvertisement selects the pool for the Service.
-// Extension point: BGP's own "why not" (no session Established, peers' nodeSelectors)
-// belongs here once speakers report BGP sessions.
+// BGP's own "why not" (no session Established, peers' nodeSelectors) is not told yet: the
+// speakers report their sessions in their Speakers' status, which Announced does not read.
 func bgpAdvertised(svc *corev1.Service, pool string, f HealthFacts) bool {
 	for i := range f.Pools {
 		if f.Pools[i].Name == pool {
