@@ -25,6 +25,12 @@ const speakerLeasePrefix = "speaker-"
 // SpeakerLeaseName is the name of the Lease the speaker of node renews.
 func SpeakerLeaseName(node string) string { return speakerLeasePrefix + node }
 
+// speakerOf is the node whose speaker l is the Lease of: named after the node and held by it.
+func speakerOf(l *coordinationv1.Lease) (node string, ok bool) {
+	node, ok = strings.CutPrefix(l.Name, speakerLeasePrefix)
+	return node, ok && l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity == node
+}
+
 // LiveSpeakers says which nodes run a live speaker at now: those whose Lease (named after the
 // node, held by it) was renewed less than its duration ago. next is when the earliest of them
 // goes stale, the zero time when none is live. leased is false when no speaker holds a Lease at
@@ -33,8 +39,8 @@ func LiveSpeakers(leases []coordinationv1.Lease, now time.Time) (live map[string
 	live = map[string]bool{}
 	for i := range leases {
 		l := &leases[i]
-		node, ok := strings.CutPrefix(l.Name, speakerLeasePrefix)
-		if !ok || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != node {
+		node, ok := speakerOf(l)
+		if !ok {
 			continue
 		}
 		leased = true
@@ -77,8 +83,7 @@ func LastRenewed(leases []coordinationv1.Lease) time.Time {
 	var last time.Time
 	for i := range leases {
 		l := &leases[i]
-		node, ok := strings.CutPrefix(l.Name, speakerLeasePrefix)
-		if !ok || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != node || l.Spec.RenewTime == nil {
+		if _, ok := speakerOf(l); !ok || l.Spec.RenewTime == nil {
 			continue
 		}
 		if l.Spec.RenewTime.After(last) {
