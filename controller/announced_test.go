@@ -118,6 +118,12 @@ func TestAnnounced(t *testing.T) {
 	waitAnnounced(t, ns, "web", metav1.ConditionFalse, porticov1.ReasonNoEligibleNode,
 		"203.0.113.10: no eligible node (speaker not alive: node-b; labelled node.kubernetes.io/exclude-from-external-load-balancers: node-a); "+
 			"speakers run with --ignore-exclude-lb-label announce from labelled nodes")
+	// A speaker that runs with --ignore-exclude-lb-label says so, and the controller elects
+	// the labelled node as that speaker does.
+	setSpeakerStatus(t, speakerA, func(st *porticov1.SpeakerStatus) { st.IgnoreExcludeLabel = true })
+	waitAnnounced(t, ns, "web", metav1.ConditionUnknown, porticov1.ReasonAnnouncePending,
+		"node node-a is elected to answer for 203.0.113.10; its speaker does not report it yet")
+	setSpeakerStatus(t, speakerA, func(st *porticov1.SpeakerStatus) { st.IgnoreExcludeLabel = false })
 
 	// The label goes, and node-a's network is unavailable, then it is NotReady.
 	update(t, nodeA, func() { delete(nodeA.Labels, porticov1.LabelExcludeFromExternalLoadBalancers) })

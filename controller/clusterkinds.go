@@ -12,6 +12,7 @@ import (
 
 	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
 	"github.com/portico-lb/portico/controller/decide"
+	"github.com/portico-lb/portico/rules"
 )
 
 // clusterKinds reads the cluster-wide kinds the health conditions are folded from straight
@@ -54,6 +55,7 @@ func (k *clusterKinds) fill(f *decide.HealthFacts) {
 	f.BGPAdvertisements = storeItems[porticov1.BGPAdvertisement](k.bgpAds)
 	f.Pools = storeItems[porticov1.IPAddressPool](k.pools)
 	f.Nodes = storeItems[corev1.Node](k.nodes)
+	f.IgnoreExcludeLabel = rules.IgnoreExcludeLabel(f.Speakers)
 }
 
 // storeItems are a store's objects of type T, as the values a List's Items hold (shallow

@@ -92,3 +92,16 @@ func LastRenewed(leases []coordinationv1.Lease) time.Time {
 	}
 	return last
 }
+
+// IgnoreExcludeLabel says whether the speakers announce from nodes labelled
+// exclude-from-external-load-balancers: a live one reports running with
+// --ignore-exclude-lb-label. Every speaker of a DaemonSet runs with the same flags; while a
+// rollout changes it, the speakers already on the new flag decide the addresses they answer.
+func IgnoreExcludeLabel(live []v1alpha1.Speaker) bool {
+	for i := range live {
+		if live[i].Status.IgnoreExcludeLabel {
+			return true
+		}
+	}
+	return false
+}

@@ -30,12 +30,15 @@ import (
 // (a newer report replaces one not yet written), and the events (Announced for Services,
 // SessionUp and SessionDown for BGPPeers), sent once the speaker is quiet (busy).
 type reporter struct {
-	node    string
-	client  *kubeapi.Client
-	cache   *kubeapi.Cache
-	log     logr.Logger
-	metrics *Metrics
-	trigger func(cause string) // the loop's: a report to write without a plan to change
+	node string
+	// ignoreExcludeLabel is the speaker's --ignore-exclude-lb-label, reported so that the
+	// controller elects as the speakers do.
+	ignoreExcludeLabel bool
+	client             *kubeapi.Client
+	cache              *kubeapi.Cache
+	log                logr.Logger
+	metrics            *Metrics
+	trigger            func(cause string) // the loop's: a report to write without a plan to change
 
 	events    *events.Sender
 	busy      *events.Lull // stirred by every change and Speaker status write
@@ -49,7 +52,7 @@ type reporter struct {
 }
 
 func newReporter(s *Speaker) *reporter {
-	r := &reporter{node: s.Node, client: s.Client, cache: s.Cache, log: s.Log, metrics: s.Metrics, trigger: s.trigger,
+	r := &reporter{node: s.Node, ignoreExcludeLabel: s.IgnoreExcludeLabel, client: s.Client, cache: s.Cache, log: s.Log, metrics: s.Metrics, trigger: s.trigger,
 		busy: events.NewLull(eventLull), reports: make(chan status.Report, 1)}
 	r.events = events.NewSender(events.Options{Create: s.Client.CreateEvent, Scheme: s.Client.Scheme(), Controller: "portico-speaker",
 		Instance: "portico-speaker-" + s.Node, Quiet: r.busy.Quiet, Metrics: s.Metrics.events})
@@ -101,6 +104,7 @@ func (r *reporter) report(rc reconciled) {
 		time.AfterFunc(r.macsAt.Add(time.Second).Sub(now), func() { r.trigger(causeStatus) })
 	}
 	rep.Status.HardwareAddrs = r.macs
+	rep.Status.IgnoreExcludeLabel = r.ignoreExcludeLabel
 	if c := r.checks.Load(); c != nil {
 		rep.Status.SelfChecks, rep.Status.OmittedSelfChecks = c.checks, c.omitted
 	}

@@ -157,6 +157,11 @@ type SpeakerStatus struct {
 	// +listType=atomic
 	// +optional
 	HardwareAddrs []string `json:"hardwareAddrs,omitempty"`
+	// IgnoreExcludeLabel: this speaker runs with --ignore-exclude-lb-label, so nodes labelled
+	// node.kubernetes.io/exclude-from-external-load-balancers announce too. The controller and
+	// kubectl portico explain read it to name the node the speakers elect.
+	// +optional
+	IgnoreExcludeLabel bool `json:"ignoreExcludeLabel,omitempty"`
 	// Interfaces are the node's network interfaces: those that answer first, then those left
 	// out with the reason, at most 64, the others counted in omittedInterfaces.
 	// +kubebuilder:validation:MaxItems=64

@@ -89,11 +89,12 @@ func Run(ctx context.Context, e *plugin.Env, name string) error {
 		return err
 	}
 	live, liveNote := liveSpeakers(ctx, e.Client, speakers.Items, time.Now())
-	elected, err := electedLines(ctx, e.Client, &svc, live)
+	liveItems := slices.DeleteFunc(slices.Clone(speakers.Items), func(s porticov1.Speaker) bool { return !live(s.Name) })
+	elected, err := electedLines(ctx, e.Client, &svc, live, rules.IgnoreExcludeLabel(liveItems))
 	if err != nil {
 		elected = []string{"who answers not computed: " + err.Error()}
 	}
-	announcer := announcerLayer(&svc, slices.DeleteFunc(slices.Clone(speakers.Items), func(s porticov1.Speaker) bool { return !live(s.Name) }))
+	announcer := announcerLayer(&svc, liveItems)
 	announcer.lines = append(announcer.lines, elected...)
 	if liveNote != "" {
 		announcer.lines = append(announcer.lines, liveNote)

@@ -40,13 +40,14 @@ func liveSpeakers(ctx context.Context, c client.Client, speakers []porticov1.Spe
 }
 
 // electedLines say, by the rule every speaker runs (rules.L2EligibilityOf), which node
-// answers for each of the Service's addresses over L2, or why none does.
-func electedLines(ctx context.Context, c client.Client, svc *corev1.Service, live func(string) bool) ([]string, error) {
+// answers for each of the Service's addresses over L2, or why none does; ignoreExclude is the
+// live speakers' --ignore-exclude-lb-label (rules.IgnoreExcludeLabel).
+func electedLines(ctx context.Context, c client.Client, svc *corev1.Service, live func(string) bool, ignoreExclude bool) ([]string, error) {
 	ips := porticov1.IngressAddrs(svc)
 	if len(ips) == 0 {
 		return nil, nil
 	}
-	var cl rules.Cluster
+	cl := rules.Cluster{IgnoreExcludeLabel: ignoreExclude}
 	var nodes corev1.NodeList
 	var pools porticov1.IPAddressPoolList
 	var ads porticov1.L2AdvertisementList
