@@ -4,14 +4,17 @@ import (
 	"fmt"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/portico-lb/portico/api/v1alpha1"
 	"github.com/portico-lb/portico/speaker/bfd"
 )
 
 // peerBFD is the BFD session a BGPPeer asks for through its bfdProfile, defaults applied; the
-// zero Config when it asks for none. A profile that cannot be used is an error, and the BGP
-// session then runs without BFD rather than not at all.
-func peerBFD(bp *v1alpha1.BGPPeer, profiles []v1alpha1.BFDProfile) (bfd.Config, error) {
+// zero Config when it asks for none. A profile that cannot be used (its key unreadable among
+// them) is an error, and the BGP session then runs without BFD rather than not at all: without
+// its key a BFD session could never come Up with a router that requires it.
+func peerBFD(bp *v1alpha1.BGPPeer, profiles []v1alpha1.BFDProfile, secrets []corev1.Secret) (bfd.Config, error) {
 	name := bp.Spec.BFDProfile
 	if name == "" {
 		return bfd.Config{}, nil
@@ -33,6 +36,13 @@ func peerBFD(bp *v1alpha1.BGPPeer, profiles []v1alpha1.BFDProfile) (bfd.Config, 
 		if bp.Spec.EBGPMultiHop { // the router may be routers away: RFC 5883
 			cfg.Hops = bfd.Hops{Multihop: true, MinTTL: uint8(orDefault(s.MinimumTTL, v1alpha1.DefaultBFDMinimumTTL))}
 		}
+		if a := s.Authentication; a != nil {
+			auth, err := bfdAuth(a, secrets)
+			if err != nil {
+				return bfd.Config{}, fmt.Errorf("bfdProfile %s: %w", name, err)
+			}
+			cfg.Auth = auth
+		}
 		return cfg, nil
 	}
 	return bfd.Config{}, fmt.Errorf("bfdProfile %s not found", name)
@@ -47,4 +57,23 @@ func orDefault(v *uint32, def uint32) uint32 {
 
 func milliseconds(v *uint32, def uint32) time.Duration {
 	return time.Duration(orDefault(v, def)) * time.Millisecond
+}
+
+// bfdAuth is a profile's authentication with its key read from the Secret.
+func bfdAuth(a *v1alpha1.BFDAuthentication, secrets []corev1.Secret) (bfd.Auth, error) {
+	types := map[v1alpha1.BFDAuthenticationType]bfd.AuthType{
+		v1alpha1.BFDKeyedSHA1: bfd.AuthKeyedSHA1, v1alpha1.BFDMeticulousKeyedSHA1: bfd.AuthMeticulousKeyedSHA1}
+	t, ok := types[a.Type]
+	if !ok {
+		return bfd.Auth{}, fmt.Errorf("authentication type %q is not KeyedSHA1 or MeticulousKeyedSHA1", a.Type)
+	}
+	key, err := secretKey("authentication.secretRef", &a.SecretRef, secrets)
+	if err != nil {
+		return bfd.Auth{}, err
+	}
+	if len(key) > bfd.MaxKeyLen {
+		return bfd.Auth{}, fmt.Errorf("authentication.secretRef %s/%s: key %q is longer than the %d bytes Keyed SHA1 allows",
+			a.SecretRef.Namespace, a.SecretRef.Name, refKey(&a.SecretRef), bfd.MaxKeyLen)
+	}
+	return bfd.Auth{Type: t, KeyID: uint8(orDefault(a.KeyID, 0)), Key: bfd.Key(key)}, nil
 }
