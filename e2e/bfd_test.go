@@ -58,18 +58,25 @@ func (e *l2Env) createBFDProfile(name string, ms, mult uint32) {
 		Spec: v1alpha1.BFDProfileSpec{ReceiveInterval: &ms, TransmitInterval: &ms, DetectMultiplier: &mult}})
 }
 
+// advertiseBFDService advertises a Service's address over BGP from every node in all and
+// returns its route once the router in routerNS has it via all of them.
+func (e *l2Env) advertiseBFDService(routerNS string, all []string) netip.Prefix {
+	e.createObject(&v1alpha1.BGPAdvertisement{ObjectMeta: metav1.ObjectMeta{Name: "bfd"},
+		Spec: v1alpha1.BGPAdvertisementSpec{IPAddressPools: []v1alpha1.Name{"bfd"}}})
+	vip := netip.MustParseAddr("203.0.113.10")
+	e.createService("bfd", []netip.Prefix{netip.MustParsePrefix("203.0.113.0/28")}, false, vip)
+	route := netip.PrefixFrom(vip, 32)
+	e.expectRoute(routerNS, route, e.nodeIPs(false, all...), 15*time.Second)
+	return route
+}
+
 // freezeNodeA advertises a Service's address from every node in all, freezes node-a's speaker
 // with SIGSTOP (a node that dies silently) and returns once the router in routerNS has only
 // the other nodes' paths: the route, the frozen process (SIGCONT at cleanup) and how long it
 // took.
 func (e *l2Env) freezeNodeA(routerNS string, all []string) (route netip.Prefix, frozen *os.Process, took time.Duration) {
 	t := e.t
-	e.createObject(&v1alpha1.BGPAdvertisement{ObjectMeta: metav1.ObjectMeta{Name: "bfd"},
-		Spec: v1alpha1.BGPAdvertisementSpec{IPAddressPools: []v1alpha1.Name{"bfd"}}})
-	vip := netip.MustParseAddr("203.0.113.10")
-	e.createService("bfd", []netip.Prefix{netip.MustParsePrefix("203.0.113.0/28")}, false, vip)
-	route = netip.PrefixFrom(vip, 32)
-	e.expectRoute(routerNS, route, e.nodeIPs(false, all...), 15*time.Second)
+	route = e.advertiseBFDService(routerNS, all)
 
 	frozen = e.speakers["node-a"].cmd.Process
 	must(t, frozen.Signal(syscall.SIGSTOP))
