@@ -58,11 +58,12 @@ func (e *l2Env) createBFDProfile(name string, ms, mult uint32) {
 		Spec: v1alpha1.BFDProfileSpec{ReceiveInterval: &ms, TransmitInterval: &ms, DetectMultiplier: &mult}})
 }
 
-// advertiseBFDService advertises a Service's address over BGP from every node in all and
-// returns its route once the router in routerNS has it via all of them.
-func (e *l2Env) advertiseBFDService(routerNS string, all []string) netip.Prefix {
+// advertiseBFDService advertises a Service's address over BGP (to the named peers, or to all)
+// from every node in all and returns its route once the router in routerNS has it via all of
+// them.
+func (e *l2Env) advertiseBFDService(routerNS string, all []string, peers ...v1alpha1.Name) netip.Prefix {
 	e.createObject(&v1alpha1.BGPAdvertisement{ObjectMeta: metav1.ObjectMeta{Name: "bfd"},
-		Spec: v1alpha1.BGPAdvertisementSpec{IPAddressPools: []v1alpha1.Name{"bfd"}}})
+		Spec: v1alpha1.BGPAdvertisementSpec{IPAddressPools: []v1alpha1.Name{"bfd"}, Peers: peers}})
 	vip := netip.MustParseAddr("203.0.113.10")
 	e.createService("bfd", []netip.Prefix{netip.MustParsePrefix("203.0.113.0/28")}, false, vip)
 	route := netip.PrefixFrom(vip, 32)
