@@ -87,6 +87,20 @@ func (e *l2Env) freezeNodeA(routerNS string, all []string) (route netip.Prefix, 
 	return route, frozen, time.Since(t0)
 }
 
+// birdWithBFD starts bird in the first router's namespace with BFD (100 ms × 5) on its
+// sessions with the nodes, and a BGPPeer "tor" with that BFDProfile; it returns once the
+// nodes in all have their BGP sessions Established.
+func (e *l2Env) birdWithBFD(all []string) *netlab.Router {
+	router := e.Routers[0]
+	b := startBird(e.t, router.NS, birdBFDConfig(router.IPv4.Addr(), e.Nodes))
+	e.createBFDProfile("fast", 100, 5)
+	peer := bgpPeer("tor", router.IPv4.Addr(), clusterASN, routerASN)
+	peer.Spec.BFDProfile = "fast"
+	e.createObject(peer)
+	e.waitEstablished("tor", 30*time.Second, all...)
+	return b
+}
+
 // TestBFD peers three speakers with bird2 over BGP guarded by BFD (100 ms × 5, BGP hold time
 // 9 s). The BFD sessions come Up on both sides; then one speaker is frozen with SIGSTOP (a
 // node that dies silently: no FIN, no NOTIFICATION). bird's BFD declares it down and its route
@@ -97,12 +111,7 @@ func TestBFD(t *testing.T) {
 	inBGPLab(t, 1, func(t *testing.T, e *l2Env) {
 		all := []string{"node-a", "node-b", "node-c"}
 		router := e.Routers[0]
-		b := startBird(t, router.NS, birdBFDConfig(router.IPv4.Addr(), e.Nodes))
-		e.createBFDProfile("fast", 100, 5)
-		peer := bgpPeer("tor", router.IPv4.Addr(), clusterASN, routerASN)
-		peer.Spec.BFDProfile = "fast"
-		e.createObject(peer)
-		e.waitEstablished("tor", 30*time.Second, all...)
+		b := e.birdWithBFD(all)
 		waitFor(t, "bird's BFD sessions with the three nodes Up", 15*time.Second, func() bool {
 			return bfdUp(t, b, e.nodeIPs(false, all...)...)
 		})

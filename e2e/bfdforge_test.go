@@ -114,19 +114,12 @@ func (e *l2Env) expectForgeriesIgnored(t testing.TB, b *netlab.Router, node, pee
 // Down and an AdminDown with Your Discriminator 0, an AdminDown with a guessed one, an Up with
 // Your Discriminator 0. node-a drops them all: its session stays Up, bird's too, and the
 // Service's route keeps node-a as a next hop. (Before RFC 5880's selection rules were applied
-// in full, the Down with Your Discriminator 0 took the session down, and bird withdrew
-// node-a's routes.)
+// in full, the Down with Your Discriminator 0 took node-a's session down.)
 func TestBFDForgedPackets(t *testing.T) {
 	inBGPLab(t, 1, func(t *testing.T, e *l2Env) {
 		all := []string{"node-a", "node-b", "node-c"}
-		router := e.Routers[0]
-		b := startBird(t, router.NS, birdBFDConfig(router.IPv4.Addr(), e.Nodes))
-		e.createBFDProfile("fast", 100, 5)
-		peer := bgpPeer("tor", router.IPv4.Addr(), clusterASN, routerASN)
-		peer.Spec.BFDProfile = "fast"
-		e.createObject(peer)
-		e.waitEstablished("tor", 30*time.Second, all...)
-		route := e.advertiseBFDService(router.NS, all)
+		b := e.birdWithBFD(all)
+		route := e.advertiseBFDService(e.Routers[0].NS, all)
 		waitFor(t, "BFD Up on both sides of node-a's session", 15*time.Second, func() bool {
 			return bfdUp(t, b, e.node("node-a").IPv4.Addr()) && e.bfdCounters(t, "node-a", "tor").up == 1
 		})
