@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -124,5 +125,27 @@ func TestBFDForgedPackets(t *testing.T) {
 			return bfdUp(t, b, e.node("node-a").IPv4.Addr()) && e.bfdCounters(t, "node-a", "tor").up == 1
 		})
 		e.expectForgeriesIgnored(t, b, "node-a", "tor", 5, route, all, forgedPackets)
+
+		// The binding to the router's discriminator must not get in the way of a real restart:
+		// bird makes a new BFD session (a new discriminator) for each new BGP session. node-a
+		// takes the new one back without BFD resetting its BGP session.
+		before := e.bfdCounters(t, "node-a", "tor").changes
+		_, err := b.Birdc("restart", "node_a")
+		must(t, err)
+		waitFor(t, "node-a's BFD session through Down and Up again", 30*time.Second, func() bool {
+			c := e.bfdCounters(t, "node-a", "tor")
+			return c.changes >= before+2 && c.up == 1 && bfdUp(t, b, e.node("node-a").IPv4.Addr())
+		})
+		e.waitEstablished("tor", 30*time.Second, "node-a")
+		e.expectRoute(e.Routers[0].NS, route, e.nodeIPs(false, all...), 30*time.Second)
+		log := e.speakerLog("node-a")
+		if strings.Contains(log, "BFD session down: resetting the BGP session") {
+			t.Fatal("node-a's BFD reset its BGP session when bird restarted its BFD session")
+		}
+		for line := range strings.Lines(log) {
+			if strings.Contains(line, `"msg":"BFD session state"`) {
+				t.Logf("node-a: %s", line)
+			}
+		}
 	})
 }
