@@ -58,18 +58,26 @@ func (e *l2Env) createBFDProfile(name string, ms, mult uint32) {
 		Spec: v1alpha1.BFDProfileSpec{ReceiveInterval: &ms, TransmitInterval: &ms, DetectMultiplier: &mult}})
 }
 
+// advertiseBFDService advertises a Service's address over BGP (to the named peers, or to all)
+// from every node in all and returns its route once the router in routerNS has it via all of
+// them.
+func (e *l2Env) advertiseBFDService(routerNS string, all []string, peers ...v1alpha1.Name) netip.Prefix {
+	e.createObject(&v1alpha1.BGPAdvertisement{ObjectMeta: metav1.ObjectMeta{Name: "bfd"},
+		Spec: v1alpha1.BGPAdvertisementSpec{IPAddressPools: []v1alpha1.Name{"bfd"}, Peers: peers}})
+	vip := netip.MustParseAddr("203.0.113.10")
+	e.createService("bfd", []netip.Prefix{netip.MustParsePrefix("203.0.113.0/28")}, false, vip)
+	route := netip.PrefixFrom(vip, 32)
+	e.expectRoute(routerNS, route, e.nodeIPs(false, all...), 15*time.Second)
+	return route
+}
+
 // freezeNodeA advertises a Service's address from every node in all, freezes node-a's speaker
 // with SIGSTOP (a node that dies silently) and returns once the router in routerNS has only
 // the other nodes' paths: the route, the frozen process (SIGCONT at cleanup) and how long it
 // took.
 func (e *l2Env) freezeNodeA(routerNS string, all []string) (route netip.Prefix, frozen *os.Process, took time.Duration) {
 	t := e.t
-	e.createObject(&v1alpha1.BGPAdvertisement{ObjectMeta: metav1.ObjectMeta{Name: "bfd"},
-		Spec: v1alpha1.BGPAdvertisementSpec{IPAddressPools: []v1alpha1.Name{"bfd"}}})
-	vip := netip.MustParseAddr("203.0.113.10")
-	e.createService("bfd", []netip.Prefix{netip.MustParsePrefix("203.0.113.0/28")}, false, vip)
-	route = netip.PrefixFrom(vip, 32)
-	e.expectRoute(routerNS, route, e.nodeIPs(false, all...), 15*time.Second)
+	route = e.advertiseBFDService(routerNS, all)
 
 	frozen = e.speakers["node-a"].cmd.Process
 	must(t, frozen.Signal(syscall.SIGSTOP))
@@ -77,6 +85,20 @@ func (e *l2Env) freezeNodeA(routerNS string, all []string) (route netip.Prefix, 
 	t.Cleanup(func() { _ = frozen.Signal(syscall.SIGCONT) })
 	e.expectRoute(routerNS, route, e.nodeIPs(false, "node-b", "node-c"), 15*time.Second)
 	return route, frozen, time.Since(t0)
+}
+
+// birdWithBFD starts bird in the first router's namespace with BFD (100 ms × 5) on its
+// sessions with the nodes, and a BGPPeer "tor" with that BFDProfile; it returns once the
+// nodes in all have their BGP sessions Established.
+func (e *l2Env) birdWithBFD(all []string) *netlab.Router {
+	router := e.Routers[0]
+	b := startBird(e.t, router.NS, birdBFDConfig(router.IPv4.Addr(), e.Nodes))
+	e.createBFDProfile("fast", 100, 5)
+	peer := bgpPeer("tor", router.IPv4.Addr(), clusterASN, routerASN)
+	peer.Spec.BFDProfile = "fast"
+	e.createObject(peer)
+	e.waitEstablished("tor", 30*time.Second, all...)
+	return b
 }
 
 // TestBFD peers three speakers with bird2 over BGP watched by BFD (100 ms × 5, BGP hold time
@@ -89,12 +111,7 @@ func TestBFD(t *testing.T) {
 	inBGPLab(t, 1, func(t *testing.T, e *l2Env) {
 		all := []string{"node-a", "node-b", "node-c"}
 		router := e.Routers[0]
-		b := startBird(t, router.NS, birdBFDConfig(router.IPv4.Addr(), e.Nodes))
-		e.createBFDProfile("fast", 100, 5)
-		peer := bgpPeer("tor", router.IPv4.Addr(), clusterASN, routerASN)
-		peer.Spec.BFDProfile = "fast"
-		e.createObject(peer)
-		e.waitEstablished("tor", 30*time.Second, all...)
+		b := e.birdWithBFD(all)
 		waitFor(t, "bird's BFD sessions with the three nodes Up", 15*time.Second, func() bool {
 			return bfdUp(t, b, e.nodeIPs(false, all...)...)
 		})

@@ -13,12 +13,12 @@ import (
 	"github.com/portico-lb/portico/speaker/kubeapi"
 )
 
-// secretRefresh is how long a password read from a Secret is used before it is read again.
-// The speaker reads only the Secrets BGPPeers reference, one GET each, instead of watching
-// every Secret in the cluster.
+// secretRefresh is how long a password or key read from a Secret is used before it is read
+// again. The speaker reads only the Secrets BGPPeers and BFDProfiles reference, one GET each,
+// instead of watching every Secret in the cluster.
 const secretRefresh = 30 * time.Second
 
-// secretCache holds the BGPPeers' password Secrets as last read. The self-check and conflict
+// secretCache holds the BGPPeers' password Secrets and the BFDProfiles' key Secrets as last read. The self-check and conflict
 // probes read the world from their own goroutines, hence the lock.
 type secretCache struct {
 	mu     sync.Mutex
@@ -30,9 +30,25 @@ type cachedSecret struct {
 	at     time.Time
 }
 
-// forPeers returns the Secrets the peers reference, read fresh through client when older than
+// secretRefs are the Secrets the peers' passwords and the BFD profiles' keys are in.
+func secretRefs(peers []v1alpha1.BGPPeer, profiles []v1alpha1.BFDProfile) []v1alpha1.SecretKeyRef {
+	var refs []v1alpha1.SecretKeyRef
+	for i := range peers {
+		if ref := peers[i].Spec.PasswordSecret; ref != nil {
+			refs = append(refs, *ref)
+		}
+	}
+	for i := range profiles {
+		if a := profiles[i].Spec.Authentication; a != nil {
+			refs = append(refs, a.SecretRef)
+		}
+	}
+	return refs
+}
+
+// read returns the Secrets refs name, read fresh through client when older than
 // secretRefresh. A Secret that cannot be read is left out (the plan reports it).
-func (c *secretCache) forPeers(ctx context.Context, client *kubeapi.Client, log logr.Logger, peers []v1alpha1.BGPPeer) []corev1.Secret {
+func (c *secretCache) read(ctx context.Context, client *kubeapi.Client, log logr.Logger, refs []v1alpha1.SecretKeyRef) []corev1.Secret {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.byName == nil {
@@ -40,11 +56,7 @@ func (c *secretCache) forPeers(ctx context.Context, client *kubeapi.Client, log 
 	}
 	var out []corev1.Secret
 	seen := map[types.NamespacedName]bool{}
-	for i := range peers {
-		ref := peers[i].Spec.PasswordSecret
-		if ref == nil {
-			continue
-		}
+	for _, ref := range refs {
 		key := types.NamespacedName{Namespace: string(ref.Namespace), Name: string(ref.Name)}
 		if seen[key] {
 			continue
@@ -57,7 +69,7 @@ func (c *secretCache) forPeers(ctx context.Context, client *kubeapi.Client, log 
 			if err := client.Get(ctx, key, &sec); err == nil {
 				cs.secret = &sec
 			} else {
-				log.Info("reading a BGP password Secret", "secret", key, "error", err.Error())
+				log.Info("reading a Secret a BGPPeer or BFDProfile names", "secret", key, "error", err.Error())
 			}
 			c.byName[key] = cs
 		}
@@ -73,7 +85,7 @@ func (c *secretCache) forPeers(ctx context.Context, client *kubeapi.Client, log 
 	return out
 }
 
-// held reports whether any BGPPeer's password Secret is in use (and so due a re-read).
+// held reports whether any referenced Secret is in use (and so due a re-read).
 func (c *secretCache) held() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()

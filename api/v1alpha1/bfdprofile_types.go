@@ -47,6 +47,41 @@ type BFDProfileSpec struct {
 	// +kubebuilder:validation:Maximum=254
 	// +optional
 	MinimumTTL *uint32 `json:"minimumTtl,omitempty"`
+
+	// Authentication signs every BFD packet and drops every packet from the router that is not
+	// signed with the same key (RFC 5880 §6.7.4). Without it, anyone on the path who learns the
+	// session's discriminators can forge a Down and withdraw the node's routes.
+	// +optional
+	Authentication *BFDAuthentication `json:"authentication,omitempty"`
+}
+
+// BFDAuthenticationType is a BFD authentication type. Simple passwords (sent in clear) and MD5
+// are not offered.
+// +kubebuilder:validation:Enum=KeyedSHA1;MeticulousKeyedSHA1
+type BFDAuthenticationType string
+
+const (
+	// BFDKeyedSHA1 signs each packet; a recorded packet can be replayed while the session
+	// stays in the state it was sent in.
+	BFDKeyedSHA1 BFDAuthenticationType = "KeyedSHA1"
+	// BFDMeticulousKeyedSHA1 signs and numbers each packet, so none can be replayed.
+	BFDMeticulousKeyedSHA1 BFDAuthenticationType = "MeticulousKeyedSHA1"
+)
+
+// BFDAuthentication is the key a BFD session signs and checks packets with.
+type BFDAuthentication struct {
+	// Type is KeyedSHA1 or MeticulousKeyedSHA1, as configured on the router.
+	Type BFDAuthenticationType `json:"type"`
+
+	// KeyID is the key's number, 0 to 255, as configured on the router. Default 0.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=255
+	// +optional
+	KeyID *uint32 `json:"keyID,omitempty"`
+
+	// SecretRef is the Secret key holding the shared key, 1 to 20 bytes. The Secret must be in
+	// Portico's namespace, the only one the speakers may read.
+	SecretRef SecretKeyRef `json:"secretRef"`
 }
 
 // BFDProfile is a reusable set of BFD timers, named by BGPPeers' bfdProfile.

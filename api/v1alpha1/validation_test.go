@@ -155,6 +155,12 @@ var invalidCases = []invalidCase{
 		[]string{"spec.detectMultiplier", "should be greater than or equal to 2"}},
 	{"bfd: echo mode", strict, "BFDProfile", "echoMode: true",
 		[]string{`unknown field "spec.echoMode"`}},
+	{"bfd: MD5 authentication", schema, "BFDProfile", "authentication: {type: KeyedMD5, secretRef: {namespace: portico-system, name: bfd}}",
+		[]string{"spec.authentication.type", "Unsupported value"}},
+	{"bfd: key ID above 255", schema, "BFDProfile", "authentication: {type: KeyedSHA1, keyID: 256, secretRef: {namespace: portico-system, name: bfd}}",
+		[]string{"spec.authentication.keyID", "less than or equal to 255"}},
+	{"bfd: authentication without a Secret", schema, "BFDProfile", "authentication: {type: MeticulousKeyedSHA1}",
+		[]string{"spec.authentication.secretRef", "Required value"}},
 
 	// BGPAdvertisement
 	{"bgpadv: community with one number", cel, "BGPAdvertisement", `communities: ["65000"]`,
@@ -238,6 +244,7 @@ func TestEdgeValuesAreAccepted(t *testing.T) {
 		{"L2Advertisement", "interfaces: [eth0, enp0s31f6, br-lan.10]"},
 		{"L2Advertisement", "preferredNodeSelectors: [{weight: 1, preference: {matchLabels: {link: wired}}}, {weight: 100, preference: {matchExpressions: [{key: link, operator: In, values: [wifi]}]}}]"},
 		{"BFDProfile", "receiveInterval: 10\ntransmitInterval: 60000\ndetectMultiplier: 255\npassiveMode: true\nminimumTtl: 254"},
+		{"BFDProfile", "authentication: {type: MeticulousKeyedSHA1, keyID: 255, secretRef: {namespace: portico-system, name: bfd, key: sha1}}"},
 		{"BGPPeer", "myASN: 64512\npeerASN: 64501\npeerAddress: 198.51.100.1\nbfdProfile: fast"},
 		{"BGPPeer", "myASNFromNodeLabel: topology.portico.io/asn\ndynamicASN: external\ninterface: enp1s0f0.100"},
 		{"BGPPeer", "myASN: 64512\ndynamicASN: internal\npeerAddress: 198.51.100.1"},

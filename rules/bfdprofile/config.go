@@ -3,7 +3,10 @@
 // plan does not link the package that opens BFD's sockets.
 package bfdprofile
 
-import "time"
+import (
+	"fmt"
+	"time"
+)
 
 // Config is what the local system asks of one session.
 type Config struct {
@@ -14,6 +17,48 @@ type Config struct {
 	Passive bool
 	// Hops is how the packets travel; the state machine never reads it, the sockets do.
 	Hops Hops
+	// Auth is the authentication every packet must carry, both ways; the zero value for none.
+	Auth Auth
+}
+
+// Auth is a session's authentication (RFC 5880 §6.7.4): Keyed SHA1 or Meticulous Keyed SHA1
+// with one key.
+type Auth struct {
+	Type  AuthType // AuthNone: packets carry no authentication, and one that does is dropped
+	KeyID uint8
+	Key   Key // at most MaxKeyLen bytes
+}
+
+// Key is a BFD authentication key. It prints as "<redacted>" in every format, so a log line or
+// an error that includes a Config never shows it.
+type Key string
+
+func (Key) String() string   { return "<redacted>" }
+func (Key) GoString() string { return "<redacted>" }
+
+// MaxKeyLen is the longest Keyed SHA1 key (RFC 5880 §4.4: it fills the 20-byte digest field).
+const MaxKeyLen = 20
+
+// AuthType is an authentication type (RFC 5880 §4.1). Only the two SHA1 types are supported:
+// simple passwords travel in clear, and MD5 is broken.
+type AuthType uint8
+
+const (
+	AuthNone                AuthType = 0
+	AuthKeyedSHA1           AuthType = 4
+	AuthMeticulousKeyedSHA1 AuthType = 5
+)
+
+func (a AuthType) String() string {
+	switch a {
+	case AuthNone:
+		return "none"
+	case AuthKeyedSHA1:
+		return "keyed-sha1"
+	case AuthMeticulousKeyedSHA1:
+		return "meticulous-keyed-sha1"
+	}
+	return fmt.Sprintf("auth-type-%d", uint8(a))
 }
 
 // Hops says how a session's packets travel: single hop (RFC 5881: UDP port 3784, sent with

@@ -1,6 +1,8 @@
 package bfd
 
 import (
+	crand "crypto/rand"
+	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -20,7 +22,6 @@ type Manager struct {
 	mu        sync.Mutex
 	listeners map[listenerKey]*listener
 	peers     map[netip.Addr]*Peer
-	lastDisc  uint32
 }
 
 // listenerKey names one receiving socket: an address family and a port.
@@ -38,6 +39,7 @@ func NewManager(log logr.Logger) *Manager {
 type Peer struct {
 	name     string
 	addr     netip.Addr
+	disc     uint32
 	hops     Hops
 	m        *Manager
 	conn     *net.UDPConn
@@ -69,9 +71,8 @@ func (m *Manager) Start(name string, addr, src netip.Addr, cfg Config, onChange 
 	if err != nil {
 		return nil, err
 	}
-	m.lastDisc++
-	disc := m.lastDisc
-	p := &Peer{name: name, addr: addr, hops: cfg.Hops, m: m, conn: conn, rx: make(chan Packet, 16), reconfig: make(chan Config),
+	disc := m.newDiscriminator()
+	p := &Peer{name: name, addr: addr, disc: disc, hops: cfg.Hops, m: m, conn: conn, rx: make(chan Packet, 16), reconfig: make(chan Config),
 		stop: make(chan struct{}), done: make(chan struct{})}
 	m.peers[addr] = p
 	jitter := func() float64 {
@@ -80,12 +81,37 @@ func (m *Manager) Start(name string, addr, src netip.Addr, cfg Config, onChange 
 		}
 		return 0.75 + 0.25*rand.Float64()
 	}
-	s := NewSession(time.Now(), cfg, disc, jitter)
+	s := NewSession(time.Now(), cfg, disc, random32(), jitter)
 	m.metrics.up.WithLabelValues(name).Set(0)
 	m.log.Info("starting BFD session", "peer", name, "address", addr, "discriminator", disc,
 		"desiredMinTx", cfg.DesiredMinTx, "requiredMinRx", cfg.RequiredMinRx, "multiplier", cfg.DetectMult, "passive", cfg.Passive, "multihop", cfg.Hops.Multihop)
 	go p.run(s, onChange)
 	return p, nil
+}
+
+// newDiscriminator picks a local discriminator: random, so that an attacker off the path cannot
+// guess it (RFC 5880 §6.3), non-zero and unused by this Manager's sessions. Called with m.mu held.
+func (m *Manager) newDiscriminator() uint32 {
+	for {
+		d := random32()
+		if d == 0 {
+			continue
+		}
+		inUse := false
+		for _, p := range m.peers {
+			inUse = inUse || p.disc == d
+		}
+		if !inUse {
+			return d
+		}
+	}
+}
+
+// random32 is 32 bits from the system's cryptographic generator.
+func random32() uint32 {
+	var b [4]byte
+	_, _ = crand.Read(b[:]) // never fails (crypto/rand crashes the program rather)
+	return binary.BigEndian.Uint32(b[:])
 }
 
 // deliver hands a datagram received on port to the session of its source address, if that
@@ -154,9 +180,10 @@ func (p *Peer) run(s *Session, onChange func(Transition)) {
 			out = s.Reconfigure(time.Now(), cfg)
 		case pkt := <-p.rx:
 			p.m.metrics.received.WithLabelValues(p.name).Inc()
-			var mine bool
-			if out, mine = s.Receive(time.Now(), pkt); !mine {
-				p.m.metrics.dropped.WithLabelValues("discriminator").Inc()
+			var d *Discard
+			if out, d = s.Receive(time.Now(), pkt); d != nil {
+				p.m.metrics.dropped.WithLabelValues(d.Reason).Inc()
+				p.m.log.V(1).Info("dropping a BFD packet", "peer", p.name, "reason", d.Reason, "detail", d.Detail)
 			}
 		case <-timer.C:
 			out = s.Advance(time.Now())

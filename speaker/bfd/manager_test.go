@@ -101,3 +101,24 @@ func counterValue(c prometheus.Counter) float64 {
 	_ = c.Write(&m) // a plain counter always writes
 	return m.GetCounter().GetValue()
 }
+
+// TestDiscriminatorsAreRandom: local discriminators are non-zero, never one a running session
+// holds, and not a sequence an attacker could guess from one it saw.
+func TestDiscriminatorsAreRandom(t *testing.T) {
+	m := NewManager(testr.New(t))
+	seen := map[uint32]bool{}
+	var last uint32
+	for i := range 1000 {
+		d := m.newDiscriminator()
+		switch {
+		case d == 0:
+			t.Fatal("discriminator 0")
+		case seen[d]:
+			t.Fatalf("discriminator %d handed out twice while in use", d)
+		case i > 0 && d == last+1:
+			t.Fatalf("discriminator %d follows %d", d, last)
+		}
+		seen[d], last = true, d
+		m.peers[netip.AddrFrom4([4]byte{10, 0, byte(i >> 8), byte(i)})] = &Peer{disc: d}
+	}
+}

@@ -24,7 +24,7 @@ func newMetrics() *metrics {
 		sendErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "portico_bfd_send_errors_total",
 			Help: "BFD control packets the kernel refused to send."}, []string{"peer"}),
 		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "portico_bfd_packets_dropped_total",
-			Help: "Received BFD packets discarded, by reason: ttl, malformed, unknown-peer, discriminator, overrun."}, []string{"reason"}),
+			Help: "Received BFD packets discarded, by reason: ttl, malformed, unknown-peer, discriminator, authentication, admin-down, overrun."}, []string{"reason"}),
 	}
 }
 

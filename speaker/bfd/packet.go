@@ -1,11 +1,15 @@
 package bfd
 
 import (
+	"crypto/sha1"
+	"crypto/subtle"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/portico-lb/portico/rules/bfdprofile"
 )
 
 // State is a session state (RFC 5880 §4.1, the Sta field).
@@ -46,8 +50,25 @@ func (d Diag) String() string {
 	return fmt.Sprintf("diag-%d", uint8(d))
 }
 
-// PacketLen is the length of a control packet without authentication, the only kind used.
+// PacketLen is the length of a control packet without authentication.
 const PacketLen = 24
+
+// sha1AuthLen is the length of a Keyed SHA1 authentication section (RFC 5880 §4.4), and
+// sha1PacketLen that of a packet carrying one.
+const (
+	sha1AuthLen   = 28
+	sha1PacketLen = PacketLen + sha1AuthLen
+)
+
+// AuthSection is a packet's Keyed SHA1 authentication section (RFC 5880 §4.4); Type AuthNone
+// when the packet has none.
+type AuthSection struct {
+	Type     AuthType
+	KeyID    uint8
+	Sequence uint32
+	Digest   [sha1.Size]byte
+	reserved byte // ignored on receipt, but part of what the digest covers
+}
 
 // Packet is a BFD control packet. Intervals are carried in microseconds on the wire, so they
 // round-trip exactly only at microsecond resolution.
@@ -63,6 +84,7 @@ type Packet struct {
 	DesiredMinTx            time.Duration
 	RequiredMinRx           time.Duration
 	RequiredMinEchoRx       time.Duration
+	Auth                    AuthSection
 }
 
 const (
@@ -74,9 +96,13 @@ const (
 	flagMulti  = 1 << 0
 )
 
-// Marshal encodes p (version 1, no authentication).
+// Marshal encodes p (version 1), with its authentication section if it has one.
 func (p Packet) Marshal() []byte {
-	b := make([]byte, PacketLen)
+	n := PacketLen
+	if p.Auth.Type != AuthNone {
+		n = sha1PacketLen
+	}
+	b := make([]byte, n)
 	b[0] = 1<<5 | byte(p.Diag&0x1f)
 	b[1] = byte(p.State&3) << 6
 	for _, f := range []struct {
@@ -88,13 +114,44 @@ func (p Packet) Marshal() []byte {
 		}
 	}
 	b[2] = p.DetectMult
-	b[3] = PacketLen
+	b[3] = byte(n)
 	binary.BigEndian.PutUint32(b[4:], p.MyDiscriminator)
 	binary.BigEndian.PutUint32(b[8:], p.YourDiscriminator)
 	binary.BigEndian.PutUint32(b[12:], micros(p.DesiredMinTx))
 	binary.BigEndian.PutUint32(b[16:], micros(p.RequiredMinRx))
 	binary.BigEndian.PutUint32(b[20:], micros(p.RequiredMinEchoRx))
+	if a := p.Auth; a.Type != AuthNone {
+		b[1] |= flagAuth
+		b[24], b[25], b[26], b[27] = byte(a.Type), sha1AuthLen, a.KeyID, a.reserved
+		binary.BigEndian.PutUint32(b[28:], a.Sequence)
+		copy(b[32:], a.Digest[:])
+	}
 	return b
+}
+
+// MaxKeyLen is the longest Keyed SHA1 key (RFC 5880 §4.4: it fills the 20-byte digest field).
+const MaxKeyLen = bfdprofile.MaxKeyLen
+
+// The key fills the digest field.
+var _ [MaxKeyLen]struct{} = [sha1.Size]struct{}{}
+
+// Signed is p with its digest computed under key: the SHA1 of the packet with the key, padded
+// with zeros to 20 bytes, in place of the digest (RFC 5880 §6.7.4).
+func (p Packet) Signed(key Key) Packet {
+	p.Auth.Digest = p.digest(key)
+	return p
+}
+
+// DigestValid reports whether p's digest is the one key gives it, in constant time.
+func (p Packet) DigestValid(key Key) bool {
+	d := p.digest(key)
+	return subtle.ConstantTimeCompare(d[:], p.Auth.Digest[:]) == 1
+}
+
+func (p Packet) digest(key Key) [sha1.Size]byte {
+	p.Auth.Digest = [sha1.Size]byte{}
+	copy(p.Auth.Digest[:], key)
+	return sha1.Sum(p.Marshal())
 }
 
 func micros(d time.Duration) uint32 {
@@ -123,11 +180,27 @@ func Unmarshal(b []byte) (Packet, error) {
 	if v := b[0] >> 5; v != 1 {
 		return bad("version %d, want 1", v)
 	}
-	if b[1]&flagAuth != 0 {
-		return bad("authentication present, none configured")
-	}
-	if n := int(b[3]); n < PacketLen || n > len(b) {
+	n := int(b[3])
+	if n > len(b) {
 		return bad("length field %d with %d bytes received", n, len(b))
+	}
+	var auth AuthSection
+	if b[1]&flagAuth != 0 {
+		if n < PacketLen+2 {
+			return bad("length field %d with authentication, want at least %d", n, PacketLen+2)
+		}
+		auth.Type = AuthType(b[24])
+		if auth.Type != AuthKeyedSHA1 && auth.Type != AuthMeticulousKeyedSHA1 {
+			return bad("authentication type %v not supported", auth.Type)
+		}
+		if b[25] != sha1AuthLen || n != sha1PacketLen {
+			return bad("%v section of %d bytes in a packet of %d, want %d in %d", auth.Type, b[25], n, sha1AuthLen, sha1PacketLen)
+		}
+		auth.KeyID, auth.reserved = b[26], b[27]
+		auth.Sequence = binary.BigEndian.Uint32(b[28:])
+		copy(auth.Digest[:], b[32:sha1PacketLen])
+	} else if n < PacketLen {
+		return bad("length field %d, want at least %d", n, PacketLen)
 	}
 	if b[2] == 0 {
 		return bad("detect multiplier 0")
@@ -145,6 +218,7 @@ func Unmarshal(b []byte) (Packet, error) {
 		DesiredMinTx:      time.Duration(binary.BigEndian.Uint32(b[12:])) * time.Microsecond,
 		RequiredMinRx:     time.Duration(binary.BigEndian.Uint32(b[16:])) * time.Microsecond,
 		RequiredMinEchoRx: time.Duration(binary.BigEndian.Uint32(b[20:])) * time.Microsecond,
+		Auth:              auth,
 	}
 	if p.Poll && p.Final {
 		return bad("poll and final both set")
@@ -172,5 +246,8 @@ func (p Packet) String() string {
 		b.WriteString(" F")
 	}
 	fmt.Fprintf(&b, " my=%d your=%d tx=%v rx=%v mult=%d", p.MyDiscriminator, p.YourDiscriminator, p.DesiredMinTx, p.RequiredMinRx, p.DetectMult)
+	if a := p.Auth; a.Type != AuthNone {
+		fmt.Fprintf(&b, " auth=%v key=%d seq=%d", a.Type, a.KeyID, a.Sequence)
+	}
 	return b.String()
 }

@@ -1,6 +1,7 @@
 package bfd
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/portico-lb/portico/rules/bfdprofile"
@@ -9,6 +10,32 @@ import (
 // Config is what the local system asks of one session (rules/bfdprofile, which the speaker's
 // plan fills without linking this package's sockets).
 type Config = bfdprofile.Config
+
+// Auth, Key and AuthType are a session's authentication (rules/bfdprofile).
+type (
+	Auth     = bfdprofile.Auth
+	Key      = bfdprofile.Key
+	AuthType = bfdprofile.AuthType
+)
+
+// The authentication types (RFC 5880 §4.1) Portico supports.
+const (
+	AuthNone                = bfdprofile.AuthNone
+	AuthKeyedSHA1           = bfdprofile.AuthKeyedSHA1
+	AuthMeticulousKeyedSHA1 = bfdprofile.AuthMeticulousKeyedSHA1
+)
+
+// Discard says why Receive dropped a packet: Reason is a short label for metrics
+// (discriminator, authentication, admin-down), Detail the explanation for logs.
+type Discard struct {
+	Reason, Detail string
+}
+
+func (d *Discard) Error() string { return d.Reason + ": " + d.Detail }
+
+func discard(reason, format string, args ...any) *Discard {
+	return &Discard{Reason: reason, Detail: fmt.Sprintf(format, args...)}
+}
 
 // Hops says how a session's packets travel: single hop or multihop (rules/bfdprofile).
 type Hops = bfdprofile.Hops
@@ -52,12 +79,21 @@ type Session struct {
 	nextTx       time.Time // zero: nothing scheduled
 	detectAt     time.Time // zero: not armed
 	finalPending bool
+	// restartHeard is when the peer's address last sent a fresh session's packet (Your
+	// Discriminator 0, another My Discriminator) while this one was Init or Up.
+	restartHeard time.Time
+
+	xmitSeq    uint32    // bfd.XmitAuthSeq: the sequence number of the next packet sent
+	rcvSeq     uint32    // bfd.RcvAuthSeq: that of the last authenticated packet received
+	seqKnown   bool      // bfd.AuthSeqKnown
+	lastAuthRx time.Time // when rcvSeq was received
 }
 
-// NewSession starts a session in Down with local discriminator myDisc (non-zero, unique on this
-// system). The first packet is due at now unless the session is passive.
-func NewSession(now time.Time, cfg Config, myDisc uint32, jitter func() float64) *Session {
-	s := &Session{cfg: cfg, myDisc: myDisc, jitter: jitter, state: Down, remoteState: Down,
+// NewSession starts a session in Down with local discriminator myDisc (random, non-zero, unique
+// on this system) and firstSeq as the first authentication sequence number (random, RFC 5880
+// §6.8.1). The first packet is due at now unless the session is passive.
+func NewSession(now time.Time, cfg Config, myDisc, firstSeq uint32, jitter func() float64) *Session {
+	s := &Session{cfg: cfg, myDisc: myDisc, xmitSeq: firstSeq, jitter: jitter, state: Down, remoteState: Down,
 		remoteMinRx: time.Microsecond, txInUse: max(cfg.DesiredMinTx, slowTx), rxInUse: cfg.RequiredMinRx}
 	if !cfg.Passive {
 		s.nextTx = now
@@ -115,11 +151,29 @@ func (s *Session) sending() bool {
 	return s.remoteMinRx > 0 && !(s.cfg.Passive && s.remoteDisc == 0)
 }
 
-// Receive processes a control packet from the peer (already checked by Unmarshal). It reports
-// false when the packet is not for this session and was discarded.
-func (s *Session) Receive(now time.Time, p Packet) (Output, bool) {
+// Receive processes a control packet from the peer (already checked by Unmarshal), applying
+// the reception rules of RFC 5880 §6.8.6 that need the session. A packet they drop changes
+// nothing and comes back as a Discard saying why.
+func (s *Session) Receive(now time.Time, p Packet) (Output, *Discard) {
 	if p.YourDiscriminator != 0 && p.YourDiscriminator != s.myDisc {
-		return Output{}, false
+		return Output{}, discard("discriminator", "your discriminator %d is not this session's", p.YourDiscriminator)
+	}
+	// A packet with Your Discriminator 0 is matched by its source address and My Discriminator
+	// (§6.8.6). Once the session has left Down, the peer's discriminator is fixed (§6.3: it
+	// never changes during a session), so a packet naming another one is not the peer's: a
+	// forged Down or AdminDown from the LAN that guessed neither discriminator changes nothing.
+	// A peer that restarted with a new one is heard once the session times out to Down.
+	if (s.state == Init || s.state == Up) && p.MyDiscriminator != s.remoteDisc {
+		if p.YourDiscriminator == 0 && (s.cfg.Auth.Type == AuthNone || p.DigestValid(s.cfg.Auth.Key)) {
+			s.restartHeard = now
+		}
+		return Output{}, discard("discriminator", "my discriminator %d, the session's peer is %d", p.MyDiscriminator, s.remoteDisc)
+	}
+	if d := s.authenticate(now, p); d != nil {
+		return Output{}, d
+	}
+	if s.state == AdminDown {
+		return Output{}, discard("admin-down", "the session is administratively down")
 	}
 	s.remoteDisc, s.remoteState = p.MyDiscriminator, p.State
 	s.remoteMinRx, s.remoteTx, s.remoteMult = p.RequiredMinRx, p.DesiredMinTx, p.DetectMult
@@ -128,9 +182,6 @@ func (s *Session) Receive(now time.Time, p Packet) (Output, bool) {
 		s.txInUse, s.rxInUse = s.pollTx, s.pollRx
 	}
 	var out Output
-	if s.state == AdminDown {
-		return out, true
-	}
 	was := s.state
 	switch {
 	case p.State == AdminDown:
@@ -157,11 +208,12 @@ func (s *Session) Receive(now time.Time, p Packet) (Output, bool) {
 		s.nextTx = now
 	}
 	out.Send = s.transmitDue(now)
-	return out, true
+	return out, nil
 }
 
 func (s *Session) setState(to State, diag Diag) {
 	s.state, s.diag = to, diag
+	s.stateChanged()
 	switch to {
 	case Up:
 		// Leave the one-second rate for the configured one with a poll sequence (RFC 5880 §6.8.3).
@@ -184,13 +236,20 @@ func (s *Session) startPoll(cfg Config) {
 func (s *Session) Advance(now time.Time) Output {
 	var out Output
 	if !s.detectAt.IsZero() && !now.Before(s.detectAt) {
-		s.detectAt = time.Time{}
+		// The old session fell silent while the peer's address was opening a new one (a router
+		// such as bird makes a new BFD session for each new BGP session): the path works, the
+		// neighbour dropped the session. Blaming the path would reset BGP for nothing.
+		diag := DiagDetectionExpired
+		if !s.restartHeard.IsZero() && now.Sub(s.restartHeard) < s.detectTime() {
+			diag = DiagNeighborDown
+		}
+		s.detectAt, s.restartHeard = time.Time{}, time.Time{}
 		s.remoteDisc = 0
 		s.remoteMinRx, s.remoteTx = time.Microsecond, 0
 		if s.state == Init || s.state == Up {
 			was := s.state
-			s.setState(Down, DiagDetectionExpired)
-			out.Transition = &Transition{From: was, To: Down, Diag: DiagDetectionExpired}
+			s.setState(Down, diag)
+			out.Transition = &Transition{From: was, To: Down, Diag: diag}
 		}
 		if s.cfg.Passive {
 			s.nextTx = time.Time{}
@@ -225,6 +284,7 @@ func (s *Session) Shutdown() Output {
 	}
 	was := s.state
 	s.state, s.diag, s.polling, s.detectAt, s.nextTx = AdminDown, DiagAdminDown, false, time.Time{}, time.Time{}
+	s.stateChanged()
 	return Output{Send: []Packet{s.packet()}, Transition: &Transition{From: was, To: AdminDown, Diag: DiagAdminDown}}
 }
 
@@ -255,5 +315,5 @@ func (s *Session) packet() Packet {
 	} else if s.polling {
 		p.Poll = true
 	}
-	return p
+	return s.sign(p)
 }

@@ -29,9 +29,12 @@ func TestSessionTranscripts(t *testing.T) {
 			var out Output
 			switch d.Cmd {
 			case "new":
-				var disc uint64
+				var disc, seq uint64
 				d.ScanArgs(t, "disc", &disc)
-				s = NewSession(epoch, config(t, d), uint32(disc), func() float64 { return jitter })
+				if d.HasArg("seq") {
+					d.ScanArgs(t, "seq", &seq)
+				}
+				s = NewSession(epoch, config(t, d), uint32(disc), uint32(seq), func() float64 { return jitter })
 			case "jitter":
 				var v string
 				d.ScanArgs(t, "fraction", &v)
@@ -43,9 +46,9 @@ func TestSessionTranscripts(t *testing.T) {
 				return ""
 			case "recv":
 				p := packetArgs(t, d)
-				var ok bool
-				if out, ok = s.Receive(at(d), p); !ok {
-					return "discarded: not for this session\n" + summary(s, epoch)
+				var dropped *Discard
+				if out, dropped = s.Receive(at(d), p); dropped != nil {
+					return "discarded: " + dropped.Error() + "\n" + summary(s, epoch)
 				}
 			case "advance":
 				out = s.Advance(at(d))
@@ -57,6 +60,11 @@ func TestSessionTranscripts(t *testing.T) {
 				p, err := Unmarshal(hexBytes(t, d.Input))
 				if err != nil {
 					return err.Error()
+				}
+				if d.HasArg("secret") {
+					var secret string
+					d.ScanArgs(t, "secret", &secret)
+					return fmt.Sprintf("%v\ndigest valid under %q: %v", p, secret, p.DigestValid(Key(secret)))
 				}
 				return p.String()
 			default:
@@ -106,14 +114,33 @@ func config(t *testing.T, d *datadriven.TestData) Config {
 			c.DetectMult = uint8(n)
 		case "passive":
 			c.Passive = true
+		case "auth":
+			c.Auth.Type = authType(t, a.Vals[0])
+		case "keyid":
+			n, _ := strconv.Atoi(a.Vals[0])
+			c.Auth.KeyID = uint8(n)
+		case "secret":
+			c.Auth.Key = Key(a.Vals[0])
 		}
 	}
 	return c
 }
 
-// packetArgs reads a packet from the peer: state=, my=, your=, tx=, rx=, mult=, P, F.
+func authType(t *testing.T, name string) AuthType {
+	for _, a := range []AuthType{AuthNone, AuthKeyedSHA1, AuthMeticulousKeyedSHA1} {
+		if a.String() == name {
+			return a
+		}
+	}
+	t.Fatalf("unknown authentication type %q", name)
+	return 0
+}
+
+// packetArgs reads a packet from the peer: state=, my=, your=, tx=, rx=, mult=, P, F, and for
+// an authenticated one auth=, keyid=, seq= and secret= (the key it is signed with).
 func packetArgs(t *testing.T, d *datadriven.TestData) Packet {
 	p := Packet{State: Down, DetectMult: 3, DesiredMinTx: time.Second, RequiredMinRx: time.Second}
+	var secret Key
 	for _, a := range d.CmdArgs {
 		switch a.Key {
 		case "state":
@@ -143,7 +170,24 @@ func packetArgs(t *testing.T, d *datadriven.TestData) Packet {
 			p.Poll = true
 		case "F":
 			p.Final = true
+		case "auth":
+			p.Auth.Type = authType(t, a.Vals[0])
+		case "keyid", "seq":
+			n, err := strconv.ParseUint(a.Vals[0], 10, 32)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if a.Key == "keyid" {
+				p.Auth.KeyID = uint8(n)
+			} else {
+				p.Auth.Sequence = uint32(n)
+			}
+		case "secret":
+			secret = Key(a.Vals[0])
 		}
+	}
+	if p.Auth.Type != AuthNone {
+		p = p.Signed(secret)
 	}
 	return p
 }

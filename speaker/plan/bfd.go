@@ -4,14 +4,17 @@ import (
 	"fmt"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/portico-lb/portico/api/v1alpha1"
 	"github.com/portico-lb/portico/rules/bfdprofile"
 )
 
 // peerBFD is the BFD session a BGPPeer asks for through its bfdProfile, defaults applied; the
-// zero Config when it asks for none. A profile that cannot be used is an error, and the BGP
-// session then runs without BFD rather than not at all.
-func peerBFD(bp *v1alpha1.BGPPeer, profiles []v1alpha1.BFDProfile) (bfdprofile.Config, error) {
+// zero Config when it asks for none. A profile that cannot be used (its key unreadable among
+// them) is an error, and the BGP session then runs without BFD rather than not at all: without
+// its key a BFD session could never come Up with a router that requires it.
+func peerBFD(bp *v1alpha1.BGPPeer, profiles []v1alpha1.BFDProfile, secrets []corev1.Secret) (bfdprofile.Config, error) {
 	name := bp.Spec.BFDProfile
 	if name == "" {
 		return bfdprofile.Config{}, nil
@@ -33,6 +36,13 @@ func peerBFD(bp *v1alpha1.BGPPeer, profiles []v1alpha1.BFDProfile) (bfdprofile.C
 		if bp.Spec.EBGPMultiHop { // the router may be routers away: RFC 5883
 			cfg.Hops = bfdprofile.Hops{Multihop: true, MinTTL: uint8(orDefault(s.MinimumTTL, v1alpha1.DefaultBFDMinimumTTL))}
 		}
+		if a := s.Authentication; a != nil {
+			auth, err := bfdAuth(a, secrets)
+			if err != nil {
+				return bfdprofile.Config{}, fmt.Errorf("bfdProfile %s: %w", name, err)
+			}
+			cfg.Auth = auth
+		}
 		return cfg, nil
 	}
 	return bfdprofile.Config{}, fmt.Errorf("bfdProfile %s not found", name)
@@ -47,4 +57,23 @@ func orDefault(v *uint32, def uint32) uint32 {
 
 func milliseconds(v *uint32, def uint32) time.Duration {
 	return time.Duration(orDefault(v, def)) * time.Millisecond
+}
+
+// bfdAuth is a profile's authentication with its key read from the Secret.
+func bfdAuth(a *v1alpha1.BFDAuthentication, secrets []corev1.Secret) (bfdprofile.Auth, error) {
+	types := map[v1alpha1.BFDAuthenticationType]bfdprofile.AuthType{
+		v1alpha1.BFDKeyedSHA1: bfdprofile.AuthKeyedSHA1, v1alpha1.BFDMeticulousKeyedSHA1: bfdprofile.AuthMeticulousKeyedSHA1}
+	t, ok := types[a.Type]
+	if !ok {
+		return bfdprofile.Auth{}, fmt.Errorf("authentication type %q is not KeyedSHA1 or MeticulousKeyedSHA1", a.Type)
+	}
+	key, err := secretKey("authentication.secretRef", &a.SecretRef, secrets)
+	if err != nil {
+		return bfdprofile.Auth{}, err
+	}
+	if len(key) > bfdprofile.MaxKeyLen {
+		return bfdprofile.Auth{}, fmt.Errorf("authentication.secretRef %s/%s: key %q is longer than the %d bytes Keyed SHA1 allows",
+			a.SecretRef.Namespace, a.SecretRef.Name, refKey(&a.SecretRef), bfdprofile.MaxKeyLen)
+	}
+	return bfdprofile.Auth{Type: t, KeyID: uint8(orDefault(a.KeyID, 0)), Key: bfdprofile.Key(key)}, nil
 }

@@ -57,7 +57,7 @@ func bgpNodeOf(w *World, name string, problems *[]string) *bgpNode {
 			*problems = append(*problems, fmt.Sprintf("BGPPeer %s: %v", bp.Name, err))
 			continue
 		}
-		if peer.BFD, err = peerBFD(bp, w.BFDProfiles); err != nil {
+		if peer.BFD, err = peerBFD(bp, w.BFDProfiles, w.Secrets); err != nil {
 			*problems = append(*problems, fmt.Sprintf("BGPPeer %s: %v; the session runs without BFD", bp.Name, err))
 		}
 		n.peers[bp.Name] = peer
@@ -163,24 +163,36 @@ func asnFromLabel(labels map[string]string, key, field string) (uint32, error) {
 }
 
 func password(ref *v1alpha1.SecretKeyRef, secrets []corev1.Secret) (Password, error) {
-	key := ref.Key
-	if key == "" {
-		key = "password"
+	v, err := secretKey("passwordSecret", ref, secrets)
+	if err != nil {
+		return "", fmt.Errorf("%w; the session stays closed rather than open without its password", err)
 	}
+	if len(v) > 80 {
+		return "", fmt.Errorf("passwordSecret %s/%s: key %q is longer than the 80 bytes TCP MD5 allows", ref.Namespace, ref.Name, refKey(ref))
+	}
+	return Password(v), nil
+}
+
+// secretKey is the value under ref's key (default "password") among the Secrets the speaker
+// read; field names the API field that points at it, for the error.
+func secretKey(field string, ref *v1alpha1.SecretKeyRef, secrets []corev1.Secret) ([]byte, error) {
 	for i := range secrets {
 		if secrets[i].Namespace == string(ref.Namespace) && secrets[i].Name == string(ref.Name) {
-			v, ok := secrets[i].Data[key]
+			v, ok := secrets[i].Data[refKey(ref)]
 			if !ok || len(v) == 0 {
-				return "", fmt.Errorf("passwordSecret %s/%s has no key %q", ref.Namespace, ref.Name, key)
+				return nil, fmt.Errorf("%s %s/%s has no key %q", field, ref.Namespace, ref.Name, refKey(ref))
 			}
-			if len(v) > 80 {
-				return "", fmt.Errorf("passwordSecret %s/%s: key %q is longer than the 80 bytes TCP MD5 allows", ref.Namespace, ref.Name, key)
-			}
-			return Password(v), nil
+			return v, nil
 		}
 	}
-	return "", fmt.Errorf("passwordSecret %s/%s cannot be read (missing, or the speaker may not get it); the session stays closed rather than open without its password",
-		ref.Namespace, ref.Name)
+	return nil, fmt.Errorf("%s %s/%s cannot be read (missing, or the speaker may not get it)", field, ref.Namespace, ref.Name)
+}
+
+func refKey(ref *v1alpha1.SecretKeyRef) string {
+	if ref.Key == "" {
+		return "password"
+	}
+	return ref.Key
 }
 
 func findNode(nodes []corev1.Node, name string) *corev1.Node {

@@ -129,6 +129,9 @@ func (d BGP) String() string {
 			if p.BFD.Hops.Multihop {
 				fmt.Fprintf(&b, " multihop min-ttl %d", p.BFD.Hops.MinTTL)
 			}
+			if a := p.BFD.Auth; a.Type != bfdprofile.AuthNone {
+				fmt.Fprintf(&b, " %v key-id %d", a.Type, a.KeyID)
+			}
 		}
 		b.WriteString("\n")
 		routes := d.Routes[name]
