@@ -191,7 +191,7 @@ func TestRestartDelay(t *testing.T) {
 		{0, time.Second, firstBackoff},                // a second crash soon after
 		{firstBackoff, time.Second, 2 * firstBackoff}, // doubling
 		{maxBackoff, time.Second, maxBackoff},         // up to the most
-		{maxBackoff, stableRun, 0},                    // a stable run forgets the failures
+		{maxBackoff, StableRun, 0},                    // a stable run forgets the failures
 	} {
 		if got := restartDelay(c.prev, c.lived); got != c.want {
 			t.Errorf("restartDelay(%v, %v) = %v, want %v", c.prev, c.lived, got, c.want)
