@@ -116,6 +116,23 @@ func (e *l2Env) bgpProcess(node string) int {
 	return child
 }
 
+// freeze stops node's speaker and its BGP process if it runs one (SIGSTOP), as a node that
+// hangs; the function it returns wakes them (SIGCONT), the BGP process first.
+func (e *l2Env) freeze(node string) (thaw func()) {
+	speaker := e.speakers[node].cmd.Process.Pid
+	bgp := childOf(speaker, bgpSubcommandName)
+	must(e.t, syscall.Kill(speaker, syscall.SIGSTOP))
+	if bgp != 0 {
+		must(e.t, syscall.Kill(bgp, syscall.SIGSTOP))
+	}
+	return func() {
+		if bgp != 0 {
+			_ = syscall.Kill(bgp, syscall.SIGCONT)
+		}
+		_ = syscall.Kill(speaker, syscall.SIGCONT)
+	}
+}
+
 // bgpSubcommandName is how the speaker's BGP process is called (cmd/portico-speaker).
 const bgpSubcommandName = "bgp-process"
 

@@ -20,9 +20,11 @@ import (
 var (
 	// pingEvery is how often the process is pinged and its memory read.
 	pingEvery = 2 * time.Second
-	// pingWait is how long a ping may go unanswered before the process is taken for stuck and
-	// killed. A ping takes the sessions' lock, which GoBGP calls hold while they run.
-	pingWait = 10 * time.Second
+	// pingWait is how long a ping may go unanswered; two in a row unanswered and the process is
+	// taken for stuck and killed (one alone may be the speaker's own pause: a frozen node
+	// thawed finds its ping's timer long expired). A ping takes the sessions' lock, which GoBGP
+	// calls hold while they run.
+	pingWait = 5 * time.Second
 )
 
 const (
@@ -188,6 +190,7 @@ func (s *Supervisor) runOnce() (string, error) {
 	s.Log.Info("BGP process started", "pid", p.cmd.Process.Pid)
 	tick := time.NewTicker(pingEvery)
 	defer tick.Stop()
+	missed := 0
 	for {
 		select {
 		case <-p.done:
@@ -196,8 +199,12 @@ func (s *Supervisor) runOnce() (string, error) {
 		case <-tick.C:
 			if rss := p.rss(); s.MemoryLimit > 0 && rss > s.MemoryLimit {
 				p.kill("memory", fmt.Sprintf("killed: resident memory %d MiB above the limit of %d MiB", rss>>20, s.MemoryLimit>>20))
-			} else if _, err := p.call(request{Ping: true}, pingWait); err != nil && !errors.Is(err, errGone) {
-				p.kill("stuck", fmt.Sprintf("killed: %v (stuck)", err))
+				continue
+			}
+			if _, err := p.call(request{Ping: true}, pingWait); err == nil || errors.Is(err, errGone) {
+				missed = 0
+			} else if missed++; missed == 2 {
+				p.kill("stuck", fmt.Sprintf("killed: %v, twice in a row (stuck)", err))
 			}
 		}
 	}
