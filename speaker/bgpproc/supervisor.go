@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os/exec"
 	"runtime"
 	"sync"
@@ -138,11 +139,7 @@ func (s *Supervisor) Close() {
 func (s *Supervisor) States() map[string]bgp.State {
 	s.statesMu.Lock()
 	defer s.statesMu.Unlock()
-	out := make(map[string]bgp.State, len(s.states))
-	for name, st := range s.states {
-		out[name] = st
-	}
-	return out
+	return maps.Clone(s.states)
 }
 
 // supervise starts the process, hands it the plan and watches it, again and again until Close.
