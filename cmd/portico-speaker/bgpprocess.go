@@ -25,14 +25,14 @@ import (
 const bgpSubcommand = "bgp-process"
 
 // bgpCommand makes the command that runs the BGP process: this binary again, with the node's
-// name, the memory limit and the speaker's logging flags.
+// name, the memory limit and the speaker's logging flags (call it after flag.Parse).
 func bgpCommand(node string, memoryLimitMiB int64) func() *exec.Cmd {
 	args := []string{bgpSubcommand, "--node-name=" + node, fmt.Sprintf("--memory-limit-mib=%d", memoryLimitMiB)}
-	for _, a := range os.Args[1:] {
-		if strings.HasPrefix(a, "--zap-") || strings.HasPrefix(a, "-zap-") {
-			args = append(args, a)
+	flag.Visit(func(f *flag.Flag) {
+		if strings.HasPrefix(f.Name, "zap-") {
+			args = append(args, "--"+f.Name+"="+f.Value.String())
 		}
-	}
+	})
 	return func() *exec.Cmd {
 		cmd := exec.Command("/proc/self/exe", args...)
 		cmd.Args[0] = os.Args[0]

@@ -174,13 +174,19 @@ func (s *Supervisor) runOnce() (string, error) {
 		go p.read(s.received)
 		err = s.handPlan(p)
 	}
+	if err != nil {
+		err = fmt.Errorf("starting the BGP process: %w", err)
+		s.mu.Lock()
+		s.firstErrs = []error{err}
+		s.mu.Unlock()
+	}
 	s.once()
 	if err != nil {
 		if p != nil {
 			p.kill("start", err.Error())
 			<-p.done
 		}
-		return "start", fmt.Errorf("starting the BGP process: %w", err)
+		return "start", err
 	}
 	s.Metrics.up.Set(1)
 	defer s.Metrics.up.Set(0)
