@@ -17,6 +17,7 @@ type proc struct {
 	cmd    *exec.Cmd
 	s      *stream
 	done   chan struct{} // closed once the process has exited; exit holds why, reason in a word
+	read   chan struct{} // closed once every message it sent has been read (readAll)
 	exit   error
 	reason string // exited (on its own), stuck, memory, start
 
@@ -56,7 +57,7 @@ func startProc(cmd *exec.Cmd) (*proc, error) {
 		_ = cmd.Wait()
 		return nil, err
 	}
-	p := &proc{cmd: cmd, s: newStream(conn), done: make(chan struct{}), pending: map[uint64]chan answer{}}
+	p := &proc{cmd: cmd, s: newStream(conn), done: make(chan struct{}), read: make(chan struct{}), pending: map[uint64]chan answer{}}
 	go func() {
 		err, reason := cmd.Wait(), "exited"
 		p.mu.Lock()
@@ -70,9 +71,10 @@ func startProc(cmd *exec.Cmd) (*proc, error) {
 	return p, nil
 }
 
-// read hands each answer to its call and every answer's states to states, until the channel
+// readAll hands each answer to its call and every answer's states to states, until the channel
 // closes; then it fails the calls still waiting.
-func (p *proc) read(states func(answer)) {
+func (p *proc) readAll(states func(answer)) {
+	defer close(p.read)
 	for {
 		var a answer
 		if err := p.s.dec.Decode(&a); err != nil {

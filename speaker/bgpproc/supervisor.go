@@ -171,7 +171,7 @@ func (s *Supervisor) supervise() {
 func (s *Supervisor) runOnce() (string, error) {
 	p, err := startProc(s.Command())
 	if err == nil {
-		go p.read(s.received)
+		go p.readAll(s.received)
 		err = s.handPlan(p)
 	}
 	if err != nil {
@@ -198,6 +198,7 @@ func (s *Supervisor) runOnce() (string, error) {
 		select {
 		case <-p.done:
 			s.running.Store(nil)
+			<-p.read // its last states are read before its sessions are marked gone
 			return p.reason, p.exit
 		case <-tick.C:
 			if rss := p.rss(); s.MemoryLimit > 0 && rss > s.MemoryLimit {
