@@ -44,7 +44,7 @@ func bgpCommand(node string, memoryLimitMiB int64) func() *exec.Cmd {
 func runBGPProcess(args []string) error {
 	fs := flag.NewFlagSet(bgpSubcommand, flag.ContinueOnError)
 	node := fs.String("node-name", "", "this node's name, for the logs")
-	limitMiB := fs.Int64("memory-limit-mib", 0, "the speaker kills this process above this resident memory; the Go heap is kept below three quarters of it")
+	limitMiB := fs.Int64("memory-limit-mib", 0, "the speaker kills this process above this anonymous resident memory; the Go runtime is kept below three quarters of it")
 	logOpts := zap.Options{}
 	logOpts.BindFlags(fs)
 	if err := fs.Parse(args); err != nil {

@@ -70,7 +70,7 @@ func main() {
 	flag.StringVar(&o.metricsAddr, "metrics-bind-address", ":7474", "address the Prometheus metrics endpoint binds to; 0 disables it")
 	flag.StringVar(&o.probeAddr, "health-probe-bind-address", ":7475", "address the /healthz (main loop alive) and /readyz (synced, joined, BGP sessions up) endpoints bind to; 0 disables them")
 	flag.DurationVar(&o.routesUpWait, "bgp-ready-wait", speaker.DefaultRoutesUpWait, "how long after the start readiness waits for the BGP sessions that carry this node's routes, so that a rolling update replaces the next node only once this one's routes are back; 0 does not wait")
-	flag.Int64Var(&o.bgpMemoryLimitMiB, "bgp-memory-limit-mib", 150, "the BGP side (GoBGP and BFD) runs in a child process, restarted when it fails; it is killed and restarted above this resident memory in MiB (0: no limit)")
+	flag.Int64Var(&o.bgpMemoryLimitMiB, "bgp-memory-limit-mib", 128, "the BGP side (GoBGP and BFD) runs in a child process, restarted when it fails; it is killed and restarted when its anonymous resident memory (heap and runtime, not the binary's pages) goes above this many MiB (0: no limit)")
 	flag.StringVar(&o.pprofAddr, "pprof-bind-address", "0", "address Go's /debug/pprof endpoints bind to, for memory and CPU profiles; 0 disables them")
 	flag.StringVar(&o.bindAddr, "memberlist-bind-address", os.Getenv("HOST_IP"),
 		"address memberlist gossip binds to (UDP and TCP), one of this node's InternalIP addresses (default $HOST_IP, from the downward API's status.hostIP; when empty, the Node's first InternalIP)")

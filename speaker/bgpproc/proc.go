@@ -6,6 +6,8 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -147,15 +149,18 @@ func (p *proc) kill(reason, why string) {
 	_ = p.cmd.Process.Kill()
 }
 
-// rss is the process's resident memory in bytes (0 when it cannot be read).
-func (p *proc) rss() int64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/statm", p.cmd.Process.Pid))
+// anonymous is the process's anonymous resident memory in bytes (RssAnon: the Go heap, stacks
+// and runtime; the binary's pages, which the speaker maps too, left out), 0 when unreadable.
+func (p *proc) anonymous() int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
 	if err != nil {
 		return 0
 	}
-	var size, resident int64
-	if _, err := fmt.Sscan(string(b), &size, &resident); err != nil {
-		return 0
+	for _, line := range strings.Split(string(b), "\n") {
+		if kB, ok := strings.CutPrefix(line, "RssAnon:"); ok {
+			n, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(kB, "kB")), 10, 64)
+			return n << 10
+		}
 	}
-	return resident * int64(os.Getpagesize())
+	return 0
 }

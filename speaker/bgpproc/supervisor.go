@@ -49,8 +49,8 @@ type Supervisor struct {
 	// Command makes the command that runs the BGP process: the speaker binary again, whose
 	// subcommand calls Serve with file descriptor 3.
 	Command func() *exec.Cmd
-	// MemoryLimit, in bytes: the process is killed (and restarted) when its resident memory
-	// goes above it. 0: no limit.
+	// MemoryLimit, in bytes: the process is killed (and restarted) when its anonymous resident
+	// memory goes above it. 0: no limit.
 	MemoryLimit int64
 	Metrics     *Metrics
 
@@ -201,8 +201,8 @@ func (s *Supervisor) runOnce() (string, error) {
 			<-p.read // its last states are read before its sessions are marked gone
 			return p.reason, p.exit
 		case <-tick.C:
-			if rss := p.rss(); s.MemoryLimit > 0 && rss > s.MemoryLimit {
-				p.kill("memory", fmt.Sprintf("killed: resident memory %d MiB above the limit of %d MiB", rss>>20, s.MemoryLimit>>20))
+			if anon := p.anonymous(); s.MemoryLimit > 0 && anon > s.MemoryLimit {
+				p.kill("memory", fmt.Sprintf("killed: anonymous resident memory %d MiB above the limit of %d MiB", anon>>20, s.MemoryLimit>>20))
 				continue
 			}
 			if _, err := p.call(request{Ping: true}, pingWait); err == nil || errors.Is(err, errGone) {
