@@ -93,6 +93,68 @@ func TestBGPCrashKeepsL2(t *testing.T) {
 	})
 }
 
+// bgpMemoryLimitMiB is the BGP process's limit in TestBGPMemoryLimitKeepsL2: above the 6 MiB
+// of anonymous memory it holds with one session, below what floodRoutes routes take it to
+// (11.6 MiB seen with a limit of 13 MiB, whose heap limit of three quarters squeezes it).
+const bgpMemoryLimitMiB = 10
+
+// TestBGPMemoryLimitKeepsL2: a router floods the BGP process of the node that answers ARP for
+// an L2 address with routes until it goes above its memory limit; the speaker kills and
+// restarts it, and no ARP ask for the address, sent every 10 ms, goes unanswered.
+func TestBGPMemoryLimitKeepsL2(t *testing.T) {
+	inBGPLab(t, 1, func(t *testing.T, e *l2Env) {
+		all := []string{"node-a", "node-b", "node-c"}
+		tor := e.Routers[0]
+		b := startBird(t, tor.NS, floodBirdConfig(tor.IPv4.Addr(), e.Nodes, floodRoutes))
+		e.restartSpeakers([]string{"--bgp-memory-limit-mib", strconv.Itoa(bgpMemoryLimitMiB)})
+		e.createObject(bgpPeer("tor", tor.IPv4.Addr(), clusterASN, routerASN))
+		e.waitEstablished("tor", 30*time.Second, all...)
+
+		l2ip := netip.MustParseAddr("198.51.100.131")
+		e.create(scenario{name: "memory-l2", ip: l2ip})
+		owner := e.soleAnnouncer(l2ip, 10*time.Second)
+		e.expectARP(l2ip, owner)
+		metrics := e.node(owner).IPv4.Addr().String() + ":7474"
+		memoryRestarts := func() float64 {
+			m, err := scrapeMetrics(context.Background(), metrics)
+			if err != nil {
+				return -1
+			}
+			return sum(m, "portico_bgp_process_restarts_total", map[string]string{"reason": "memory"})
+		}
+		if n := memoryRestarts(); n != 0 {
+			t.Fatalf("%s's BGP process was killed for its memory %v times before the flood (RssAnon %d KiB): the limit is too low for the test",
+				owner, n, e.bgpStatus(owner)["RssAnon"])
+		}
+		before := e.bgpStatus(owner)["RssAnon"]
+		speakerPID := e.speakers[owner].cmd.Process.Pid
+
+		probes := e.probeARP(l2ip, e.macOf(owner), 10*time.Millisecond)
+		_, err := b.Birdc("enable", "flood")
+		must(t, err)
+		peak := before
+		t.Cleanup(func() {
+			t.Logf("%s's BGP process: RssAnon %d KiB before the flood, at most %d KiB seen after", owner, before, peak)
+		})
+		took := waitFor(t, owner+"'s BGP process killed above its memory limit", 60*time.Second, func() bool {
+			peak = max(peak, e.bgpStatus(owner)["RssAnon"])
+			return memoryRestarts() >= 1
+		})
+		sent, failed, slowest := probes.finish()
+		t.Logf("%s's BGP process: RssAnon %d KiB before the flood of %d routes, killed above %d MiB %v after it began; %d ARP asks for %s every 10 ms, %d unanswered; slowest answer %v",
+			owner, before, floodRoutes, bgpMemoryLimitMiB, took.Round(time.Millisecond), sent, l2ip, failed, slowest.Round(time.Millisecond))
+		if failed > 0 {
+			t.Fatalf("%d of %d ARP asks for %s went unanswered while %s's BGP process ran out of memory", failed, sent, l2ip, owner)
+		}
+		if exited(e.speakers[owner]) || e.speakers[owner].cmd.Process.Pid != speakerPID {
+			t.Fatalf("%s's speaker exited", owner)
+		}
+		if !strings.Contains(e.speakerLog(owner), "above the limit of "+strconv.Itoa(bgpMemoryLimitMiB)+" MiB") {
+			t.Fatalf("%s's log does not say why its BGP process was killed", owner)
+		}
+	})
+}
+
 func roundAll(ds []time.Duration) []time.Duration {
 	out := make([]time.Duration, len(ds))
 	for i, d := range ds {
