@@ -31,8 +31,9 @@ var (
 const (
 	// applyWait bounds one plan's hand-over; the speaker's loop waits that long at most.
 	applyWait = 10 * time.Second
-	// closeWait bounds the withdrawal at shutdown.
-	closeWait = 5 * time.Second
+	// closeWait bounds the withdrawal at shutdown: with the wait for the exit after it, within
+	// the DaemonSet's 5 s termination grace period.
+	closeWait = 3 * time.Second
 )
 
 // errRestarting is what Apply reports while no BGP process runs; the plan is handed to the
