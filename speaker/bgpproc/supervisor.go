@@ -64,6 +64,10 @@ type Supervisor struct {
 	closed    bool
 	running   atomic.Pointer[proc] // nil while none runs
 	firstErrs []error
+	// suspect: the running process left a ping or a plan unanswered. Plans then wait for it to
+	// answer again (it gets the latest whole) or for its successor, so the speaker's loop, which
+	// also moves ARP/NDP answers between nodes, waits for a stuck process once at most.
+	suspect atomic.Bool
 
 	statesMu sync.Mutex
 	states   map[string]bgp.State
@@ -87,8 +91,14 @@ func (s *Supervisor) Apply(ctx context.Context, d plan.BGP) []error {
 	}
 	if p != nil {
 		defer s.mu.Unlock()
+		if s.suspect.Load() {
+			return nil // kept in desired, handed whole when the process answers or is replaced
+		}
 		a, err := p.call(request{Apply: &d}, applyWait)
 		if err != nil {
+			if !errors.Is(err, errGone) {
+				s.suspect.Store(true)
+			}
 			return []error{fmt.Errorf("handing the plan to the BGP process: %w", err)}
 		}
 		return errorsOf(a.Errors)
@@ -206,10 +216,19 @@ func (s *Supervisor) runOnce() (string, error) {
 				p.kill("memory", fmt.Sprintf("killed: anonymous resident memory %d MiB above the limit of %d MiB", anon>>20, s.MemoryLimit>>20))
 				continue
 			}
-			if _, err := p.call(request{Ping: true}, pingWait); err == nil || errors.Is(err, errGone) {
+			_, err := p.call(request{Ping: true}, pingWait)
+			switch {
+			case err == nil:
 				missed = 0
-			} else if missed++; missed == 2 {
-				p.kill("stuck", fmt.Sprintf("killed: %v, twice in a row (stuck)", err))
+				if s.suspect.Swap(false) {
+					s.handAgain(p)
+				}
+			case errors.Is(err, errGone):
+			default:
+				s.suspect.Store(true)
+				if missed++; missed == 2 {
+					p.kill("stuck", fmt.Sprintf("killed: %v, twice in a row (stuck)", err))
+				}
 			}
 		}
 	}
@@ -228,8 +247,23 @@ func (s *Supervisor) handPlan(p *proc) error {
 		return err
 	}
 	s.running.Store(p)
+	s.suspect.Store(false)
 	s.firstErrs = errorsOf(a.Errors)
 	return nil
+}
+
+// handAgain gives a process that answers again after a pause the latest plan, whole: the plans
+// Apply kept meanwhile.
+func (s *Supervisor) handAgain(p *proc) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	d := s.desired
+	a, err := p.call(request{Apply: &d}, applyWait)
+	if err != nil {
+		s.suspect.Store(true)
+		return
+	}
+	s.Log.Info("the BGP process answers again; it has the latest plan", "problems", a.Errors)
 }
 
 // once marks the first start over, for the Apply waiting on it.

@@ -145,6 +145,33 @@ func TestRestartsAndHandsThePlanAgain(t *testing.T) {
 	}
 }
 
+// TestPausedProcessGetsThePlanAfter: while the process does not answer (SIGSTOP, shorter than
+// two pings), Apply returns at once and keeps the plan; once it answers again it has it.
+func TestPausedProcessGetsThePlanAfter(t *testing.T) {
+	pingEvery, pingWait = 100*time.Millisecond, 2*time.Second
+	w := supervised(t)
+	if errs := w.Apply(context.Background(), onePeer()); len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	pid := w.child()
+	must(t, syscall.Kill(pid, syscall.SIGSTOP))
+	waitFor(t, "a ping unanswered", 10*time.Second, w.suspect.Load)
+	more := onePeer()
+	pfx := netip.MustParsePrefix("203.0.113.11/32")
+	more.Routes["tor"][pfx] = plan.Route{Prefix: pfx}
+	began := time.Now()
+	if errs := w.Apply(context.Background(), more); len(errs) > 0 || time.Since(began) > time.Second {
+		t.Fatalf("Apply to a paused process: %v after %v", errs, time.Since(began))
+	}
+	must(t, syscall.Kill(pid, syscall.SIGCONT))
+	waitFor(t, "the process, answering again, holding the second route", 10*time.Second, func() bool {
+		return w.States()["tor"].Routes == 2
+	})
+	if w.child() != pid || w.restarts("stuck") != 0 {
+		t.Fatalf("the paused process was replaced (%d, was %d)", w.child(), pid)
+	}
+}
+
 // TestMemoryLimit: a process above its memory limit is killed, and its sessions read down.
 func TestMemoryLimit(t *testing.T) {
 	pingEvery = 100 * time.Millisecond
