@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"net/netip"
-	"os"
 	"strings"
 	"syscall"
 	"testing"
@@ -72,19 +71,18 @@ func (e *l2Env) advertiseBFDService(routerNS string, all []string, peers ...v1al
 }
 
 // freezeNodeA advertises a Service's address from every node in all, freezes node-a's speaker
-// with SIGSTOP (a node that dies silently) and returns once the router in routerNS has only
-// the other nodes' paths: the route, the frozen process (SIGCONT at cleanup) and how long it
-// took.
-func (e *l2Env) freezeNodeA(routerNS string, all []string) (route netip.Prefix, frozen *os.Process, took time.Duration) {
+// and its BGP process with SIGSTOP (a node that dies silently) and returns once the router in
+// routerNS has only the other nodes' paths: the route, what wakes them (also at cleanup) and how
+// long it took.
+func (e *l2Env) freezeNodeA(routerNS string, all []string) (route netip.Prefix, thaw func(), took time.Duration) {
 	t := e.t
 	route = e.advertiseBFDService(routerNS, all)
 
-	frozen = e.speakers["node-a"].cmd.Process
-	must(t, frozen.Signal(syscall.SIGSTOP))
+	thaw = e.freeze("node-a")
 	t0 := time.Now()
-	t.Cleanup(func() { _ = frozen.Signal(syscall.SIGCONT) })
+	t.Cleanup(thaw)
 	e.expectRoute(routerNS, route, e.nodeIPs(false, "node-b", "node-c"), 15*time.Second)
-	return route, frozen, time.Since(t0)
+	return route, thaw, time.Since(t0)
 }
 
 // birdWithBFD starts bird in the first router's namespace with BFD (100 ms × 5) on its
@@ -120,7 +118,7 @@ func TestBFD(t *testing.T) {
 			return err == nil && sum(m, "portico_bfd_session_up", map[string]string{"peer": "tor"}) == 1
 		})
 
-		route, frozen, took := e.freezeNodeA(router.NS, all)
+		route, thaw, took := e.freezeNodeA(router.NS, all)
 		// The ordering that matters: when the route left, bird's BGP session with node-a had
 		// been closed by BFD, not by its hold timer.
 		out, err := b.Birdc("show", "protocols", "all", "node_a")
@@ -130,7 +128,7 @@ func TestBFD(t *testing.T) {
 		}
 		t.Logf("SIGSTOP of node-a's speaker to its route leaving bird's kernel table: %v (BGP hold time 9s)", took)
 
-		must(t, frozen.Signal(syscall.SIGCONT))
+		thaw()
 		e.expectRoute(router.NS, route, e.nodeIPs(false, all...), 30*time.Second)
 		waitFor(t, "bird's BFD session with node-a Up again", 15*time.Second, func() bool {
 			return bfdUp(t, b, e.node("node-a").IPv4.Addr())
@@ -201,14 +199,14 @@ func bfdWithFRR(t *testing.T, multihop bool) {
 			}
 			return strings.Count(peers, "Status: up") == len(all) && strings.Count(peers, " multihop ") == map[bool]int{true: len(all)}[multihop]
 		})
-		route, frozen, took := e.freezeNodeA(router.NS, all)
+		route, thaw, took := e.freezeNodeA(router.NS, all)
 		out, err := frr.Vtysh("show bgp neighbors " + e.node("node-a").IPv4.Addr().String())
 		must(t, err)
 		if !strings.Contains(out, "Cease/BFD Down") { // FRR 8.4: "Last reset ..., Notification sent (Cease/BFD Down)"
 			t.Fatalf("node-a's route left FRR, but not because of BFD:\n%s", out)
 		}
 		t.Logf("SIGSTOP of node-a's speaker to its route leaving FRR's kernel table: %v (BGP hold time 9s, multihop BFD %v)", took, multihop)
-		must(t, frozen.Signal(syscall.SIGCONT))
+		thaw()
 		e.expectRoute(router.NS, route, e.nodeIPs(false, all...), 30*time.Second)
 	})
 }

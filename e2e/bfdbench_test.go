@@ -5,7 +5,6 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -66,9 +65,7 @@ func BenchmarkBFDFailover(b *testing.B) {
 						case "link cut":
 							_, heal = e.hurt("node-a", blow)
 						default:
-							proc := e.speakers["node-a"].cmd.Process
-							must(b, proc.Signal(syscall.SIGSTOP))
-							heal = func() { must(b, proc.Signal(syscall.SIGCONT)) }
+							heal = e.freeze("node-a")
 						}
 						took = append(took, e.expectRoute(router.NS, route, nil, 30*time.Second))
 						heal()

@@ -188,11 +188,11 @@ func (e *l2Env) speakersCPU(b *testing.B) float64 {
 	return total
 }
 
-// peakRSS is the highest VmHWM among the running speakers, in KiB.
+// peakRSS is the highest VmHWM among the running speakers (each with its BGP process's), in KiB.
 func (e *l2Env) peakRSS() int {
 	m := 0
 	for node := range e.speakers {
-		m = max(m, e.procStatus(node)["VmHWM"])
+		m = max(m, e.procStatus(node)["VmHWM"]+e.bgpStatus(node)["VmHWM"])
 	}
 	return m
 }

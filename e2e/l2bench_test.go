@@ -220,7 +220,10 @@ func (e *l2Env) metric(node, name string) float64 {
 	return 0
 }
 
-func (e *l2Env) rssOf(node string) int { return e.procStatus(node)["VmRSS"] }
+// rssOf is the VmRSS of node's speaker and of its BGP process if it runs one, in KiB.
+func (e *l2Env) rssOf(node string) int {
+	return e.procStatus(node)["VmRSS"] + e.bgpStatus(node)["VmRSS"]
+}
 
 func (e *l2Env) maxRSS() int {
 	m := 0

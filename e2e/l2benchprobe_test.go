@@ -65,7 +65,10 @@ func (e *l2Env) arpProber() *arpProber {
 func (p *arpProber) close() { _ = p.c.Close() }
 
 // ask broadcasts one request for ip and returns the MACs that answer within wait.
-func (p *arpProber) ask(ip netip.Addr, wait time.Duration) []string {
+func (p *arpProber) ask(ip netip.Addr, wait time.Duration) []string { return p.askUntil(ip, wait, 0) }
+
+// askUntil is ask that returns as soon as enough MACs answered (0: wait for all).
+func (p *arpProber) askUntil(ip netip.Addr, wait time.Duration, enough int) []string {
 	req, _ := arp.NewPacket(arp.OperationRequest, p.mac, p.src, ethernet.Broadcast, ip)
 	pb, _ := req.MarshalBinary()
 	fb, _ := (&ethernet.Frame{Destination: ethernet.Broadcast, Source: p.mac, EtherType: ethernet.EtherTypeARP, Payload: pb}).MarshalBinary()
@@ -88,6 +91,9 @@ func (p *arpProber) ask(ip netip.Addr, wait time.Duration) []string {
 		// flood say, gets answers addressed to it).
 		if a.Operation == arp.OperationReply && a.SenderIP == ip && a.TargetIP == p.src && !slices.Contains(macs, a.SenderHardwareAddr.String()) {
 			macs = append(macs, a.SenderHardwareAddr.String())
+			if len(macs) == enough {
+				break
+			}
 		}
 	}
 	return macs

@@ -32,7 +32,7 @@ func BenchmarkSpeakerMemory(b *testing.B) {
 		var rep strings.Builder
 		fmt.Fprintf(&rep, "Measured %s on %d CPUs; three speakers in network namespaces on one bridge, real kube-apiserver. Each figure is the highest VmRSS of ten samples a second apart, with the Go runtime's own figures from the same moment. The speakers run with the DaemonSet's Go settings: %s.\n\n",
 			time.Now().UTC().Format("2006-01-02"), runtimeCPUs(), goSettings(e.Security.GoEnv))
-		fmt.Fprintf(&rep, "| state | speaker | VmRSS | RssAnon | RssFile | Go heap in use | Go stacks | Go runtime total (sys) | goroutines | GC cycles since start |\n|---|---|---|---|---|---|---|---|---|---|\n")
+		fmt.Fprintf(&rep, "| state | speaker | VmRSS | RssAnon | RssFile | Go heap in use | Go stacks | Go runtime total (sys) | goroutines | GC cycles since start | BGP process VmRSS (RssAnon) | Pss, speaker + BGP process |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 		row := func(state, file string, nodes ...string) {
 			var worst memSample
 			for _, n := range nodes {
@@ -40,8 +40,9 @@ func BenchmarkSpeakerMemory(b *testing.B) {
 					worst = s
 				}
 			}
-			fmt.Fprintf(&rep, "| %s | %s | %s | %s | %s | %s | %s | %s | %d | %.0f |\n", state, worst.node, mib(worst.rss), mib(worst.anon), mib(worst.file),
-				mibBytes(worst.heap), mibBytes(worst.stacks), mibBytes(worst.goSys), worst.goroutines, worst.gcCycles)
+			fmt.Fprintf(&rep, "| %s | %s | %s | %s | %s | %s | %s | %s | %d | %.0f | %s (%s) | %s |\n", state, worst.node, mib(worst.rss), mib(worst.anon), mib(worst.file),
+				mibBytes(worst.heap), mibBytes(worst.stacks), mibBytes(worst.goSys), worst.goroutines, worst.gcCycles,
+				mib(worst.bgpRSS), mib(worst.bgpAnon), mib(worst.pss+worst.bgpPss))
 			if profiles != "" {
 				e.saveHeapProfile(worst.node, filepath.Join(profiles, file+"-"+worst.node+".pb.gz"))
 			}
@@ -73,11 +74,16 @@ func BenchmarkSpeakerMemory(b *testing.B) {
 // memSample is one speaker's memory at one moment: the kernel's view in KiB, the Go runtime's in
 // bytes.
 type memSample struct {
-	node                string
-	rss, anon, file     int
-	heap, stacks, goSys float64
-	gcCycles            float64 // garbage collections since the start
-	goroutines          int
+	node            string
+	rss, anon, file int
+	pss             int
+	// The BGP process (a child of the speaker; zero when it runs none): its pages of the
+	// binary are the speaker's too, so the sum of the two VmRSS counts them twice and the sum
+	// of the two Pss (shared pages split between the processes) does not.
+	bgpRSS, bgpAnon, bgpPss int
+	heap, stacks, goSys     float64
+	gcCycles                float64 // garbage collections since the start
+	goroutines              int
 }
 
 // memoryOf samples node's speaker ten times a second apart and keeps the sample with the highest
@@ -94,6 +100,9 @@ func (e *l2Env) memoryOf(node string) memSample {
 		s := memSample{node: node}
 		status := e.procStatus(node)
 		s.rss, s.anon, s.file = status["VmRSS"], status["RssAnon"], status["RssFile"]
+		bgp := e.bgpStatus(node)
+		s.bgpRSS, s.bgpAnon, s.bgpPss = bgp["VmRSS"], bgp["RssAnon"], bgp["Pss"]
+		s.pss = e.kBFields(fmt.Sprintf("/proc/%d/smaps_rollup", e.speakers[node].cmd.Process.Pid))["Pss"]
 		s.heap = e.metric(node, "go_memstats_heap_inuse_bytes")
 		s.stacks = e.metric(node, "go_memstats_stack_inuse_bytes")
 		s.goSys = e.metric(node, "go_memstats_sys_bytes")
@@ -108,7 +117,24 @@ func (e *l2Env) memoryOf(node string) memSample {
 
 // procStatus reads the kB fields of node's speaker's /proc/PID/status.
 func (e *l2Env) procStatus(node string) map[string]int {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", e.speakers[node].cmd.Process.Pid))
+	return e.kBFields(fmt.Sprintf("/proc/%d/status", e.speakers[node].cmd.Process.Pid))
+}
+
+// bgpStatus reads the kB fields of the /proc/PID/status and smaps_rollup (Pss) of node's BGP
+// process; empty when it runs none.
+func (e *l2Env) bgpStatus(node string) map[string]int {
+	pid := childOf(e.speakers[node].cmd.Process.Pid, bgpSubcommandName)
+	if pid == 0 {
+		return map[string]int{}
+	}
+	out := e.kBFields(fmt.Sprintf("/proc/%d/status", pid))
+	out["Pss"] = e.kBFields(fmt.Sprintf("/proc/%d/smaps_rollup", pid))["Pss"]
+	return out
+}
+
+// kBFields reads the "Name: N kB" lines of a /proc file.
+func (e *l2Env) kBFields(path string) map[string]int {
+	b, err := os.ReadFile(path)
 	must(e.t, err)
 	out := map[string]int{}
 	for _, l := range strings.Split(string(b), "\n") {

@@ -16,6 +16,7 @@ import (
 	"github.com/portico-lb/portico/api/v1alpha1"
 	"github.com/portico-lb/portico/rules"
 	"github.com/portico-lb/portico/speaker/bgp"
+	"github.com/portico-lb/portico/speaker/bgpproc"
 	"github.com/portico-lb/portico/speaker/kubeapi"
 	"github.com/portico-lb/portico/speaker/l2"
 	"github.com/portico-lb/portico/speaker/membership"
@@ -98,8 +99,9 @@ type Announcer interface {
 	SolicitNeighbour(ip netip.Addr) (asked bool, err error)
 }
 
-// Router holds this node's BGP sessions and routes: a *bgp.Sessions (whose state changes the
-// speaker watches), or a recorder as for Announcer.
+// Router holds this node's BGP sessions and routes: a *bgpproc.Supervisor (GoBGP in a child
+// process) or a *bgp.Sessions (in this one), whose state changes the speaker watches, or a
+// recorder as for Announcer.
 type Router interface {
 	Apply(ctx context.Context, d plan.BGP) []error
 	Close()
@@ -116,8 +118,12 @@ func (s *Speaker) Start(ctx context.Context) error {
 		owned: map[netip.Addr]plan.Claim{}}
 	s.advertiser = &advertiser{router: s.BGP, node: s.Node, log: s.Log, tell: s.reporter, trigger: s.trigger,
 		routed: map[netip.Addr]plan.BGPClaim{}}
-	if sessions, ok := s.BGP.(*bgp.Sessions); ok {
-		sessions.OnChange = func(before, after bgp.State) { s.advertiser.sessionChanged(ctx, before, after) }
+	onChange := func(before, after bgp.State) { s.advertiser.sessionChanged(ctx, before, after) }
+	switch r := s.BGP.(type) {
+	case *bgp.Sessions:
+		r.OnChange = onChange
+	case *bgpproc.Supervisor:
+		r.OnChange = onChange
 	}
 	// Events and the status go to the apiserver from their own goroutines: a slow or
 	// unreachable apiserver must never delay reacting to a member's loss.

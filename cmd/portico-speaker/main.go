@@ -1,6 +1,7 @@
 // Command portico-speaker runs on every node (a DaemonSet with hostNetwork, CAP_NET_RAW and
 // CAP_NET_ADMIN): it answers ARP/NDP for the LoadBalancer addresses this node owns, advertises
-// addresses to BGP routers through an embedded GoBGP, and guards the addresses it announces
+// addresses to BGP routers through GoBGP (in a child process of its own, the same binary's
+// bgp-process subcommand), and guards the addresses it announces
 // (speaker/guard). See docs/speaker-l2.md and docs/speaker-bgp.md.
 package main
 
@@ -14,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
@@ -26,8 +28,7 @@ import (
 	"github.com/portico-lb/portico/internal/kube/watchlist"
 	"github.com/portico-lb/portico/rules"
 	"github.com/portico-lb/portico/speaker"
-	"github.com/portico-lb/portico/speaker/bfd"
-	"github.com/portico-lb/portico/speaker/bgp"
+	"github.com/portico-lb/portico/speaker/bgpproc"
 	"github.com/portico-lb/portico/speaker/guard"
 	"github.com/portico-lb/portico/speaker/kubeapi"
 	"github.com/portico-lb/portico/speaker/l2"
@@ -50,17 +51,26 @@ type options struct {
 	ignoreClassless            bool
 	forwardGuard               bool
 	routesUpWait               time.Duration
+	bgpMemoryLimitMiB          int64
 	leaseNamespace             string
 	leaseRenew                 time.Duration
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == bgpSubcommand {
+		if err := runBGPProcess(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "portico-speaker "+bgpSubcommand+":", err)
+			os.Exit(1)
+		}
+		return
+	}
 	var o options
 	flag.StringVar(&o.node, "node-name", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME, from the downward API)")
 	flag.StringVar(&o.lbClass, "load-balancer-class", v1alpha1.DefaultLoadBalancerClass, "spec.loadBalancerClass handled besides no class")
 	flag.StringVar(&o.metricsAddr, "metrics-bind-address", ":7474", "address the Prometheus metrics endpoint binds to; 0 disables it")
 	flag.StringVar(&o.probeAddr, "health-probe-bind-address", ":7475", "address the /healthz (main loop alive) and /readyz (synced, joined, BGP sessions up) endpoints bind to; 0 disables them")
 	flag.DurationVar(&o.routesUpWait, "bgp-ready-wait", speaker.DefaultRoutesUpWait, "how long after the start readiness waits for the BGP sessions that carry this node's routes, so that a rolling update replaces the next node only once this one's routes are back; 0 does not wait")
+	flag.Int64Var(&o.bgpMemoryLimitMiB, "bgp-memory-limit-mib", 128, "the BGP side (GoBGP and BFD) runs in a child process, restarted when it fails; it is killed and restarted when its anonymous resident memory (heap and runtime, not the binary's pages) goes above this many MiB (0: no limit)")
 	flag.StringVar(&o.pprofAddr, "pprof-bind-address", "0", "address Go's /debug/pprof endpoints bind to, for memory and CPU profiles; 0 disables them")
 	flag.StringVar(&o.bindAddr, "memberlist-bind-address", os.Getenv("HOST_IP"),
 		"address memberlist gossip binds to (UDP and TCP), one of this node's InternalIP addresses (default $HOST_IP, from the downward API's status.hostIP; when empty, the Node's first InternalIP)")
@@ -120,8 +130,10 @@ func run(o options) error {
 	}
 	reg := newRegistry()
 	metrics := speaker.NewMetrics(reg)
-	sessions := &bgp.Sessions{Log: log.WithName("bgp"), BFD: bfd.NewManager(log.WithName("bfd"))}
-	reg.MustRegister(sessions, sessions.BFD)
+	// GoBGP runs in a child process: a panic or a hang there ends that process alone, and the
+	// ARP/NDP answers, which never depend on it, go on (docs/speaker-bgp.md).
+	bgpSide := &bgpproc.Supervisor{Log: log.WithName("bgp"), Command: bgpCommand(o.node, o.bgpMemoryLimitMiB),
+		MemoryLimit: o.bgpMemoryLimitMiB << 20, Metrics: bgpproc.NewMetrics(reg)}
 	cache := kubeapi.NewCache(cl, speaker.TrimForCache)
 	var fwd speaker.Guard
 	if o.forwardGuard {
@@ -134,7 +146,7 @@ func run(o options) error {
 	}
 	s := &speaker.Speaker{
 		Node: o.node, LBClass: o.lbClass, Cache: cache, Client: cl, MLPort: o.port,
-		Announce: l2.NewAnnouncer(log.WithName("l2"), metrics), BGP: sessions, Guard: fwd,
+		Announce: l2.NewAnnouncer(log.WithName("l2"), metrics), BGP: bgpSide, Guard: fwd,
 		Metrics: metrics, Log: log, SelfCheck: o.selfCheck, Conflicts: o.conflicts, KeyRefresh: o.keyRefresh,
 		IgnoreExcludeLabel: o.ignoreExcludeLabel, IgnoreClassless: o.ignoreClassless, RoutesUpWait: o.routesUpWait,
 		LeaseNamespace: o.leaseNamespace, LeaseRenew: o.leaseRenew,
@@ -161,7 +173,7 @@ func run(o options) error {
 		name, addr string
 		mux        *http.ServeMux
 	}{
-		{"metrics", o.metricsAddr, metricsMux(reg)},
+		{"metrics", o.metricsAddr, metricsMux(prometheus.Gatherers{reg, bgpSide})},
 		{"probes", o.probeAddr, probesMux(map[string]healthz.Checker{"main-loop": s.Alive}, map[string]healthz.Checker{"synced-and-joined": s.Ready, "bgp-sessions": s.RoutesUp})},
 		{"pprof", o.pprofAddr, pprofMux()},
 	} {

@@ -24,7 +24,7 @@ func newRegistry() *prometheus.Registry {
 	return reg
 }
 
-func metricsMux(reg *prometheus.Registry) *http.ServeMux {
+func metricsMux(reg prometheus.Gatherer) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	return mux

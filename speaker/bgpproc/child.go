@@ -1,0 +1,73 @@
+package bgpproc
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/expfmt"
+
+	"github.com/portico-lb/portico/speaker/bgp"
+)
+
+// Serve is the BGP process: it runs sessions for the speaker at the other end of conn and
+// answers its requests until conn closes (the speaker exited: the sessions go down with this
+// process, as they would have gone with the speaker, so graceful restart keeps the routes) or a
+// Close request has been answered. gather holds the process's metrics (sessions and BFD).
+func Serve(conn net.Conn, sessions *bgp.Sessions, gather prometheus.Gatherer) error {
+	s := newStream(conn)
+	snapshot := func(id uint64, a answer) func() any {
+		return func() any {
+			a.ID, a.States = id, sessions.States()
+			return a
+		}
+	}
+	sessions.OnChange = func(_, _ bgp.State) { _ = s.send(snapshot(0, answer{})) }
+	for {
+		var r request
+		if err := s.dec.Decode(&r); err != nil {
+			return fmt.Errorf("reading from the speaker: %w", err)
+		}
+		switch {
+		case r.Apply != nil:
+			// In its own goroutine, so pings are answered while GoBGP works: a long Apply is
+			// not a dead process (Sessions serialises Applies and Close).
+			go func() {
+				var msgs []string
+				for _, err := range sessions.Apply(context.Background(), *r.Apply) {
+					msgs = append(msgs, err.Error())
+				}
+				_ = s.send(snapshot(r.ID, answer{Errors: msgs}))
+			}()
+		case r.Close:
+			sessions.Close()
+			_ = s.send(snapshot(r.ID, answer{}))
+			return nil
+		case r.Ping:
+			// States takes the sessions' lock: a process stuck inside GoBGP with it held does
+			// not answer.
+			go func() { _ = s.send(snapshot(r.ID, answer{})) }()
+		case r.Metrics:
+			go func() { _ = s.send(snapshot(r.ID, answer{Metrics: encodeMetrics(gather)})) }()
+		}
+	}
+}
+
+// encodeMetrics gathers the process's metric families for the speaker to serve.
+func encodeMetrics(g prometheus.Gatherer) []byte {
+	families, err := g.Gather()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "portico-speaker bgp: gathering metrics:", err)
+	}
+	var b bytes.Buffer
+	enc := expfmt.NewEncoder(&b, expfmt.NewFormat(expfmt.TypeProtoDelim))
+	for _, f := range families {
+		if err := enc.Encode(f); err != nil {
+			break
+		}
+	}
+	return b.Bytes()
+}
