@@ -28,6 +28,7 @@ import (
 	"github.com/portico-lb/portico/speaker"
 	"github.com/portico-lb/portico/speaker/bfd"
 	"github.com/portico-lb/portico/speaker/bgp"
+	"github.com/portico-lb/portico/speaker/gossipkey"
 	"github.com/portico-lb/portico/speaker/guard"
 	"github.com/portico-lb/portico/speaker/kubeapi"
 	"github.com/portico-lb/portico/speaker/l2"
@@ -42,6 +43,7 @@ type options struct {
 	bindAddr                   string
 	port                       int
 	secret                     string
+	createSecret               bool
 	keyRefresh                 time.Duration
 	detection                  membership.Detection
 	selfCheck                  selfcheck.Options
@@ -66,6 +68,7 @@ func main() {
 		"address memberlist gossip binds to (UDP and TCP), one of this node's InternalIP addresses (default $HOST_IP, from the downward API's status.hostIP; when empty, the Node's first InternalIP)")
 	flag.IntVar(&o.port, "memberlist-port", 7946, "memberlist port, the same on every node")
 	flag.StringVar(&o.secret, "memberlist-secret", "", "namespace/name of a Secret whose key \"secretkey\" (16, 24 or 32 bytes) encrypts gossip and whose optional \"acceptedkeys\" (one per line) also decrypt it; empty sends gossip in clear")
+	flag.BoolVar(&o.createSecret, "memberlist-create-secret", false, "create the --memberlist-secret with a random 32-byte key when it does not exist (the first speaker to start does; it never replaces one); false: a missing Secret stops the speaker")
 	flag.DurationVar(&o.keyRefresh, "memberlist-key-refresh", 30*time.Second, "how often the memberlist Secret is read again for changed keys")
 	flag.DurationVar(&o.detection.ProbeInterval, "memberlist-probe-interval", membership.DefaultDetection.ProbeInterval, "how often each member probes another")
 	flag.DurationVar(&o.detection.ProbeTimeout, "memberlist-probe-timeout", membership.DefaultDetection.ProbeTimeout, "how long a probe waits for its answer")
@@ -147,7 +150,18 @@ func run(o options) error {
 		}
 		s.KeySecret = &types.NamespacedName{Namespace: ns, Name: name}
 		// A missing Secret is an error rather than a silent fallback to clear text.
-		if keys, err = speaker.ReadMemberlistKeys(context.Background(), cl, *s.KeySecret); err != nil {
+		if o.createSecret {
+			sec, created, err := gossipkey.Ensure(context.Background(), cl, *s.KeySecret)
+			if err != nil {
+				return err
+			}
+			if created {
+				log.Info("created the memberlist key Secret", "secret", *s.KeySecret)
+			}
+			if keys, err = speaker.MemberlistKeys(sec); err != nil {
+				return err
+			}
+		} else if keys, err = speaker.ReadMemberlistKeys(context.Background(), cl, *s.KeySecret); err != nil {
 			return err
 		}
 	}
