@@ -60,10 +60,10 @@ func main() {
 	var o options
 	flag.StringVar(&o.node, "node-name", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME, from the downward API)")
 	flag.StringVar(&o.lbClass, "load-balancer-class", v1alpha1.DefaultLoadBalancerClass, "spec.loadBalancerClass handled besides no class")
-	flag.StringVar(&o.metricsAddr, "metrics-bind-address", ":7474", "address the Prometheus metrics endpoint binds to; 0 disables it")
-	flag.StringVar(&o.probeAddr, "health-probe-bind-address", ":7475", "address the /healthz (main loop alive) and /readyz (synced, joined, BGP sessions up) endpoints bind to; 0 disables them")
+	flag.StringVar(&o.metricsAddr, "metrics-bind-address", ":7474", "address the Prometheus metrics endpoint binds to: a port alone binds to this node's address (the gossip's, see --memberlist-bind-address), 0.0.0.0:7474 or [::]:7474 to every interface; 0 disables it")
+	flag.StringVar(&o.probeAddr, "health-probe-bind-address", ":7475", "address the /healthz (main loop alive) and /readyz (synced, joined, BGP sessions up) endpoints bind to: a port alone binds to this node's address (which the kubelet probes: a host-network pod's IP is its node's), 0.0.0.0:7475 to every interface; 0 disables them")
 	flag.DurationVar(&o.routesUpWait, "bgp-ready-wait", speaker.DefaultRoutesUpWait, "how long after the start readiness waits for the BGP sessions that carry this node's routes, so that a rolling update replaces the next node only once this one's routes are back; 0 does not wait")
-	flag.StringVar(&o.pprofAddr, "pprof-bind-address", "0", "address Go's /debug/pprof endpoints bind to, for memory and CPU profiles; 0 disables them")
+	flag.StringVar(&o.pprofAddr, "pprof-bind-address", "0", "address Go's /debug/pprof endpoints bind to, for memory and CPU profiles (a port alone: this node's address); 0 disables them")
 	flag.StringVar(&o.bindAddr, "memberlist-bind-address", os.Getenv("HOST_IP"),
 		"address memberlist gossip binds to (UDP and TCP), one of this node's InternalIP addresses (default $HOST_IP, from the downward API's status.hostIP; when empty, the Node's first InternalIP)")
 	flag.IntVar(&o.port, "memberlist-port", 7946, "memberlist port, the same on every node")
@@ -179,7 +179,11 @@ func run(o options) error {
 		{"health probes", o.probeAddr, probesMux(map[string]healthz.Checker{"main-loop": s.Alive}, map[string]healthz.Checker{"synced-and-joined": s.Ready, "bgp-sessions": s.RoutesUp})},
 		{"pprof", o.pprofAddr, pprofMux()},
 	} {
-		if err := serve(ctx, log, srv.name, srv.addr, srv.mux); err != nil {
+		addr, err := onNode(srv.addr, bind)
+		if err != nil {
+			return fmt.Errorf("%s server address %q: %w", srv.name, srv.addr, err)
+		}
+		if err := serve(ctx, log, srv.name, addr, srv.mux); err != nil {
 			return fmt.Errorf("%s server: %w", srv.name, err)
 		}
 	}
