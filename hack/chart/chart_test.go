@@ -307,3 +307,24 @@ func sortedKeys(m map[string]bool) []string {
 	sort.Strings(keys)
 	return keys
 }
+
+// TestForwardGuardValue: speaker.forwardGuard=false switches the guard off and drops NET_ADMIN,
+// which only the guard needs; by default both are on.
+func TestForwardGuardValue(t *testing.T) {
+	for _, tc := range []struct {
+		on   bool
+		caps []any
+	}{
+		{true, []any{"NET_RAW", "NET_ADMIN"}},
+		{false, []any{"NET_RAW"}},
+	} {
+		c := container(t, render(t, map[string]any{"speaker": map[string]any{"forwardGuard": tc.on}})["DaemonSet/"+namespace+"/portico-speaker"])
+		add := c["securityContext"].(map[string]any)["capabilities"].(map[string]any)["add"]
+		if !reflect.DeepEqual(add, tc.caps) {
+			t.Errorf("forwardGuard %v: capabilities %v, want %v", tc.on, add, tc.caps)
+		}
+		if arg := fmt.Sprintf("--forward-guard=%v", tc.on); !slices.Contains(c["args"].([]any), any(arg)) {
+			t.Errorf("forwardGuard %v: args %v lack %s", tc.on, c["args"], arg)
+		}
+	}
+}
