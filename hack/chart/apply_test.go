@@ -4,9 +4,9 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
 	"testing"
 
@@ -19,26 +19,29 @@ import (
 	"github.com/portico-lb/portico/speaker/kubeapi"
 )
 
-// TestTemplateTwiceKeepsOneKey is `helm template | kubectl apply -f -` run twice, as Argo CD or
-// Flux sync, against a real apiserver authorizing with RBAC: between the two, a speaker (as its
+// TestTemplateTwiceKeepsOneKey is `helm template | kubectl apply -f -` run twice with the real
+// helm and kubectl binaries, as Argo CD or Flux sync, against a real apiserver authorizing with
+// RBAC: between the two, a speaker (as its
 // ServiceAccount, on its node) starts and reads, or makes, the gossip key from the Secret its
 // DaemonSet names. The second render must be the first byte for byte, its apply must leave the
 // key as it was, and a speaker on another node must read that same key.
 func TestTemplateTwiceKeepsOneKey(t *testing.T) {
+	controlplane.QuietLogs()
+	helm := buildHelm(t)
 	cp := controlplane.StartFor(t, controlplane.Options{APIServerArgs: map[string]string{"authorization-mode": "RBAC"}})
 	ctx := context.Background()
-	kubectl(t, cp, "create", "namespace", namespace)
+	kubectl(t, cp, "", "create", "namespace", namespace)
 
-	first := templateStream(t)
-	kubectl(t, cp, "apply", "-f", writeFile(t, "first.yaml", first))
+	first := helmTemplate(t, helm)
+	kubectl(t, cp, first, "apply", "-f", "-")
 	ref, create := speakerKeySource(t, first)
 	if !create {
 		t.Errorf("the speakers do not create a missing key (no --memberlist-create-secret=true)")
 	}
 	keyA := startSpeaker(t, cp, "node-a", ref)
 
-	second := templateStream(t)
-	kubectl(t, cp, "apply", "-f", writeFile(t, "second.yaml", second))
+	second := helmTemplate(t, helm)
+	kubectl(t, cp, second, "apply", "-f", "-")
 	var sec corev1.Secret
 	admin := client(t, cp.Config)
 	if err := admin.Get(ctx, ref, &sec); err != nil {
@@ -58,23 +61,27 @@ func TestTemplateTwiceKeepsOneKey(t *testing.T) {
 	}
 }
 
-// templateStream is what `helm template portico -n portico-system charts/portico` prints:
-// every template's objects, in file order, without the CRDs (applied with the control plane).
-func templateStream(t *testing.T) string {
+// buildHelm builds the helm command from this module's Helm, as the cluster tests do.
+func buildHelm(t *testing.T) string {
 	t.Helper()
-	files := renderFiles(t, nil)
-	names := make([]string, 0, len(files))
-	for name := range files {
-		if strings.HasSuffix(name, ".yaml") {
-			names = append(names, name)
-		}
+	bin := filepath.Join(t.TempDir(), "helm")
+	if out, err := exec.Command("go", "build", "-o", bin, "helm.sh/helm/v3/cmd/helm").CombinedOutput(); err != nil {
+		t.Fatalf("building helm: %v\n%s", err, out)
 	}
-	sort.Strings(names)
-	var b strings.Builder
-	for _, name := range names {
-		b.WriteString("---\n# Source: " + name + "\n" + files[name] + "\n")
+	return bin
+}
+
+// helmTemplate is `helm template portico charts/portico -n portico-system`: no cluster to look
+// anything up in, no CRDs (the control plane has them).
+func helmTemplate(t *testing.T, helm string) string {
+	t.Helper()
+	cmd := exec.Command(helm, "template", "portico", chartDir, "-n", namespace)
+	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+t.TempDir(), "HELM_CONFIG_HOME="+t.TempDir(), "HELM_DATA_HOME="+t.TempDir())
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("helm template: %v", err)
 	}
-	return b.String()
+	return string(out)
 }
 
 // speakerKeySource reads, from a render's DaemonSet, which Secret the speakers take their key
@@ -118,18 +125,12 @@ func client(t *testing.T, cfg *rest.Config) *kubeapi.Client {
 	return c
 }
 
-func kubectl(t *testing.T, cp *controlplane.ControlPlane, args ...string) {
+// kubectl runs kubectl against the control plane with stdin as its input.
+func kubectl(t *testing.T, cp *controlplane.ControlPlane, stdin string, args ...string) {
 	t.Helper()
-	if out, err := cp.KubectlCommand(context.Background(), args...).CombinedOutput(); err != nil {
+	cmd := cp.KubectlCommand(context.Background(), args...)
+	cmd.Stdin = strings.NewReader(stdin)
+	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
-}
-
-func writeFile(t *testing.T, name, data string) string {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), name)
-	if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
 }
