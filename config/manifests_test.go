@@ -50,6 +50,12 @@ func renderedObjects(t *testing.T) []*unstructured.Unstructured {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return objectsOf(t, b)
+}
+
+// objectsOf decodes a stream of YAML documents.
+func objectsOf(t *testing.T, b []byte) []*unstructured.Unstructured {
+	t.Helper()
 	var objs []*unstructured.Unstructured
 	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(b), 4096)
 	for {

@@ -187,3 +187,26 @@ func TestSpeakerWritesOnlyItsOwnLease(t *testing.T) {
 	must(t, speakerA.Create(ctx, lease("speaker-"+nodeA), client.DryRunAll))
 	wantRefused(t, "a speaker without node name creating a Lease", asUser(t, speakerSA, "").Create(ctx, lease("speaker-"+nodeA), client.DryRunAll), noNodeName)
 }
+
+// TestSpeakerCreatesOnlyTheGossipKey: RBAC lets the speakers create Secrets in their namespace
+// (the first one makes the gossip key) but cannot say which; the admission policy refuses any
+// Secret but portico-memberlist holding only secretkey, and leaves other users alone.
+func TestSpeakerCreatesOnlyTheGossipKey(t *testing.T) {
+	kubectl(t, "apply", "--server-side", "-f", rendered)
+	speaker := asUser(t, speakerSA, "policy-node-a")
+	secret := func(name string, data map[string][]byte) *corev1.Secret {
+		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: systemNamespace, Name: name}, Data: data}
+	}
+	key := map[string][]byte{"secretkey": []byte("0123456789abcdef0123456789abcdef")}
+	const refusal = "portico-speaker may create only the Secret portico-memberlist holding only the key secretkey, not Secret "
+	poll(t, "the policy refuses the speaker creating Secret bgp-password", func(ctx context.Context) (bool, error) {
+		err := speaker.Create(ctx, secret("bgp-password", key), client.DryRunAll)
+		return apierrors.IsForbidden(err) && strings.Contains(err.Error(), refusal+"bgp-password"), nil
+	})
+	ctx := context.Background()
+	wantRefused(t, "the speaker creating portico-memberlist with another field",
+		speaker.Create(ctx, secret("portico-memberlist", map[string][]byte{"secretkey": key["secretkey"], "token": []byte("x")}), client.DryRunAll),
+		refusal+"portico-memberlist")
+	must(t, speaker.Create(ctx, secret("portico-memberlist", key), client.DryRunAll))
+	must(t, cp.Client.Create(ctx, secret("bgp-password", key), client.DryRunAll)) // an admin is not subject to it
+}

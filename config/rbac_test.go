@@ -3,7 +3,6 @@ package config_test
 import (
 	"bufio"
 	"context"
-	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -62,13 +61,10 @@ func TestRBAC(t *testing.T) {
 	bins := imageBinaries(t)
 	c := cp.Client
 
-	// What a cluster holds: the gossip key, a node, a pool and an advertisement for the test's
-	// namespace, a Service (Local traffic policy) with a ready endpoint on that node.
-	key := make([]byte, 32)
-	_, _ = rand.Read(key)
+	// What a cluster holds: a node, a pool and an advertisement for the test's namespace, a
+	// Service (Local traffic policy) with a ready endpoint on that node. No gossip key: the
+	// speaker creates it, as its ServiceAccount.
 	const node, ns = "rbac-node", "rbac-test"
-	must(t, c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "portico-memberlist", Namespace: systemNamespace},
-		Data: map[string][]byte{"secretkey": key}}))
 	must(t, c.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}))
 	must(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
 	must(t, c.Create(ctx, &porticov1.IPAddressPool{ObjectMeta: metav1.ObjectMeta{Name: "rbac"}, Spec: porticov1.IPAddressPoolSpec{
@@ -140,6 +136,11 @@ func TestRBAC(t *testing.T) {
 		return slices.ContainsFunc(sp.Status.Announcements, func(a porticov1.Announcement) bool { return a.IP == ip }), nil
 	})
 	checkBGPPath(t, node, ip)
+	var key corev1.Secret
+	must(t, c.Get(ctx, client.ObjectKey{Namespace: systemNamespace, Name: "portico-memberlist"}, &key))
+	if n := len(key.Data["secretkey"]); n != 32 {
+		t.Errorf("the speaker created a gossip key of %d bytes, want 32", n)
+	}
 	probesAnswer(t, "the speaker", ds.Spec.Template.Spec.Containers[0], spProbes)
 	poll(t, "events IPAllocated (controller) and Announced (speaker) on web", func(ctx context.Context) (bool, error) {
 		var evs corev1.EventList
@@ -198,6 +199,13 @@ func TestRBACLimits(t *testing.T) {
 		ask{speakerSA, "get", "", "secrets", "default", "portico-memberlist", false},
 		ask{speakerSA, "get", "", "secrets", "kube-system", "bgp-password", false},
 		ask{speakerSA, "get", "", "secrets", "", "", false},
+		// The speakers may create the gossip key (the admission policy keeps create to that one
+		// name: config/policy_test.go) and never change or delete a Secret.
+		ask{speakerSA, "create", "", "secrets", systemNamespace, "", true},
+		ask{speakerSA, "create", "", "secrets", "default", "", false},
+		ask{speakerSA, "update", "", "secrets", systemNamespace, "portico-memberlist", false},
+		ask{speakerSA, "patch", "", "secrets", systemNamespace, "portico-memberlist", false},
+		ask{speakerSA, "delete", "", "secrets", systemNamespace, "portico-memberlist", false},
 		// One writer per object: Service and pool status are the controller's, Speakers the speakers'.
 		ask{controllerSA, "update", "", "services/status", "default", "", true},
 		ask{speakerSA, "update", "", "services/status", "default", "", false},

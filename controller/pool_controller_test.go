@@ -87,7 +87,7 @@ func TestPoolReadyReportsWhatCELCannot(t *testing.T) {
 		{"overlapping-entries", porticov1.IPAddressPoolSpec{Addresses: []porticov1.AddressRange{"10.0.0.0/24", "10.0.0.200-10.0.0.215"}},
 			porticov1.ReasonInvalidAddresses, `addresses[1] "10.0.0.200-10.0.0.215": overlaps addresses[0] "10.0.0.0/24"`},
 		{"across-loopback", porticov1.IPAddressPoolSpec{Addresses: []porticov1.AddressRange{"126.255.255.0-128.0.0.255", "fe7f::-fec0::"}},
-			porticov1.ReasonInvalidAddresses, `addresses[0] "126.255.255.0-128.0.0.255": holds 127.0.0.0/8 (loopback), which is never a LoadBalancer address; addresses[1] "fe7f::-fec0::": holds fe80::/10 (link-local)`},
+			porticov1.ReasonInvalidAddresses, `addresses[0] "126.255.255.0-128.0.0.255": holds 127.0.0.0/8: 127.0.0.0/8 and ::1 are loopback (RFC 1122, RFC 4291), reachable only inside each host, and can never be a Service address; addresses[1] "fe7f::-fec0::": holds fe80::/10: 169.254.0.0/16 and fe80::/10 are link-local`},
 		{"bad-selector", porticov1.IPAddressPoolSpec{
 			Addresses: []porticov1.AddressRange{"10.0.1.0/24"},
 			ServiceAllocation: &porticov1.ServiceAllocation{ServiceSelectors: []metav1.LabelSelector{{

@@ -51,34 +51,39 @@ func ParseRange(s string) (Range, error) {
 	return notSpecial(Range{First: first, Last: last})
 }
 
-// specialBlocks are the addresses netip.Addr.IsGlobalUnicast refuses (as CEL's
-// isGlobalUnicast() does): no client can reach a LoadBalancer Service on them.
-var specialBlocks = []struct {
-	netip.Prefix
-	what string
+// SpecialBlocks are the IANA special-purpose blocks that can never be a LoadBalancer address,
+// each group with the reason its error gives. The CRD's CEL rules on AddressRange refuse an
+// entry that is in, ends in or (for a CIDR) holds one, with the same reason as their message
+// (TestSpecialReasonsMatchTheCRD); a range running across one between ordinary ends is caught
+// only here. Documentation (192.0.2.0/24, 198.51.100.0/24, 203.0.113.0/24, 2001:db8::/32),
+// benchmarking (198.18.0.0/15), shared (100.64.0.0/10) and private blocks stay allowed: a lab
+// or a private network routes them like any other.
+var SpecialBlocks = []struct {
+	Blocks []netip.Prefix
+	Reason string
 }{
-	{netip.MustParsePrefix("0.0.0.0/32"), "the unspecified address"},
-	{netip.MustParsePrefix("127.0.0.0/8"), "loopback"},
-	{netip.MustParsePrefix("169.254.0.0/16"), "link-local"},
-	{netip.MustParsePrefix("224.0.0.0/4"), "multicast"},
-	{netip.MustParsePrefix("255.255.255.255/32"), "the broadcast address"},
-	{netip.MustParsePrefix("::/128"), "the unspecified address"},
-	{netip.MustParsePrefix("::1/128"), "loopback"},
-	{netip.MustParsePrefix("fe80::/10"), "link-local"},
-	{netip.MustParsePrefix("ff00::/8"), "multicast"},
+	{prefixes("0.0.0.0/8", "::/128"), "0.0.0.0/8 and :: mean this host on this network (RFC 1122, RFC 4291) and can never be a Service address"},
+	{prefixes("127.0.0.0/8", "::1/128"), "127.0.0.0/8 and ::1 are loopback (RFC 1122, RFC 4291), reachable only inside each host, and can never be a Service address"},
+	{prefixes("169.254.0.0/16", "fe80::/10"), "169.254.0.0/16 and fe80::/10 are link-local (RFC 3927, RFC 4291), never routed off their link, and can never be a Service address"},
+	{prefixes("224.0.0.0/4", "ff00::/8"), "224.0.0.0/4 and ff00::/8 are multicast (RFC 5771, RFC 4291), groups rather than hosts, and can never be a Service address"},
+	{prefixes("240.0.0.0/4"), "240.0.0.0/4 is reserved for future use (RFC 1112) and ends with the broadcast address 255.255.255.255 (RFC 919): it can never be a Service address"},
 }
 
-// notSpecial refuses a range that holds any special address. CEL refuses the entries whose
-// first or last address is special, and CIDRs around a special block; a range running
-// across one (100.0.0.0-200.0.0.0 holds 127.0.0.0/8) is caught only here.
+func prefixes(ss ...string) []netip.Prefix {
+	out := make([]netip.Prefix, len(ss))
+	for i, s := range ss {
+		out[i] = netip.MustParsePrefix(s)
+	}
+	return out
+}
+
+// notSpecial refuses a range that holds any address of SpecialBlocks.
 func notSpecial(r Range) (Range, error) {
-	for _, b := range specialBlocks {
-		if r.Overlaps(prefixRange(b.Prefix)) {
-			name := b.String()
-			if b.IsSingleIP() {
-				name = b.Addr().String()
+	for _, g := range SpecialBlocks {
+		for _, b := range g.Blocks {
+			if r.Overlaps(prefixRange(b)) {
+				return Range{}, fmt.Errorf("holds %s: %s", b, g.Reason)
 			}
-			return Range{}, fmt.Errorf("holds %s (%s), which is never a LoadBalancer address", name, b.what)
 		}
 	}
 	return r, nil

@@ -3,10 +3,12 @@ package rules
 import (
 	"fmt"
 	"net/netip"
+	"os"
 	"strings"
 	"testing"
 
 	"github.com/cockroachdb/datadriven"
+	"sigs.k8s.io/yaml"
 )
 
 // TestParse runs testdata/parse.txt: each "pool" command lists one entry per line and prints
@@ -52,4 +54,48 @@ func FuzzParseRange(f *testing.F) {
 			t.Fatalf("%v does not contain its ends", r)
 		}
 	})
+}
+
+// TestSpecialReasonsMatchTheCRD: each reason SpecialBlocks gives is, word for word, the message
+// of one of the CRD's CEL rules on a pool's addresses, and that rule names each of its blocks,
+// so the apiserver and the controller refuse an address for the same stated reason.
+func TestSpecialReasonsMatchTheCRD(t *testing.T) {
+	raw, err := os.ReadFile("../config/crd/bases/portico.dev_ipaddresspools.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var crd any
+	if err := yaml.Unmarshal(raw, &crd); err != nil {
+		t.Fatal(err)
+	}
+	rules := map[string]string{} // message → rule
+	var walk func(any)
+	walk = func(v any) {
+		switch v := v.(type) {
+		case map[string]any:
+			if m, ok := v["message"].(string); ok {
+				rules[m], _ = v["rule"].(string)
+			}
+			for _, c := range v {
+				walk(c)
+			}
+		case []any:
+			for _, c := range v {
+				walk(c)
+			}
+		}
+	}
+	walk(crd)
+	for _, g := range SpecialBlocks {
+		rule, ok := rules[g.Reason]
+		if !ok {
+			t.Errorf("no CEL rule in the CRD has the message %q", g.Reason)
+			continue
+		}
+		for _, b := range g.Blocks {
+			if !strings.Contains(rule, "'"+b.String()+"'") {
+				t.Errorf("the CEL rule for %q does not name %s", g.Reason, b)
+			}
+		}
+	}
 }

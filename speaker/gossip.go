@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/portico-lb/portico/rules"
+	"github.com/portico-lb/portico/speaker/gossipkey"
 	"github.com/portico-lb/portico/speaker/kubeapi"
 	"github.com/portico-lb/portico/speaker/membership"
 )
@@ -112,7 +113,7 @@ func (s *Speaker) refusalsExpired() bool {
 // Fields of the memberlist Secret.
 const (
 	// primaryKeyField encrypts the gossip (and decrypts it).
-	primaryKeyField = "secretkey"
+	primaryKeyField = gossipkey.PrimaryField
 	// acceptedKeysField holds more keys, separated by newlines, accepted when decrypting.
 	acceptedKeysField = "acceptedkeys"
 )

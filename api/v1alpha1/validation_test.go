@@ -3,6 +3,8 @@ package v1alpha1_test
 import (
 	"context"
 	"fmt"
+	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
@@ -12,9 +14,21 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/portico-lb/portico/internal/controlplane"
+	"github.com/portico-lb/portico/rules"
 )
 
 var cp *controlplane.ControlPlane
+
+// reason is the message the CRD's CEL rules (and the controller, rules.SpecialBlocks) give for
+// an entry holding block.
+func reason(block string) string {
+	for _, g := range rules.SpecialBlocks {
+		if slices.Contains(g.Blocks, netip.MustParsePrefix(block)) {
+			return g.Reason
+		}
+	}
+	panic("no special block " + block)
+}
 
 func TestMain(m *testing.M) { controlplane.Main(m, &cp) }
 
@@ -60,35 +74,47 @@ var invalidCases = []invalidCase{
 	{"pool: IPv4-mapped IPv6", cel, "IPAddressPool", `addresses: ["::ffff:10.0.0.1/128"]`,
 		[]string{"spec.addresses[0]", "must be a CIDR"}},
 	{"pool: everything (0.0.0.0/0)", cel, "IPAddressPool", `addresses: [0.0.0.0/0]`,
-		[]string{"spec.addresses[0]", "must not be or hold a special address"}},
+		[]string{"spec.addresses[0]", reason("0.0.0.0/8"), reason("127.0.0.0/8"), reason("240.0.0.0/4")}},
 	{"pool: IPv4 range from the unspecified address", cel, "IPAddressPool", `addresses: [0.0.0.0-10.0.0.5]`,
-		[]string{"spec.addresses[0]", "unspecified (0.0.0.0, ::)"}},
+		[]string{"spec.addresses[0]", reason("0.0.0.0/8")}},
+	{"pool: this network (0.0.0.0/8)", cel, "IPAddressPool", `addresses: [0.0.0.0/8]`,
+		[]string{"spec.addresses[0]", reason("0.0.0.0/8")}},
+	{"pool: range inside this network", cel, "IPAddressPool", `addresses: [0.0.0.1-0.0.0.9]`,
+		[]string{"spec.addresses[0]", reason("0.0.0.0/8")}},
 	{"pool: loopback range", cel, "IPAddressPool", `addresses: [127.0.0.1-127.0.0.9]`,
-		[]string{"spec.addresses[0]", "loopback (127.0.0.0/8, ::1)"}},
+		[]string{"spec.addresses[0]", reason("127.0.0.0/8")}},
 	{"pool: range ending at a link-local address", cel, "IPAddressPool", `addresses: [10.0.0.0-169.254.0.1]`,
-		[]string{"spec.addresses[0]", "link-local (169.254.0.0/16, fe80::/10)"}},
+		[]string{"spec.addresses[0]", reason("169.254.0.0/16")}},
 	{"pool: multicast CIDR", cel, "IPAddressPool", `addresses: [224.0.0.0/4]`,
-		[]string{"spec.addresses[0]", "multicast (224.0.0.0/4, ff00::/8)"}},
+		[]string{"spec.addresses[0]", reason("224.0.0.0/4")}},
+	{"pool: reserved (240.0.0.0/4)", cel, "IPAddressPool", `addresses: [240.0.0.0/4]`,
+		[]string{"spec.addresses[0]", reason("240.0.0.0/4")}},
+	{"pool: CIDR inside reserved", cel, "IPAddressPool", `addresses: [250.1.0.0/16]`,
+		[]string{"spec.addresses[0]", reason("240.0.0.0/4")}},
 	{"pool: range ending at the broadcast address", cel, "IPAddressPool", `addresses: [203.0.113.0-255.255.255.255]`,
-		[]string{"spec.addresses[0]", "broadcast (255.255.255.255)"}},
+		[]string{"spec.addresses[0]", reason("240.0.0.0/4")}},
+	{"pool: the broadcast address", cel, "IPAddressPool", `addresses: [255.255.255.255/32]`,
+		[]string{"spec.addresses[0]", reason("240.0.0.0/4")}},
 	{"pool: CIDR around loopback", cel, "IPAddressPool", `addresses: [64.0.0.0/2]`,
-		[]string{"spec.addresses[0]", "must not be or hold a special address"}},
+		[]string{"spec.addresses[0]", reason("127.0.0.0/8")}},
 	{"pool: CIDR inside link-local", cel, "IPAddressPool", `addresses: [169.254.10.0/24]`,
-		[]string{"spec.addresses[0]", "must not be or hold a special address"}},
+		[]string{"spec.addresses[0]", reason("169.254.0.0/16")}},
 	{"pool: everything IPv6 (::/0)", cel, "IPAddressPool", `addresses: ["::/0"]`,
-		[]string{"spec.addresses[0]", "must not be or hold a special address"}},
+		[]string{"spec.addresses[0]", reason("::/128"), reason("::1/128"), reason("fe80::/10"), reason("ff00::/8")}},
+	{"pool: IPv6 unspecified", cel, "IPAddressPool", `addresses: ["::/128"]`,
+		[]string{"spec.addresses[0]", reason("::/128")}},
 	{"pool: IPv6 loopback", cel, "IPAddressPool", `addresses: ["::1/128"]`,
-		[]string{"spec.addresses[0]", "must not be or hold a special address"}},
+		[]string{"spec.addresses[0]", reason("::1/128")}},
 	{"pool: IPv6 link-local CIDR", cel, "IPAddressPool", `addresses: ["fe80::/64"]`,
-		[]string{"spec.addresses[0]", "must not be or hold a special address"}},
+		[]string{"spec.addresses[0]", reason("fe80::/10")}},
 	{"pool: IPv6 multicast range", cel, "IPAddressPool", `addresses: ["ff02::1-ff02::2"]`,
-		[]string{"spec.addresses[0]", "must not be or hold a special address"}},
+		[]string{"spec.addresses[0]", reason("ff00::/8")}},
 	{"pool: IPv6 CIDR around link-local and multicast", cel, "IPAddressPool", `addresses: ["8000::/1"]`,
-		[]string{"spec.addresses[0]", "must not be or hold a special address"}},
+		[]string{"spec.addresses[0]", reason("fe80::/10"), reason("ff00::/8")}},
 	{"pool: IPv6 range ending at a link-local address", cel, "IPAddressPool", `addresses: ["2001:db8::-fe80::1"]`,
-		[]string{"spec.addresses[0]", "must not be or hold a special address"}},
+		[]string{"spec.addresses[0]", reason("fe80::/10")}},
 	{"pool: the second entry is special", cel, "IPAddressPool", `addresses: [198.51.100.0/24, 127.0.0.0/8]`,
-		[]string{"spec.addresses[1]", "must not be or hold a special address"}},
+		[]string{"spec.addresses[1]", reason("127.0.0.0/8")}},
 	{"pool: empty address list", schema, "IPAddressPool", `addresses: []`,
 		[]string{"spec.addresses", "should have at least 1 items"}},
 	{"pool: no address list", schema, "IPAddressPool", `autoAssign: true`,
@@ -237,6 +263,10 @@ func TestEdgeValuesAreAccepted(t *testing.T) {
 		// Next to the special blocks, but outside them.
 		{"IPAddressPool", `addresses: ["126.255.255.0/24", "128.0.0.0-169.253.255.255", "169.255.0.0/16", "223.255.255.0/24", "fe7f::/16", "fec0::/10"]`},
 		{"IPAddressPool", `addresses: ["10.0.0.255-10.0.1.0"]`},
+		{"IPAddressPool", `addresses: ["1.0.0.0/8", "223.0.0.0-223.255.255.255"]`}, // beside 0.0.0.0/8 and multicast
+		// Special-purpose blocks a lab or a private network routes: documentation, benchmarking
+		// (the tests' own 198.18.0.0/15), shared, private.
+		{"IPAddressPool", `addresses: ["192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24", "198.18.0.0/15", "100.64.0.0/10", "10.0.0.0/8", "2001:db8::/32"]`},
 		{"BGPPeer", "myASN: 4294967295\npeerASN: 1\npeerAddress: \"2001:db8::1\"\npeerPort: 65535\nholdTime: 0s\nkeepaliveTime: 30s\nrouterID: 198.51.100.7\npasswordSecret: {namespace: portico-system, name: bgp-auth}"},
 		{"BGPPeer", "myASN: 64512\npeerASN: 64512\npeerAddress: 198.51.100.1\nholdTime: 3s\nkeepaliveTime: 1s\nconnectTime: 1s"},
 		{"BGPAdvertisement", "aggregationLength: 0\naggregationLengthV6: 0\nlocalPref: 4294967295\ncommunities: [\"0:0\", \"65535:65535\", \"large:4294967295:0:4294967295\", no-export]"},

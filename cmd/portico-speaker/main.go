@@ -29,6 +29,7 @@ import (
 	"github.com/portico-lb/portico/rules"
 	"github.com/portico-lb/portico/speaker"
 	"github.com/portico-lb/portico/speaker/bgpproc"
+	"github.com/portico-lb/portico/speaker/gossipkey"
 	"github.com/portico-lb/portico/speaker/guard"
 	"github.com/portico-lb/portico/speaker/kubeapi"
 	"github.com/portico-lb/portico/speaker/l2"
@@ -43,6 +44,7 @@ type options struct {
 	bindAddr                   string
 	port                       int
 	secret                     string
+	createSecret               bool
 	keyRefresh                 time.Duration
 	detection                  membership.Detection
 	selfCheck                  selfcheck.Options
@@ -67,15 +69,16 @@ func main() {
 	var o options
 	flag.StringVar(&o.node, "node-name", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME, from the downward API)")
 	flag.StringVar(&o.lbClass, "load-balancer-class", v1alpha1.DefaultLoadBalancerClass, "spec.loadBalancerClass handled besides no class")
-	flag.StringVar(&o.metricsAddr, "metrics-bind-address", ":7474", "address the Prometheus metrics endpoint binds to; 0 disables it")
-	flag.StringVar(&o.probeAddr, "health-probe-bind-address", ":7475", "address the /healthz (main loop alive) and /readyz (synced, joined, BGP sessions up) endpoints bind to; 0 disables them")
+	flag.StringVar(&o.metricsAddr, "metrics-bind-address", ":7474", "address the Prometheus metrics endpoint binds to: a port alone binds to this node's address (the gossip's, see --memberlist-bind-address), 0.0.0.0:7474 or [::]:7474 to every interface; 0 disables it")
+	flag.StringVar(&o.probeAddr, "health-probe-bind-address", ":7475", "address the /healthz (main loop alive) and /readyz (synced, joined, BGP sessions up) endpoints bind to: a port alone binds to this node's address (which the kubelet probes: a host-network pod's IP is its node's), 0.0.0.0:7475 to every interface; 0 disables them")
 	flag.DurationVar(&o.routesUpWait, "bgp-ready-wait", speaker.DefaultRoutesUpWait, "how long after the start readiness waits for the BGP sessions that carry this node's routes, so that a rolling update replaces the next node only once this one's routes are back; 0 does not wait")
 	flag.Int64Var(&o.bgpMemoryLimitMiB, "bgp-memory-limit-mib", 128, "the BGP side (GoBGP and BFD) runs in a child process, restarted when it fails; it is killed and restarted when its anonymous resident memory (heap and runtime, not the binary's pages) goes above this many MiB (0: no limit)")
-	flag.StringVar(&o.pprofAddr, "pprof-bind-address", "0", "address Go's /debug/pprof endpoints bind to, for memory and CPU profiles; 0 disables them")
+	flag.StringVar(&o.pprofAddr, "pprof-bind-address", "0", "address Go's /debug/pprof endpoints bind to, for memory and CPU profiles (a port alone: this node's address); 0 disables them")
 	flag.StringVar(&o.bindAddr, "memberlist-bind-address", os.Getenv("HOST_IP"),
 		"address memberlist gossip binds to (UDP and TCP), one of this node's InternalIP addresses (default $HOST_IP, from the downward API's status.hostIP; when empty, the Node's first InternalIP)")
 	flag.IntVar(&o.port, "memberlist-port", 7946, "memberlist port, the same on every node")
 	flag.StringVar(&o.secret, "memberlist-secret", "", "namespace/name of a Secret whose key \"secretkey\" (16, 24 or 32 bytes) encrypts gossip and whose optional \"acceptedkeys\" (one per line) also decrypt it; empty sends gossip in clear")
+	flag.BoolVar(&o.createSecret, "memberlist-create-secret", false, "create the --memberlist-secret with a random 32-byte key when it does not exist (the first speaker to start does; it never replaces one); false: a missing Secret stops the speaker")
 	flag.DurationVar(&o.keyRefresh, "memberlist-key-refresh", 30*time.Second, "how often the memberlist Secret is read again for changed keys")
 	flag.DurationVar(&o.detection.ProbeInterval, "memberlist-probe-interval", membership.DefaultDetection.ProbeInterval, "how often each member probes another")
 	flag.DurationVar(&o.detection.ProbeTimeout, "memberlist-probe-timeout", membership.DefaultDetection.ProbeTimeout, "how long a probe waits for its answer")
@@ -159,7 +162,18 @@ func run(o options) error {
 		}
 		s.KeySecret = &types.NamespacedName{Namespace: ns, Name: name}
 		// A missing Secret is an error rather than a silent fallback to clear text.
-		if keys, err = speaker.ReadMemberlistKeys(context.Background(), cl, *s.KeySecret); err != nil {
+		if o.createSecret {
+			sec, created, err := gossipkey.Ensure(context.Background(), cl, *s.KeySecret)
+			if err != nil {
+				return err
+			}
+			if created {
+				log.Info("created the memberlist key Secret", "secret", *s.KeySecret)
+			}
+			if keys, err = speaker.MemberlistKeys(sec); err != nil {
+				return err
+			}
+		} else if keys, err = speaker.ReadMemberlistKeys(context.Background(), cl, *s.KeySecret); err != nil {
 			return err
 		}
 	}
@@ -177,7 +191,11 @@ func run(o options) error {
 		{"probes", o.probeAddr, probesMux(map[string]healthz.Checker{"main-loop": s.Alive}, map[string]healthz.Checker{"synced-and-joined": s.Ready, "bgp-sessions": s.RoutesUp})},
 		{"pprof", o.pprofAddr, pprofMux()},
 	} {
-		if err := serve(ctx, log, srv.name, srv.addr, srv.mux); err != nil {
+		addr, err := onNode(srv.addr, bind)
+		if err != nil {
+			return fmt.Errorf("%s server address %q: %w", srv.name, srv.addr, err)
+		}
+		if err := serve(ctx, log, srv.name, addr, srv.mux); err != nil {
 			return fmt.Errorf("%s server: %w", srv.name, err)
 		}
 	}

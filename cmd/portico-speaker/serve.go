@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"net/netip"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -50,6 +51,24 @@ func pprofMux() *http.ServeMux {
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	return mux
+}
+
+// onNode gives a listen address with a port alone (":7474") this node's address: the speaker
+// runs on the host's network, where a wildcard would expose its endpoints on every interface
+// the node has (a public one, a VPN's). An address with a host, a wildcard included
+// ("0.0.0.0:7474", "[::]:7474"), is kept as given; "0" and "" (nothing served) too.
+func onNode(addr string, node netip.Addr) (string, error) {
+	if addr == "0" || addr == "" {
+		return addr, nil
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", err
+	}
+	if host != "" {
+		return addr, nil
+	}
+	return net.JoinHostPort(node.String(), port), nil
 }
 
 // serve listens on addr now (so a taken port fails the start) and serves h until ctx ends;

@@ -6,7 +6,6 @@ package chart_test
 import (
 	"bufio"
 	"bytes"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -18,6 +17,7 @@ import (
 	"strings"
 	"testing"
 
+	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/engine"
@@ -54,13 +54,12 @@ func TestLint(t *testing.T) {
 // TestChartMatchesManifests: with its defaults the chart renders exactly the objects of
 // config/manifests/portico.yaml (CRDs, RBAC, workloads with their security contexts,
 // capabilities, args, probes, ports and env), except the Namespace, which `helm install
-// --create-namespace` or the user makes, and the memberlist Secret, which the chart generates.
+// --create-namespace` or the user makes.
 // Only imagePullPolicy, which the chart sets, is left out of the comparison.
 func TestChartMatchesManifests(t *testing.T) {
 	chart := render(t, nil)
 	kustomized := parse(t, manifests, read(t, manifests))
 	delete(kustomized, "Namespace//"+namespace)
-	chartOnly := map[string]bool{"Secret/" + namespace + "/portico-memberlist": true}
 	for key, want := range kustomized {
 		got, ok := chart[key]
 		if !ok {
@@ -72,7 +71,7 @@ func TestChartMatchesManifests(t *testing.T) {
 		}
 	}
 	for key := range chart {
-		if _, ok := kustomized[key]; !ok && !chartOnly[key] {
+		if _, ok := kustomized[key]; !ok {
 			t.Errorf("the chart renders %s, which the manifests do not have", key)
 		}
 	}
@@ -96,23 +95,36 @@ func TestChartValuesMakeSamples(t *testing.T) {
 	}
 }
 
-// TestMemberlistSecret: by default a random 32-byte key in portico-memberlist; with
-// memberlist.existingSecret, no Secret and the speakers read the named one.
+// TestMemberlistSecret: by default the chart renders no Secret (a random key in a template is a
+// new key on every `helm template`, TestTemplateTwiceKeepsOneKey); the speakers create
+// portico-memberlist, so they may create Secrets. With memberlist.existingSecret they read the
+// named one, create nothing and may not.
 func TestMemberlistSecret(t *testing.T) {
-	sec := render(t, nil)["Secret/"+namespace+"/portico-memberlist"]
-	key, _ := sec["data"].(map[string]any)["secretkey"].(string)
-	if b, err := base64.StdEncoding.DecodeString(key); err != nil || len(b) != 32 {
-		t.Errorf("generated key %q: %d bytes (%v), want 32", key, len(b), err)
-	}
-	objs := render(t, map[string]any{"memberlist": map[string]any{"existingSecret": "gossip-key"}})
-	for key := range objs {
-		if strings.HasPrefix(key, "Secret/") {
-			t.Errorf("renders %s although the Secret exists", key)
+	for _, tc := range []struct {
+		existing, secret string
+		verbs            []any
+		create           bool
+	}{
+		{"", "portico-memberlist", []any{"get", "create"}, true},
+		{"gossip-key", "gossip-key", []any{"get"}, false},
+	} {
+		objs := render(t, map[string]any{"memberlist": map[string]any{"existingSecret": tc.existing}})
+		for key := range objs {
+			if strings.HasPrefix(key, "Secret/") {
+				t.Errorf("existingSecret %q: renders %s", tc.existing, key)
+			}
 		}
-	}
-	args := container(t, objs["DaemonSet/"+namespace+"/portico-speaker"])["args"].([]any)
-	if !slices.Contains(args, any("--memberlist-secret=$(POD_NAMESPACE)/gossip-key")) {
-		t.Errorf("speaker args %v do not read gossip-key", args)
+		args := container(t, objs["DaemonSet/"+namespace+"/portico-speaker"])["args"].([]any)
+		if !slices.Contains(args, any("--memberlist-secret=$(POD_NAMESPACE)/"+tc.secret)) {
+			t.Errorf("existingSecret %q: speaker args %v do not read %s", tc.existing, args, tc.secret)
+		}
+		if got := slices.Contains(args, any("--memberlist-create-secret=true")); got != tc.create {
+			t.Errorf("existingSecret %q: speakers create the Secret: %v, want %v", tc.existing, got, tc.create)
+		}
+		rules := objs["Role/"+namespace+"/portico-speaker-secrets"]["rules"].([]any)
+		if verbs := rules[0].(map[string]any)["verbs"]; !reflect.DeepEqual(verbs, tc.verbs) {
+			t.Errorf("existingSecret %q: speakers may %v Secrets, want %v", tc.existing, verbs, tc.verbs)
+		}
 	}
 }
 
@@ -131,18 +143,7 @@ func TestImageValues(t *testing.T) {
 // would, CRDs included.
 func render(t *testing.T, vals map[string]any) objects {
 	t.Helper()
-	ch, err := loader.Load(chartDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rv, err := chartutil.ToRenderValues(ch, vals, chartutil.ReleaseOptions{Name: "portico", Namespace: namespace, IsInstall: true}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	files, err := engine.Render(ch, rv)
-	if err != nil {
-		t.Fatal(err)
-	}
+	files := renderFiles(t, vals)
 	objs := objects{}
 	add := func(name string, data []byte) {
 		for key, o := range parse(t, name, data) {
@@ -157,10 +158,35 @@ func render(t *testing.T, vals map[string]any) objects {
 			add(name, []byte(data))
 		}
 	}
-	for _, crd := range ch.CRDObjects() {
+	for _, crd := range load(t).CRDObjects() {
 		add(crd.Filename, crd.File.Data)
 	}
 	return objs
+}
+
+func load(t *testing.T) *chart.Chart {
+	t.Helper()
+	ch, err := loader.Load(chartDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ch
+}
+
+// renderFiles runs the real Helm engine over the chart's templates, with no cluster to look
+// anything up in (as `helm template` and GitOps tools do): file name → rendered text.
+func renderFiles(t *testing.T, vals map[string]any) map[string]string {
+	t.Helper()
+	ch := load(t)
+	rv, err := chartutil.ToRenderValues(ch, vals, chartutil.ReleaseOptions{Name: "portico", Namespace: namespace, IsInstall: true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := engine.Render(ch, rv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return files
 }
 
 func parse(t *testing.T, name string, data []byte) objects {
@@ -280,4 +306,25 @@ func sortedKeys(m map[string]bool) []string {
 	}
 	sort.Strings(keys)
 	return keys
+}
+
+// TestForwardGuardValue: speaker.forwardGuard=false switches the guard off and drops NET_ADMIN,
+// which only the guard needs; by default both are on.
+func TestForwardGuardValue(t *testing.T) {
+	for _, tc := range []struct {
+		on   bool
+		caps []any
+	}{
+		{true, []any{"NET_RAW", "NET_ADMIN"}},
+		{false, []any{"NET_RAW"}},
+	} {
+		c := container(t, render(t, map[string]any{"speaker": map[string]any{"forwardGuard": tc.on}})["DaemonSet/"+namespace+"/portico-speaker"])
+		add := c["securityContext"].(map[string]any)["capabilities"].(map[string]any)["add"]
+		if !reflect.DeepEqual(add, tc.caps) {
+			t.Errorf("forwardGuard %v: capabilities %v, want %v", tc.on, add, tc.caps)
+		}
+		if arg := fmt.Sprintf("--forward-guard=%v", tc.on); !slices.Contains(c["args"].([]any), any(arg)) {
+			t.Errorf("forwardGuard %v: args %v lack %s", tc.on, c["args"], arg)
+		}
+	}
 }

@@ -162,9 +162,12 @@ func TestGuardLetsRetransmissionsBeTranslated(t *testing.T) {
 	t.Logf("%d packet(s) dropped", dropped)
 }
 
-// Open replaces what an earlier run left, so a restarted speaker starts from an empty set.
+// Open replaces what an earlier run left, so a restarted speaker starts from an empty set: the
+// second Open's table holds none of the first one's addresses and one rule per family, not the
+// leftover's beside its own; its Close then leaves nothing.
 func TestOpenReplacesALeftover(t *testing.T) {
 	lb := newLab(t)
+	var reopened string
 	err := netlab.In(lb.node.NS, func() error {
 		first, err := guard.Open()
 		if err != nil {
@@ -173,15 +176,25 @@ func TestOpenReplacesALeftover(t *testing.T) {
 		if err := first.Add([]netip.Addr{lbIP}); err != nil {
 			return err
 		}
+		if out := netlab.NFTTable(lb.node.NS, "inet", guard.TableName); !strings.Contains(out, "elements = { "+lbIP.String()+" }") {
+			return errors.New("the first table lacks the address it was given, so the test cannot tell a leftover:\n" + out)
+		}
 		// The first speaker dies without Close; the next one opens the table again.
 		second, err := guard.Open()
 		if err != nil {
 			return err
 		}
+		reopened = netlab.NFTTable(lb.node.NS, "inet", guard.TableName)
 		return second.Close()
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if strings.Contains(reopened, lbIP.String()) {
+		t.Errorf("the reopened table still guards the leftover's %s:\n%s", lbIP, reopened)
+	}
+	if n := strings.Count(reopened, " drop"); n != 2 {
+		t.Errorf("the reopened table has %d drop rules, want 2 (one per family):\n%s", n, reopened)
 	}
 	if out := lb.l.MustRun("ip", "netns", "exec", lb.node.NS, "nft", "list", "tables"); strings.Contains(out, guard.TableName) {
 		t.Fatalf("a table is left:\n%s", out)

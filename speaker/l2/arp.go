@@ -10,14 +10,17 @@ import (
 )
 
 // arpReply returns the Ethernet frame that answers frame, or nil when this node must stay
-// silent: frame is not a well-formed ARP request, it asks for an address owns rejects, it is
-// our own frame seen on the way out, or it is a unicast sent to another MAC. The last matters
+// silent: frame is not an untagged ARP request for Ethernet and IPv4 (RFC 826: a responder
+// drops a hardware or protocol type it does not speak; a tagged frame's answer would leave
+// untagged, on another VLAN), it asks for an address owns rejects, it is our own frame seen
+// on the way out, or it is a unicast sent to another MAC. The answer goes to the asker's
+// hardware address (RFC 826, as Linux does). The last check matters
 // because a bridge floods unicast frames whose destination it has forgotten and a veth does no
 // MAC filtering: answering a client's unicast probe meant for a dead owner would flip the
 // client's entry in the lab in a way real hardware never would.
 func arpReply(frame []byte, mac net.HardwareAddr, owns func(netip.Addr) bool) []byte {
 	var f ethernet.Frame
-	if err := f.UnmarshalBinary(frame); err != nil || f.EtherType != ethernet.EtherTypeARP {
+	if err := f.UnmarshalBinary(frame); err != nil || f.EtherType != ethernet.EtherTypeARP || f.VLAN != nil || f.ServiceVLAN != nil {
 		return nil
 	}
 	if bytes.Equal(f.Source, mac) {
@@ -30,18 +33,21 @@ func arpReply(frame []byte, mac net.HardwareAddr, owns func(netip.Addr) bool) []
 	if err := p.UnmarshalBinary(f.Payload); err != nil {
 		return nil
 	}
-	if p.Operation != arp.OperationRequest || !p.TargetIP.Is4() || !owns(p.TargetIP) {
+	if p.HardwareType != 1 || p.ProtocolType != uint16(ethernet.EtherTypeIPv4) || p.HardwareAddrLength != 6 || p.IPLength != 4 {
+		return nil
+	}
+	if p.Operation != arp.OperationRequest || !owns(p.TargetIP) {
 		return nil
 	}
 	// A gratuitous request (sender == target) is someone else announcing, not asking.
-	if p.SenderIP == p.TargetIP || len(p.SenderHardwareAddr) != len(mac) {
+	if p.SenderIP == p.TargetIP || len(mac) != 6 {
 		return nil
 	}
 	reply, err := arp.NewPacket(arp.OperationReply, mac, p.TargetIP, p.SenderHardwareAddr, p.SenderIP)
 	if err != nil {
 		return nil
 	}
-	return ethernetFrame(f.Source, mac, reply)
+	return ethernetFrame(p.SenderHardwareAddr, mac, reply)
 }
 
 // gratuitousARP returns the two frames Linux accepts at once as an update of an existing
