@@ -75,7 +75,9 @@ NEED_CC = @command -v gcc >/dev/null || { echo "make $@ runs the race detector, 
 ## test: unit and integration tests against a real kube-apiserver and etcd, with the race
 ## detector (it needs cgo, so gcc: LAB_PACKAGES), in the tests and in the portico binaries the
 ## end-to-end tests start. The output is plain `go test`'s, then the list of skipped tests and
-## why (hack/testsummary reads `go test -json`).
+## why (hack/testsummary reads `go test -json`), then the wall time since make started. The
+## image's test builds this machine's platform, and every one of `make image`'s in CI (CI=true).
+test: MAKE_STARTED := $(shell date +%s)
 test: controlplane
 	$(NEED_CC)
 	@bad=$$(gofmt -l $$(find . -name '*.go' -not -path './bin/*')); \
@@ -88,7 +90,9 @@ test: controlplane
 	set -o pipefail; { rc=0; CGO_ENABLED=1 go test -race -json -count=1 ./... 2>&1 || rc=1; \
 		go -C hack/image test -json -count=1 -timeout 30m ./... 2>&1 || rc=1; \
 		go -C hack/chart test -json -count=1 ./... 2>&1 || rc=1; exit $$rc; } | bin/testsummary \
-		-hint "To run them: as root, after: apt-get install -y $(LAB_PACKAGES)"
+		-hint "To run them: as root, after: apt-get install -y $(LAB_PACKAGES)"; \
+		rc=$$?; took=$$(( $$(date +%s) - $(MAKE_STARTED) )); \
+		echo "make test: $$((took / 60)) min $$((took % 60)) s (wall time)"; exit $$rc
 
 lab-packages:
 	@echo $(LAB_PACKAGES)

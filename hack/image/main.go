@@ -51,11 +51,15 @@ var LabImages = []Spec{
 // DefaultRef is the reference the manifests name (config/default).
 const DefaultRef = "ghcr.io/portico-lb/portico:v0.1.0"
 
+// ReleasePlatforms are the platforms `make image` builds by default: a Raspberry Pi 4 or 5 runs
+// the arm64 one.
+const ReleasePlatforms = "linux/amd64,linux/arm64"
+
 func main() {
 	src := flag.String("src", ".", "the root of Portico's source tree")
 	out := flag.String("out", "bin/image", "directory for the OCI layout (oci/) and the OCI archive (portico.tar)")
 	ref := flag.String("ref", DefaultRef, "the image reference recorded in the archive, the name containerd imports it under")
-	platforms := flag.String("platforms", "linux/amd64,linux/arm64", "comma-separated os/arch list")
+	platforms := flag.String("platforms", ReleasePlatforms, "comma-separated os/arch list")
 	binaries := flag.String("binaries", "", "only build this machine's binaries, as the image holds them, into this directory")
 	lab := flag.Bool("lab", false, "build the lab images (pause, echo) for this machine into out/<name>/ instead")
 	flag.Parse()

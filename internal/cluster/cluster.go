@@ -11,6 +11,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net/netip"
 	"net/url"
 	"os"
@@ -214,16 +215,19 @@ func (c *Cluster) routePods(lab *netlab.Lab, cp netlab.Host) {
 // startControlPlane runs etcd and kube-apiserver on the host's loopback, advertising the
 // control plane's LAN address (the `kubernetes` Service's endpoint) and forwarding that
 // address to the loopback port, then kube-controller-manager (which publishes the CA pods
-// trust as kube-root-ca.crt) and kube-scheduler.
+// trust as kube-root-ca.crt) and kube-scheduler. The apiserver reaches the kubelets (logs,
+// exec, port-forward) through its egress selector (egressThroughLAN).
 func (c *Cluster) startControlPlane(cpHost netlab.Host) {
 	logf, err := os.Create(filepath.Join(c.Logs, "etcd-and-kube-apiserver.log"))
 	c.must(err)
 	c.owner.Cleanup(func() { logf.Close() })
 	ip := cpHost.IPv4.Addr()
-	cp, err := controlplane.Start(controlplane.Options{Out: logf, ServingAddresses: []netip.Addr{ip},
-		APIServerArgs: map[string]string{"advertise-address": ip.String(),
-			// envtest turns ServiceAccount admission off; pods need their tokens.
-			"disable-admission-plugins": "", "enable-admission-plugins": "ServiceAccount"}})
+	args := map[string]string{"advertise-address": ip.String(),
+		// envtest turns ServiceAccount admission off; pods need their tokens.
+		"disable-admission-plugins": "", "enable-admission-plugins": "ServiceAccount"}
+	maps.Copy(args, c.egressThroughLAN(cpHost))
+	cp, err := controlplane.Start(controlplane.Options{Out: logf, ServingAddresses: []netip.Addr{ip}, KubeletClientCert: true,
+		APIServerArgs: args})
 	c.must(err)
 	c.owner.Cleanup(func() { _ = cp.Stop() })
 	c.CP, c.Kubeconfig = cp, cp.Kubeconfig
@@ -239,6 +243,30 @@ func (c *Cluster) startControlPlane(cpHost netlab.Host) {
 		"--flex-volume-plugin-dir", filepath.Join(filepath.Dir(c.Logs), "flex-volumes"))
 	c.start("kube-scheduler", "", cp.Binary("kube-scheduler"), "--kubeconfig", cp.Kubeconfig,
 		"--leader-elect=false", "--secure-port=0")
+}
+
+// egressThroughLAN returns the apiserver's flags that let it reach kubelets, which live on the
+// LAN, from the host's namespace that has no address there: its egress selector sends
+// everything bound for the cluster (kubelets, pods, Services) as HTTP CONNECT over a Unix
+// socket to a proxy that dials from the control plane's namespace on the LAN
+// (netlab.ConnectProxy), and it asks for each node at its InternalIP (the default, the node's
+// name, resolves nowhere). Nothing is configured in the host's namespace, and the apiserver's
+// other traffic (etcd, the host's clients) stays where it was.
+func (c *Cluster) egressThroughLAN(cpHost netlab.Host) map[string]string {
+	socket := filepath.Join(c.dir, "egress.sock")
+	c.must(netlab.ConnectProxy(c.owner, cpHost.NS, socket))
+	config := filepath.Join(c.dir, "egress-selector.yaml")
+	c.must(os.WriteFile(config, []byte(fmt.Sprintf(`apiVersion: apiserver.k8s.io/v1beta1
+kind: EgressSelectorConfiguration
+egressSelections:
+- name: cluster
+  connection:
+    proxyProtocol: HTTPConnect
+    transport:
+      uds:
+        udsName: %q
+`, socket)), 0o644))
+	return map[string]string{"egress-selector-config-file": config, "kubelet-preferred-address-types": "InternalIP"}
 }
 
 // waitNodesReady waits until every node reports Ready.

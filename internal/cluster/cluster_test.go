@@ -37,10 +37,12 @@ func TestMain(m *testing.M) {
 
 // TestHomeLabOnRealNodes installs Portico on `make cluster`'s cluster exactly as the README
 // says (the rendered manifests applied server-side, the memberlist Secret and the home-lab pool
-// with kubectl), then runs the home lab (homeLab), then deletes the controller leader's pod:
-// no Service's EXTERNAL-IP may change (measure).
+// with kubectl), then runs the home lab (homeLab), then debugs it as a user would (kubectl
+// logs, exec and port-forward), then deletes the controller leader's pod: no Service's
+// EXTERNAL-IP may change (measure).
 func TestHomeLabOnRealNodes(t *testing.T) {
 	homeLab(t, installWithKubectl, func(e *labEnv) {
+		debugsLikeAUser(e)
 		failed, gap := measure(e, operationNamed(e, "leader-deleted"), gitea)
 		t.Logf("the controller leader's pod deleted: %d failed requests, longest gap %s", failed, gap)
 	})
@@ -101,11 +103,20 @@ type labEnv struct {
 
 func (e *labEnv) kubectl(args ...string) string {
 	e.t.Helper()
+	out, err := e.tryKubectl(args...)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return out
+}
+
+// tryKubectl runs kubectl against the cluster; its error holds what kubectl printed.
+func (e *labEnv) tryKubectl(args ...string) (string, error) {
 	out, err := e.c.CP.KubectlCommand(context.Background(), args...).CombinedOutput()
 	if err != nil {
-		e.t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
+		return string(out), fmt.Errorf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
-	return string(out)
+	return string(out), nil
 }
 
 // homeLab starts `make cluster`'s cluster, installs Portico with install, waits for the

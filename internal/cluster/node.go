@@ -65,7 +65,7 @@ func (c *Cluster) startNode(n *Node, images []string) {
 	c.stepf("%s: containerd up, %d images imported", n.Name, len(images))
 
 	c.must(c.CP.WriteKubeconfig(n.kubeconfig(), controlPlaneIP.Addr().String(), ""))
-	c.must(os.WriteFile(filepath.Join(n.dir, "kubelet.yaml"), []byte(kubeletConfig(n)), 0o644))
+	c.must(os.WriteFile(filepath.Join(n.dir, "kubelet.yaml"), []byte(kubeletConfig(n, c.CP.KubeletClientCAFile)), 0o644))
 	c.startKubelet(n)
 	c.start("kube-proxy-"+n.Name, n.NS, c.CP.Binary("kube-proxy"), controlplane.KubeProxyArgs(n.Name, n.kubeconfig(), ClusterCIDR)...)
 }
@@ -167,10 +167,11 @@ func cniConfig(n *Node) string {
 }
 
 // kubeletConfig is the node's kubelet. failCgroupV1: the host has the cgroup v1 hierarchy.
+// It serves the apiserver (logs, exec, port-forward) as the client clientCA vouches for.
 // Every path a kubelet would share with another one on the host is the node's own; image
 // garbage collection is off (the imported images cannot be pulled again), and so is eviction
 // on disk pressure (the host's disk is the nodes' disk).
-func kubeletConfig(n *Node) string {
+func kubeletConfig(n *Node, clientCA string) string {
 	return fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 failCgroupV1: false
@@ -183,6 +184,7 @@ healthzBindAddress: 127.0.0.1
 authentication:
   anonymous: {enabled: false}
   webhook: {enabled: false}
+  x509: {clientCAFile: %q}
 authorization: {mode: AlwaysAllow}
 clusterDomain: cluster.local
 failSwapOn: false
@@ -193,6 +195,6 @@ imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 evictionHard: {memory.available: "1Mi", nodefs.available: "0%%", imagefs.available: "0%%"}
 resolvConf: /etc/resolv.conf
-`, n.cgroupRoot, "unix://"+n.socket, n.IPv4.Addr(), n.PodCIDR, filepath.Join(n.dir, "pod-logs"),
+`, n.cgroupRoot, "unix://"+n.socket, n.IPv4.Addr(), clientCA, n.PodCIDR, filepath.Join(n.dir, "pod-logs"),
 		filepath.Join(n.dir, "volume-plugins"))
 }

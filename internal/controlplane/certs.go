@@ -28,21 +28,16 @@ func writeServingCerts(certDir string, addrs []netip.Addr) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, err
-	}
 	ips := []net.IP{net.IPv4(127, 0, 0, 1), KubernetesServiceIP.AsSlice()}
 	for _, a := range addrs {
 		ips = append(ips, a.AsSlice())
 	}
 	tmpl := certTemplate("kube-apiserver")
 	tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
-	tmpl.KeyUsage = x509.KeyUsageDigitalSignature
 	tmpl.IPAddresses = ips
 	tmpl.DNSNames = []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
 		"kubernetes.default.svc.cluster.local"}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
+	cert, key, err := issue(tmpl, caCert, caKey)
 	if err != nil {
 		return nil, err
 	}
@@ -51,19 +46,58 @@ func writeServingCerts(certDir string, addrs []netip.Addr) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	files := map[string][]byte{
-		"apiserver.crt": pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		"apiserver.key": keyPEM(key),
+	return caPEM, writeFiles(certDir, map[string][]byte{
+		"apiserver.crt": cert,
+		"apiserver.key": key,
 		"sa-signer.crt": saPEM,
 		"sa-signer.key": keyPEM(saKey),
 		"ca.crt":        caPEM,
+	})
+}
+
+// writeKubeletClientCerts writes into certDir the certificate the apiserver presents to
+// kubelets (kubelet-client.crt/.key) and the CA that signed it (kubelet-client-ca.crt), which
+// the kubelets trust (their authentication.x509.clientCAFile). It returns the CA's path.
+func writeKubeletClientCerts(certDir string) (string, error) {
+	caKey, caCert, caPEM, err := newCA("portico-kubelet-client-ca")
+	if err != nil {
+		return "", err
 	}
+	tmpl := certTemplate("kube-apiserver-kubelet-client")
+	tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
+	cert, key, err := issue(tmpl, caCert, caKey)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(certDir, "kubelet-client-ca.crt"), writeFiles(certDir, map[string][]byte{
+		"kubelet-client.crt":    cert,
+		"kubelet-client.key":    key,
+		"kubelet-client-ca.crt": caPEM,
+	})
+}
+
+// issue signs a new key's certificate from tmpl with the CA's key; it returns both as PEM.
+func issue(tmpl, caCert *x509.Certificate, caKey *ecdsa.PrivateKey) (cert, key []byte, err error) {
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, err
+	}
+	tmpl.KeyUsage = x509.KeyUsageDigitalSignature
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &k.PublicKey, caKey)
+	if err != nil {
+		return nil, nil, err
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), keyPEM(k), nil
+}
+
+// writeFiles writes each file into dir, readable by its owner only.
+func writeFiles(dir string, files map[string][]byte) error {
 	for name, b := range files {
-		if err := os.WriteFile(filepath.Join(certDir, name), b, 0o600); err != nil {
-			return nil, err
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
+			return err
 		}
 	}
-	return caPEM, nil
+	return nil
 }
 
 func certTemplate(cn string) *x509.Certificate {

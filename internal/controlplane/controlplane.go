@@ -50,6 +50,10 @@ type ControlPlane struct {
 	// CAFile is the PEM file of the CA that signed the apiserver's serving certificate, when
 	// Options.ServingAddresses made one (kube-controller-manager's --root-ca-file).
 	CAFile string
+	// KubeletClientCAFile is the PEM file of the CA that signed the certificate the apiserver
+	// presents to kubelets, when Options.KubeletClientCert made one: a kubelet that trusts it
+	// (authentication.x509.clientCAFile) serves the apiserver logs, exec and port-forward.
+	KubeletClientCAFile string
 
 	env *envtest.Environment
 	dir string
@@ -65,6 +69,9 @@ type Options struct {
 	// localhost and the `kubernetes` Service (for pods and processes in other network
 	// namespaces), and CAFile is written.
 	ServingAddresses []netip.Addr
+	// KubeletClientCert gives the apiserver a client certificate for kubelets
+	// (--kubelet-client-certificate) and writes KubeletClientCAFile.
+	KubeletClientCert bool
 }
 
 // Start starts etcd and kube-apiserver and installs the CRDs from config/crd/bases.
@@ -113,6 +120,14 @@ func Start(opts Options) (*ControlPlane, error) {
 		}
 		api.SecureServing.CA, caFile = ca, filepath.Join(api.CertDir, "ca.crt")
 	}
+	kubeletCAFile := ""
+	if opts.KubeletClientCert {
+		if kubeletCAFile, err = writeKubeletClientCerts(api.CertDir); err != nil {
+			return nil, errors.Join(err, os.RemoveAll(dir))
+		}
+		api.Configure().Set("kubelet-client-certificate", filepath.Join(api.CertDir, "kubelet-client.crt"))
+		api.Configure().Set("kubelet-client-key", filepath.Join(api.CertDir, "kubelet-client.key"))
+	}
 	api.Configure().Set("service-cluster-ip-range", ServiceCIDR)
 	for k, v := range opts.APIServerArgs {
 		api.Configure().Set(k, v)
@@ -130,7 +145,8 @@ func Start(opts Options) (*ControlPlane, error) {
 		_ = os.RemoveAll(dir)
 		return nil, fmt.Errorf("starting kube-apiserver and etcd from %s: %w", assets, err)
 	}
-	cp := &ControlPlane{Config: cfg, Scheme: scheme, Kubectl: filepath.Join(assets, "kubectl"), CAFile: caFile, env: env, dir: dir}
+	cp := &ControlPlane{Config: cfg, Scheme: scheme, Kubectl: filepath.Join(assets, "kubectl"), CAFile: caFile,
+		KubeletClientCAFile: kubeletCAFile, env: env, dir: dir}
 	if err := cp.finish(); err != nil {
 		_ = cp.Stop()
 		return nil, err
