@@ -293,3 +293,48 @@ func (p *arpProbes) counts() (sent, failed int, slowest time.Duration) {
 	defer p.mu.Unlock()
 	return p.sent, p.failed, p.slowest
 }
+
+// TestBGPHungSpeakerWithdraws freezes a node's speaker alone (SIGSTOP), its BGP process left
+// running: a hung speaker can no longer change its node's routes, so the BGP process, hearing
+// none of its pings, withdraws them (as the BGP side did when it froze with the speaker). The
+// speaker, woken, starts a new BGP process and the route comes back.
+func TestBGPHungSpeakerWithdraws(t *testing.T) {
+	inBGPLab(t, 1, func(t *testing.T, e *l2Env) {
+		all := []string{"node-a", "node-b", "node-c"}
+		router := e.Routers[0]
+		startBird(t, router.NS, birdConfig(router.IPv4.Addr(), e.Nodes, clusterASN, ""))
+		e.createObject(bgpPeer("tor", router.IPv4.Addr(), clusterASN, routerASN))
+		e.createObject(&v1alpha1.BGPAdvertisement{ObjectMeta: metav1.ObjectMeta{Name: "routed"},
+			Spec: v1alpha1.BGPAdvertisementSpec{IPAddressPools: []v1alpha1.Name{"routed"}}})
+		routed := netip.MustParsePrefix("203.0.113.71/32")
+		e.createService("routed", []netip.Prefix{routed}, false, routed.Addr())
+		e.waitEstablished("tor", 30*time.Second, all...)
+		e.expectRoute(router.NS, routed, e.nodeIPs(false, all...), 30*time.Second)
+
+		const hung = "node-a"
+		child := e.bgpProcess(hung)
+		speaker := e.speakers[hung].cmd.Process.Pid
+		must(t, syscall.Kill(speaker, syscall.SIGSTOP))
+		frozen := time.Now()
+		thawed := false
+		thaw := func() {
+			if !thawed {
+				thawed = true
+				_ = syscall.Kill(speaker, syscall.SIGCONT)
+			}
+		}
+		t.Cleanup(thaw)
+		// The BGP process's hold on the speaker is 10 s of silence and a second's grace; the
+		// router's hold time is 9 s, so wait past both.
+		e.expectRoute(router.NS, routed, e.nodeIPs(false, "node-b", "node-c"), 60*time.Second)
+		t.Logf("%s's route left the router %v after its speaker froze", hung, time.Since(frozen).Round(time.Millisecond))
+		if !strings.Contains(e.speakerLog(hung), "taken for hung") {
+			t.Fatalf("%s's BGP process did not say why it withdrew", hung)
+		}
+		thaw()
+		e.expectRoute(router.NS, routed, e.nodeIPs(false, all...), 60*time.Second)
+		if now := e.bgpProcess(hung); now == child {
+			t.Fatalf("%s's BGP process %d still runs", hung, child)
+		}
+	})
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/expfmt"
@@ -13,11 +14,28 @@ import (
 	"github.com/portico-lb/portico/speaker/bgp"
 )
 
+// speakerSilence is how long the BGP process waits for a word from the speaker (which pings
+// every pingEvery, 2 s) before it takes the speaker for hung; thawGrace is the second chance it
+// then gives: after a freeze of the whole node both wake at once, and the speaker's overdue
+// ping follows within milliseconds.
+const (
+	speakerSilence = 10 * time.Second // five of the speaker's pings
+	thawGrace      = time.Second
+)
+
 // Serve is the BGP process: it runs sessions for the speaker at the other end of conn and
 // answers its requests until conn closes (the speaker exited: the sessions go down with this
 // process, as they would have gone with the speaker, so graceful restart keeps the routes) or a
 // Close request has been answered. gather holds the process's metrics (sessions and BFD).
+//
+// A speaker that is silent for speakerSilence (then thawGrace) is hung: its node's plan can no
+// longer change, and its ARP/NDP answers have stopped, so the process withdraws every route
+// and closes every session, as the BGP side did when it lived in the speaker and froze with it.
 func Serve(conn net.Conn, sessions *bgp.Sessions, gather prometheus.Gatherer) error {
+	return serve(conn, sessions, gather, speakerSilence)
+}
+
+func serve(conn net.Conn, sessions *bgp.Sessions, gather prometheus.Gatherer, silence time.Duration) error {
 	s := newStream(conn)
 	snapshot := func(id uint64, a answer) func() any {
 		return func() any {
@@ -26,10 +44,35 @@ func Serve(conn net.Conn, sessions *bgp.Sessions, gather prometheus.Gatherer) er
 		}
 	}
 	sessions.OnChange = func(_, _ bgp.State) { _ = s.send(snapshot(0, answer{})) }
+	requests, failed := make(chan request), make(chan error, 1)
+	go func() {
+		for {
+			var r request
+			if err := s.dec.Decode(&r); err != nil {
+				failed <- err
+				return
+			}
+			requests <- r
+		}
+	}()
+	quiet := time.NewTimer(silence)
+	graced := false
 	for {
 		var r request
-		if err := s.dec.Decode(&r); err != nil {
+		select {
+		case err := <-failed:
 			return fmt.Errorf("reading from the speaker: %w", err)
+		case <-quiet.C:
+			if !graced {
+				graced = true
+				quiet.Reset(thawGrace)
+				continue
+			}
+			sessions.Close()
+			return fmt.Errorf("the speaker said nothing for %v: taken for hung, every route withdrawn", silence+thawGrace)
+		case r = <-requests:
+			graced = false
+			quiet.Reset(silence)
 		}
 		switch {
 		case r.Apply != nil:
