@@ -209,6 +209,10 @@ func poolReadyCondition(pool *porticov1.IPAddressPool) metav1.Condition {
 	if err := selectorErrors(pool.Spec.ServiceAllocation); err != nil {
 		return notReady(porticov1.ReasonInvalidSelector, err.Error())
 	}
+	if h := pool.Spec.AddressHold; h != nil && pool.HoldFor() == 0 {
+		return notReady(porticov1.ReasonInvalidAddressHold, fmt.Sprintf("addressHold.duration %s is not between %s and %s: no address is held",
+			h.Duration.Duration, porticov1.MinAddressHold, porticov1.MaxAddressHold))
+	}
 	return metav1.Condition{
 		Type:    porticov1.ConditionReady,
 		Status:  metav1.ConditionTrue,

@@ -82,6 +82,8 @@ const (
 	ReasonValid            = "Valid"
 	ReasonInvalidAddresses = "InvalidAddresses"
 	ReasonInvalidSelector  = "InvalidSelector"
+	// ReasonInvalidAddressHold: spec.addressHold.duration is out of bounds; nothing is held.
+	ReasonInvalidAddressHold = "InvalidAddressHold"
 )
 
 // ConditionOrphanedIPs: Services hold addresses that this pool gave them but no longer

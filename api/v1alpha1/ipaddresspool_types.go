@@ -1,6 +1,8 @@
 package v1alpha1
 
 import (
+	"time"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -94,6 +96,43 @@ type IPAddressPoolSpec struct {
 	// +kubebuilder:default=Enabled
 	// +optional
 	ConflictProbing ConflictProbing `json:"conflictProbing,omitempty"`
+
+	// AddressHold keeps the address a deleted Service let go for a Service of the same
+	// namespace and name (or of its namespace and sharing key) for a while, so that one
+	// deleted and created again (a Helm uninstall and install, an Argo CD replace, a namespace
+	// restore) gets it back. Off by default: a held address is handed to nobody else, so holds
+	// take pool space, and a small pool whose Services come and go can run out.
+	// +optional
+	AddressHold *AddressHold `json:"addressHold,omitempty"`
+}
+
+// AddressHold is how long a pool keeps a deleted Service's address for it.
+type AddressHold struct {
+	// Duration a released address stays held, from the moment its Service is gone: between
+	// 1s and 168h (a week).
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s') && duration(self) <= duration('168h')",message="addressHold.duration must be between 1s and 168h"
+	Duration metav1.Duration `json:"duration"`
+}
+
+// The bounds of addressHold.duration, which its CEL rule enforces.
+const (
+	MinAddressHold = time.Second
+	MaxAddressHold = 168 * time.Hour
+)
+
+// HoldFor is how long the pool holds a released address: 0 when it holds none, or when the
+// duration is out of bounds (written while validation was relaxed; Ready says so).
+func (p *IPAddressPool) HoldFor() time.Duration {
+	if p.Spec.AddressHold == nil {
+		return 0
+	}
+	if d := p.Spec.AddressHold.Duration.Duration; d >= MinAddressHold && d <= MaxAddressHold {
+		return d
+	}
+	return 0
 }
 
 // ConflictProbing switches a pool's conflict probing on or off.
@@ -126,6 +165,27 @@ type AddressInUse struct {
 	SeenBy string `json:"seenBy"`
 	// Since is when that speaker first heard it.
 	Since metav1.Time `json:"since"`
+}
+
+// MaxPoolHolds caps a pool's status.holds: past it, a released address is not held.
+const MaxPoolHolds = 1024
+
+// AddressHoldEntry is a pool address kept for a deleted Service: nobody else gets it until
+// Until, except a Service of the same namespace that asks for it by address.
+type AddressHoldEntry struct {
+	// +kubebuilder:validation:MaxLength=39
+	Address string `json:"address"`
+	// Namespace and Name of the Service the address is kept for.
+	// +kubebuilder:validation:MaxLength=63
+	Namespace string `json:"namespace"`
+	// +kubebuilder:validation:MaxLength=63
+	Name string `json:"name"`
+	// SharingKey the Service shared the address under (portico.dev/allow-shared-ip): another
+	// Service of its namespace with that key may take the address back too.
+	// +optional
+	SharingKey string `json:"sharingKey,omitempty"`
+	// Until is when the hold ends and the address is free again.
+	Until metav1.Time `json:"until"`
 }
 
 // MaxPoolProxyAnswerers caps a pool's status.proxyAnswerers: the answers come from anyone on
@@ -203,6 +263,13 @@ type IPAddressPoolStatus struct {
 	// +listType=atomic
 	// +optional
 	ProxyAnswerers []ProxyAnswerer `json:"proxyAnswerers,omitempty"`
+
+	// Holds lists the addresses kept for deleted Services (spec.addressHold), at most 1024,
+	// soonest to end first. They count neither as assigned nor as available.
+	// +kubebuilder:validation:MaxItems=1024
+	// +listType=atomic
+	// +optional
+	Holds []AddressHoldEntry `json:"holds,omitempty"`
 
 	// Conditions: Ready, Overlapping, Exhausted, OrphanedIPs, AddressesInUse.
 	// +listType=map

@@ -131,6 +131,12 @@ var invalidCases = []invalidCase{
 		[]string{"spec.allowSharingAcrossNamespaces", "must be of type boolean"}},
 	{"pool: conflictProbing neither Enabled nor Disabled", schema, "IPAddressPool", "addresses: [10.0.0.0/24]\nconflictProbing: off",
 		[]string{"spec.conflictProbing", "Unsupported value"}},
+	{"pool: addressHold of no time", cel, "IPAddressPool", "addresses: [10.0.0.0/24]\naddressHold: {duration: 0s}",
+		[]string{"spec.addressHold.duration", "addressHold.duration must be between 1s and 168h"}},
+	{"pool: addressHold longer than a week", cel, "IPAddressPool", "addresses: [10.0.0.0/24]\naddressHold: {duration: 200h}",
+		[]string{"spec.addressHold.duration", "addressHold.duration must be between 1s and 168h"}},
+	{"pool: addressHold not a duration", schema, "IPAddressPool", "addresses: [10.0.0.0/24]\naddressHold: {duration: ten minutes}",
+		[]string{"spec.addressHold.duration", "should match"}},
 	{"pool: unknown field", strict, "IPAddressPool", "addresses: [10.0.0.0/24]\nautoassign: false",
 		[]string{`unknown field "spec.autoassign"`}},
 
