@@ -18,6 +18,7 @@ type Allocator struct {
 	byKey    map[string]map[netip.Addr]struct{} // sharing key → addresses used under it
 	services map[string]*assignment
 	inUse    map[netip.Addr]struct{} // answered for by a foreign host: skipped by automatic allocation
+	holds    holds                   // addresses kept for deleted Services, in the taken runs too
 }
 
 // assignment is what one Service holds and the request it was made for.
@@ -36,8 +37,12 @@ func New() *Allocator {
 		byKey:    map[string]map[netip.Addr]struct{}{},
 		services: map[string]*assignment{},
 	}
-	// A buggy address given out by explicit request is taken, not filler.
-	a.takenBug = newRuns(func(x netip.Addr) bool { return isBuggy(x) && a.ips[x] == nil })
+	a.holds.init()
+	// A buggy address given out by explicit request (or held since) is taken, not filler.
+	a.takenBug = newRuns(func(x netip.Addr) bool {
+		_, held := a.holds.byIP[x]
+		return isBuggy(x) && a.ips[x] == nil && !held
+	})
 	return a
 }
 
@@ -66,11 +71,13 @@ func (a *Allocator) current(service string) Assignment {
 
 // Allocate gives req's Service addresses, or returns why it cannot. A Service that holds
 // addresses keeps them unless its request changed so that they no longer fit; if the new
-// request cannot be met, it keeps what it has and the error says so.
+// request cannot be met, it keeps what it has and the error says so. A Service given
+// addresses has no hold any more: it got its held addresses back, or asked for others.
 func (a *Allocator) Allocate(req Request) (Assignment, error) {
 	if cur, ok := a.services[req.Service]; ok {
 		if a.canKeep(cur, &req) {
 			a.rekey(cur, req)
+			a.dropHoldsFor(req.Service)
 			return a.current(req.Service), nil
 		}
 	}
@@ -83,6 +90,7 @@ func (a *Allocator) Allocate(req Request) (Assignment, error) {
 	}
 	a.Release(req.Service)
 	a.hold(&assignment{req: req, ips: ips, pool: pool})
+	a.dropHoldsFor(req.Service)
 	return a.current(req.Service), nil
 }
 
@@ -97,6 +105,7 @@ func (a *Allocator) Restore(req Request, ips []netip.Addr) (Assignment, error) {
 	}
 	a.Release(req.Service)
 	a.hold(&assignment{req: req, ips: slices.Clone(ips), pool: a.poolHolding(ips, req.Pool)})
+	a.dropHoldsFor(req.Service)
 	return a.current(req.Service), nil
 }
 
@@ -138,6 +147,7 @@ func (a *Allocator) hold(asg *assignment) {
 	for _, ip := range asg.ips {
 		h := a.ips[ip]
 		if h == nil {
+			a.unhold(ip) // taken by a Service now: by the one it was kept for, or by request
 			h = &holding{key: asg.req.SharingKey, users: map[string]*assignment{}}
 			a.ips[ip] = h
 			a.indexKey(h.key, ip)

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/datadriven"
 
@@ -15,11 +16,15 @@ import (
 
 // TestAllocator runs the transcripts in testdata/alloc/*.txt. Commands:
 //
-//	pools                  one pool a line: NAME RANGE[,RANGE...] [auto=false] [buggy] [selection] [priority=N] [across]
+//	pools                  one pool a line: NAME RANGE[,RANGE...] [auto=false] [buggy] [selection] [priority=N] [across] [hold=DURATION]
 //	allocate svc=NS/NAME [family=(4,6)] [dual=prefer|require] [ip=(...)] [pool=P] [key=K]
 //	         [ports=(TCP/80,...)] [local] [selector=S] [selected=(P,...)]
 //	restore svc=NS/NAME ip=(...) [the same request arguments]
 //	release svc=NS/NAME
+//	delete svc=NS/NAME [max=N]   the Service is gone: release, holding in pools with hold= (HoldReleased; at most N holds a pool, 1024)
+//	restore-hold svc=NS/NAME ip=A pool=P for=DURATION [key=K]  a hold read back from a pool's status (RestoreHold)
+//	tick DURATION          the clock moves on; the holds whose time is up end (Expire)
+//	holds                  every pool's holds
 //	inuse [ip=(...)]       the addresses foreign hosts answer for (SetInUse); none: no address
 //	next pool=P [n=N]      the pool's next addresses (NextAddresses; n defaults to 4)
 //	stats                  every pool's counts
@@ -27,7 +32,12 @@ import (
 func TestAllocator(t *testing.T) {
 	datadriven.Walk(t, "testdata/alloc", func(t *testing.T, path string) {
 		a := New()
+		now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 		datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
+			switch d.Cmd {
+			case "delete", "restore-hold", "tick", "holds":
+				return runHoldCommand(t, a, &now, d)
+			}
 			return runCommand(t, a, d)
 		})
 	})
@@ -119,7 +129,11 @@ func stats(a *Allocator) string {
 		fmt.Fprintf(&b, "%s:", p.Name)
 		for i, fam := range []Family{IPv4, IPv6} {
 			if s.Size[i].Sign() > 0 {
-				fmt.Fprintf(&b, " %s size %s assigned %d available %s;", fam, s.Size[i], s.Assigned[i], s.Available[i])
+				held := ""
+				if s.Held[i] > 0 {
+					held = fmt.Sprintf(" held %d", s.Held[i])
+				}
+				fmt.Fprintf(&b, " %s size %s assigned %d%s available %s;", fam, s.Size[i], s.Assigned[i], held, s.Available[i])
 			}
 		}
 		b.WriteString("\n")
@@ -153,6 +167,12 @@ func parsePools(input string) ([]Pool, error) {
 				p.HasServiceAllocation = true
 			case "across":
 				p.SharingAcrossNamespaces = true
+			case "hold":
+				d, err := time.ParseDuration(v)
+				if err != nil {
+					return nil, err
+				}
+				p.HoldFor = d
 			case "priority":
 				n, err := strconv.Atoi(v)
 				if err != nil {
@@ -216,4 +236,72 @@ func mustAtoi(t *testing.T, d *datadriven.TestData, s string) int {
 		d.Fatalf(t, "%v", err)
 	}
 	return n
+}
+
+// runHoldCommand runs the commands about holds, at the transcript's time.
+func runHoldCommand(t *testing.T, a *Allocator, now *time.Time, d *datadriven.TestData) string {
+	var b strings.Builder
+	switch d.Cmd {
+	case "delete":
+		var svc string
+		maxHolds := 1024
+		d.ScanArgs(t, "svc", &svc)
+		if d.HasArg("max") {
+			d.ScanArgs(t, "max", &maxHolds)
+		}
+		freed, held := a.HoldReleased(svc, *now, maxHolds)
+		if len(freed) == 0 {
+			b.WriteString("freed nothing\n")
+		} else {
+			fmt.Fprintf(&b, "freed %s\n", commaAddrs(freed))
+		}
+		for _, x := range held {
+			fmt.Fprintf(&b, "held %s\n", holdLine(x, *now))
+		}
+	case "restore-hold":
+		x := Hold{Service: argOf(t, d, "svc"), IP: netip.MustParseAddr(argOf(t, d, "ip")), Pool: argOf(t, d, "pool")}
+		dur, err := time.ParseDuration(argOf(t, d, "for"))
+		if err != nil {
+			d.Fatalf(t, "%v", err)
+		}
+		x.Until = now.Add(dur)
+		if d.HasArg("key") {
+			x.SharingKey = argOf(t, d, "key")
+		}
+		fmt.Fprintf(&b, "restored %t\n", a.RestoreHold(x))
+	case "tick":
+		dur, err := time.ParseDuration(d.CmdArgs[0].Key)
+		if err != nil {
+			d.Fatalf(t, "%v", err)
+		}
+		*now = now.Add(dur)
+		for _, x := range a.Expire(*now) {
+			fmt.Fprintf(&b, "expired %s\n", holdLine(x, *now))
+		}
+	case "holds":
+		for _, p := range a.order {
+			for _, x := range a.Holds(p.Name) {
+				fmt.Fprintf(&b, "%s: %s\n", p.Name, holdLine(x, *now))
+			}
+		}
+	}
+	if b.Len() == 0 {
+		return "none\n"
+	}
+	return b.String()
+}
+
+// holdLine tells a hold, its end as a time from now.
+func holdLine(x Hold, now time.Time) string {
+	key := ""
+	if x.SharingKey != "" {
+		key = " key " + x.SharingKey
+	}
+	return fmt.Sprintf("%s for %s%s in pool %s, ends in %s", x.IP, x.Service, key, x.Pool, x.Until.Sub(now))
+}
+
+func argOf(t *testing.T, d *datadriven.TestData, key string) string {
+	var v string
+	d.ScanArgs(t, key, &v)
+	return v
 }

@@ -54,6 +54,9 @@ func (a *Allocator) chooseRequested(req *Request) ([]netip.Addr, string, *Error)
 		if err := a.joinable(ip, req); err != nil {
 			return nil, "", err
 		}
+		if err := a.heldAgainst(ip, req); err != nil {
+			return nil, "", err
+		}
 	}
 	return slices.Clone(req.IPs), common[0], nil
 }
@@ -74,6 +77,12 @@ func (a *Allocator) chooseAuto(req *Request) ([]netip.Addr, string, *Error) {
 	candidates, err := a.candidates(req)
 	if err != nil {
 		return nil, "", err
+	}
+	if held := a.claimedPool(req); held != "" {
+		// The addresses kept for this Service come back from their pool, whatever the order.
+		if i := slices.IndexFunc(candidates, func(p *poolState) bool { return p.Name == held }); i > 0 {
+			candidates = append([]*poolState{candidates[i]}, slices.Delete(slices.Clone(candidates), i, i+1)...)
+		}
 	}
 	want := wantedFamilies(req)
 	attempts := [][]Family{want}
@@ -124,7 +133,10 @@ func (a *Allocator) candidates(req *Request) ([]*poolState, *Error) {
 func (a *Allocator) pickIn(p *poolState, fams []Family, req *Request) ([]netip.Addr, bool) {
 	var ips []netip.Addr
 	for _, f := range fams {
-		ip, ok := a.shared(req, f, p)
+		ip, ok := a.claimable(req, f, p)
+		if !ok {
+			ip, ok = a.shared(req, f, p)
+		}
 		if !ok {
 			ip, ok = a.lowestFree(p, f)
 		}
@@ -180,8 +192,15 @@ func (a *Allocator) describeFull(p *poolState, fams []Family) string {
 		}
 	}
 	msg := fmt.Sprintf("pool %s is exhausted: all %s usable %s addresses are assigned", p.Name, usable, familyList(fams))
+	var also []string
 	if n := a.inUseFree(p); n > 0 {
-		msg = fmt.Sprintf("pool %s is exhausted: of its %s usable %s addresses, those no Service holds are in use by foreign hosts (%d, listed in the pool's status.inUse)", p.Name, usable, familyList(fams), n)
+		also = append(also, fmt.Sprintf("in use by foreign hosts (%d, listed in the pool's status.inUse)", n))
+	}
+	if n := p.held[0] + p.held[1]; n > 0 {
+		also = append(also, fmt.Sprintf("held for deleted Services (%d, listed in the pool's status.holds until they end; addressHold keeps them)", n))
+	}
+	if len(also) > 0 {
+		msg = fmt.Sprintf("pool %s is exhausted: of its %s usable %s addresses, those no Service holds are %s", p.Name, usable, familyList(fams), strings.Join(also, " or "))
 	}
 	return msg
 }

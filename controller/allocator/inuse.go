@@ -86,7 +86,7 @@ func (a *Allocator) free(p *poolState, f Family) iter.Seq[netip.Addr] {
 func (a *Allocator) inUseFree(p *poolState) int {
 	n := 0
 	for ip := range a.inUse {
-		if p.contains(ip) && a.ips[ip] == nil {
+		if _, held := a.holds.byIP[ip]; p.contains(ip) && a.ips[ip] == nil && !held {
 			n++
 		}
 	}

@@ -2,9 +2,11 @@ package allocator
 
 import (
 	"cmp"
+	"maps"
 	"math/big"
 	"net/netip"
 	"slices"
+	"time"
 
 	"github.com/portico-lb/portico/rules"
 )
@@ -24,6 +26,8 @@ type Pool struct {
 	// SharingAcrossNamespaces lets Services of different namespaces share an address of
 	// the pool under one sharing key; otherwise a key only joins Services of one namespace.
 	SharingAcrossNamespaces bool
+	// HoldFor keeps an address a deleted Service let go for it that long (Hold); 0: never.
+	HoldFor time.Duration
 }
 
 // poolState is a pool with its counts.
@@ -35,6 +39,9 @@ type poolState struct {
 	// assignedBuggy counts buggy addresses in use (given by explicit request), so they are not
 	// subtracted twice from what is available.
 	assignedBuggy int64
+	held          [2]int64 // addresses held for deleted Services, whichever pool holds them
+	heldBuggy     int64
+	holds         int // holds this pool made (at most the caller's maxHolds)
 }
 
 func famIndex(f Family) int {
@@ -68,14 +75,23 @@ func (p *poolState) contains(ip netip.Addr) bool {
 
 func (p *poolState) hasFamily(f Family) bool { return p.size[famIndex(f)].Sign() > 0 }
 
-// count adds delta to the pool's counts for ip, when ip is in the pool.
+// count adds delta to the pool's count of assigned addresses for ip, when ip is in the pool.
 func (p *poolState) count(ip netip.Addr, delta int64) {
+	p.countIn(&p.assigned, &p.assignedBuggy, ip, delta)
+}
+
+// countHeld does the same for addresses held for deleted Services.
+func (p *poolState) countHeld(ip netip.Addr, delta int64) {
+	p.countIn(&p.held, &p.heldBuggy, ip, delta)
+}
+
+func (p *poolState) countIn(perFamily *[2]int64, buggy *int64, ip netip.Addr, delta int64) {
 	if !p.contains(ip) {
 		return
 	}
-	p.assigned[famIndex(FamilyOf(ip))] += delta
+	perFamily[famIndex(FamilyOf(ip))] += delta
 	if p.AvoidBuggyIPs && isBuggy(ip) {
-		p.assignedBuggy += delta
+		*buggy += delta
 	}
 }
 
@@ -83,6 +99,7 @@ func (p *poolState) count(ip netip.Addr, delta int64) {
 type Stats struct {
 	Size      [2]*big.Int // per family: [0] IPv4, [1] IPv6
 	Assigned  [2]int64
+	Held      [2]int64 // held for deleted Services: neither assigned nor available
 	Available [2]*big.Int
 }
 
@@ -92,11 +109,11 @@ func (a *Allocator) Stats(pool string) (Stats, bool) {
 	if !ok {
 		return Stats{}, false
 	}
-	s := Stats{Size: p.size, Assigned: p.assigned}
+	s := Stats{Size: p.size, Assigned: p.assigned, Held: p.held}
 	for i := range 2 {
-		avail := new(big.Int).Sub(p.size[i], big.NewInt(p.assigned[i]))
+		avail := new(big.Int).Sub(p.size[i], big.NewInt(p.assigned[i]+p.held[i]))
 		if i == 0 {
-			avail.Sub(avail, big.NewInt(p.buggy-p.assignedBuggy))
+			avail.Sub(avail, big.NewInt(p.buggy-p.assignedBuggy-p.heldBuggy))
 		}
 		s.Available[i] = avail
 	}
@@ -104,8 +121,9 @@ func (a *Allocator) Stats(pool string) (Stats, bool) {
 }
 
 // SetPools replaces the pool configuration. Assignments are kept whatever the pools now say:
-// an address left outside every pool stays assigned and is reported as orphaned. It returns
-// the Services whose pool changed (to another pool, or to none).
+// an address left outside every pool stays assigned and is reported as orphaned. Holds are
+// not: one whose pool is gone, no longer holds released addresses or no longer contains the
+// address ends. It returns the Services whose pool changed (to another pool, or to none).
 func (a *Allocator) SetPools(pools []Pool) (moved []string) {
 	a.pools = make(map[string]*poolState, len(pools))
 	a.order = a.order[:0]
@@ -126,6 +144,16 @@ func (a *Allocator) SetPools(pools []Pool) (moved []string) {
 	for ip := range a.ips {
 		for _, p := range a.order {
 			p.count(ip, 1)
+		}
+	}
+	for ip, x := range maps.Clone(a.holds.byIP) {
+		if p := a.pools[x.Pool]; p == nil || p.HoldFor <= 0 || !p.contains(ip) {
+			a.forget(ip) // the new pools have not counted it
+			continue
+		}
+		a.pools[x.Pool].holds++
+		for _, p := range a.order {
+			p.countHeld(ip, 1)
 		}
 	}
 	for svc, asg := range a.services {

@@ -2,11 +2,13 @@ package allocator
 
 import (
 	"fmt"
+	"maps"
 	"math/big"
 	"math/rand/v2"
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/portico-lb/portico/rules"
 )
@@ -17,13 +19,13 @@ import (
 
 var propertyPools = [][]Pool{
 	{
-		{Name: "a", Ranges: mustRanges("198.51.100.0-198.51.100.5"), AutoAssign: true, SharingAcrossNamespaces: true},
-		{Name: "b", Ranges: mustRanges("198.51.100.4/30", "2001:db8::/125"), AutoAssign: true, AvoidBuggyIPs: true},
+		{Name: "a", Ranges: mustRanges("198.51.100.0-198.51.100.5"), AutoAssign: true, SharingAcrossNamespaces: true, HoldFor: time.Minute},
+		{Name: "b", Ranges: mustRanges("198.51.100.4/30", "2001:db8::/125"), AutoAssign: true, AvoidBuggyIPs: true, HoldFor: time.Minute},
 		{Name: "c", Ranges: mustRanges("203.0.113.254-203.0.114.1", "2001:db8::6-2001:db8::9"), AvoidBuggyIPs: true, HasServiceAllocation: true, Priority: 1},
 	},
 	{
 		{Name: "a", Ranges: mustRanges("198.51.100.2-198.51.100.3"), AutoAssign: true},
-		{Name: "c", Ranges: mustRanges("203.0.113.255-203.0.114.0", "2001:db8::/126"), AutoAssign: true, HasServiceAllocation: true, SharingAcrossNamespaces: true},
+		{Name: "c", Ranges: mustRanges("203.0.113.255-203.0.114.0", "2001:db8::/126"), AutoAssign: true, HasServiceAllocation: true, SharingAcrossNamespaces: true, HoldFor: time.Minute},
 	},
 	{},
 }
@@ -62,13 +64,23 @@ func step(a *Allocator, next func() byte) string {
 	case 1:
 		req.IPs = []netip.Addr{netip.AddrFrom4([4]byte{198, 51, 100, next() % 8})}
 	}
-	switch op := next() % 10; {
+	switch op := next() % 12; {
 	case op < 5:
 		_, err := a.Allocate(req)
 		return fmt.Sprintf("allocate %+v: %v", req, err)
-	case op < 7:
+	case op < 6:
 		a.Release(svc)
 		return "release " + svc
+	case op < 7:
+		a.HoldReleased(svc, propertyNow, 3)
+		return "delete (hold) " + svc
+	case op == 10:
+		a.Expire(propertyNow.Add(time.Duration(next()%3) * time.Minute))
+		return "expire"
+	case op == 11:
+		// A hold read back after a restart, for one of the Services, on one of the addresses.
+		x := Hold{IP: netip.AddrFrom4([4]byte{198, 51, 100, next() % 8}), Service: svc, Pool: string(rune('a' + next()%3)), Until: propertyNow.Add(time.Minute)}
+		return fmt.Sprintf("restore hold %+v: %t", x, a.RestoreHold(x))
 	case op < 8:
 		ip := netip.AddrFrom4([4]byte{198, 51, 100, next() % 8})
 		_, err := a.Restore(req, []netip.Addr{ip})
@@ -79,15 +91,27 @@ func step(a *Allocator, next func() byte) string {
 	}
 }
 
+var propertyNow = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
 // checkedStep runs one step and checks the invariants after it, and that an allocation joined
 // Services of different namespaces on an address only where its pools allow it (Restore and
 // pool edits keep such sharing, so only a new pair made by Allocate is checked).
 func checkedStep(t *testing.T, a *Allocator, next func() byte) string {
 	t.Helper()
 	before := crossNamespacePairs(a)
+	heldBefore := maps.Clone(a.holds.byIP)
 	what := step(a, next)
 	checkInvariants(t, a)
 	if strings.HasPrefix(what, "allocate") {
+		// A held address goes only to its namespace: to the Service it is kept for, to its
+		// sharing key, or by explicit request.
+		for ip, x := range heldBefore {
+			for svc := range a.ips[ip].usersOrNil() {
+				if !sameNamespace(svc, x.Service) {
+					t.Errorf("%s, held for %s, went to %s", ip, x.Service, svc)
+				}
+			}
+		}
 		for pair, ip := range crossNamespacePairs(a) {
 			if _, old := before[pair]; !old && !a.sharesAcrossNamespaces(ip) {
 				t.Errorf("%s: a new cross-namespace share of %s, whose pools keep sharing inside a namespace", pair, ip)
@@ -150,14 +174,32 @@ func checkInvariants(t *testing.T, a *Allocator) {
 			}
 		}
 	}
-	// every run holds only held addresses (and, in takenBug, fillers) and is maximal
+	kept := map[netip.Addr]bool{}
+	for ip, x := range a.holds.byIP {
+		kept[ip] = true
+		p := a.pools[x.Pool]
+		switch {
+		case x.IP != ip:
+			t.Fatalf("hold of %s indexed under %s", x.IP, ip)
+		case a.ips[ip] != nil:
+			t.Fatalf("%s is held for %s and assigned to a Service", ip, x.Service)
+		case a.services[x.Service] != nil:
+			t.Fatalf("%s is held for %s, which holds addresses", ip, x.Service)
+		case p == nil || p.HoldFor <= 0 || !p.contains(ip):
+			t.Fatalf("%s is held in pool %s, which does not hold it", ip, x.Pool)
+		}
+		if _, ok := a.taken.containing(ip); !ok {
+			t.Fatalf("%s is held but free in the runs", ip)
+		}
+	}
+	// every run holds only taken addresses (and, in takenBug, fillers) and is maximal
 	a.taken.tree.Ascend(func(r run) bool {
 		for x := r.first; x.Compare(r.last) <= 0; x = x.Next() {
-			if a.ips[x] == nil {
+			if a.ips[x] == nil && !kept[x] {
 				t.Fatalf("run %v-%v covers free %s", r.first, r.last, x)
 			}
 		}
-		if a.ips[r.last.Next()] != nil {
+		if a.ips[r.last.Next()] != nil || kept[r.last.Next()] {
 			t.Fatalf("run %v-%v is not maximal", r.first, r.last)
 		}
 		return true
@@ -165,7 +207,7 @@ func checkInvariants(t *testing.T, a *Allocator) {
 	var prev *run
 	a.takenBug.tree.Ascend(func(r run) bool {
 		for x := r.first; x.Compare(r.last) <= 0; x = x.Next() {
-			if a.ips[x] == nil && !a.takenBug.filler(x) {
+			if a.ips[x] == nil && !kept[x] && !a.takenBug.filler(x) {
 				t.Fatalf("buggy-aware run %v-%v covers free %s", r.first, r.last, x)
 			}
 		}
@@ -192,6 +234,23 @@ func checkInvariants(t *testing.T, a *Allocator) {
 		if assigned != p.assigned || assignedBuggy != p.assignedBuggy {
 			t.Fatalf("pool %s counts %v/%d, recount %v/%d", p.Name, p.assigned, p.assignedBuggy, assigned, assignedBuggy)
 		}
+		var heldHere [2]int64
+		var heldBuggy int64
+		holds := 0
+		for ip, x := range a.holds.byIP {
+			if p.contains(ip) {
+				heldHere[famIndex(FamilyOf(ip))]++
+				if p.AvoidBuggyIPs && isBuggy(ip) {
+					heldBuggy++
+				}
+			}
+			if x.Pool == p.Name {
+				holds++
+			}
+		}
+		if heldHere != p.held || heldBuggy != p.heldBuggy || holds != p.holds {
+			t.Fatalf("pool %s counts held %v/%d, %d holds; recount %v/%d, %d", p.Name, p.held, p.heldBuggy, p.holds, heldHere, heldBuggy, holds)
+		}
 		var buggy int64
 		for _, r := range p.Ranges {
 			for x := r.First; x.IsValid() && x.Compare(r.Last) <= 0; x = x.Next() {
@@ -204,7 +263,7 @@ func checkInvariants(t *testing.T, a *Allocator) {
 			t.Fatalf("pool %s counts %d buggy addresses, recount %d", p.Name, p.buggy, buggy)
 		}
 		s, _ := a.Stats(p.Name)
-		want := new(big.Int).Sub(p.size[0], big.NewInt(assigned[0]+buggy-assignedBuggy))
+		want := new(big.Int).Sub(p.size[0], big.NewInt(assigned[0]+heldHere[0]+buggy-assignedBuggy-heldBuggy))
 		if s.Available[0].Cmp(want) != 0 {
 			t.Fatalf("pool %s: %s IPv4 available, recount %s", p.Name, s.Available[0], want)
 		}
@@ -284,4 +343,11 @@ func FuzzAllocator(f *testing.F) {
 			}
 		}
 	})
+}
+
+func (h *holding) usersOrNil() map[string]*assignment {
+	if h == nil {
+		return nil
+	}
+	return h.users
 }
