@@ -80,6 +80,7 @@ func AllocatorPool(p *porticov1.IPAddressPool) allocator.Pool {
 		Ranges:        ranges,
 		AutoAssign:    p.Spec.AutoAssign == nil || *p.Spec.AutoAssign,
 		AvoidBuggyIPs: p.Spec.AvoidBuggyIPs,
+		HoldFor:       p.HoldFor(),
 
 		SharingAcrossNamespaces: p.Spec.AllowSharingAcrossNamespaces,
 	}

@@ -25,7 +25,7 @@ import (
 // which pools and waiting Services it wakes. Each decision is applied to the Service as its
 // status write would, so the next one starts from what is stored. Commands:
 //
-//	pool <name> <entry>...              an IPAddressPool (added or replaced); prints Services moved
+//	pool <name> <entry>... [hold=<d>]   an IPAddressPool (added or replaced), hold: its addressHold; prints Services moved
 //	service <name>... [ip=<a>] [pool=<p>] [share=<key>] [port=<PROTO/n>] [type=<t>] [finalizer=<f>] [writing=<a>] [brief]
 //	                                    create or edit Services in namespace default, and decide each;
 //	                                    writing: a write of ours listing <a> is still on its way
@@ -39,7 +39,9 @@ import (
 //	speaker <node> [mac=<m>] [announces=<svc>] [heard=<svc>:<mac>]  a speaker's report
 //	health <name>                       the health reconciler's decision for it
 //	tick <duration>                     the clock moves on
-//	pools                               every pool's counts and its Exhausted and OrphanedIPs
+//	pools                               the pool reconciler: holds whose time is up end, and every pool's
+//	                                    counts, Exhausted, OrphanedIPs and holds, stored in its status
+//	restart                             a new controller: a new book rebuilt from the Services' and pools' status
 func TestDecideTranscripts(t *testing.T) {
 	datadriven.Walk(t, "testdata/decide", func(t *testing.T, path string) {
 		w := &world{book: NewBook(), svcs: map[string]*corev1.Service{},
@@ -89,7 +91,21 @@ func (w *world) run(t *testing.T, d *datadriven.TestData) {
 	case "pool":
 		p := porticov1.IPAddressPool{ObjectMeta: metav1.ObjectMeta{Name: d.CmdArgs[0].Key}}
 		for _, a := range d.CmdArgs[1:] {
-			p.Spec.Addresses = append(p.Spec.Addresses, porticov1.AddressRange(a.Key))
+			if len(a.Vals) == 0 {
+				p.Spec.Addresses = append(p.Spec.Addresses, porticov1.AddressRange(a.Key))
+			}
+		}
+		if h := arg("hold"); h != "" {
+			dur, err := time.ParseDuration(h)
+			if err != nil {
+				t.Fatalf("%s: %v", d.Pos, err)
+			}
+			p.Spec.AddressHold = &porticov1.AddressHold{Duration: metav1.Duration{Duration: dur}}
+		}
+		for _, old := range w.pools {
+			if old.Name == p.Name {
+				p.Status = old.Status
+			}
 		}
 		w.pools = slices.DeleteFunc(w.pools, func(o porticov1.IPAddressPool) bool { return o.Name == p.Name })
 		w.pools = append(w.pools, p)
@@ -146,7 +162,7 @@ func (w *world) run(t *testing.T, d *datadriven.TestData) {
 			return
 		}
 		delete(w.svcs, key)
-		w.print(nil, Service(w.book, Seen{Key: key}))
+		w.print(nil, Service(w.book, Seen{Key: key, Now: w.now}))
 	case "endpoints":
 		name := d.CmdArgs[0].Key
 		var ready, notReady int
@@ -194,13 +210,22 @@ func (w *world) run(t *testing.T, d *datadriven.TestData) {
 		}
 		w.now = w.now.Add(dur)
 	case "pools":
-		for _, p := range w.pools {
+		if freed := w.book.ExpireHolds(w.now); len(freed) > 0 {
+			fmt.Fprintf(w.out, "holds ended in %s; retry %s\n", strings.Join(slices.Compact(slices.Sorted(slices.Values(freed))), ","), strings.Join(w.book.WaitingServices(), ","))
+		}
+		for i, p := range w.pools {
 			f := w.book.PoolFacts(p.Name)
 			fmt.Fprintf(w.out, "%s: %d assigned, %d waiting\n", p.Name, f.Stats.Assigned[0]+f.Stats.Assigned[1], f.Waiting)
 			for _, c := range []metav1.Condition{ExhaustedCondition(f), OrphanCondition(f)} {
 				fmt.Fprintf(w.out, "  %s=%s %s: %s\n", c.Type, c.Status, c.Reason, c.Message)
 			}
+			w.pools[i].Status.Holds = HoldEntries(f.Holds)
+			for _, e := range w.pools[i].Status.Holds {
+				fmt.Fprintf(w.out, "  hold %s for %s/%s until %s\n", e.Address, e.Namespace, e.Name, e.Until.Sub(w.now))
+			}
 		}
+	case "restart":
+		w.restart()
 	default:
 		t.Fatalf("%s: unknown command %q", d.Pos, d.Cmd)
 	}
@@ -210,17 +235,11 @@ func (w *world) run(t *testing.T, d *datadriven.TestData) {
 // writing names an address a write of ours still on its way lists (statusWriter.mayList).
 func (w *world) decide(t *testing.T, svc *corev1.Service, brief bool, writing string) {
 	in := Seen{Key: svc.Namespace + "/" + svc.Name, Svc: svc.DeepCopy(), Listed: porticov1.IngressAddrs(svc),
-		Ours: rules.Handles(svc, porticov1.DefaultLoadBalancerClass, true)}
+		Ours: rules.Handles(svc, porticov1.DefaultLoadBalancerClass, true), Now: w.now}
 	if writing != "" {
 		in.Listed = append(in.Listed, netip.MustParseAddr(writing))
 	}
-	var selected []string
-	for i := range w.pools {
-		if sa := w.pools[i].Spec.ServiceAllocation; sa != nil && selects(sa, svc, nil) {
-			selected = append(selected, w.pools[i].Name)
-		}
-	}
-	in.Req, in.ReqErr = buildRequest(svc, selected)
+	in.Req, in.ReqErr = w.request(svc)
 	if !slices.ContainsFunc(svc.Status.Conditions, func(c metav1.Condition) bool { return c.Type == porticov1.ConditionEndpointsReady }) {
 		in.Health = &w.facts
 	}
@@ -314,4 +333,33 @@ func (w *world) speaker(node, mac, announces, heard string) {
 	for _, n := range slices.Sorted(maps.Keys(byName)) {
 		w.facts.Speakers = append(w.facts.Speakers, byName[n])
 	}
+}
+
+// request is the allocator request for svc, as the Service reconciler builds it.
+func (w *world) request(svc *corev1.Service) (allocator.Request, error) {
+	var selected []string
+	for i := range w.pools {
+		if sa := w.pools[i].Spec.ServiceAllocation; sa != nil && selects(sa, svc, nil) {
+			selected = append(selected, w.pools[i].Name)
+		}
+	}
+	return buildRequest(svc, selected)
+}
+
+// restart is a new controller: a book rebuilt from what the Services' status lists, then
+// from the holds the pools' status lists (as the pools command last stored them).
+func (w *world) restart() {
+	w.book = NewBook()
+	w.book.SetPools(w.pools)
+	var stored []Stored
+	for _, key := range slices.Sorted(maps.Keys(w.svcs)) {
+		svc := w.svcs[key]
+		if rules.Handles(svc, porticov1.DefaultLoadBalancerClass, true) && len(porticov1.IngressAddrs(svc)) > 0 {
+			req, _ := w.request(svc)
+			stored = append(stored, StoredOf(svc, req))
+		}
+	}
+	refused := w.book.Rebuild(stored, false)
+	dropped := w.book.RestoreHolds(w.pools)
+	fmt.Fprintf(w.out, "rebuilt: %d Services, %d refused; holds dropped: %d\n", len(stored)-len(refused), len(refused), len(dropped))
 }

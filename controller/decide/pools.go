@@ -22,6 +22,8 @@ type PoolFacts struct {
 	// InUse is the pool's addresses foreign hosts answer for: the caller fills it from the
 	// Speakers' findings.
 	InUse []porticov1.AddressInUse
+	// Holds are the addresses the pool keeps for deleted Services, soonest to end first.
+	Holds []allocator.Hold
 }
 
 // nextPerFamily is how many of each family's next addresses a pool's status lists.
@@ -43,6 +45,7 @@ func (b *Book) PoolFacts(pool string) PoolFacts {
 	}
 	slices.Sort(f.Orphans)
 	f.Next = b.alloc.NextAddresses(pool, nextPerFamily)
+	f.Holds = b.alloc.Holds(pool)
 	return f
 }
 
@@ -61,6 +64,10 @@ func ExhaustedCondition(f PoolFacts) metav1.Condition {
 	}
 	c.Status, c.Reason = metav1.ConditionTrue, porticov1.ReasonPoolExhausted
 	c.Message = fmt.Sprintf("all %d usable addresses are assigned; %d Services wait for one", f.Stats.Assigned[0]+f.Stats.Assigned[1], f.Waiting)
+	if held := f.Stats.Held[0] + f.Stats.Held[1]; held > 0 {
+		c.Message = fmt.Sprintf("all %d usable addresses are assigned or held: %d assigned, %d held for deleted Services (status.holds, until each ends); %d Services wait for one",
+			f.Stats.Assigned[0]+f.Stats.Assigned[1]+held, f.Stats.Assigned[0]+f.Stats.Assigned[1], held, f.Waiting)
+	}
 	return c
 }
 

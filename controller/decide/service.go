@@ -3,6 +3,7 @@ package decide
 import (
 	"net/netip"
 	"slices"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -34,6 +35,9 @@ type Seen struct {
 	// Health, when set, lets the first status write of a new Service carry its health
 	// conditions with its address: one write per new Service, not two.
 	Health *HealthFacts
+	// Now is when it was seen: a gone Service's addresses are held from then (the pool's
+	// addressHold), and holds whose time is up end. Zero: no hold is made or ended.
+	Now time.Time
 }
 
 // Ready is what a decision asks for. Apply puts it on a copy of the Service.
@@ -53,23 +57,29 @@ type Ready struct {
 // Service steps the book with what was seen of one Service: allocate, keep (Terminating) or
 // release its addresses, and say what to write and tell.
 func Service(b *Book, in Seen) Ready {
-	var replaced []string
+	var freedIn []string // besides the decision's own
+	if !in.Now.IsZero() {
+		freedIn = b.ExpireHolds(in.Now)
+	}
 	if in.Svc != nil && b.replaced(in.Key, in.Svc.UID) {
 		// Deleted and created again under its name, the gap unseen: what the old object held
-		// is not the new one's to keep.
-		replaced = release(b, in.Key, in.Listed)
+		// is not the new one's to keep, though the pool may hold it for the new one.
+		freedIn = append(freedIn, release(b, in.Key, in.Listed, in.Now)...)
 	}
 	var o outcome
 	switch {
 	case in.Svc != nil && in.Svc.DeletionTimestamp != nil:
 		// Ours or not: a type edited away while Terminating frees nothing before it is gone.
 		o = keep(b, in.Key, in.Listed)
+	case in.Svc == nil:
+		o.freedIn = release(b, in.Key, in.Listed, in.Now)
 	case !in.Ours:
-		o.freedIn = release(b, in.Key, in.Listed)
+		// An edit to another type or class lets go at once: the Service asked for it.
+		o.freedIn = release(b, in.Key, in.Listed, time.Time{})
 	default:
 		o = allocate(b, in)
 	}
-	o.freedIn = append(o.freedIn, replaced...)
+	o.freedIn = append(o.freedIn, freedIn...)
 	if in.Ours {
 		b.uid[in.Key] = in.Svc.UID
 	} else {
@@ -189,12 +199,17 @@ func allocate(b *Book, in Seen) outcome {
 // may still put in its status (listed; nothing once it is gone): a write on its way, made for
 // an earlier version of it, is re-applied to the current one after a conflict, and that may be a
 // LoadBalancer again (the type flipped twice); it would list an address another Service was
-// given meanwhile. Returns the pools that gained addresses.
-func release(b *Book, key string, listed []netip.Addr) []string {
+// given meanwhile. A gone Service's addresses are held for it from goneAt (zero: not gone),
+// in pools with an addressHold. Returns the pools that gained addresses.
+func release(b *Book, key string, listed []netip.Addr, goneAt time.Time) []string {
 	held, ok := b.alloc.Assignment(key)
 	delete(b.waiting, key)
 	was := b.dropLeaving(key)
-	b.alloc.Release(key)
+	if goneAt.IsZero() {
+		b.alloc.Release(key)
+	} else {
+		b.alloc.HoldReleased(key, goneAt, porticov1.MaxPoolHolds)
+	}
 	left := b.holdLeaving(key, was, listed, nil)
 	if !ok {
 		return left
