@@ -31,7 +31,8 @@ const poolWriteInterval = time.Second
 
 // PoolReconciler feeds pool edits to the allocator and keeps each IPAddressPool's status true:
 // counts, waiting Services, the next addresses, those foreign hosts answer for (folded from the
-// Speakers, and given to the allocator to skip), and the Ready, Overlapping, Exhausted,
+// Speakers, and given to the allocator to skip), the holds kept for deleted Services (ended
+// here when their time is up), and the Ready, Overlapping, Exhausted,
 // OrphanedIPs and AddressesInUse conditions.
 // Ready reports what the CRD's CEL rules cannot check (an IPv6 range that runs backwards,
 // entries of one pool that overlap, malformed label selectors).
@@ -74,11 +75,17 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	findings := verdict.inUse
 	var facts decide.PoolFacts
 	var retry, dirty []string
+	var nextExpiry time.Time
 	if err := r.state.withLock(ctx, func(b *decide.Book) {
 		changed, released := b.SetInUse(findingAddrs(findings))
 		if changed {
 			dirty = b.PoolNames() // their next addresses may change
 		}
+		if ended := b.ExpireHolds(time.Now()); len(ended) > 0 {
+			released = true
+			dirty = append(dirty, ended...)
+		}
+		nextExpiry = b.NextExpiry()
 		if released {
 			retry = b.WaitingServices()
 		}
@@ -96,6 +103,12 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	var again time.Duration
 	if !verdict.expires.IsZero() {
 		again = time.Until(verdict.expires) + time.Second
+	}
+	// Nothing the watch sees ends a hold either: look again when the soonest one ends.
+	if !nextExpiry.IsZero() {
+		if wait := max(time.Until(nextExpiry), 0) + 10*time.Millisecond; again == 0 || wait < again {
+			again = wait
+		}
 	}
 	if !found {
 		r.metrics.poolGone(req.Name)
@@ -147,6 +160,7 @@ func (r *PoolReconciler) fill(ctx context.Context, pool *porticov1.IPAddressPool
 		st.NextAddresses = append(st.NextAddresses, ip.String())
 	}
 	st.InUse, st.ProxyAnswerers = f.InUse, proxies
+	st.Holds = decide.HoldEntries(f.Holds)
 
 	set := func(c metav1.Condition) {
 		c.ObservedGeneration = pool.Generation

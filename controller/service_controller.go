@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -62,7 +63,7 @@ func (r *ServiceReconciler) waitingIn(_ context.Context, ns client.Object) []rec
 // Reconcile follows a Service from its watch event to its status write: gather what the
 // apiserver says of it, decide (controller/decide: pure), write the decision and wake who it names.
 func (r *ServiceReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	in := decide.Seen{Key: req.Namespace + "/" + req.Name}
+	in := decide.Seen{Key: req.Namespace + "/" + req.Name, Now: time.Now()}
 	var svc corev1.Service
 	found, err := get(ctx, r.Client, req.NamespacedName, &svc)
 	if err != nil {

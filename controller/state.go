@@ -74,8 +74,10 @@ func (s *state) load(ctx context.Context, b *decide.Book) error {
 	if s.live != nil {
 		services, paged = s.live, true
 	}
+	// The pools' status holds the holds (spec.addressHold) the old leader made: read from
+	// the apiserver too.
 	var pools porticov1.IPAddressPoolList
-	if err := s.reader.List(ctx, &pools); err != nil {
+	if err := services.List(ctx, &pools); err != nil {
 		return err
 	}
 	// What foreign hosts answer for is known before anything is allocated: the pool
@@ -103,7 +105,11 @@ func (s *state) load(ctx context.Context, b *decide.Book) error {
 	for _, r := range refused {
 		log.Info("not restoring an address from status", "service", r.Service, "reason", r.Reason.Error())
 	}
-	log.Info("state rebuilt from Service status", "services", len(stored)-len(refused))
+	dropped := b.RestoreHolds(pools.Items)
+	for _, x := range dropped {
+		log.Info("not restoring a hold from a pool's status: the pool no longer holds that address, or a Service does", "pool", x.Pool, "address", x.IP, "service", x.Service)
+	}
+	log.Info("state rebuilt from Service status", "services", len(stored)-len(refused), "holds", holdCount(pools.Items)-len(dropped))
 	return nil
 }
 
@@ -220,4 +226,13 @@ func get(ctx context.Context, c client.Reader, key client.ObjectKey, obj client.
 		return false, nil
 	}
 	return err == nil, err
+}
+
+// holdCount counts the holds the pools' status lists.
+func holdCount(pools []porticov1.IPAddressPool) int {
+	n := 0
+	for i := range pools {
+		n += len(pools[i].Status.Holds)
+	}
+	return n
 }
