@@ -1,5 +1,5 @@
-// Package status is `kubectl portico status`: the pools with their usage, the speakers, and
-// their BGP sessions.
+// Package status is `kubectl portico status`: the pools with their usage, the addresses
+// foreign hosts use and those held for deleted Services, the speakers, and their BGP sessions.
 package status
 
 import (
@@ -56,6 +56,7 @@ func Run(ctx context.Context, e *plugin.Env) error {
 	}
 	tw.Flush()
 	printInUse(e, pools.Items)
+	printHolds(e, pools.Items)
 
 	fmt.Fprintln(e.Out, "\nSPEAKERS")
 	tw = plugin.Table(e.Out, "NODE", "READY", "L2", "BGP-PEERS-UP", "SELF-CHECKS", "PROBLEMS")
@@ -113,6 +114,23 @@ func printInUse(e *plugin.Env, pools []porticov1.IPAddressPool) {
 	printSection(e, "ADDRESSES IN USE BY FOREIGN HOSTS (not handed out while they answer)", inUse, "POOL", "ADDRESS", "MAC", "SEEN-BY", "SINCE")
 	printSection(e, "PROXY ANSWERERS (a MAC answering for many addresses: proxy ARP/NDP, ignored, holds nothing back)", proxies,
 		"POOL", "MAC", "ADDRESSES", "SEEN-BY", "SINCE")
+}
+
+// printHolds lists, per pool, the addresses kept for deleted Services (spec.addressHold): nobody
+// else gets them until the hold ends, except a Service of the same namespace asking for one.
+func printHolds(e *plugin.Env, pools []porticov1.IPAddressPool) {
+	var rows [][]any
+	for _, p := range pools {
+		for _, h := range p.Status.Holds {
+			key := h.SharingKey
+			if key == "" {
+				key = "-"
+			}
+			rows = append(rows, []any{p.Name, h.Address, h.Namespace + "/" + h.Name, key, h.Until.UTC().Format(time.RFC3339)})
+		}
+	}
+	printSection(e, "ADDRESSES HELD FOR DELETED SERVICES (given back to the Service created again under its name; to nobody else until the hold ends)", rows,
+		"POOL", "ADDRESS", "SERVICE", "SHARING-KEY", "UNTIL")
 }
 
 // printSection prints a titled table of rows, or nothing when there are none.

@@ -1,0 +1,42 @@
+package status
+
+import (
+	"bytes"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
+	"github.com/portico-lb/portico/plugin"
+)
+
+// TestPrintHolds: the holds section lists each pool's holds as the controller wrote them in
+// its status, and is left out when no pool holds anything. (The home lab's golden output, run
+// against a real apiserver, has no hold: its end is a time of the run.)
+func TestPrintHolds(t *testing.T) {
+	until := metav1.NewTime(time.Date(2026, 12, 3, 14, 10, 0, 0, time.UTC))
+	pools := []porticov1.IPAddressPool{
+		{ObjectMeta: metav1.ObjectMeta{Name: "home-lab"}, Status: porticov1.IPAddressPoolStatus{Holds: []porticov1.AddressHoldEntry{
+			{Address: "10.0.0.201", Namespace: "argocd", Name: "argocd-server", Until: until},
+			{Address: "10.0.0.205", Namespace: "dns", Name: "pihole-udp", SharingKey: "pihole", Until: until},
+		}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "spare"}},
+	}
+	var out bytes.Buffer
+	printHolds(&plugin.Env{Out: &out}, pools)
+	want := `
+ADDRESSES HELD FOR DELETED SERVICES (given back to the Service created again under its name; to nobody else until the hold ends)
+POOL      ADDRESS     SERVICE               SHARING-KEY  UNTIL
+home-lab  10.0.0.201  argocd/argocd-server  -            2026-12-03T14:10:00Z
+home-lab  10.0.0.205  dns/pihole-udp        pihole       2026-12-03T14:10:00Z
+`
+	if out.String() != want {
+		t.Errorf("got\n%s\nwant\n%s", out.String(), want)
+	}
+	out.Reset()
+	printHolds(&plugin.Env{Out: &out}, pools[1:])
+	if out.Len() != 0 {
+		t.Errorf("no holds: got %q", out.String())
+	}
+}
