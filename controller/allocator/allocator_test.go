@@ -76,13 +76,7 @@ func runCommand(t *testing.T, a *Allocator, d *datadriven.TestData) string {
 		}
 		return "released nothing\n"
 	case "next":
-		var pool string
-		n := 4
-		d.ScanArgs(t, "pool", &pool)
-		if d.HasArg("n") {
-			d.ScanArgs(t, "n", &n)
-		}
-		return "next " + commaAddrs(a.NextAddresses(pool, n)) + "\n"
+		return "next " + commaAddrs(a.NextAddresses(argOf(t, d, "pool"), intArg(t, d, "n", 4))) + "\n"
 	case "stats":
 		return stats(a)
 	case "show":
@@ -243,13 +237,7 @@ func runHoldCommand(t *testing.T, a *Allocator, now *time.Time, d *datadriven.Te
 	var b strings.Builder
 	switch d.Cmd {
 	case "delete":
-		var svc string
-		maxHolds := 1024
-		d.ScanArgs(t, "svc", &svc)
-		if d.HasArg("max") {
-			d.ScanArgs(t, "max", &maxHolds)
-		}
-		freed, held := a.HoldReleased(svc, *now, maxHolds)
+		freed, held := a.HoldReleased(argOf(t, d, "svc"), *now, intArg(t, d, "max", 1024))
 		if len(freed) == 0 {
 			b.WriteString("freed nothing\n")
 		} else {
@@ -304,4 +292,12 @@ func argOf(t *testing.T, d *datadriven.TestData, key string) string {
 	var v string
 	d.ScanArgs(t, key, &v)
 	return v
+}
+
+// intArg is the command's integer argument key, or def when it has none.
+func intArg(t *testing.T, d *datadriven.TestData, key string, def int) int {
+	if d.HasArg(key) {
+		d.ScanArgs(t, key, &def)
+	}
+	return def
 }
