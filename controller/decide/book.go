@@ -80,7 +80,7 @@ func AllocatorPool(p *porticov1.IPAddressPool) allocator.Pool {
 		Ranges:        ranges,
 		AutoAssign:    p.Spec.AutoAssign == nil || *p.Spec.AutoAssign,
 		AvoidBuggyIPs: p.Spec.AvoidBuggyIPs,
-		HoldFor:       p.HoldFor(),
+		HoldFor:       p.HoldFor().Round(time.Second), // with goneAt in whole seconds: a hold's end is as its status stores it
 
 		SharingAcrossNamespaces: p.Spec.AllowSharingAcrossNamespaces,
 	}

@@ -208,7 +208,9 @@ func release(b *Book, key string, listed []netip.Addr, goneAt time.Time) []strin
 	if goneAt.IsZero() {
 		b.alloc.Release(key)
 	} else {
-		b.alloc.HoldReleased(key, goneAt, porticov1.MaxPoolHolds)
+		// In whole seconds, as the pool's status stores a hold's end: the status written is then
+		// the book's, not a rewrite every second.
+		b.alloc.HoldReleased(key, goneAt.Truncate(time.Second), porticov1.MaxPoolHolds)
 	}
 	left := b.holdLeaving(key, was, listed, nil)
 	if !ok {
