@@ -85,7 +85,7 @@ func TestAddressHoldAcrossRestart(t *testing.T) {
 // TestAddressHoldEnds: when the hold's time is up, nothing the watches see happens; the pool
 // reconciler looks again then, ends it, and the Service that waited for the address gets it.
 func TestAddressHoldEnds(t *testing.T) {
-	startManager(t)
+	reg := startManager(t)
 	spec := addresses("198.51.100.202/32")
 	withAddressHold(10 * time.Second)(&spec)
 	createPool(t, "holds-end", spec)
@@ -96,6 +96,14 @@ func TestAddressHoldEnds(t *testing.T) {
 	waitIPs(t, ns, "gone", "198.51.100.202")
 	deleteService(t, ns, "gone")
 	waitHolds(t, "holds-end", "198.51.100.202 "+ns+"/gone")
+	// Set before the status write we waited for: held, neither in use nor gone from the pool.
+	ofPool := map[string]string{"pool": "holds-end"}
+	for name, labels := range map[string]map[string]string{"portico_pool_addresses_held": ofPool,
+		"portico_pool_addresses": {"pool": "holds-end", "family": "IPv4"}} {
+		if v, found := sample(t, reg, name, labels); !found || v != 1 {
+			t.Errorf("%s %v = %v (found %t), want 1", name, labels, v, found)
+		}
+	}
 	createService(t, ns, "waiting", fromPool)
 	waitEvent(t, ns, "waiting", "AllocationFailed", "held for deleted Services")
 	waitIPs(t, ns, "waiting", "198.51.100.202")

@@ -17,6 +17,7 @@ type Metrics struct {
 	poolAddressesInUse  *prometheus.GaugeVec
 	poolServicesWaiting *prometheus.GaugeVec
 	poolForeign         *prometheus.GaugeVec
+	poolHeld            *prometheus.GaugeVec
 	allocationFailures  *prometheus.CounterVec
 	allocations         prometheus.Counter
 	conditionChanges    *prometheus.CounterVec // the health conditions' changes on Services
@@ -38,6 +39,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "portico_pool_addresses_foreign",
 			Help: "Addresses of a pool a foreign host answered for when a speaker probed them (the pool's status.inUse); automatic allocation skips them.",
 		}, []string{"pool"}),
+		poolHeld: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "portico_pool_addresses_held",
+			Help: "Addresses of a pool kept for deleted Services (the pool's addressHold, status.holds): neither in use nor available.",
+		}, []string{"pool"}),
 		poolServicesWaiting: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "portico_pool_services_waiting",
 			Help: "Services that want an address from a pool and have none.",
@@ -56,7 +61,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"condition", "reason"}),
 		events: events.NewMetrics(reg),
 	}
-	reg.MustRegister(m.poolAddresses, m.poolAddressesInUse, m.poolServicesWaiting, m.poolForeign, m.allocationFailures, m.allocations, m.conditionChanges)
+	reg.MustRegister(m.poolAddresses, m.poolAddressesInUse, m.poolServicesWaiting, m.poolForeign, m.poolHeld, m.allocationFailures, m.allocations, m.conditionChanges)
 	return m
 }
 
@@ -69,11 +74,12 @@ func (m *Metrics) pool(name string, f decide.PoolFacts) {
 			continue
 		}
 		avail, _ := new(big.Float).SetInt(f.Stats.Available[i]).Float64()
-		m.poolAddresses.WithLabelValues(name, fam).Set(avail + float64(f.Stats.Assigned[i]))
+		m.poolAddresses.WithLabelValues(name, fam).Set(avail + float64(f.Stats.Assigned[i]+f.Stats.Held[i]))
 		m.poolAddressesInUse.WithLabelValues(name, fam).Set(float64(f.Stats.Assigned[i]))
 	}
 	m.poolServicesWaiting.WithLabelValues(name).Set(float64(f.Waiting))
 	m.poolForeign.WithLabelValues(name).Set(float64(len(f.InUse)))
+	m.poolHeld.WithLabelValues(name).Set(float64(f.Stats.Held[0] + f.Stats.Held[1]))
 }
 
 // poolGone drops a deleted pool's series.
@@ -84,4 +90,5 @@ func (m *Metrics) poolGone(name string) {
 	}
 	m.poolServicesWaiting.DeleteLabelValues(name)
 	m.poolForeign.DeleteLabelValues(name)
+	m.poolHeld.DeleteLabelValues(name)
 }
