@@ -106,6 +106,7 @@ func (s *state) load(ctx context.Context, b *decide.Book) error {
 		log.Info("not restoring an address from status", "service", r.Service, "reason", r.Reason.Error())
 	}
 	dropped := b.RestoreHolds(pools.Items)
+	b.ExpireHolds(time.Now()) // those that ended while no controller ran; every pool's status is written at start
 	for _, x := range dropped {
 		log.Info("not restoring a hold from a pool's status: the pool no longer holds that address, or a Service does", "pool", x.Pool, "address", x.IP, "service", x.Service)
 	}
