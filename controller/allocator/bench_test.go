@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"testing"
+	"time"
 )
 
 // BenchmarkAllocate measures one release and one allocation (the freed address is the lowest
@@ -54,5 +55,36 @@ func BenchmarkIsFree(b *testing.B) {
 	b.ResetTimer()
 	for range b.N {
 		_ = a.usable(ip, &req)
+	}
+}
+
+// BenchmarkHoldAndReclaim measures a deleted Service's release with its hold, and its
+// re-creation taking the address back, with n addresses allocated and 1 000 other holds
+// standing: the goal is the cost of BenchmarkAllocate, whatever the number of holds.
+func BenchmarkHoldAndReclaim(b *testing.B) {
+	for _, n := range []int{1_000, 100_000} {
+		b.Run(fmt.Sprintf("allocated=%d", n), func(b *testing.B) {
+			a := New()
+			a.SetPools([]Pool{{Name: "p", Ranges: mustRanges("10.0.0.0/8"), AutoAssign: true, HoldFor: time.Hour}})
+			now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+			svc := func(i int) string { return fmt.Sprintf("ns/s%d", i) }
+			for i := range n + 1_000 {
+				if _, err := a.Allocate(Request{Service: svc(i)}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			for i := n; i < n+1_000; i++ {
+				a.HoldReleased(svc(i), now, 10_000)
+			}
+			rng := rand.New(rand.NewPCG(1, 2))
+			b.ResetTimer()
+			for range b.N {
+				i := rng.IntN(n)
+				a.HoldReleased(svc(i), now, 10_000)
+				if _, err := a.Allocate(Request{Service: svc(i)}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
