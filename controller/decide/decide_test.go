@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
 	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
@@ -30,6 +31,7 @@ import (
 //	                                    create or edit Services in namespace default, and decide each;
 //	                                    writing: a write of ours listing <a> is still on its way
 //	reconcile <name>...                 decide again, nothing changed (a retry)
+//	recreate <name>...                  delete and create again, the controller seeing only the new object
 //	delete <name>                       delete: a Service with a finalizer becomes Terminating
 //	                                    (the next delete: its finalizer is removed, it is gone)
 //	endpoints <name> ready=<n> [notready=<n>]  its EndpointSlice
@@ -68,6 +70,7 @@ type world struct {
 	desk  *NewsDesk
 	now   time.Time
 	out   *strings.Builder
+	uids  int // objects created so far: each gets its own UID
 }
 
 func (w *world) run(t *testing.T, d *datadriven.TestData) {
@@ -122,10 +125,12 @@ func (w *world) run(t *testing.T, d *datadriven.TestData) {
 			svc := w.svcs["default/"+name]
 			if svc == nil {
 				svc = &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name,
-					CreationTimestamp: metav1.NewTime(w.now.Add(time.Duration(len(w.svcs)) * time.Millisecond))},
+					CreationTimestamp: metav1.NewTime(w.now.Add(time.Duration(len(w.svcs)) * time.Millisecond)),
+					UID:               types.UID(fmt.Sprintf("%s-%d", name, w.uids))},
 					Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Selector: map[string]string{"app": name},
 						Ports: []corev1.ServicePort{{Protocol: corev1.ProtocolTCP, Port: 80}}}}
 				w.svcs["default/"+name] = svc
+				w.uids++
 			}
 			for key, ann := range map[string]string{"ip": porticov1.AnnotationLoadBalancerIPs, "pool": porticov1.AnnotationAddressPool, "share": porticov1.AnnotationAllowSharedIP} {
 				if v := arg(key); v != "" {
@@ -148,6 +153,18 @@ func (w *world) run(t *testing.T, d *datadriven.TestData) {
 				svc.Finalizers = append(svc.Finalizers, f)
 			}
 			w.decide(t, svc, d.HasArg("brief"), arg("writing"))
+		}
+	case "recreate":
+		// Deleted and created again between two reconciles: the controller sees only the new
+		// object, under the old one's name.
+		for _, name := range names() {
+			old := w.svcs["default/"+name]
+			svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, Annotations: old.Annotations,
+				CreationTimestamp: metav1.NewTime(w.now), UID: types.UID(fmt.Sprintf("%s-%d", name, w.uids))}, Spec: old.Spec}
+			delete(svc.Annotations, porticov1.AnnotationAllocatedFromPool)
+			w.uids++
+			w.svcs["default/"+name] = svc
+			w.decide(t, svc, d.HasArg("brief"), "")
 		}
 	case "reconcile":
 		for _, name := range names() {
@@ -211,7 +228,10 @@ func (w *world) run(t *testing.T, d *datadriven.TestData) {
 		w.now = w.now.Add(dur)
 	case "pools":
 		if freed := w.book.ExpireHolds(w.now); len(freed) > 0 {
-			fmt.Fprintf(w.out, "holds ended in %s; retry %s\n", strings.Join(slices.Compact(slices.Sorted(slices.Values(freed))), ","), strings.Join(w.book.WaitingServices(), ","))
+			fmt.Fprintf(w.out, "holds ended in %s\n", strings.Join(slices.Compact(slices.Sorted(slices.Values(freed))), ","))
+			if waiting := w.book.WaitingServices(); len(waiting) > 0 {
+				fmt.Fprintf(w.out, "retry %s\n", strings.Join(waiting, ","))
+			}
 		}
 		for i, p := range w.pools {
 			f := w.book.PoolFacts(p.Name)
