@@ -50,3 +50,6 @@ const FindingTTL = findingTTL
 
 // Fenced is fenced, for the package's tests.
 var Fenced = fenced
+
+// PoolReadyCondition judges a pool's spec, for specs the apiserver's CEL rules refuse.
+var PoolReadyCondition = poolReadyCondition

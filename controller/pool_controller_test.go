@@ -106,6 +106,18 @@ func TestPoolReadyReportsWhatCELCannot(t *testing.T) {
 	}
 }
 
+// TestPoolReadyRechecksAddressHold: a duration the CEL rule refuses (written while validation
+// was relaxed) holds nothing, and Ready says so.
+func TestPoolReadyRechecksAddressHold(t *testing.T) {
+	pool := &porticov1.IPAddressPool{Spec: addresses("10.0.0.0/24")}
+	pool.Spec.AddressHold = &porticov1.AddressHold{Duration: metav1.Duration{Duration: 200 * time.Hour}}
+	c := controller.PoolReadyCondition(pool)
+	want := "addressHold.duration 200h0m0s is not between 1s and 168h0m0s: no address is held"
+	if c.Reason != porticov1.ReasonInvalidAddressHold || c.Message != want || pool.HoldFor() != 0 {
+		t.Errorf("Ready %s %q, holds for %s; want %s %q, 0", c.Reason, c.Message, pool.HoldFor(), porticov1.ReasonInvalidAddressHold, want)
+	}
+}
+
 // TestPoolReadyFollowsEdits: a valid pool is Ready, breaking it makes it not Ready, fixing it
 // makes it Ready again, each with the generation it describes.
 func TestPoolReadyFollowsEdits(t *testing.T) {
