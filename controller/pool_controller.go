@@ -35,7 +35,8 @@ const poolWriteInterval = time.Second
 // here when their time is up), and the Ready, Overlapping, Exhausted,
 // OrphanedIPs and AddressesInUse conditions.
 // Ready reports what the CRD's CEL rules cannot check (an IPv6 range that runs backwards,
-// entries of one pool that overlap, malformed label selectors).
+// entries of one pool that overlap, malformed label selectors) and re-checks addressHold's
+// bounds.
 type PoolReconciler struct {
 	Client    client.Client
 	Recorder  events.EventRecorder

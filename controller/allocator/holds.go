@@ -207,7 +207,8 @@ func (a *Allocator) claimable(req *Request, f Family, p *poolState) (netip.Addr,
 	return best, best.IsValid()
 }
 
-// claimedPool names the pool, among candidates, holding an address for req, or "".
+// claimedPool names the pool holding an address for req (the first by name, when several
+// do), or "".
 func (a *Allocator) claimedPool(req *Request) string {
 	var pools []string
 	for _, k := range claimKeys(req.Service, req.SharingKey) {
