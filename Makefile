@@ -199,11 +199,12 @@ chaos: controlplane
 ## transcript it prints. SIM_SEED=n replays one seed with its whole transcript. SIM_OLD=both runs
 ## the controller before the fixes (rule: the old conflict rule; lease: no lease check), and
 ## SIM_FIND (a regular expression) counts only the violations it matches; SIM_SHARING_EDITS=1 lets
-## users edit sharing keys, which finds a known problem (docs/reliability.md#simulation-make-simulate).
+## users edit sharing keys, which finds a known problem (docs/reliability.md#simulation-make-simulate);
+## SIM_HOLDS=1 gives pool home an addressHold.
 SIM_TIME ?= 2m
 SIM_ARGS = $(if $(SIM_SEED),-sim.seed=$(SIM_SEED),$(if $(SIM_SEEDS),-sim.seeds=$(SIM_SEEDS),-sim.time=$(SIM_TIME))) \
 	$(if $(SIM_FIRST),-sim.first=$(SIM_FIRST)) $(if $(SIM_OLD),-sim.old=$(SIM_OLD)) $(if $(SIM_FIND),-sim.find='$(SIM_FIND)') \
-	$(if $(SIM_SHARING_EDITS),-sim.sharing-edits)
+	$(if $(SIM_SHARING_EDITS),-sim.sharing-edits) $(if $(SIM_HOLDS),-sim.holds)
 simulate:
 	go test -count=1 -v -run '^TestSimulate$$' -timeout 60m ./controller/decide/sim/ -args $(SIM_ARGS)
 

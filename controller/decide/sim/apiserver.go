@@ -212,6 +212,9 @@ func (a *apiserver) setPool(name string, ranges ...string) {
 	for _, r := range ranges {
 		p.Spec.Addresses = append(p.Spec.Addresses, porticov1.AddressRange(r))
 	}
+	if name == "home" && a.w.opts.AddressHolds {
+		p.Spec.AddressHold = &porticov1.AddressHold{Duration: metav1.Duration{Duration: addressHold}}
+	}
 	p.ResourceVersion = a.nextRV()
 	a.w.logf("user sets pool %s: %v", name, ranges)
 	a.pools[name] = p

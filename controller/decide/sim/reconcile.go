@@ -2,6 +2,7 @@ package sim
 
 import (
 	"slices"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -53,6 +54,10 @@ func (r *replica) reconcileService(key string) {
 		return
 	}
 	in := decide.Seen{Key: key}
+	if r.w.opts.AddressHolds {
+		in.Now = epoch.Add(r.w.now)
+		defer r.lookAtHolds()
+	}
 	svc, found := r.svcs[key]
 	if found {
 		svc = svc.DeepCopy()
@@ -98,6 +103,33 @@ func (r *replica) reconcileService(key string) {
 	} else {
 		r.writes.Forget(key)
 	}
+}
+
+// lookAtHolds schedules what the pool reconciler does when the book's soonest hold ends: end
+// the holds whose time is up, and retry the waiting Services.
+func (r *replica) lookAtHolds() {
+	next := r.book.NextExpiry()
+	if next.IsZero() || next.Equal(r.holdsAt) {
+		return
+	}
+	r.holdsAt = next
+	r.w.after(next.Sub(epoch.Add(r.w.now)), r, func() {
+		r.holdsAt = time.Time{}
+		if !r.leading {
+			return
+		}
+		var retry []string
+		r.withLock(func(b *decide.Book) {
+			if ended := b.ExpireHolds(epoch.Add(r.w.now)); len(ended) > 0 {
+				retry = b.WaitingServices()
+				r.w.logf("%s ends holds in %v; retries %v", r.name, ended, retry)
+			}
+		})
+		for _, k := range retry {
+			r.enqueue(&r.svcQ, k)
+		}
+		r.lookAtHolds()
+	})
 }
 
 // reconcileHealth is HealthReconciler.Reconcile: decide.Health and the news desk.

@@ -42,6 +42,9 @@ type replica struct {
 	svcQ    workQueue
 	healthQ workQueue
 	lanes   [writeLanes]lane
+	// holdsAt is when the book's soonest hold ends and a look at it is scheduled: the pool
+	// reconciler's requeue.
+	holdsAt time.Time
 }
 
 // writeLanes as in controller/writer.go: writes for one Service keep their order.
@@ -137,6 +140,7 @@ func (r *replica) tick() {
 	r.leading, r.lastRenew = true, r.w.now
 	r.observed, r.observedAt = r.w.api.lease, r.w.now
 	r.book, r.writes, r.desk = decide.NewBook(), decide.NewWrites(), decide.NewNewsDesk(0, time.Time{})
+	r.holdsAt = time.Time{}
 	r.w.logf("%s leads", r.name)
 	// The controllers start: their first list puts every cached object in their queues.
 	r.enqueue(&r.svcQ, poolsKey)

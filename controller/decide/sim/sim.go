@@ -26,6 +26,9 @@ type Options struct {
 	// SharingKeyEdits lets users edit the sharing key of a Service: they find a known problem
 	// (a Service keeps an address shared under its old key), off until it is fixed.
 	SharingKeyEdits bool
+	// AddressHolds gives pool home an addressHold: a deleted Service's address is kept for it
+	// (not across a replica's restart: the simulated pools have no status).
+	AddressHolds bool
 	// Transcript records every step (slower): for a replay.
 	Transcript bool
 }
@@ -47,6 +50,9 @@ const (
 	// become quiet, when every Service that can get an address must have one.
 	busyUntil = 100 * time.Second
 	end       = 170 * time.Second
+	// addressHold is pool home's with Options.AddressHolds: holds made by busyUntil end before
+	// the world is checked quiet.
+	addressHold = 20 * time.Second
 )
 
 // epoch is the simulated clock's zero, as a time the decisions read (creation times, the news
