@@ -89,7 +89,7 @@ func (a *Allocator) Allocate(req Request) (Assignment, error) {
 		return Assignment{}, err
 	}
 	a.Release(req.Service)
-	a.hold(&assignment{req: req, ips: ips, pool: pool})
+	a.assign(&assignment{req: req, ips: ips, pool: pool})
 	a.dropHoldsFor(req.Service)
 	return a.current(req.Service), nil
 }
@@ -104,7 +104,7 @@ func (a *Allocator) Restore(req Request, ips []netip.Addr) (Assignment, error) {
 		}
 	}
 	a.Release(req.Service)
-	a.hold(&assignment{req: req, ips: slices.Clone(ips), pool: a.poolHolding(ips, req.Pool)})
+	a.assign(&assignment{req: req, ips: slices.Clone(ips), pool: a.poolHolding(ips, req.Pool)})
 	a.dropHoldsFor(req.Service)
 	return a.current(req.Service), nil
 }
@@ -142,12 +142,12 @@ func (a *Allocator) Release(service string) []netip.Addr {
 	return freed
 }
 
-func (a *Allocator) hold(asg *assignment) {
+func (a *Allocator) assign(asg *assignment) {
 	a.services[asg.req.Service] = asg
 	for _, ip := range asg.ips {
 		h := a.ips[ip]
 		if h == nil {
-			a.unhold(ip) // taken by a Service now: by the one it was kept for, or by request
+			a.endHold(ip) // taken by a Service now: by the one it was kept for, or by request
 			h = &holding{key: asg.req.SharingKey, users: map[string]*assignment{}}
 			a.ips[ip] = h
 			a.indexKey(h.key, ip)

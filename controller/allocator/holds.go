@@ -94,7 +94,7 @@ func (a *Allocator) HoldReleased(service string, now time.Time, maxHolds int) (f
 			break
 		}
 		x := Hold{IP: ip, Service: service, SharingKey: asg.req.SharingKey, Pool: p.Name, Until: now.Add(p.HoldFor)}
-		a.keep(x)
+		a.startHold(x)
 		held = append(held, x)
 	}
 	return freed, held
@@ -112,12 +112,12 @@ func (a *Allocator) RestoreHold(x Hold) bool {
 	if _, dup := a.holds.byIP[x.IP]; dup {
 		return false
 	}
-	a.keep(x)
+	a.startHold(x)
 	return true
 }
 
-// keep takes x.IP out of the free addresses for x.
-func (a *Allocator) keep(x Hold) {
+// startHold takes x.IP out of the free addresses for x.
+func (a *Allocator) startHold(x Hold) {
 	a.holds.add(x)
 	a.taken.add(x.IP)
 	a.takenBug.add(x.IP)
@@ -129,8 +129,8 @@ func (a *Allocator) keep(x Hold) {
 	}
 }
 
-// unhold ends the hold on ip, if any: the address is free again, or about to be taken.
-func (a *Allocator) unhold(ip netip.Addr) {
+// endHold ends the hold on ip, if any: the address is free again, or about to be taken.
+func (a *Allocator) endHold(ip netip.Addr) {
 	x, ok := a.holds.byIP[ip]
 	if !ok {
 		return
@@ -141,11 +141,11 @@ func (a *Allocator) unhold(ip netip.Addr) {
 	if p := a.pools[x.Pool]; p != nil {
 		p.holds--
 	}
-	a.forget(ip)
+	a.forgetHold(ip)
 }
 
-// forget ends the hold on ip, counts aside.
-func (a *Allocator) forget(ip netip.Addr) {
+// forgetHold ends the hold on ip, counts aside.
+func (a *Allocator) forgetHold(ip netip.Addr) {
 	a.holds.remove(ip)
 	if a.ips[ip] == nil { // else a Service is taking it: it stays in the taken runs
 		a.taken.remove(ip)
@@ -168,7 +168,7 @@ func (a *Allocator) Expire(now time.Time) []Hold {
 		}
 	}
 	for _, x := range gone {
-		a.unhold(x.IP)
+		a.endHold(x.IP)
 	}
 	sortHolds(gone)
 	return gone
@@ -237,6 +237,6 @@ func (a *Allocator) heldAgainst(ip netip.Addr, req *Request) *Error {
 // asked for others.
 func (a *Allocator) dropHoldsFor(service string) {
 	for ip := range maps.Clone(a.holds.claimers["svc "+service]) {
-		a.unhold(ip)
+		a.endHold(ip)
 	}
 }

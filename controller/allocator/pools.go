@@ -148,7 +148,7 @@ func (a *Allocator) SetPools(pools []Pool) (moved []string) {
 	}
 	for ip, x := range maps.Clone(a.holds.byIP) {
 		if p := a.pools[x.Pool]; p == nil || p.HoldFor <= 0 || !p.contains(ip) {
-			a.forget(ip) // the new pools have not counted it
+			a.forgetHold(ip) // the new pools have not counted it
 			continue
 		}
 		a.pools[x.Pool].holds++
