@@ -76,6 +76,7 @@ type Speaker struct {
 	pending   pendingReplan
 	planner   *plan.Planner
 	secrets   secretCache  // the BGPPeers' password Secrets (secrets.go)
+	vrfAbsent atomic.Bool  // a BGPPeer names a VRF device this node lacks (vrfs.go)
 	loopAt    atomic.Int64 // unix nanos of the main loop's latest turn; 0 until it starts (probes.go)
 	startedAt time.Time    // when Start began (RoutesUp)
 	planned   atomic.Bool  // the first plan has been applied (RoutesUp)
@@ -147,7 +148,7 @@ func (s *Speaker) Start(ctx context.Context) error {
 	go s.runConflictProbes(ctx)
 	rejoin := time.NewTicker(500 * time.Millisecond)
 	defer rejoin.Stop()
-	// Re-reads BGP password Secrets (they are not watched).
+	// Re-reads BGP password Secrets (they are not watched), and VRF devices still missing.
 	refresh := time.NewTicker(secretRefresh)
 	defer refresh.Stop()
 	var reloadKeys <-chan time.Time
@@ -184,7 +185,7 @@ func (s *Speaker) Start(ctx context.Context) error {
 		case <-reloadKeys:
 			s.reloadKeys(ctx)
 		case <-refresh.C:
-			if s.secrets.held() {
+			if s.secrets.held() || s.vrfAbsent.Load() {
 				s.replanAll("secret-refresh")
 			}
 		case <-s.kick:

@@ -153,6 +153,10 @@ var invalidCases = []invalidCase{
 		[]string{"spec.interface", "should match"}},
 	{"peer: interface and ebgpMultiHop", cel, "BGPPeer", "myASN: 64512\npeerASN: 64501\ninterface: eth1\nebgpMultiHop: true",
 		[]string{"an interface peer is directly connected"}},
+	{"peer: interface and vrf", cel, "BGPPeer", "myASN: 64512\npeerASN: 64501\ninterface: eth1\nvrf: red",
+		[]string{"vrf is not supported with an interface (unnumbered) peer"}},
+	{"peer: vrf longer than a Linux device name", schema, "BGPPeer", "myASN: 64512\npeerASN: 64501\npeerAddress: 198.51.100.1\nvrf: vrf-sixteen-char",
+		[]string{"spec.vrf", "may not be more than 15"}},
 	{"peer: no peer AS", cel, "BGPPeer", "myASN: 64512\npeerAddress: 198.51.100.1",
 		[]string{"set exactly one of peerASN, dynamicASN and peerASNFromNodeLabel"}},
 	{"peer: peerASN and dynamicASN", cel, "BGPPeer", "myASN: 64512\npeerASN: 64501\ndynamicASN: external\npeerAddress: 198.51.100.1",
@@ -284,6 +288,7 @@ func TestEdgeValuesAreAccepted(t *testing.T) {
 		{"BGPPeer", "myASN: 64512\npeerASN: 64501\npeerAddress: 198.51.100.1\nbfdProfile: fast"},
 		{"BGPPeer", "myASNFromNodeLabel: topology.portico.io/asn\ndynamicASN: external\ninterface: enp1s0f0.100"},
 		{"BGPPeer", "myASN: 64512\ndynamicASN: internal\npeerAddress: 198.51.100.1"},
+		{"BGPPeer", "myASN: 64512\npeerASN: 64501\npeerAddress: 192.0.2.1\nvrf: vrf-fifteen-chr"},
 		{"BGPPeer", "myASN: 64512\npeerASNFromNodeLabel: example.com/leaf-asn\npeerAddress: 198.51.100.1"},
 	}
 	c := client.WithFieldValidation(cp.Client, "Strict")

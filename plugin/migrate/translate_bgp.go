@@ -72,13 +72,19 @@ func (t *translator) peer(o *unstructured.Unstructured) {
 	f.take("ebgpMultiHop", &p.Spec.EBGPMultiHop)
 	f.take("enableGracefulRestart", &p.Spec.EnableGracefulRestart)
 	t.password(o, f, p)
+	if iface != "" {
+		f.drop("vrf", "Portico peers unnumbered in the node's default VRF only", "")
+	} else {
+		f.take("vrf", &p.Spec.VRF)
+	}
 	switch {
 	case iface != "":
 		f.drop("bfdProfile", "Portico's BFD needs the router's address, and this peer is unnumbered: the session detects a dead peer through its holdTime", "")
+	case p.Spec.VRF != "":
+		f.drop("bfdProfile", "Portico's BFD does not run through a VRF yet: the session detects a dead peer through its holdTime", "")
 	default:
 		f.take("bfdProfile", &p.Spec.BFDProfile)
 	}
-	f.drop("vrf", "Portico opens sessions in the node's default VRF only", "")
 	f.drop("disableMP", everyFamily, false)
 	f.drop("dualStackAddressFamily", everyFamily, false)
 	f.rest()

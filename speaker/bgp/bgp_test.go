@@ -30,3 +30,16 @@ func TestAPIPath(t *testing.T) {
 		t.Fatalf("IPv4 path %v %v", v4.Nlri, v4.Attrs)
 	}
 }
+
+// TestVRFBindsTheSession: a peer's vrf is the device GoBGP binds the session's socket to
+// (SO_BINDTODEVICE); none without.
+func TestVRFBindsTheSession(t *testing.T) {
+	p := plan.Peer{Name: "red", Address: netip.MustParseAddr("192.0.2.1"), VRF: "vrf-red"}
+	if got := apiPeer(p, p.Address).Transport.BindInterface; got != "vrf-red" {
+		t.Fatalf("bound to %q, want vrf-red", got)
+	}
+	p.VRF = ""
+	if got := apiPeer(p, p.Address).Transport.BindInterface; got != "" {
+		t.Fatalf("a peer without vrf bound to %q", got)
+	}
+}

@@ -49,6 +49,9 @@ func apiPeer(p plan.Peer, addr netip.Addr) *api.Peer {
 	if p.Source.IsValid() {
 		ap.Transport.LocalAddress = p.Source.String()
 	}
+	// Bound to the VRF device (SO_BINDTODEVICE), the session's socket routes by the VRF's table
+	// and leaves from one of its interfaces, whose address is then the routes' next hop.
+	ap.Transport.BindInterface = p.VRF
 	if p.EBGPMultiHop {
 		ap.EbgpMultihop = &api.EbgpMultihop{Enabled: true, MultihopTtl: 255}
 	}

@@ -22,6 +22,9 @@ func peerBFD(bp *v1alpha1.BGPPeer, profiles []v1alpha1.BFDProfile, secrets []cor
 	if bp.Spec.Interface != "" {
 		return bfdprofile.Config{}, fmt.Errorf("bfdProfile %s: BFD with an unnumbered (interface) peer is not supported", name)
 	}
+	if bp.Spec.VRF != "" {
+		return bfdprofile.Config{}, fmt.Errorf("bfdProfile %s: BFD with a vrf peer is not supported", name)
+	}
 	for i := range profiles {
 		if profiles[i].Name != string(name) {
 			continue

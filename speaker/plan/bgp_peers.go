@@ -53,6 +53,9 @@ func bgpNodeOf(w *World, name string, problems *[]string) *bgpNode {
 			continue
 		}
 		peer, err := resolvePeer(bp, node.Labels, n.mine, w.Secrets)
+		if err == nil {
+			err = w.checkVRF(peer.VRF)
+		}
 		if err != nil {
 			*problems = append(*problems, fmt.Sprintf("BGPPeer %s: %v", bp.Name, err))
 			continue
@@ -82,7 +85,7 @@ func (n *bgpNode) desired() BGP {
 // and reads the password. Errors never contain the password.
 func resolvePeer(bp *v1alpha1.BGPPeer, labels map[string]string, mine map[netip.Addr]bool, secrets []corev1.Secret) (Peer, error) {
 	s := &bp.Spec
-	peer := Peer{Name: bp.Name, MyASN: s.MyASN, PeerASN: s.PeerASN, Port: defaultBGPPort, Interface: s.Interface,
+	peer := Peer{Name: bp.Name, MyASN: s.MyASN, PeerASN: s.PeerASN, Port: defaultBGPPort, Interface: s.Interface, VRF: s.VRF,
 		HoldTime: defaultHoldTime, ConnectTime: defaultConnectTime, EBGPMultiHop: s.EBGPMultiHop, GracefulRestart: s.EnableGracefulRestart}
 	var err error
 	if s.MyASNFromNodeLabel != "" {

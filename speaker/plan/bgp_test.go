@@ -30,7 +30,8 @@ import (
 //	plan node=N [dead=A,B]  the sessions and routes node N wants, the addresses it
 //	             reports (", tells": it is the teller; ", lists routes to P": not the teller,
 //	             but the first to send the address to peers P, see BGPClaim), its problems,
-//	             with the speakers of the dead nodes gone from the gossip group
+//	             with the speakers of the dead nodes gone from the gossip group; vrfs=R,B
+//	             (vrfs= for none) are the node's VRF devices
 func TestBGPTranscripts(t *testing.T) {
 	datadriven.Walk(t, "testdata/bgp", func(t *testing.T, path string) {
 		objs := map[string]any{} // "Kind ns/name" → object
@@ -66,7 +67,16 @@ func TestBGPTranscripts(t *testing.T) {
 					d.ScanArgs(t, "dead", &dead)
 				}
 				alive := func(n string) bool { return !slices.Contains(strings.Split(dead, ","), n) }
-				return renderBGPPlan(plan.Make(worldOf(objs, order), node, v1alpha1.DefaultLoadBalancerClass, alive))
+				w := worldOf(objs, order)
+				if d.HasArg("vrfs") { // the node's VRF devices, as the speaker reads them
+					var vrfs string
+					d.ScanArgs(t, "vrfs", &vrfs)
+					w.VRFs = map[string]bool{}
+					for _, v := range strings.Split(vrfs, ",") {
+						w.VRFs[v] = v != ""
+					}
+				}
+				return renderBGPPlan(plan.Make(w, node, v1alpha1.DefaultLoadBalancerClass, alive))
 			}
 			t.Fatalf("%s: unknown command %q", d.Pos, d.Cmd)
 			return ""

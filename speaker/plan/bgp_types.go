@@ -25,7 +25,9 @@ type Peer struct {
 	Address netip.Addr // zero for an Interface peer
 	// Interface names the point-to-point link of an unnumbered peer: the router is the IPv6
 	// link-local neighbour that sends router advertisements on it.
-	Interface      string
+	Interface string
+	// VRF names the Linux VRF device the session is bound to; empty: the default VRF.
+	VRF            string
 	Port           uint16
 	MyASN, PeerASN uint32 // PeerASN 0: learned from the router's OPEN
 	// ExternalOnly (dynamicASN external): a router that turns out to be in MyASN is refused.
@@ -110,6 +112,9 @@ func (d BGP) String() string {
 		fmt.Fprintf(&b, "peer %s: %s as %s port %d, my as %d, router-id %s", name, p.Where(), peerAS, p.Port, p.MyASN, p.RouterID)
 		if p.Source.IsValid() {
 			fmt.Fprintf(&b, ", source %s", p.Source)
+		}
+		if p.VRF != "" {
+			fmt.Fprintf(&b, ", vrf %s", p.VRF)
 		}
 		fmt.Fprintf(&b, ", hold %v keepalive %v connect %v", p.HoldTime, p.KeepaliveTime, p.ConnectTime)
 		if p.EBGPMultiHop {

@@ -25,6 +25,9 @@ type World struct {
 	// Secrets holds the Secrets BGPPeers reference for their passwords (as far as the speaker
 	// could read them).
 	Secrets []corev1.Secret
+	// VRFs are the names of this node's VRF devices, read from the kernel; nil when not read
+	// (no BGPPeer names a vrf), and then a peer's vrf is not checked here.
+	VRFs map[string]bool
 	// IgnoreExcludeLabel: nodes labelled exclude-from-external-load-balancers announce too.
 	IgnoreExcludeLabel bool
 	// IgnoreClassless: Services without a loadBalancerClass are another load balancer's.
