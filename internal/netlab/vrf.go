@@ -13,11 +13,12 @@ import (
 // (CONFIG_NET_VRF), which a throwaway namespace tries.
 func RequireVRF(t ci.T, tools ...string) {
 	t.Helper()
-	why := Usable()
-	if why == "" {
-		why = vrfUsable()
+	ci.Require(t, Usable(), tools...)
+	if why := vrfUsable(); why != "" {
+		// The kernel's build, which no package installs: a skip even in CI, listed with its
+		// reason in make test's summary, never counted as a pass.
+		t.Skip(why)
 	}
-	ci.Require(t, why, tools...)
 }
 
 func vrfUsable() string {
