@@ -87,7 +87,7 @@ test: controlplane
 	@# The image builder and the Helm chart's test are modules of their own (their dependencies
 	@# stay out of go.mod).
 	go -C hack/image vet ./... && go -C hack/chart vet ./...
-	set -o pipefail; { rc=0; CGO_ENABLED=1 go test -race -json -count=1 ./... 2>&1 || rc=1; \
+	set -o pipefail; { rc=0; CGO_ENABLED=1 go test -race -json -count=1 -timeout 30m ./... 2>&1 || rc=1; \
 		go -C hack/image test -json -count=1 -timeout 30m ./... 2>&1 || rc=1; \
 		go -C hack/chart test -json -count=1 ./... 2>&1 || rc=1; exit $$rc; } | bin/testsummary \
 		-hint "To run them: as root, after: apt-get install -y $(LAB_PACKAGES)"; \

@@ -86,12 +86,12 @@ func (e *l2Env) freezeNodeA(routerNS string, all []string) (route netip.Prefix, 
 }
 
 // birdWithBFD starts bird in the first router's namespace with BFD (100 ms × 5) on its
-// sessions with the nodes, and a BGPPeer "tor" with that BFDProfile; it returns once the
+// sessions with the nodes, and a BGPPeer "tor" with a BFDProfile of ms × 5; it returns once the
 // nodes in all have their BGP sessions Established.
-func (e *l2Env) birdWithBFD(all []string) *netlab.Router {
+func (e *l2Env) birdWithBFD(all []string, ms uint32) *netlab.Router {
 	router := e.Routers[0]
 	b := startBird(e.t, router.NS, birdBFDConfig(router.IPv4.Addr(), e.Nodes))
-	e.createBFDProfile("fast", 100, 5)
+	e.createBFDProfile("fast", ms, 5)
 	peer := bgpPeer("tor", router.IPv4.Addr(), clusterASN, routerASN)
 	peer.Spec.BFDProfile = "fast"
 	e.createObject(peer)
@@ -109,7 +109,7 @@ func TestBFD(t *testing.T) {
 	inBGPLab(t, 1, func(t *testing.T, e *l2Env) {
 		all := []string{"node-a", "node-b", "node-c"}
 		router := e.Routers[0]
-		b := e.birdWithBFD(all)
+		b := e.birdWithBFD(all, 100)
 		waitFor(t, "bird's BFD sessions with the three nodes Up", 15*time.Second, func() bool {
 			return bfdUp(t, b, e.nodeIPs(false, all...)...)
 		})

@@ -45,7 +45,7 @@ func bfdAuthWithBird(t *testing.T, typ v1alpha1.BFDAuthenticationType, birdName 
 		for name, k := range map[string]string{"right": key, "wrong": "0123456789abcdefghiX"} {
 			must(t, e.c.Create(context.Background(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "bfd-" + name, Namespace: "default"},
 				Data: map[string][]byte{"key": []byte(k)}}))
-			ms, mult := uint32(100), uint32(5)
+			ms, mult := uint32(calmBFDMillis), uint32(5)
 			e.createObject(&v1alpha1.BFDProfile{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1alpha1.BFDProfileSpec{
 				ReceiveInterval: &ms, TransmitInterval: &ms, DetectMultiplier: &mult,
 				Authentication: &v1alpha1.BFDAuthentication{Type: typ, KeyID: &keyID,

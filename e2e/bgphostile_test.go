@@ -109,7 +109,7 @@ func floodBirdConfig(local netip.Addr, nodes []labNode, n int) string {
 		"protocol kernel { ipv6 { import none; export where proto != \"flood\"; }; merge paths on; }", 1))
 	b.WriteString("protocol static flood { ipv6; disabled;\n")
 	for i := range n {
-		fmt.Fprintf(&b, "  route 2001:db8:%x::/48 blackhole;\n", 0x8000+i)
+		fmt.Fprintf(&b, "  route 2001:db8:%x:%x::/64 blackhole;\n", 0x8000+i>>16, i&0xffff)
 	}
 	b.WriteString("}\n")
 	return b.String()
