@@ -64,7 +64,7 @@ func BenchmarkOperations(b *testing.B) {
 			nextcloud := target{app: "nextcloud", ip: ip}
 			for _, op := range bgpOps {
 				if op.key == "drain" {
-					op.do = drainWithdrawn(router, bird, ip)
+					op.name, op.do = "`kubectl drain` of an advertising node", drainWithdrawn(router, bird, ip)
 				}
 				each(keepingNextHops(op, router, ip), nextcloud, "BGP")
 			}
