@@ -235,7 +235,7 @@ bench-dataplane: controlplane
 ## bench-cluster (BENCH_CLUSTER_RUNS, default 3): on `make cluster`'s cluster with Portico
 ## installed from its manifests (root), the client's view of the operations users do (delete the
 ## owning speaker's pod, stop the owner's kubelet and containerd, cut its link, drain it, delete the
-## controller leader's pod, rolling upgrades over L2 and BGP): failed requests and the longest gap,
+## controller leader's pod, rolling upgrades over L2, and the upgrades and the drain again over BGP): failed requests and the longest gap,
 ## a GET every 10 ms; no EXTERNAL-IP may change. The table goes to bin/bench-cluster.md (BENCHMARKS.md).
 BENCH_CLUSTER_RUNS ?= 3
 bench-cluster: controlplane

@@ -145,6 +145,21 @@ func TestAnnounced(t *testing.T) {
 	report(t, speakerA, porticov1.Announcement{IP: "203.0.113.10", Service: ns + "/web", Protocol: porticov1.ProtocolBGP, Peers: []string{"tor-a", "tor-b"}})
 	waitAnnounced(t, ns, "web", metav1.ConditionTrue, porticov1.ReasonAnnouncedBGP,
 		"203.0.113.10 over BGP to peers tor-a,tor-b (told by node node-a for every node advertising it)")
+
+	// A node holding sessions but unfit says what becomes of its routes (rules.BGPStandingOf):
+	// node-a is still not Ready, then Ready and cordoned.
+	setSpeakerStatus(t, speakerA, func(st *porticov1.SpeakerStatus) {
+		st.Sessions = []porticov1.PeerSession{{Peer: "tor-a", State: "Established"}}
+	})
+	waitAnnounced(t, ns, "web", metav1.ConditionTrue, porticov1.ReasonAnnouncedBGP,
+		"203.0.113.10 over BGP to peers tor-a,tor-b (told by node node-a for every node advertising it); node node-a not Ready: its routes are withdrawn")
+	setNodeConditions(t, nodeA, corev1.NodeCondition{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady"})
+	update(t, nodeA, func() { nodeA.Spec.Unschedulable = true })
+	waitAnnounced(t, ns, "web", metav1.ConditionTrue, porticov1.ReasonAnnouncedBGP,
+		"203.0.113.10 over BGP to peers tor-a,tor-b (told by node node-a for every node advertising it); node node-a cordoned: its routes carry GRACEFUL_SHUTDOWN (65535:0), then are withdrawn after the speakers' --bgp-drain-grace while another node can advertise")
+	update(t, nodeA, func() { nodeA.Spec.Unschedulable = false })
+	waitAnnounced(t, ns, "web", metav1.ConditionTrue, porticov1.ReasonAnnouncedBGP,
+		"203.0.113.10 over BGP to peers tor-a,tor-b (told by node node-a for every node advertising it)")
 }
 
 // setNodeConditions replaces the node's conditions, as a kubelet and the node controller would.

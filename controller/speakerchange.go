@@ -66,7 +66,9 @@ func (r *HealthReconciler) speakerChanges() handler.EventHandler {
 // Services whose announcements changed, the addresses whose self-check answers changed (a
 // probe's time alone is no change), or all when something read for every Service changed.
 func speakerChange(before, after *porticov1.Speaker) (services []string, probed []netip.Addr, all bool) {
-	if !equality.Semantic.DeepEqual(unlisted(before), unlisted(after)) || !equality.Semantic.DeepEqual(before.Labels, after.Labels) {
+	if !equality.Semantic.DeepEqual(unlisted(before), unlisted(after)) || !equality.Semantic.DeepEqual(before.Labels, after.Labels) ||
+		// whether the node holds BGP sessions (not their states): Announced names unfit BGP nodes
+		(len(before.Status.Sessions) == 0) != (len(after.Status.Sessions) == 0) {
 		return nil, nil, true
 	}
 	announced := func(s *porticov1.Speaker) map[string][]porticov1.Announcement {

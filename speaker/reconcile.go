@@ -69,7 +69,9 @@ func (s *Speaker) replan(ctx context.Context) (plan.Changes, error) {
 		if s.planner == nil {
 			s.planner = plan.NewPlanner(s.Node, s.LBClass)
 		}
-		return s.planner.Replan(w, s.Group.IsAlive), nil
+		ch := s.planner.Replan(w, s.Group.IsAlive)
+		s.cordons.wakeAt(s.planner.Plan().ReplanAt, func() { s.replanAll("drain-grace") })
+		return ch, nil
 	}
 	if len(keys) == 0 {
 		return plan.Changes{}, nil
@@ -95,6 +97,7 @@ func (s *Speaker) world(ctx context.Context) (plan.World, error) {
 	var peers v1alpha1.BGPPeerList
 	var bgpAds v1alpha1.BGPAdvertisementList
 	var bfdProfiles v1alpha1.BFDProfileList
+	now := time.Now()
 	for _, l := range []runtime.Object{&svcs, &eps, &nodes, &ads, &pools, &peers, &bgpAds, &bfdProfiles} {
 		// The plan only reads the objects: no deep copy of every Service on every change.
 		if err := s.Cache.List(ctx, l); err != nil {
@@ -103,7 +106,7 @@ func (s *Speaker) world(ctx context.Context) (plan.World, error) {
 	}
 	return plan.World{Services: svcs.Items, EndpointSlices: eps.Items, Nodes: nodes.Items, Advertisements: ads.Items, Pools: pools.Items,
 		BGPPeers: peers.Items, BGPAds: bgpAds.Items, BFDProfiles: bfdProfiles.Items, Secrets: s.secrets.read(ctx, s.Client, s.Log, secretRefs(peers.Items, bfdProfiles.Items)), IgnoreExcludeLabel: s.IgnoreExcludeLabel, IgnoreClassless: s.IgnoreClassless,
-		VRFs: s.vrfs(peers.Items)}, nil
+		VRFs: s.vrfs(peers.Items), Now: now, CordonedSince: s.cordons.observe(nodes.Items, now), DrainGrace: s.DrainGrace}, nil
 }
 
 // changedServices reads the Services named by keys and their EndpointSlices from the cache (a

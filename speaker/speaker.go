@@ -50,6 +50,9 @@ type Speaker struct {
 	IgnoreExcludeLabel bool
 	// IgnoreClassless leaves Services without a loadBalancerClass to another load balancer.
 	IgnoreClassless bool
+	// DrainGrace is how long a cordoned node advertises its routes with GRACEFUL_SHUTDOWN
+	// before it withdraws them (drain.go); zero withdraws at once.
+	DrainGrace time.Duration
 	// SelfCheck paces the probes of addresses other nodes own; a zero Interval switches it off.
 	SelfCheck selfcheck.Options
 	// Conflicts paces the probes of the addresses pools hand out next (conflicts.go).
@@ -77,6 +80,7 @@ type Speaker struct {
 	planner   *plan.Planner
 	secrets   secretCache  // the BGPPeers' password Secrets (secrets.go)
 	vrfAbsent atomic.Bool  // a BGPPeer names a VRF device this node lacks (vrfs.go)
+	cordons   cordons      // when each cordoned node was first seen cordoned (drain.go)
 	loopAt    atomic.Int64 // unix nanos of the main loop's latest turn; 0 until it starts (probes.go)
 	startedAt time.Time    // when Start began (RoutesUp)
 	planned   atomic.Bool  // the first plan has been applied (RoutesUp)

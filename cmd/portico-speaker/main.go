@@ -53,6 +53,7 @@ type options struct {
 	ignoreClassless            bool
 	forwardGuard               bool
 	routesUpWait               time.Duration
+	drainGrace                 time.Duration
 	bgpMemoryLimitMiB          int64
 	leaseNamespace             string
 	leaseRenew                 time.Duration
@@ -72,6 +73,7 @@ func main() {
 	flag.StringVar(&o.metricsAddr, "metrics-bind-address", ":7474", "address the Prometheus metrics endpoint binds to: a port alone binds to this node's address (the gossip's, see --memberlist-bind-address), 0.0.0.0:7474 or [::]:7474 to every interface; 0 disables it")
 	flag.StringVar(&o.probeAddr, "health-probe-bind-address", ":7475", "address the /healthz (main loop alive) and /readyz (synced, joined, BGP sessions up) endpoints bind to: a port alone binds to this node's address (which the kubelet probes: a host-network pod's IP is its node's), 0.0.0.0:7475 to every interface; 0 disables them")
 	flag.DurationVar(&o.routesUpWait, "bgp-ready-wait", speaker.DefaultRoutesUpWait, "how long after the start readiness waits for the BGP sessions that carry this node's routes, so that a rolling update replaces the next node only once this one's routes are back; 0 does not wait")
+	flag.DurationVar(&o.drainGrace, "bgp-drain-grace", speaker.DefaultDrainGrace, "how long a cordoned node (kubectl cordon or drain) advertises its routes with the GRACEFUL_SHUTDOWN community (65535:0) before it withdraws them, so that routers move traffic away while the routes still exist; 0 withdraws at once")
 	flag.Int64Var(&o.bgpMemoryLimitMiB, "bgp-memory-limit-mib", 128, "the BGP side (GoBGP and BFD) runs in a child process, restarted when it fails; it is killed and restarted when its anonymous resident memory (heap and runtime, not the binary's pages) goes above this many MiB (0: no limit)")
 	flag.StringVar(&o.pprofAddr, "pprof-bind-address", "0", "address Go's /debug/pprof endpoints bind to, for memory and CPU profiles (a port alone: this node's address); 0 disables them")
 	flag.StringVar(&o.bindAddr, "memberlist-bind-address", os.Getenv("HOST_IP"),
@@ -152,7 +154,7 @@ func run(o options) error {
 		Announce: l2.NewAnnouncer(log.WithName("l2"), metrics), BGP: bgpSide, Guard: fwd,
 		Metrics: metrics, Log: log, SelfCheck: o.selfCheck, Conflicts: o.conflicts, KeyRefresh: o.keyRefresh,
 		IgnoreExcludeLabel: o.ignoreExcludeLabel, IgnoreClassless: o.ignoreClassless, RoutesUpWait: o.routesUpWait,
-		LeaseNamespace: o.leaseNamespace, LeaseRenew: o.leaseRenew,
+		DrainGrace: o.drainGrace, LeaseNamespace: o.leaseNamespace, LeaseRenew: o.leaseRenew,
 	}
 	var keys membership.Keys
 	if o.secret != "" {

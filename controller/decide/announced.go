@@ -44,7 +44,40 @@ func announcedCondition(svc *corev1.Service, f HealthFacts) metav1.Condition {
 	if bgp && !l2 {
 		c.Reason = porticov1.ReasonAnnouncedBGP
 	}
+	if bgp {
+		c.Message += bgpUnfit(f)
+	}
 	return c
+}
+
+// bgpUnfit names the nodes holding BGP sessions whose fitness keeps back their routes, by the
+// rule the speakers apply (rules.BGPStandingOf): "; node worker-2 cordoned: its routes carry
+// GRACEFUL_SHUTDOWN ...". Empty when every such node is fit.
+func bgpUnfit(f HealthFacts) string {
+	var notes []string
+	for i := range f.Speakers {
+		if len(f.Speakers[i].Status.Sessions) == 0 {
+			continue
+		}
+		name := f.Speakers[i].Name
+		at := slices.IndexFunc(f.Nodes, func(n corev1.Node) bool { return n.Name == name })
+		if at < 0 {
+			continue
+		}
+		switch h := rules.FitnessOf(&f.Nodes[at]); {
+		case h.NetworkUnavailable:
+			notes = append(notes, fmt.Sprintf("node %s condition NetworkUnavailable True: its routes are withdrawn", name))
+		case h.NotReady:
+			notes = append(notes, fmt.Sprintf("node %s not Ready: its routes are withdrawn", name))
+		case h.Cordoned:
+			notes = append(notes, fmt.Sprintf("node %s cordoned: its routes carry GRACEFUL_SHUTDOWN (65535:0), then are withdrawn after the speakers' --bgp-drain-grace while another node can advertise", name))
+		}
+	}
+	if len(notes) == 0 {
+		return ""
+	}
+	slices.Sort(notes)
+	return "; " + strings.Join(notes, "; ")
 }
 
 // AnnouncedConditionOf is the Announced condition the health reconciler writes for svc, from

@@ -51,17 +51,21 @@ func BenchmarkOperations(b *testing.B) {
 		for _, op := range ops {
 			each(op, gitea, "L2")
 		}
-		// The rolling upgrades again, measured at a Service the nodes announce over BGP.
-		var upgrades []operation
+		// The rolling upgrades and the drain again, measured at a Service the nodes announce
+		// over BGP.
+		var bgpOps []operation
 		for _, op := range ops {
-			if strings.HasPrefix(op.key, "upgrade-") {
-				upgrades = append(upgrades, op)
+			if strings.HasPrefix(op.key, "upgrade-") || op.key == "drain" {
+				bgpOps = append(bgpOps, op)
 			}
 		}
-		if len(upgrades) > 0 {
-			ip, router := bgpLab(e)
+		if len(bgpOps) > 0 {
+			ip, router, bird := bgpLab(e)
 			nextcloud := target{app: "nextcloud", ip: ip}
-			for _, op := range upgrades {
+			for _, op := range bgpOps {
+				if op.key == "drain" {
+					op.name, op.do = "`kubectl drain` of an advertising node", drainWithdrawn(router, bird, ip)
+				}
 				each(keepingNextHops(op, router, ip), nextcloud, "BGP")
 			}
 		}

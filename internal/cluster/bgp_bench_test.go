@@ -52,7 +52,8 @@ spec:
 `
 
 // routerConfig is bird2 at routerIP peering with every node, their routes merged into one
-// ECMP route in the kernel. Timers are short so sessions come back within seconds.
+// ECMP route in the kernel; a path carrying GRACEFUL_SHUTDOWN gets local-pref 0 (RFC 8326),
+// so it leaves the ECMP set while it still exists. Timers are short so sessions come back within seconds.
 func routerConfig(e *labEnv) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, `log stderr all;
@@ -62,7 +63,7 @@ protocol kernel { ipv4 { import none; export all; }; merge paths on; }
 template bgp nodes {
   local %[1]s as 64512;
   hold time 9; keepalive time 3; connect retry time 1; error wait time 1, 10;
-  ipv4 { import all; export none; };
+  ipv4 { import filter { if (65535,0) ~ bgp_community then bgp_local_pref = 0; accept; }; export none; };
 }
 `, routerIP.Addr())
 	for _, n := range e.c.Nodes {
@@ -73,9 +74,9 @@ template bgp nodes {
 
 // bgpLab adds the router (bird2) to the LAN, applies bgpManifests, creates nextcloud as a
 // Deployment of the echo image, routes the pool from the client through the router, and
-// returns nextcloud's address and the router's namespace once the router has a route to it
+// returns nextcloud's address, the router's namespace and its bird once the router has a route to it
 // through every node and the client gets answers.
-func bgpLab(e *labEnv) (netip.Addr, string) {
+func bgpLab(e *labEnv) (netip.Addr, string, *netlab.Router) {
 	ctx := context.Background()
 	router, err := e.c.AddLANHost("router", "02:00:00:00:00:03", routerIP.String(), "2001:db8:1::3/64")
 	if err != nil {
@@ -131,7 +132,7 @@ func bgpLab(e *labEnv) (netip.Addr, string) {
 		body, err := httpGet(get, "http://"+ip.String()+"/")
 		return err == nil && strings.HasPrefix(body, "nextcloud-"), fmt.Sprintf("%q, %v", body, err)
 	})
-	return ip, router.NS
+	return ip, router.NS, bird
 }
 
 // keepingNextHops is op measured at the BGP lab: while it runs, the router's next hops to ip

@@ -60,6 +60,10 @@ func measure(e *labEnv, op operation, tg target) (int, time.Duration) {
 	var owner *cluster.Node
 	if tg.l2 {
 		owner = ownerOf(e, tg.ip)
+	} else if op.undo != nil {
+		owner = e.c.Nodes[0] // over BGP every node advertises: the operation is on one of them
+	}
+	if owner != nil {
 		e.kubectl("patch", "deployment", tg.app, "--type=merge", "-p", fmt.Sprintf(`{"spec":{"template":{"spec":{"affinity":`+
 			`{"nodeAffinity":{"requiredDuringSchedulingIgnoredDuringExecution":{"nodeSelectorTerms":[{"matchExpressions":`+
 			`[{"key":"kubernetes.io/hostname","operator":"NotIn","values":[%q]}]}]}}}}}}}`, owner.Name))
@@ -72,7 +76,7 @@ func measure(e *labEnv, op operation, tg target) (int, time.Duration) {
 			}
 			return !slices.ContainsFunc(pods.Items, func(p corev1.Pod) bool { return p.DeletionTimestamp != nil }), ""
 		})
-		e.t.Logf("%s answers for %s", owner.Name, tg.ip)
+		e.t.Logf("%s is the node operated on for %s", owner.Name, tg.ip)
 	}
 	settled(e)
 	before := ingresses(e)
@@ -244,6 +248,27 @@ func drain(e *labEnv, owner *cluster.Node) {
 	movedOff(e, owner, time.Minute)
 	if now := speakerOn(e, owner.Name); now.UID != speaker.UID {
 		e.t.Errorf("drain replaced the speaker on %s (%s, now %s)", owner.Name, speaker.Name, now.Name)
+	}
+}
+
+// drainWithdrawn is `kubectl drain` of a node advertising ip over BGP: its path carries
+// GRACEFUL_SHUTDOWN, which the router (routerConfig) takes out of its ECMP route at once, and
+// once the speakers' --bgp-drain-grace is over, the path is withdrawn.
+func drainWithdrawn(routerNS string, bird *netlab.Router, ip netip.Addr) func(e *labEnv, node *cluster.Node) {
+	return func(e *labEnv, node *cluster.Node) {
+		start := time.Now()
+		e.kubectl("drain", node.Name, "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=3m")
+		waitFor(e.t, "the router's route to "+ip.String()+" without "+node.Name, 2*time.Minute, func() (bool, string) {
+			via, err := netlab.Gateways(routerNS, netip.PrefixFrom(ip, 32))
+			return err == nil && len(via) > 0 && !slices.Contains(via, node.IPv4.Addr()), fmt.Sprintf("via %v, %v", via, err)
+		})
+		e.t.Logf("the router's route left %s %s after the drain began", node.Name, time.Since(start).Round(time.Millisecond))
+		hop := "BGP.next_hop: " + node.IPv4.Addr().String()
+		waitFor(e.t, node.Name+"'s path to "+ip.String()+" withdrawn", 2*time.Minute, func() (bool, string) {
+			out, err := bird.Birdc("show", "route", netip.PrefixFrom(ip, 32).String(), "all")
+			return err == nil && !strings.Contains(out, hop), out
+		})
+		e.t.Logf("%s's path withdrawn %s after the drain began", node.Name, time.Since(start).Round(time.Millisecond))
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/portico-lb/portico/api/v1alpha1"
+	"github.com/portico-lb/portico/rules"
 )
 
 // BGPClaim is one address this node advertises over BGP.
@@ -27,7 +28,7 @@ type BGPClaim struct {
 // advertiseAddress adds ip of svc (from pool) to p's routes, to every session of the node's
 // that an advertisement covering it sends to.
 func (n *bgpNode) advertiseAddress(w *World, p *Plan, svc *corev1.Service, key string, ip netip.Addr, pool *v1alpha1.IPAddressPool, ready map[string]bool) {
-	if n == nil || len(n.peers) == 0 || n.excluded {
+	if n == nil || len(n.peers) == 0 || n.excluded || n.standing == rules.BGPWithdraw {
 		return
 	}
 	if svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal && !ready[n.name] {
@@ -40,7 +41,7 @@ func (n *bgpNode) advertiseAddress(w *World, p *Plan, svc *corev1.Service, key s
 			len(s.NodeSelectors) > 0 && !w.selectors.MatchesAny(s.NodeSelectors, n.node.Labels) {
 			continue
 		}
-		advertise(p, ad, key, ip, n.mine)
+		advertise(p, ad, key, ip, n.mine, n.standing == rules.BGPGracefulShutdown)
 	}
 }
 
@@ -72,8 +73,13 @@ func (pl *Planner) sentEarlier(svc *corev1.Service, key string, ip netip.Addr, p
 	return false, firstTo
 }
 
-// advertise adds ip (or its aggregate) to every session ad sends to.
-func advertise(p *Plan, ad *v1alpha1.BGPAdvertisement, service string, ip netip.Addr, mine map[netip.Addr]bool) {
+// GracefulShutdown is the well-known GRACEFUL_SHUTDOWN community (RFC 8326, 65535:0): a route
+// carrying it is about to go, and routers that honour it prefer any other path.
+const GracefulShutdown uint32 = 0xFFFF0000
+
+// advertise adds ip (or its aggregate) to every session ad sends to; shutdown adds
+// GracefulShutdown to its communities.
+func advertise(p *Plan, ad *v1alpha1.BGPAdvertisement, service string, ip netip.Addr, mine map[netip.Addr]bool, shutdown bool) {
 	s := &ad.Spec
 	bits := 32
 	if s.AggregationLength != nil {
@@ -95,6 +101,9 @@ func advertise(p *Plan, ad *v1alpha1.BGPAdvertisement, service string, ip netip.
 		if err := attrs.addCommunity(c); err != nil {
 			p.Problems = append(p.Problems, fmt.Sprintf("BGPAdvertisement %s: %v", ad.Name, err))
 		}
+	}
+	if shutdown && !slices.Contains(attrs.Communities, GracefulShutdown) {
+		attrs.Communities = append(attrs.Communities, GracefulShutdown)
 	}
 	claim := p.Routed[ip]
 	if !slices.Contains(claim.Services, service) {

@@ -3,6 +3,7 @@ package plan
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"strconv"
 	"time"
 
@@ -29,11 +30,13 @@ type bgpNode struct {
 	peers    map[string]Peer
 	mine     map[netip.Addr]bool
 	excluded bool
+	standing rules.BGPStanding
 }
 
 // bgpNodeOf resolves node name's sessions, adding what is wrong with them to problems; nil
-// when the cluster has no BGPPeer.
-func bgpNodeOf(w *World, name string, problems *[]string) *bgpNode {
+// when the cluster has no BGPPeer. fitNodes counts the live nodes that may advertise without
+// reservation (fitBGPNodes), for the standing of a cordoned node.
+func bgpNodeOf(w *World, name string, fitNodes int, problems *[]string) *bgpNode {
 	if len(w.BGPPeers) == 0 {
 		return nil
 	}
@@ -44,6 +47,11 @@ func bgpNodeOf(w *World, name string, problems *[]string) *bgpNode {
 	}
 	n := &bgpNode{name: name, node: node, peers: map[string]Peer{}, mine: map[netip.Addr]bool{},
 		excluded: rules.ExcludedFromLB(node, w.IgnoreExcludeLabel)}
+	h := rules.FitnessOf(node)
+	if h.Fit() && !n.excluded {
+		fitNodes-- // itself
+	}
+	n.standing = rules.BGPStandingOf(h, w.cordonedFor(name), w.DrainGrace, fitNodes > 0)
 	for _, ip := range rules.InternalIPs(node) {
 		n.mine[ip] = true
 	}
@@ -66,6 +74,42 @@ func bgpNodeOf(w *World, name string, problems *[]string) *bgpNode {
 		n.peers[bp.Name] = peer
 	}
 	return n
+}
+
+// cordonedFor is how long node name has been seen cordoned (zero when it was just now).
+func (w *World) cordonedFor(name string) time.Duration {
+	since, ok := w.CordonedSince[name]
+	if !ok || since.After(w.Now) {
+		return 0
+	}
+	return w.Now.Sub(since)
+}
+
+// graceEnds is when node n's GRACEFUL_SHUTDOWN ends in a withdrawal (zero: it is not in it, or
+// it stays in it because no other node may advertise).
+func (n *bgpNode) graceEnds(w *World) time.Time {
+	if n == nil || n.standing != rules.BGPGracefulShutdown || w.cordonedFor(n.name) >= w.DrainGrace {
+		return time.Time{}
+	}
+	return w.Now.Add(w.DrainGrace - w.cordonedFor(n.name))
+}
+
+// fitBGPNodes counts the live nodes that hold a BGP session and may advertise without
+// reservation: not labelled excluded, Ready, their network available, not cordoned.
+func fitBGPNodes(w *World, alive map[string]bool) int {
+	fit := 0
+	for i := range w.Nodes {
+		n := &w.Nodes[i]
+		if !alive[n.Name] || rules.ExcludedFromLB(n, w.IgnoreExcludeLabel) || !rules.FitnessOf(n).Fit() {
+			continue
+		}
+		if slices.ContainsFunc(w.BGPPeers, func(bp v1alpha1.BGPPeer) bool {
+			return len(bp.Spec.NodeSelectors) == 0 || w.selectors.MatchesAny(bp.Spec.NodeSelectors, n.Labels)
+		}) {
+			fit++
+		}
+	}
+	return fit
 }
 
 // desired is the node's sessions with no route yet.

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/datadriven"
 	corev1 "k8s.io/api/core/v1"
@@ -27,11 +28,13 @@ import (
 //	             IPAddressPool, BGPPeer, BGPAdvertisement, BFDProfile or Secret; an object replaces the one
 //	             of the same kind, namespace and name
 //	delete       one "Kind namespace/name" (or "Kind name") per line
-//	plan node=N [dead=A,B]  the sessions and routes node N wants, the addresses it
-//	             reports (", tells": it is the teller; ", lists routes to P": not the teller,
-//	             but the first to send the address to peers P, see BGPClaim), its problems,
-//	             with the speakers of the dead nodes gone from the gossip group; vrfs=R,B
-//	             (vrfs= for none) are the node's VRF devices
+//	plan node=N [dead=A,B] [grace=D] [cordoned-for=A:D,B:D] [vrfs=R,B]  the sessions and
+//	             routes node N wants, the addresses it reports (", tells": it is the teller;
+//	             ", lists routes to P": not the teller, but the first to send the address to
+//	             peers P, see BGPClaim), its problems, and when it plans again (World.DrainGrace's
+//	             end); with the speakers of the dead nodes gone from the gossip group, a cordoned
+//	             node's GRACEFUL_SHUTDOWN lasting grace, the cordoned nodes named seen cordoned for
+//	             that long (the others just now); vrfs (vrfs= for none) are the node's VRF devices
 func TestBGPTranscripts(t *testing.T) {
 	datadriven.Walk(t, "testdata/bgp", func(t *testing.T, path string) {
 		objs := map[string]any{} // "Kind ns/name" → object
@@ -76,12 +79,39 @@ func TestBGPTranscripts(t *testing.T) {
 						w.VRFs[v] = v != ""
 					}
 				}
+				w.Now = transcriptNow
+				if d.HasArg("grace") {
+					var grace string
+					d.ScanArgs(t, "grace", &grace)
+					w.DrainGrace = mustDuration(t, grace)
+				}
+				if d.HasArg("cordoned-for") {
+					var fors string
+					d.ScanArgs(t, "cordoned-for", &fors)
+					w.CordonedSince = map[string]time.Time{}
+					for _, f := range strings.Split(fors, ",") {
+						name, dur, _ := strings.Cut(f, ":")
+						w.CordonedSince[name] = w.Now.Add(-mustDuration(t, dur))
+					}
+				}
 				return renderBGPPlan(plan.Make(w, node, v1alpha1.DefaultLoadBalancerClass, alive))
 			}
 			t.Fatalf("%s: unknown command %q", d.Pos, d.Cmd)
 			return ""
 		})
 	})
+}
+
+// transcriptNow is the time the transcripts plan at.
+var transcriptNow = time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+
+func mustDuration(t *testing.T, s string) time.Duration {
+	t.Helper()
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
 }
 
 func decodeObject(doc string) (string, any, error) {
@@ -166,6 +196,9 @@ func renderBGPPlan(p plan.Plan) string {
 	}
 	for _, pr := range p.Problems {
 		fmt.Fprintf(&b, "problem: %s\n", pr)
+	}
+	if !p.ReplanAt.IsZero() {
+		fmt.Fprintf(&b, "plans again in %v\n", p.ReplanAt.Sub(transcriptNow))
 	}
 	if b.Len() == 0 {
 		return "nothing\n"

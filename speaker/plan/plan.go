@@ -3,6 +3,7 @@ package plan
 import (
 	"net/netip"
 	"slices"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -32,6 +33,12 @@ type World struct {
 	IgnoreExcludeLabel bool
 	// IgnoreClassless: Services without a loadBalancerClass are another load balancer's.
 	IgnoreClassless bool
+	// Now is the time the plan is made at; CordonedSince, when the speaker first saw each
+	// cordoned node cordoned (one missing was cordoned just now); DrainGrace, how long a
+	// cordoned node advertises with GRACEFUL_SHUTDOWN before it withdraws (rules.BGPStandingOf).
+	Now           time.Time
+	CordonedSince map[string]time.Time
+	DrainGrace    time.Duration
 
 	selectors rules.Selectors // filled while one plan is made
 }
@@ -56,6 +63,9 @@ type Plan struct {
 	BGP      BGP
 	Routed   map[netip.Addr]BGPClaim // addresses this node advertises over BGP
 	Problems []string
+	// ReplanAt is when a cordoned node's grace ends, so that the plan changes with no change
+	// to the cluster: the speaker plans everything again then (zero: no such time).
+	ReplanAt time.Time
 }
 
 // Make decides, from the cluster's objects and the live members, which addresses node me

@@ -118,7 +118,9 @@ func (pl *Planner) Replan(w World, alive func(node string) bool) Changes {
 	pl.derived, pl.problems, pl.scratch = map[any][]string{}, map[string]int{}, map[*bgpNode]*Plan{}
 	pl.global = nil
 	pl.pools, pl.global = rules.ParsePools(w.Pools)
-	pl.mine = bgpNodeOf(&pl.w, pl.me, &pl.global)
+	fitNodes := fitBGPNodes(&pl.w, pl.alive)
+	pl.mine = bgpNodeOf(&pl.w, pl.me, fitNodes, &pl.global)
+	replanAt := pl.mine.graceEnds(&pl.w)
 	pl.earlier, pl.earlierWith = nil, map[string][]*bgpNode{}
 	names := make([]string, 0, len(w.Nodes))
 	for i := range w.Nodes {
@@ -127,8 +129,11 @@ func (pl *Planner) Replan(w World, alive func(node string) bool) Changes {
 	for _, n := range sortedStrings(names) {
 		if n < pl.me && pl.alive[n] {
 			var ignored []string // their problems are theirs to report
-			bn := bgpNodeOf(&pl.w, n, &ignored)
+			bn := bgpNodeOf(&pl.w, n, fitNodes, &ignored)
 			pl.earlier = append(pl.earlier, bn)
+			if t := bn.graceEnds(&pl.w); !t.IsZero() && (replanAt.IsZero() || t.Before(replanAt)) {
+				replanAt = t // the teller may change then
+			}
 			if bn != nil {
 				for peer := range bn.peers {
 					pl.earlierWith[peer] = append(pl.earlierWith[peer], bn)
@@ -137,7 +142,7 @@ func (pl *Planner) Replan(w World, alive func(node string) bool) Changes {
 		}
 	}
 	pl.count(pl.global, 1)
-	pl.plan = Plan{Mine: map[netip.Addr]Claim{}, BGP: pl.mine.desired(), Routed: map[netip.Addr]BGPClaim{}}
+	pl.plan = Plan{Mine: map[netip.Addr]Claim{}, BGP: pl.mine.desired(), Routed: map[netip.Addr]BGPClaim{}, ReplanAt: replanAt}
 	pl.update(services, eps, nil)
 	pl.refreshProblems(true)
 	return Changes{All: true, Problems: true}

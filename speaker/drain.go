@@ -1,0 +1,49 @@
+package speaker
+
+import (
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// DefaultDrainGrace is how long a cordoned node advertises its routes with GRACEFUL_SHUTDOWN
+// before it withdraws them (plan.World.DrainGrace): long enough for every router to receive
+// the update and move new flows, short next to a drain's pod evictions (docs/speaker-bgp.md).
+const DefaultDrainGrace = 30 * time.Second
+
+// cordons remembers when this speaker first saw each node cordoned (plan.World.CordonedSince):
+// the Node object does not say when spec.unschedulable was set. A speaker that starts on a
+// cordoned node starts its grace again.
+type cordons struct {
+	since map[string]time.Time
+	timer *time.Timer // plans everything again when the next grace ends
+}
+
+// observe stamps each node seen cordoned for the first time with now and forgets the nodes no
+// longer cordoned; it returns the stamps (the plan only reads them).
+func (c *cordons) observe(nodes []corev1.Node, now time.Time) map[string]time.Time {
+	seen := make(map[string]time.Time, len(c.since))
+	for i := range nodes {
+		if n := &nodes[i]; n.Spec.Unschedulable {
+			since, ok := c.since[n.Name]
+			if !ok {
+				since = now
+			}
+			seen[n.Name] = since
+		}
+	}
+	c.since = seen
+	return seen
+}
+
+// wakeAt has fire called at t (the plan's ReplanAt), replacing the wake-up set before; a zero t
+// sets none.
+func (c *cordons) wakeAt(t time.Time, fire func()) {
+	if c.timer != nil {
+		c.timer.Stop()
+		c.timer = nil
+	}
+	if !t.IsZero() {
+		c.timer = time.AfterFunc(time.Until(t), fire)
+	}
+}
