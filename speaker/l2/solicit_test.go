@@ -2,6 +2,8 @@ package l2
 
 import (
 	"net/netip"
+	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
@@ -31,6 +33,12 @@ func TestSolicitNeighbourAfterPartition(t *testing.T) {
 		}
 	}
 	lab.MustRun("ip", "-n", lab.Switch, "link", "set", other.Port, "up")
+	// The one solicitation must not meet a port still coming up (carrier, the bridge's
+	// listening and learning): wait until the switch forwards on it.
+	netlab.WaitFor(t, "b's switch port forwarding", 10*time.Second, func() bool {
+		out, err := exec.Command("bridge", "-n", lab.Switch, "link", "show", "dev", other.Port).CombinedOutput()
+		return err == nil && strings.Contains(string(out), "state forwarding")
+	})
 	for _, ip := range targets {
 		if mac := netlab.Neighbour(node.NS, ip); mac != "" {
 			t.Fatalf("%s resolved to %s by itself after the heal: the test would prove nothing", ip, mac)
