@@ -1,8 +1,11 @@
 package rules
 
 import (
+	"fmt"
 	"net/netip"
 	"slices"
+
+	"github.com/portico-lb/portico/api/v1alpha1"
 )
 
 // Subnets are, by node, the subnets of the up interfaces its speaker answers on by default, as
@@ -39,4 +42,22 @@ func (s Subnets) reaching(ip netip.Addr, nodes []string) (kept []string, offSubn
 		return nodes, true
 	}
 	return on, false
+}
+
+// SubnetsOf reads the subnets the speakers report in their Speaker status; a speaker that
+// reports none (absent, not empty) is left out: it may answer anywhere.
+func SubnetsOf(speakers []v1alpha1.Speaker) Subnets {
+	out := Subnets{}
+	for i := range speakers {
+		if s := speakers[i].Status.Subnets; s != nil {
+			out[speakers[i].Name] = ParseSubnets(s)
+		}
+	}
+	return out
+}
+
+// OffSubnetNote says that ip's owner was elected as if subnets did not matter (L2Owner's
+// offSubnet), for the Service's Announced condition and kubectl portico explain.
+func OffSubnetNote(ip netip.Addr) string {
+	return fmt.Sprintf("no eligible node reports an up interface in a subnet holding %s, so it is answered from one that may not be heard there", ip)
 }
