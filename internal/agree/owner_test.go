@@ -161,7 +161,7 @@ func (c cluster) speakers() []v1alpha1.Speaker {
 func (c cluster) named(svc *corev1.Service) (string, metav1.Condition) {
 	rc := c.w.Cluster()
 	rc.Services = c.w.Services
-	rc.Subnets = nil // the controller reads them from the Speakers
+	rc.Subnets = nil                                           // the controller reads them from the Speakers
 	cond := decide.AnnouncedConditionOf(svc, rc, c.speakers()) // every live speaker has reported, announcing nothing yet
 	if m := elected.FindStringSubmatch(cond.Message); m != nil {
 		return m[1], cond
