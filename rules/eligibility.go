@@ -23,6 +23,8 @@ type Cluster struct {
 	Services []corev1.Service
 	// IgnoreExcludeLabel is the speakers' --ignore-exclude-lb-label (ExcludedFromLB).
 	IgnoreExcludeLabel bool
+	// Subnets are where each node can answer (L2Owner elects among those that can).
+	Subnets Subnets
 }
 
 // Candidates describes every node for election under the L2Advertisements ads, and the

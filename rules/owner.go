@@ -58,11 +58,13 @@ func (sel Selectors) L2ShareOf(c *Cluster, ads []*v1alpha1.L2Advertisement, svc 
 // flap between them: it is elected among the nodes eligible for every one of them, or, when no
 // node is (their advertisements or endpoints pick different nodes), among those eligible for
 // any, which conflict then describes. Only the heaviest preferred of those nodes (the shares'
-// weights add up) take part. nodes are the nodes it was elected among; owner is "" when there
-// are none. The order of shares does not matter.
-func L2Owner(ip netip.Addr, shares []L2Share) (owner string, nodes []string, conflict string) {
+// weights add up) take part, and of those only the ones with an up interface in ip's subnet
+// (subnets) unless none has one: offSubnet then says the owner may answer where nobody hears
+// it. nodes are the nodes it was elected among; owner is "" when there are none. The order of
+// shares does not matter.
+func L2Owner(ip netip.Addr, shares []L2Share, subnets Subnets) (owner string, nodes []string, conflict string, offSubnet bool) {
 	if len(shares) == 0 {
-		return "", nil, ""
+		return "", nil, "", false
 	}
 	nodes = slices.Clone(shares[0].Eligible)
 	var all []string
@@ -81,8 +83,9 @@ func L2Owner(ip netip.Addr, shares []L2Share) (owner string, nodes []string, con
 		conflict = fmt.Sprintf("%s is shared by %s, but no node may answer for all of them (their L2Advertisements or endpoints pick different nodes); a node one of them allows answers",
 			ip, strings.Join(slices.Compact(names), ", "))
 	}
+	nodes, offSubnet = subnets.reaching(ip, nodes)
 	owner, _ = election.Owner(ip, election.Preferred(nodes, weightsOf(shares)))
-	return owner, nodes, conflict
+	return owner, nodes, conflict, offSubnet
 }
 
 // weightsOf adds up the shares' preferences: a node every Service prefers comes first.
@@ -109,6 +112,9 @@ type L2Eligibility struct {
 	// eligible for every Service listing it), and Owner the one elected to answer.
 	Eligible []string
 	Owner    string
+	// OffSubnet: no node the owner is elected among has an up interface in the address's
+	// subnet (L2Owner), so the owner answers where its neighbours may not hear it.
+	OffSubnet bool
 	// Sharers are the Services whose addresses' owner this is (namespace/name, sorted): the
 	// Service asked about and those sharing the address, as far as an L2Advertisement covers
 	// them. Conflict says that no node may answer for all of them (L2Owner).
@@ -159,7 +165,7 @@ func L2EligibilityOf(c Cluster, svc *corev1.Service, ip netip.Addr, alive func(n
 			}
 		}
 	}
-	e.Owner, e.Eligible, e.Conflict = L2Owner(ip, shares)
+	e.Owner, e.Eligible, e.Conflict, e.OffSubnet = L2Owner(ip, shares, c.Subnets)
 	for _, s := range shares {
 		e.Sharers = append(e.Sharers, s.Service)
 	}

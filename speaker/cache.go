@@ -3,12 +3,14 @@ package speaker
 import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+
+	"github.com/portico-lb/portico/api/v1alpha1"
 )
 
 // TrimForCache drops what the speaker never reads from an object before the informer cache keeps
 // it: every object's managedFields and kubectl's last-applied-configuration annotation (a copy
 // of the whole object as applied, often most of a Service's size), and a Node's list of
-// container images (tens of KiB on a busy node). Every speaker caches every Service and Node of
+// container images (tens of KiB on a busy node), and all of a Speaker's status but its subnets. Every speaker caches every Service and Node of
 // the cluster, so this is paid per object, on every node.
 func TrimForCache(obj any) (any, error) {
 	if m, err := meta.Accessor(obj); err == nil {
@@ -22,8 +24,11 @@ func TrimForCache(obj any) (any, error) {
 			}
 		}
 	}
-	if n, ok := obj.(*corev1.Node); ok {
-		n.Status.Images = nil
+	switch o := obj.(type) {
+	case *corev1.Node:
+		o.Status.Images = nil
+	case *v1alpha1.Speaker:
+		trimSpeaker(o)
 	}
 	return obj, nil
 }

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/portico-lb/portico/api/v1alpha1"
+	"github.com/portico-lb/portico/rules"
 	"github.com/portico-lb/portico/speaker/plan"
 )
 
@@ -54,7 +55,7 @@ func (s *Speaker) reconcile(ctx context.Context) {
 	}
 	slices.Sort(problems)
 	s.reporter.report(reconciled{plan: p, problems: problems, answered: s.answerer.ifaces, interfaces: s.Announce.Interfaces(),
-		mine: mine, routed: routed, prefixes: ch.Prefixes(), all: ch.All, sessions: s.BGP.States()})
+		subnets: s.subnetStrings(), mine: mine, routed: routed, prefixes: ch.Prefixes(), all: ch.All, sessions: s.BGP.States()})
 }
 
 // replan brings the plan up to date: the changed Services, or everything.
@@ -98,13 +99,18 @@ func (s *Speaker) world(ctx context.Context) (plan.World, error) {
 	var bgpAds v1alpha1.BGPAdvertisementList
 	var bfdProfiles v1alpha1.BFDProfileList
 	now := time.Now()
-	for _, l := range []runtime.Object{&svcs, &eps, &nodes, &ads, &pools, &peers, &bgpAds, &bfdProfiles} {
+	var speakers v1alpha1.SpeakerList
+	for _, l := range []runtime.Object{&svcs, &eps, &nodes, &ads, &pools, &peers, &bgpAds, &bfdProfiles, &speakers} {
 		// The plan only reads the objects: no deep copy of every Service on every change.
 		if err := s.Cache.List(ctx, l); err != nil {
 			return w, err
 		}
 	}
-	return plan.World{Services: svcs.Items, EndpointSlices: eps.Items, Nodes: nodes.Items, Advertisements: ads.Items, Pools: pools.Items,
+	subnets := rules.SubnetsOf(speakers.Items)
+	if mine, ok := s.ownSubnets(); ok {
+		subnets[s.Node] = mine // fresher than this node's own status
+	}
+	return plan.World{Subnets: subnets, Services: svcs.Items, EndpointSlices: eps.Items, Nodes: nodes.Items, Advertisements: ads.Items, Pools: pools.Items,
 		BGPPeers: peers.Items, BGPAds: bgpAds.Items, BFDProfiles: bfdProfiles.Items, Secrets: s.secrets.read(ctx, s.Client, s.Log, secretRefs(peers.Items, bfdProfiles.Items)), IgnoreExcludeLabel: s.IgnoreExcludeLabel, IgnoreClassless: s.IgnoreClassless,
 		VRFs: s.vrfs(peers.Items), Now: now, CordonedSince: s.cordons.observe(nodes.Items, now), DrainGrace: s.DrainGrace}, nil
 }

@@ -83,6 +83,7 @@ type reconciled struct {
 	problems   []string                // the plan's and the sides'
 	answered   map[netip.Addr][]string // the interfaces each L2 address is answered on
 	interfaces []l2.Verdict            // the Announcer's view of this node's interfaces
+	subnets    []string                // where this node can answer (nil: not followed)
 	// mine and routed are the addresses whose L2 or BGP entries may have changed, prefixes the
 	// routes that did (all: every one may have).
 	mine, routed []netip.Addr
@@ -112,6 +113,7 @@ func (r *reporter) report(rc reconciled) {
 	rep.Status.Sessions, rep.Status.BGPPeersUp = sessionStatus(rc.sessions)
 	rep.Status.BGP = status.BGPPeers(rc.plan.BGP, rc.sessions) // its routes are listed when it is written
 	rep.Status.Interfaces, rep.Status.OmittedInterfaces = interfaceStatus(rc.interfaces)
+	rep.Status.Subnets = rc.subnets
 	rep.StrictARP = strictARPCondition(rc.interfaces, "/proc/sys")
 	select {
 	case <-r.reports:

@@ -65,6 +65,9 @@ type Speaker struct {
 	// holds a Lease.
 	LeaseNamespace string
 	LeaseRenew     time.Duration
+	// WatchLinks follows this node's links for the subnets it can answer on (subnets.go);
+	// false (a recording Announcer) reports none, and the others take it to answer anywhere.
+	WatchLinks bool
 
 	// The sides the loop drives, made by Start.
 	answerer   *answerer
@@ -85,7 +88,8 @@ type Speaker struct {
 	startedAt time.Time    // when Start began (RoutesUp)
 	planned   atomic.Bool  // the first plan has been applied (RoutesUp)
 
-	synced     atomic.Bool // the cache has synced: Admit can check claims
+	subnets    atomic.Pointer[[]netip.Prefix] // where this node can answer (watchSubnets); nil: not followed
+	synced     atomic.Bool                    // the cache has synced: Admit can check claims
 	refused    refusals
 	keyProblem string // why the memberlist Secret's keys were not applied; "" when they were
 }
@@ -138,6 +142,14 @@ func (s *Speaker) Start(ctx context.Context) error {
 		if err := s.Cache.AddEventHandler(obj, s.changeHandler(obj)); err != nil {
 			return err
 		}
+	}
+	if err := s.Cache.AddEventHandler(&v1alpha1.Speaker{}, s.subnetsHandler()); err != nil {
+		return err
+	}
+	if s.WatchLinks {
+		hold := &l2.HoldDown{Hold: subnetHold}
+		s.readSubnets(hold)
+		go s.watchSubnets(ctx, hold)
 	}
 	if !s.Cache.WaitForCacheSync(ctx) {
 		return fmt.Errorf("cache never synced")

@@ -168,6 +168,16 @@ type SpeakerStatus struct {
 	// +listType=atomic
 	// +optional
 	Interfaces []SpeakerInterface `json:"interfaces,omitempty"`
+	// Subnets are the subnets (masked prefixes) of the node's up interfaces that answer by
+	// default: an address is answered over L2 by a node with one holding it, while any such
+	// node is eligible. An empty list says no interface is up; a speaker that does not
+	// report it (absent) is taken to answer anywhere.
+	// +kubebuilder:validation:MaxItems=256
+	// +kubebuilder:validation:items:MaxLength=43
+	// +nullable
+	// +listType=atomic
+	// +optional
+	Subnets []string `json:"subnets"`
 	// OmittedInterfaces counts the interfaces left out of interfaces.
 	// +kubebuilder:validation:Minimum=0
 	// +optional

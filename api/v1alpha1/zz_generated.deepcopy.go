@@ -1102,6 +1102,11 @@ func (in *SpeakerStatus) DeepCopyInto(out *SpeakerStatus) {
 		*out = make([]SpeakerInterface, len(*in))
 		copy(*out, *in)
 	}
+	if in.Subnets != nil {
+		in, out := &in.Subnets, &out.Subnets
+		*out = make([]string, len(*in))
+		copy(*out, *in)
+	}
 	if in.ConfigErrors != nil {
 		in, out := &in.ConfigErrors, &out.ConfigErrors
 		*out = make([]string, len(*in))

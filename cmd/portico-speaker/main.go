@@ -154,7 +154,7 @@ func run(o options) error {
 		Announce: l2.NewAnnouncer(log.WithName("l2"), metrics), BGP: bgpSide, Guard: fwd,
 		Metrics: metrics, Log: log, SelfCheck: o.selfCheck, Conflicts: o.conflicts, KeyRefresh: o.keyRefresh,
 		IgnoreExcludeLabel: o.ignoreExcludeLabel, IgnoreClassless: o.ignoreClassless, RoutesUpWait: o.routesUpWait,
-		DrainGrace: o.drainGrace, LeaseNamespace: o.leaseNamespace, LeaseRenew: o.leaseRenew,
+		DrainGrace: o.drainGrace, LeaseNamespace: o.leaseNamespace, LeaseRenew: o.leaseRenew, WatchLinks: true,
 	}
 	var keys membership.Keys
 	if o.secret != "" {

@@ -28,7 +28,7 @@ func announcedCondition(svc *corev1.Service, f HealthFacts) metav1.Condition {
 	var said []string
 	var l2, bgp bool
 	for _, ip := range ips {
-		msg, proto := announcers(key, ip, f.Speakers)
+		msg, proto := announcers(key, ip, f.Speakers, f.Subnets)
 		if msg != "" {
 			said = append(said, msg)
 			l2 = l2 || proto == porticov1.ProtocolL2
@@ -84,13 +84,15 @@ func bgpUnfit(f HealthFacts) string {
 // the cluster's objects and the Speakers (for tests that compare it with the speakers' plans;
 // the controller and the speaker never import each other).
 func AnnouncedConditionOf(svc *corev1.Service, c rules.Cluster, speakers []porticov1.Speaker) metav1.Condition {
+	c.Subnets = rules.SubnetsOf(speakers)
 	return announcedCondition(svc, HealthFacts{Cluster: c, Speakers: speakers})
 }
 
 // announcers describes who reports announcing ip for the Service: "10.0.0.200 from node
 // worker-1 on eth0", "10.0.0.200 over BGP to peers tor-a,tor-b (told by node worker-1 for every
-// node advertising it)".
-func announcers(key string, ip netip.Addr, speakers []porticov1.Speaker) (string, porticov1.Protocol) {
+// node advertising it)". An L2 owner outside the address's subnets (subnets) is told: the
+// speakers elect one only when no eligible node is on them.
+func announcers(key string, ip netip.Addr, speakers []porticov1.Speaker, subnets rules.Subnets) (string, porticov1.Protocol) {
 	var l2, l2ifs, bgpNodes, peers []string
 	for i := range speakers {
 		for _, a := range speakers[i].Status.Announcements {
@@ -120,7 +122,11 @@ func announcers(key string, ip netip.Addr, speakers []porticov1.Speaker) (string
 			slices.Sort(l2)
 			who = "nodes " + strings.Join(l2, ",") + " (more than one: see Reachable)"
 		}
-		parts = append(parts, fmt.Sprintf("from %s %s", who, on))
+		part := fmt.Sprintf("from %s %s", who, on)
+		if slices.ContainsFunc(l2, func(n string) bool { return !subnets.Reaches(n, ip) }) {
+			part += " (" + rules.OffSubnetNote(ip) + ")"
+		}
+		parts = append(parts, part)
 	}
 	if len(bgpNodes) > 0 {
 		if len(l2) == 0 {
@@ -170,7 +176,11 @@ func notAnnounced(svc *corev1.Service, ip netip.Addr, f HealthFacts) (metav1.Con
 	case len(e.Eligible) == 0:
 		return metav1.ConditionFalse, porticov1.ReasonNoEligibleNode, fmt.Sprintf("%s: %s", ip, e.WhyNone)
 	}
-	return metav1.ConditionUnknown, porticov1.ReasonAnnouncePending, fmt.Sprintf("node %s is elected to answer for %s; its speaker does not report it yet", e.Owner, ip)
+	msg := fmt.Sprintf("node %s is elected to answer for %s; its speaker does not report it yet", e.Owner, ip)
+	if e.OffSubnet {
+		msg += "; " + rules.OffSubnetNote(ip)
+	}
+	return metav1.ConditionUnknown, porticov1.ReasonAnnouncePending, msg
 }
 
 // bgpAdvertised reports whether a BGPAdvertisement selects the pool for the Service.

@@ -212,7 +212,7 @@ func (w *world) run(t *testing.T, d *datadriven.TestData) {
 		}
 		w.facts.L2Advertisements = append(w.facts.L2Advertisements, ad)
 	case "speaker":
-		w.speaker(d.CmdArgs[0].Key, arg("mac"), arg("announces"), arg("heard"))
+		w.speaker(d.CmdArgs[0].Key, arg("mac"), arg("announces"), arg("heard"), arg("subnets"))
 	case "health":
 		svc := w.svcs["default/"+d.CmdArgs[0].Key]
 		rd, again := Health(svc, w.facts, w.desk, w.now)
@@ -328,8 +328,15 @@ func condLine(c metav1.Condition) string {
 
 // speaker sets a node's speaker report: its MAC, the Service whose addresses it announces
 // over L2, and a self-check of a Service's first address that heard mac.
-func (w *world) speaker(node, mac, announces, heard string) {
+func (w *world) speaker(node, mac, announces, heard, subnets string) {
 	s := porticov1.Speaker{ObjectMeta: metav1.ObjectMeta{Name: node}}
+	switch subnets {
+	case "": // not reported: answers anywhere
+	case "none":
+		s.Status.Subnets = []string{}
+	default:
+		s.Status.Subnets = strings.Split(subnets, ",")
+	}
 	if mac != "" {
 		s.Status.HardwareAddrs = []string{mac}
 	}
@@ -353,6 +360,7 @@ func (w *world) speaker(node, mac, announces, heard string) {
 	for _, n := range slices.Sorted(maps.Keys(byName)) {
 		w.facts.Speakers = append(w.facts.Speakers, byName[n])
 	}
+	w.facts.Subnets = rules.SubnetsOf(w.facts.Speakers) // as the controller's liveness count sets them
 }
 
 // request is the allocator request for svc, as the Service reconciler builds it.

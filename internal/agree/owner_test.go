@@ -17,6 +17,7 @@ import (
 
 	"github.com/portico-lb/portico/api/v1alpha1"
 	"github.com/portico-lb/portico/controller/decide"
+	"github.com/portico-lb/portico/rules"
 	"github.com/portico-lb/portico/speaker/plan"
 )
 
@@ -28,18 +29,22 @@ var (
 	elected   = regexp.MustCompile(`^node (\S+) is elected to answer for`)
 )
 
-// cluster is one random cluster: the objects both sides read, and which nodes run a live
-// speaker.
+// cluster is one random cluster: the objects both sides read, which nodes run a live speaker,
+// and the subnets each reports in its Speaker status (absent: reports none).
 type cluster struct {
-	w     plan.World
-	alive map[string]bool
+	w       plan.World
+	alive   map[string]bool
+	subnets map[string][]string
 }
+
+// subnets are the LANs a node may have an up interface on; addrs fall in the first three.
+var subnets = []string{"198.51.100.0/24", "203.0.113.0/28", "2001:db8::/64", "192.0.2.0/24"}
 
 // randomCluster builds nodes (fitness, labels, exclusion, a dead speaker), two pools,
 // L2Advertisements (pool, node and Service selectors, preferred nodes, interfaces) and
 // Services that share a few addresses (some externalTrafficPolicy Local, with endpoints).
 func randomCluster(r *rand.Rand) cluster {
-	c := cluster{alive: map[string]bool{}}
+	c := cluster{alive: map[string]bool{}, subnets: map[string][]string{}}
 	w := &c.w
 	one := func(n int) bool { return r.IntN(n) == 0 }
 	for _, name := range nodeNames[:1+r.IntN(len(nodeNames))] {
@@ -57,7 +62,17 @@ func randomCluster(r *rand.Rand) cluster {
 		n.Spec.Unschedulable = one(6)
 		w.Nodes = append(w.Nodes, n)
 		c.alive[name] = !one(6)
+		if !one(4) {
+			on := []string{}
+			for _, p := range subnets {
+				if one(2) {
+					on = append(on, p)
+				}
+			}
+			c.subnets[name] = on
+		}
 	}
+	w.Subnets = rules.SubnetsOf(c.speakers())
 	w.Pools = []v1alpha1.IPAddressPool{
 		{ObjectMeta: metav1.ObjectMeta{Name: "pool-a", Labels: map[string]string{"l2": "yes"}},
 			Spec: v1alpha1.IPAddressPoolSpec{Addresses: []v1alpha1.AddressRange{"198.51.100.0/29", "2001:db8::/125"}}},
@@ -129,18 +144,25 @@ func (c cluster) answerers(ip netip.Addr, key string) []string {
 	return out
 }
 
+// speakers are the live speakers' Speakers, as reported before they announce anything.
+func (c cluster) speakers() []v1alpha1.Speaker {
+	var out []v1alpha1.Speaker
+	for _, n := range c.w.Nodes {
+		if c.alive[n.Name] {
+			out = append(out, v1alpha1.Speaker{ObjectMeta: metav1.ObjectMeta{Name: n.Name},
+				Status: v1alpha1.SpeakerStatus{Subnets: c.subnets[n.Name]}})
+		}
+	}
+	return out
+}
+
 // named is the node the controller's Announced condition says is elected for ip while no
 // speaker reports it ("" when it names none), and the condition.
 func (c cluster) named(svc *corev1.Service) (string, metav1.Condition) {
-	var speakers []v1alpha1.Speaker // every live speaker has reported, announcing nothing yet
-	for _, n := range c.w.Nodes {
-		if c.alive[n.Name] {
-			speakers = append(speakers, v1alpha1.Speaker{ObjectMeta: metav1.ObjectMeta{Name: n.Name}})
-		}
-	}
 	rc := c.w.Cluster()
 	rc.Services = c.w.Services
-	cond := decide.AnnouncedConditionOf(svc, rc, speakers)
+	rc.Subnets = nil                                           // the controller reads them from the Speakers
+	cond := decide.AnnouncedConditionOf(svc, rc, c.speakers()) // every live speaker has reported, announcing nothing yet
 	if m := elected.FindStringSubmatch(cond.Message); m != nil {
 		return m[1], cond
 	}
@@ -150,11 +172,12 @@ func (c cluster) named(svc *corev1.Service) (string, metav1.Condition) {
 // TestControllerNamesTheNodeThatAnswers: over random clusters, for every address of every
 // Service with one address, the node the controller's Announced condition names as elected is
 // the one node whose speaker plan answers for it, and when no plan answers the controller
-// names no node.
+// names no node. A node is elected off the address's subnets only when no eligible node is on
+// them, and then the condition says so.
 func TestControllerNamesTheNodeThatAnswers(t *testing.T) {
 	r := rand.New(rand.NewPCG(32, 3))
 	const clusters = 2000
-	checked := 0
+	checked, offSubnet := 0, 0
 	for i := range clusters {
 		c := randomCluster(r)
 		for j := range c.w.Services {
@@ -171,16 +194,25 @@ func TestControllerNamesTheNodeThatAnswers(t *testing.T) {
 				t.Fatalf("cluster %d: %s of %s: the controller names %q (%s %s: %s), the speakers' plans answer from %q\n%s",
 					i, ip, key, node, cond.Status, cond.Reason, cond.Message, want, describe(c))
 			}
+			if node == "" {
+				continue
+			}
+			said := strings.Contains(cond.Message, rules.OffSubnetNote(ip))
+			if off := !c.w.Subnets.Reaches(node, ip); off != said {
+				t.Fatalf("cluster %d: %s of %s is answered by %s, off its subnets: %v, but the condition says %q\n%s", i, ip, key, node, off, cond.Message, describe(c))
+			} else if off {
+				offSubnet++
+			}
 		}
 	}
-	t.Logf("%d clusters, %d addresses checked", clusters, checked)
+	t.Logf("%d clusters, %d addresses checked, %d answered off their subnets (none eligible on them)", clusters, checked, offSubnet)
 }
 
 // describe prints a cluster for a failure message.
 func describe(c cluster) string {
 	var b strings.Builder
 	for _, n := range c.w.Nodes {
-		fmt.Fprintf(&b, "node %s alive=%v labels=%v unschedulable=%v conditions=%v\n", n.Name, c.alive[n.Name], n.Labels, n.Spec.Unschedulable, n.Status.Conditions)
+		fmt.Fprintf(&b, "node %s alive=%v labels=%v unschedulable=%v conditions=%v subnets=%v\n", n.Name, c.alive[n.Name], n.Labels, n.Spec.Unschedulable, n.Status.Conditions, c.subnets[n.Name])
 	}
 	for _, ad := range c.w.Advertisements {
 		fmt.Fprintf(&b, "L2Advertisement %s %+v\n", ad.Name, ad.Spec)

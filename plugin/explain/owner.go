@@ -41,13 +41,14 @@ func liveSpeakers(ctx context.Context, c client.Client, speakers []porticov1.Spe
 
 // electedLines say, by the rule every speaker runs (rules.L2EligibilityOf), which node
 // answers for each of the Service's addresses over L2, or why none does; ignoreExclude is the
-// live speakers' --ignore-exclude-lb-label (rules.IgnoreExcludeLabel).
-func electedLines(ctx context.Context, c client.Client, svc *corev1.Service, live func(string) bool, ignoreExclude bool) ([]string, error) {
+// live speakers' --ignore-exclude-lb-label (rules.IgnoreExcludeLabel), subnets where they can
+// answer (rules.SubnetsOf).
+func electedLines(ctx context.Context, c client.Client, svc *corev1.Service, live func(string) bool, ignoreExclude bool, subnets rules.Subnets) ([]string, error) {
 	ips := porticov1.IngressAddrs(svc)
 	if len(ips) == 0 {
 		return nil, nil
 	}
-	cl := rules.Cluster{IgnoreExcludeLabel: ignoreExclude}
+	cl := rules.Cluster{IgnoreExcludeLabel: ignoreExclude, Subnets: subnets}
 	var nodes corev1.NodeList
 	var pools porticov1.IPAddressPoolList
 	var ads porticov1.L2AdvertisementList
@@ -89,6 +90,9 @@ func electedLines(ctx context.Context, c client.Client, svc *corev1.Service, liv
 			}
 			if e.Conflict != "" {
 				line += "; " + e.Conflict
+			}
+			if e.OffSubnet {
+				line += "; " + rules.OffSubnetNote(ip)
 			}
 		}
 		lines = append(lines, ip.String()+": "+line)

@@ -16,6 +16,9 @@ type Link struct {
 	// "vxlan", "tuntap", ...
 	Kind                           string
 	Up, Broadcast, Loopback, NoARP bool
+	// NoCarrier: the link is up but its carrier is lost (a cable pulled, a switch port down):
+	// it may still answer, but nobody hears it (Subnets).
+	NoCarrier bool
 	// MAC is the link's hardware address; one of 6 bytes makes it Ethernet.
 	MAC net.HardwareAddr
 	// Master is the bond or bridge this link is a port of; "" when none.

@@ -6,14 +6,16 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/datadriven"
 )
 
 // TestInterfaces runs testdata/interfaces.txt. "links" reads one link a line (name, kind, then
-// the words up, broadcast, loopback, noarp, mac, master=NAME and address prefixes) and prints
+// the words up, broadcast, loopback, noarp, nocarrier, mac, master=NAME and address prefixes) and prints
 // each link's verdict; "answer ip=..." prints the links that answer for ip by default;
-// "expand" resolves an advertisement's interfaces, one a line, against the links.
+// "expand" resolves an advertisement's interfaces, one a line, against the links; "subnets"
+// prints where the node can answer (Subnets).
 func TestInterfaces(t *testing.T) {
 	var links []Link
 	datadriven.RunTest(t, "testdata/interfaces.txt", func(t *testing.T, d *datadriven.TestData) string {
@@ -35,6 +37,10 @@ func TestInterfaces(t *testing.T) {
 			var ip string
 			d.ScanArgs(t, "ip", &ip)
 			fmt.Fprintln(&b, strings.Join(ForAddress(netip.MustParseAddr(ip), links, Decide(links)), " "))
+		case "subnets":
+			for _, p := range Subnets(links) {
+				fmt.Fprintln(&b, p)
+			}
 		case "expand":
 			names, problems := Expand(strings.Fields(d.Input), links)
 			fmt.Fprintf(&b, "names: %s\n", strings.Join(names, " "))
@@ -43,6 +49,35 @@ func TestInterfaces(t *testing.T) {
 			}
 		default:
 			return "unknown command " + d.Cmd
+		}
+		return b.String()
+	})
+}
+
+// TestHoldDown runs testdata/holddown.txt: "seen at=DURATION" takes the subnets seen, one a
+// line, and prints those published and when to look again.
+func TestHoldDown(t *testing.T) {
+	h := &HoldDown{Hold: 2 * time.Second}
+	start := time.Unix(0, 0)
+	datadriven.RunTest(t, "testdata/holddown.txt", func(t *testing.T, d *datadriven.TestData) string {
+		if d.Cmd != "seen" {
+			return "unknown command " + d.Cmd
+		}
+		var arg string
+		d.ScanArgs(t, "at", &arg)
+		at, err := time.ParseDuration(arg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var seen []netip.Prefix
+		for _, f := range strings.Fields(d.Input) {
+			seen = append(seen, netip.MustParsePrefix(f))
+		}
+		published, again := h.Update(start.Add(at), seen)
+		var b strings.Builder
+		fmt.Fprintf(&b, "published: %v\n", published)
+		if !again.IsZero() {
+			fmt.Fprintf(&b, "again at: %gs\n", again.Sub(start).Seconds())
 		}
 		return b.String()
 	})
@@ -61,6 +96,8 @@ func parseLink(t *testing.T, line string) Link {
 			l.Loopback = true
 		case w == "noarp":
 			l.NoARP = true
+		case w == "nocarrier":
+			l.NoCarrier = true
 		case w == "mac":
 			l.MAC = net.HardwareAddr{2, 0, 0, 0, 0, byte(len(l.Name))}
 		case strings.HasPrefix(w, "master="):

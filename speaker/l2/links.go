@@ -45,6 +45,7 @@ func ReadLinks() ([]Link, error) {
 			Broadcast: at.RawFlags&unix.IFF_BROADCAST != 0,
 			Loopback:  at.RawFlags&unix.IFF_LOOPBACK != 0,
 			NoARP:     at.RawFlags&unix.IFF_NOARP != 0,
+			NoCarrier: at.RawFlags&unix.IFF_UP != 0 && at.RawFlags&unix.IFF_LOWER_UP == 0,
 			MAC:       at.HardwareAddr,
 			Master:    names[at.MasterIndex],
 			Prefixes:  prefixes[at.Index],

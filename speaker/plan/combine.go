@@ -38,7 +38,7 @@ func (pl *Planner) combineAddress(ip netip.Addr) (mineChanged, routedChanged boo
 	mine, problem := false, ""
 	if len(ss) > 0 {
 		var owner string
-		owner, _, problem = rules.L2Owner(ip, ss)
+		owner, _, problem, _ = rules.L2Owner(ip, ss, pl.w.Subnets)
 		if mine = owner == pl.me; mine {
 			claim = claimOf(ss)
 		}

@@ -39,6 +39,9 @@ type World struct {
 	Now           time.Time
 	CordonedSince map[string]time.Time
 	DrainGrace    time.Duration
+	// Subnets are where each node can answer over L2 (rules.Subnets): from the Speakers'
+	// status, and this node's own links as the speaker last read them.
+	Subnets rules.Subnets
 
 	selectors rules.Selectors // filled while one plan is made
 }
@@ -46,7 +49,7 @@ type World struct {
 // Cluster is what the shared L2 rules read of the world.
 func (w World) Cluster() rules.Cluster {
 	return rules.Cluster{Nodes: w.Nodes, EndpointSlices: w.EndpointSlices, L2Advertisements: w.Advertisements, Pools: w.Pools,
-		IgnoreExcludeLabel: w.IgnoreExcludeLabel}
+		IgnoreExcludeLabel: w.IgnoreExcludeLabel, Subnets: w.Subnets}
 }
 
 // Claim is one address this node answers for.

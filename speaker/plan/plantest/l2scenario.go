@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/portico-lb/portico/api/v1alpha1"
+	"github.com/portico-lb/portico/rules"
 	"github.com/portico-lb/portico/speaker/plan"
 )
 
@@ -28,13 +29,14 @@ type L2Scenario struct {
 	Slices   map[string]*discoveryv1.EndpointSlice
 	Down     map[string]bool // speakers not running
 	Side     map[string]bool // nodes cut off with the partitioned side
+	Subnets  rules.Subnets   // what each node's speaker reports it can answer on
 }
 
 // NewL2Scenario is an empty cluster.
 func NewL2Scenario() *L2Scenario {
 	return &L2Scenario{Nodes: map[string]*corev1.Node{}, Pools: map[string]*v1alpha1.IPAddressPool{},
 		Ads: map[string]*v1alpha1.L2Advertisement{}, Services: map[string]*corev1.Service{},
-		Slices: map[string]*discoveryv1.EndpointSlice{}, Down: map[string]bool{}, Side: map[string]bool{}}
+		Slices: map[string]*discoveryv1.EndpointSlice{}, Down: map[string]bool{}, Side: map[string]bool{}, Subnets: rules.Subnets{}}
 }
 
 // Run applies one command of the language (plan all changes nothing: the caller prints).
@@ -124,6 +126,8 @@ func (s *L2Scenario) Run(d *datadriven.TestData) error {
 		}
 	case "heal":
 		clear(s.Side)
+	case "subnets":
+		return s.subnets(name, args)
 	case "plan":
 		if name != "all" {
 			return fmt.Errorf("plan takes all")
@@ -158,6 +162,30 @@ func (s *L2Scenario) putService(name string, args []datadriven.CmdArg) error {
 	return nil
 }
 
+// subnets sets what node reports it can answer on: "subnets b 10.0.1.0/24 10.0.2.0/24", "subnets
+// b none" (no up interface answers), or "subnets b" (nothing reported, as an older speaker).
+func (s *L2Scenario) subnets(node string, args []datadriven.CmdArg) error {
+	if _, ok := s.Nodes[node]; !ok {
+		return fmt.Errorf("no node %q", node)
+	}
+	if len(args) == 0 {
+		delete(s.Subnets, node)
+		return nil
+	}
+	s.Subnets[node] = []netip.Prefix{}
+	for _, a := range args {
+		if a.Key == "none" {
+			continue
+		}
+		p, err := netip.ParsePrefix(a.Key)
+		if err != nil {
+			return err
+		}
+		s.Subnets[node] = append(s.Subnets[node], p)
+	}
+	return nil
+}
+
 func (s *L2Scenario) delete(kind string, args []datadriven.CmdArg) error {
 	if len(args) == 0 {
 		return fmt.Errorf("delete %s: which one?", kind)
@@ -187,7 +215,7 @@ func (s *L2Scenario) delete(kind string, args []datadriven.CmdArg) error {
 // World lists the objects as the speaker's cache would, sorted by name.
 func (s *L2Scenario) World() plan.World {
 	return plan.World{Nodes: sortedByName(s.Nodes), Pools: sortedByName(s.Pools), Advertisements: sortedByName(s.Ads),
-		Services: sortedByName(s.Services), EndpointSlices: sortedByName(s.Slices)}
+		Services: sortedByName(s.Services), EndpointSlices: sortedByName(s.Slices), Subnets: maps.Clone(s.Subnets)}
 }
 
 // Alive is node me's view of the gossip group: running speakers on its side of a partition.
