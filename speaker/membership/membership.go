@@ -100,9 +100,14 @@ func Start(cfg Config) (*Group, error) {
 		return nil, fmt.Errorf("membership: bad failure-detection timing %+v (need 0 < probe timeout < probe interval, suspicion multiplier ≥ 1, heartbeat ≥ 0)", d)
 	}
 	mc.ProbeInterval, mc.ProbeTimeout, mc.SuspicionMult = d.ProbeInterval, d.ProbeTimeout, d.SuspicionMult
-	// Gossip runs only when something is queued, so a short interval costs nothing when idle
-	// and gets a leaving member's goodbye out within 20 ms (the SIGTERM failover path).
-	mc.GossipInterval = 20 * time.Millisecond
+	// memberlist's default: its gossip ticks every interval, something queued or not. Neither
+	// failover waits for it: a leaving member says goodbye directly (goodbye.go) and the fast
+	// path finds a dead one itself.
+	mc.GossipInterval = 200 * time.Millisecond
+	// Compression allocates a compressor's tables for every packet, heartbeats included, and
+	// the garbage they make was most of an idle speaker's CPU; the packets are a few dozen
+	// bytes. Members still read compressed packets from older speakers.
+	mc.EnableCompression = false
 	// Joining a node that is gone must not hold a starting speaker for memberlist's default 10 s.
 	mc.TCPTimeout = time.Second
 	if !cfg.Keys.None() {
