@@ -36,7 +36,8 @@ type Config struct {
 	// Resumed, when set, is called with a member's gossip address when its heartbeats arrive
 	// again after a silence of more than two heartbeats (a healed partition, or a member
 	// starved of CPU): this node hears it again, but its own packets to it may still wait for
-	// the kernel to resolve the member's address. It must not block.
+	// the kernel to resolve the member's address; it is then called with the addresses of this
+	// node's watchers (ring.go) too. It must not block.
 	Resumed func(addr netip.Addr)
 }
 
@@ -48,7 +49,7 @@ type Detection struct {
 	ProbeInterval time.Duration
 	ProbeTimeout  time.Duration
 	SuspicionMult int
-	// Heartbeat turns on the fast path (watch.go): each member sends every other one a
+	// Heartbeat turns on the fast path (watch.go): each member sends its watchers (ring.go) a
 	// heartbeat this often, and one silent for two heartbeats is checked at its kernel. Zero
 	// leaves detection to memberlist alone.
 	Heartbeat time.Duration
@@ -74,6 +75,7 @@ type Group struct {
 	ml      *memberlist.Memberlist
 	keyring *memberlist.Keyring // nil: gossip in clear
 	changes chan Change
+	self    string // Config.Name
 
 	life      []byte // this process's life: see goodbye.go
 	heartbeat time.Duration
@@ -122,7 +124,7 @@ func Start(cfg Config) (*Group, error) {
 		out = io.Discard
 	}
 	mc.Logger = log.New(out, "memberlist ", log.LstdFlags)
-	g := &Group{changes: make(chan Change, 1024), life: newLife(), heartbeat: d.Heartbeat, resumed: cfg.Resumed,
+	g := &Group{changes: make(chan Change, 1024), self: cfg.Name, life: newLife(), heartbeat: d.Heartbeat, resumed: cfg.Resumed,
 		members: map[string]*member{}, stop: make(chan struct{})}
 	mc.Events = events{g}
 	mc.Delegate = delegate{g}
