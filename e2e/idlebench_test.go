@@ -19,8 +19,8 @@ import (
 // window of PORTICO_BENCH_IDLE_SECONDS (default 30) it reads each speaker's CPU time from
 // /proc/PID/stat, its threads' context switches (each one a wakeup) from /proc/PID/task/*/status
 // and the packets its node sent. PORTICO_BENCH_IDLE_ARGS adds arguments to every speaker's
-// command line. It appends one Markdown row to PORTICO_BENCH_IDLE_OUT (make bench-memory runs it
-// at each node count). It ignores b.N.
+// command line. It appends one Markdown row to PORTICO_BENCH_IDLE_OUT, after the table's heading
+// when the file has none (make bench-memory runs it at each node count). It ignores b.N.
 func BenchmarkSpeakerIdle(b *testing.B) {
 	nodes := envSize(b, "PORTICO_BENCH_IDLE_NODES", 3, 1)
 	window := time.Duration(envSize(b, "PORTICO_BENCH_IDLE_SECONDS", 30, 1)) * time.Second
@@ -39,6 +39,13 @@ func BenchmarkSpeakerIdle(b *testing.B) {
 		row := idleRow(nodes, window, costs)
 		b.Log("\n" + idleHeader + row)
 		if out := os.Getenv("PORTICO_BENCH_IDLE_OUT"); out != "" {
+			before, err := os.ReadFile(out)
+			if err != nil && !os.IsNotExist(err) {
+				b.Fatal(err)
+			}
+			if !strings.Contains(string(before), idleHeader) {
+				row = "\n### Idle speakers\n\nFour Services announced, nothing changing; every speaker measured over the same window.\n\n" + idleHeader + row
+			}
 			f, err := os.OpenFile(out, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 			must(b, err)
 			_, err = f.WriteString(row)
