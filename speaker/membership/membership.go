@@ -55,10 +55,11 @@ type Detection struct {
 	Heartbeat time.Duration
 }
 
-// DefaultDetection declares a silent member dead in well under a second in a small cluster:
-// at most 200 ms until the next probe, 100 ms for its answer, 400 ms of suspicion.
-// The fast path finds a killed speaker or a cut link in a few heartbeats, well before that.
-var DefaultDetection = Detection{ProbeInterval: 200 * time.Millisecond, ProbeTimeout: 100 * time.Millisecond, SuspicionMult: 2,
+// DefaultDetection leaves dead members to the fast path, which finds a killed speaker or a cut
+// link in a few heartbeats; memberlist's own probes (one a second, 500 ms for the answer, 2 s
+// of suspicion in a cluster of up to ten nodes) are the backstop, and cost an idle speaker
+// little.
+var DefaultDetection = Detection{ProbeInterval: time.Second, ProbeTimeout: 500 * time.Millisecond, SuspicionMult: 2,
 	Heartbeat: 50 * time.Millisecond}
 
 // Change is a member joining or leaving, with the time it was noticed and how.
