@@ -132,8 +132,14 @@ func Start(cfg Config) (*Group, error) {
 	if cfg.Admit != nil {
 		mc.Alive = admission{self: cfg.Name, admit: cfg.Admit}
 	}
+	t, err := listen(cfg.BindAddr, cfg.BindPort, mc.Logger)
+	if err != nil {
+		return nil, err
+	}
+	mc.Transport = t
 	ml, err := memberlist.Create(mc)
 	if err != nil {
+		_ = t.Shutdown()
 		return nil, fmt.Errorf("membership: %w", err)
 	}
 	g.ml, g.keyring = ml, mc.Keyring
