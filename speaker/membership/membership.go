@@ -74,6 +74,7 @@ type Change struct {
 // Group is this node's view of the gossip group.
 type Group struct {
 	ml      *memberlist.Memberlist
+	net     *transport
 	keyring *memberlist.Keyring // nil: gossip in clear
 	changes chan Change
 	self    string // Config.Name
@@ -142,7 +143,7 @@ func Start(cfg Config) (*Group, error) {
 		_ = t.Shutdown()
 		return nil, fmt.Errorf("membership: %w", err)
 	}
-	g.ml, g.keyring = ml, mc.Keyring
+	g.ml, g.net, g.keyring = ml, t, mc.Keyring
 	if g.heartbeat > 0 {
 		go g.watch()
 	}

@@ -25,6 +25,8 @@ type transport struct {
 	closing atomic.Bool
 	done    sync.WaitGroup
 	log     *log.Logger
+
+	sent, received atomic.Int64 // UDP packets
 }
 
 var _ memberlist.NodeAwareTransport = (*transport)(nil)
@@ -75,6 +77,7 @@ func (t *transport) WriteToAddress(b []byte, a memberlist.Address) (time.Time, e
 		return time.Time{}, err
 	}
 	_, err = t.udp.WriteTo(b, to)
+	t.sent.Add(1)
 	return time.Now(), err
 }
 
@@ -110,6 +113,7 @@ func (t *transport) read() {
 			t.log.Printf("[ERR] memberlist: Error reading UDP packet: %v", err)
 			continue
 		}
+		t.received.Add(1)
 		if n > 0 {
 			t.packets <- &memberlist.Packet{Buf: bytes.Clone(buf[:n]), From: from, Timestamp: at}
 		}
