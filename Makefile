@@ -151,12 +151,16 @@ bench-l2: controlplane
 	PORTICO_BENCH_L2_RUNS=$(BENCH_L2_RUNS) PORTICO_BENCH_L2_OUT=$(CURDIR)/bin/bench-l2.md go test -count=1 -run '^$$' -bench '^BenchmarkL2$$' -benchtime 1x -timeout 30m ./e2e/
 	@cat bin/bench-l2.md
 
-## bench-memory: what a speaker's resident memory is made of (VmRSS, anonymous and file-backed,
-## the Go heap and stacks) idle, with 1000 addresses and with a BGP session, three speakers in
-## network namespaces (root); heap profiles go to bin/memory/, the report to bin/bench-memory.md.
+## bench-memory (BENCH_IDLE_NODES, default "3 10 20"): what a speaker's resident memory is made
+## of (VmRSS, anonymous and file-backed, the Go heap and stacks) idle, with 1000 addresses and with
+## a BGP session, three speakers in network namespaces (root); then what idle speakers cost (CPU,
+## wakeups and packets per second, BenchmarkSpeakerIdle) at each node count. Heap profiles go to
+## bin/memory/, the report to bin/bench-memory.md.
+BENCH_IDLE_NODES ?= 3 10 20
 bench-memory: controlplane
 	@mkdir -p bin/memory
 	PORTICO_BENCH_MEMORY_PROFILES=$(CURDIR)/bin/memory PORTICO_BENCH_MEMORY_OUT=$(CURDIR)/bin/bench-memory.md go test -count=1 -run '^$$' -bench '^BenchmarkSpeakerMemory$$' -benchtime 1x -timeout 30m ./e2e/
+	for n in $(BENCH_IDLE_NODES); do PORTICO_BENCH_IDLE_NODES=$$n PORTICO_BENCH_IDLE_OUT=$(CURDIR)/bin/bench-memory.md go test -count=1 -run '^$$' -bench '^BenchmarkSpeakerIdle$$' -benchtime 1x -timeout 20m ./e2e/ || exit 1; done
 	@cat bin/bench-memory.md
 
 ## bench-bgp (BENCH_BGP_RUNS, default 21; BENCH_BGP_SERVICES, default 1000): status → route in

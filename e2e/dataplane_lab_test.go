@@ -92,7 +92,7 @@ func inDataplaneLab[T testing.TB](t T, body func(t T, e *dpEnv)) {
 		}
 	}
 	l := netlab.New(t)
-	lab.l2Lab = newL2Lab(t, l)
+	lab.l2Lab = newL2Lab(t, l, 3)
 	var hosts []netlab.Host
 	var cidrs []netip.Prefix
 	for i, n := range lab.Nodes {

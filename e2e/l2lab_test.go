@@ -49,18 +49,23 @@ type labNode struct {
 // and re-executes the test binary in the control-plane namespace (speakers in the node
 // namespaces must reach the apiserver, and nothing may be configured in the root namespace);
 // the inner call runs body with a control plane bound to the bridge.
-func inLab[T testing.TB](t T, body func(t T, e *l2Env)) { inLabWith(t, 0, nil, body) }
+func inLab[T testing.TB](t T, body func(t T, e *l2Env)) { inLabWith(t, 3, 0, nil, body) }
+
+// inLabOf is inLab with n nodes (node-a, node-b, ..., at most 26) instead of three.
+func inLabOf[T testing.TB](t T, n int, body func(t T, e *l2Env)) { inLabWith(t, n, 0, nil, body) }
 
 // inBGPLab is inLab with BGP router namespaces on the bridge: 198.51.100.3, .4, ...
 func inBGPLab[T testing.TB](t T, routers int, body func(t T, e *l2Env)) {
-	inLabWith(t, routers, nil, body)
+	inLabWith(t, 3, routers, nil, body)
 }
 
 // inLANLab is inLab with more hosts on the LAN, one per role (e.LAN[i] has role lan[i]), at
 // 198.51.100.5, .6, ... with MACs 52:54:00:00:05:01, :02, ...
-func inLANLab[T testing.TB](t T, lan []string, body func(t T, e *l2Env)) { inLabWith(t, 0, lan, body) }
+func inLANLab[T testing.TB](t T, lan []string, body func(t T, e *l2Env)) {
+	inLabWith(t, 3, 0, lan, body)
+}
 
-func inLabWith[T testing.TB](t T, routers int, lan []string, body func(t T, e *l2Env)) {
+func inLabWith[T testing.TB](t T, nodes, routers int, lan []string, body func(t T, e *l2Env)) {
 	if raw := os.Getenv(labEnv); raw != "" {
 		var lab l2Lab
 		if err := json.Unmarshal([]byte(raw), &lab); err != nil {
@@ -75,7 +80,7 @@ func inLabWith[T testing.TB](t T, routers int, lan []string, body func(t T, e *l
 	}
 	netlab.Require(t, tools...)
 	l := netlab.New(t)
-	lab := newL2Lab(t, l)
+	lab := newL2Lab(t, l, nodes)
 	for i := 0; i < routers; i++ {
 		lab.Routers = append(lab.Routers, l.AddHost(fmt.Sprintf("r%d", i+1), fmt.Sprintf("02:00:00:00:01:%02x", i+1),
 			fmt.Sprintf("198.51.100.%d/24", 3+i), fmt.Sprintf("2001:db8:1::%d/64", 3+i)))
@@ -87,14 +92,18 @@ func inLabWith[T testing.TB](t T, routers int, lan []string, body func(t T, e *l
 	reexecIn(t, lab.CP.NS, labEnv, lab)
 }
 
-// newL2Lab builds the speaker and the namespaces: control plane, client and three nodes on the
-// bridge.
-func newL2Lab(t testing.TB, l *netlab.Lab) l2Lab {
+// newL2Lab builds the speaker and the namespaces: control plane, client and n nodes (node-a,
+// node-b, ... at 198.51.100.11, .12, ...) on the bridge.
+func newL2Lab(t testing.TB, l *netlab.Lab, n int) l2Lab {
+	if n < 1 || n > 26 {
+		t.Fatalf("a lab has 1 to 26 nodes, not %d", n)
+	}
 	lab := l2Lab{Speaker: buildBinary(t, "./cmd/portico-speaker"), Security: daemonSetSecurity(t), Switch: l.Switch,
 		CP:     l.AddHost("cp", "02:00:00:00:00:02", "198.51.100.2/24", "2001:db8:1::2/64"),
 		Client: l.AddHost("client", "02:00:00:00:00:01", "198.51.100.1/24", "2001:db8:1::1/64"),
 	}
-	for i, name := range []string{"node-a", "node-b", "node-c"} {
+	for i := range n {
+		name := "node-" + string(rune('a'+i))
 		lab.Nodes = append(lab.Nodes, labNode{Name: name, Host: l.AddHost(name[5:], fmt.Sprintf("02:00:00:00:00:%02x", 0x0a+i),
 			fmt.Sprintf("198.51.100.%d/24", 11+i), fmt.Sprintf("2001:db8:1::%d/64", 11+i))})
 	}

@@ -84,7 +84,7 @@ func main() {
 	flag.DurationVar(&o.keyRefresh, "memberlist-key-refresh", 30*time.Second, "how often the memberlist Secret is read again for changed keys")
 	flag.DurationVar(&o.detection.ProbeInterval, "memberlist-probe-interval", membership.DefaultDetection.ProbeInterval, "how often each member probes another")
 	flag.DurationVar(&o.detection.ProbeTimeout, "memberlist-probe-timeout", membership.DefaultDetection.ProbeTimeout, "how long a probe waits for its answer")
-	flag.DurationVar(&o.detection.Heartbeat, "memberlist-heartbeat", membership.DefaultDetection.Heartbeat, "how often each member sends every other one a heartbeat; one silent for two is checked at its kernel and found dead within about four (0: memberlist's detection alone)")
+	flag.DurationVar(&o.detection.Heartbeat, "memberlist-heartbeat", membership.DefaultDetection.Heartbeat, "how often each member sends its two watchers (the members after it in name order) a heartbeat; one silent for two is checked at its kernel and found dead within about four, and its watchers tell every other member (0: memberlist's detection alone)")
 	flag.IntVar(&o.detection.SuspicionMult, "memberlist-suspicion-mult", membership.DefaultDetection.SuspicionMult, "a suspected member is declared dead after this many probe intervals (scaled by log10 of the group size)")
 	flag.BoolVar(&o.ignoreExcludeLabel, "ignore-exclude-lb-label", false,
 		"announce from nodes labelled node.kubernetes.io/exclude-from-external-load-balancers too (single-node and control-plane-only clusters, whose nodes carry it)")

@@ -20,6 +20,7 @@ import (
 var (
 	goodbyePrefix   = []byte("portico-goodbye\x00")
 	heartbeatPrefix = []byte("portico-heartbeat\x00")
+	deathPrefix     = []byte("portico-dead\x00") // names the dead member, not the sender (ring.go)
 )
 
 // newLife is this process's life ID.
@@ -48,33 +49,35 @@ func parseMessage(kind, msg []byte) (name string, life string, ok bool) {
 	return string(n), string(l), true
 }
 
-// sendAll sends one message to every member that wants heartbeats, best effort.
-func (g *Group) sendAll(kind []byte) {
-	self := g.ml.LocalNode().Name
-	msg := message(kind, self, g.life)
+// sendAll sends msg to every other member that wants heartbeats, best effort.
+func (g *Group) sendAll(msg []byte) {
 	now := time.Now()
 	var to []memberlist.Address
 	g.mu.Lock()
 	for name, m := range g.members {
-		if name != self && m.wantsHeartbeats(now) {
+		if name != g.self && m.wantsHeartbeats(now) {
 			to = append(to, m.to)
 		}
 	}
 	g.mu.Unlock()
+	g.send(to, msg)
+}
+
+func (g *Group) send(to []memberlist.Address, msg []byte) {
 	for _, a := range to {
 		_ = g.ml.SendToAddress(a, msg) // a lost packet costs what the message would save
 	}
 }
 
 // sayGoodbye tells every other member this life is over; memberlist's own leave follows.
-func (g *Group) sayGoodbye() { g.sendAll(goodbyePrefix) }
+func (g *Group) sayGoodbye() { g.sendAll(message(goodbyePrefix, g.self, g.life)) }
 
 // heardGoodbye marks the member gone if the goodbye is from the life it gossips now.
 func (g *Group) heardGoodbye(name, life string) {
 	g.update(name, "goodbye", func(m *member) { m.saidBye = life })
 }
 
-// delegate publishes the life and hears goodbyes and heartbeats. Only NodeMeta and NotifyMsg
+// delegate publishes the life and hears goodbyes, heartbeats and death notices. Only NodeMeta and NotifyMsg
 // do anything.
 type delegate struct{ g *Group }
 
@@ -85,6 +88,8 @@ func (d delegate) NotifyMsg(msg []byte) {
 		d.g.heardHeartbeat(name, life)
 	} else if name, life, ok := parseMessage(goodbyePrefix, msg); ok {
 		d.g.heardGoodbye(name, life)
+	} else if name, life, ok := parseMessage(deathPrefix, msg); ok {
+		d.g.heardOfDeath(name, life)
 	}
 }
 

@@ -36,7 +36,8 @@ type Config struct {
 	// Resumed, when set, is called with a member's gossip address when its heartbeats arrive
 	// again after a silence of more than two heartbeats (a healed partition, or a member
 	// starved of CPU): this node hears it again, but its own packets to it may still wait for
-	// the kernel to resolve the member's address. It must not block.
+	// the kernel to resolve the member's address; it is then called with the addresses of this
+	// node's watchers (ring.go) too. It must not block.
 	Resumed func(addr netip.Addr)
 }
 
@@ -48,16 +49,17 @@ type Detection struct {
 	ProbeInterval time.Duration
 	ProbeTimeout  time.Duration
 	SuspicionMult int
-	// Heartbeat turns on the fast path (watch.go): each member sends every other one a
+	// Heartbeat turns on the fast path (watch.go): each member sends its watchers (ring.go) a
 	// heartbeat this often, and one silent for two heartbeats is checked at its kernel. Zero
 	// leaves detection to memberlist alone.
 	Heartbeat time.Duration
 }
 
-// DefaultDetection declares a silent member dead in well under a second in a small cluster:
-// at most 200 ms until the next probe, 100 ms for its answer, 400 ms of suspicion.
-// The fast path finds a killed speaker or a cut link in a few heartbeats, well before that.
-var DefaultDetection = Detection{ProbeInterval: 200 * time.Millisecond, ProbeTimeout: 100 * time.Millisecond, SuspicionMult: 2,
+// DefaultDetection leaves dead members to the fast path, which finds a killed speaker or a cut
+// link in a few heartbeats; memberlist's own probes (one a second, 500 ms for the answer, 2 s
+// of suspicion in a cluster of up to ten nodes) are the backstop, and cost an idle speaker
+// little.
+var DefaultDetection = Detection{ProbeInterval: time.Second, ProbeTimeout: 500 * time.Millisecond, SuspicionMult: 2,
 	Heartbeat: 50 * time.Millisecond}
 
 // Change is a member joining or leaving, with the time it was noticed and how.
@@ -72,8 +74,10 @@ type Change struct {
 // Group is this node's view of the gossip group.
 type Group struct {
 	ml      *memberlist.Memberlist
+	net     *transport
 	keyring *memberlist.Keyring // nil: gossip in clear
 	changes chan Change
+	self    string // Config.Name
 
 	life      []byte // this process's life: see goodbye.go
 	heartbeat time.Duration
@@ -100,9 +104,14 @@ func Start(cfg Config) (*Group, error) {
 		return nil, fmt.Errorf("membership: bad failure-detection timing %+v (need 0 < probe timeout < probe interval, suspicion multiplier ≥ 1, heartbeat ≥ 0)", d)
 	}
 	mc.ProbeInterval, mc.ProbeTimeout, mc.SuspicionMult = d.ProbeInterval, d.ProbeTimeout, d.SuspicionMult
-	// Gossip runs only when something is queued, so a short interval costs nothing when idle
-	// and gets a leaving member's goodbye out within 20 ms (the SIGTERM failover path).
-	mc.GossipInterval = 20 * time.Millisecond
+	// memberlist's default: its gossip ticks every interval, something queued or not. Neither
+	// failover waits for it: a leaving member says goodbye directly (goodbye.go) and the fast
+	// path finds a dead one itself.
+	mc.GossipInterval = 200 * time.Millisecond
+	// Compression allocates a compressor's tables for every packet, heartbeats included, and
+	// the garbage they make was most of an idle speaker's CPU; the packets are a few dozen
+	// bytes. Members still read compressed packets from older speakers.
+	mc.EnableCompression = false
 	// Joining a node that is gone must not hold a starting speaker for memberlist's default 10 s.
 	mc.TCPTimeout = time.Second
 	if !cfg.Keys.None() {
@@ -117,18 +126,24 @@ func Start(cfg Config) (*Group, error) {
 		out = io.Discard
 	}
 	mc.Logger = log.New(out, "memberlist ", log.LstdFlags)
-	g := &Group{changes: make(chan Change, 1024), life: newLife(), heartbeat: d.Heartbeat, resumed: cfg.Resumed,
+	g := &Group{changes: make(chan Change, 1024), self: cfg.Name, life: newLife(), heartbeat: d.Heartbeat, resumed: cfg.Resumed,
 		members: map[string]*member{}, stop: make(chan struct{})}
 	mc.Events = events{g}
 	mc.Delegate = delegate{g}
 	if cfg.Admit != nil {
 		mc.Alive = admission{self: cfg.Name, admit: cfg.Admit}
 	}
+	t, err := listen(cfg.BindAddr, cfg.BindPort, mc.Logger)
+	if err != nil {
+		return nil, err
+	}
+	mc.Transport = t
 	ml, err := memberlist.Create(mc)
 	if err != nil {
+		_ = t.Shutdown()
 		return nil, fmt.Errorf("membership: %w", err)
 	}
-	g.ml, g.keyring = ml, mc.Keyring
+	g.ml, g.net, g.keyring = ml, t, mc.Keyring
 	if g.heartbeat > 0 {
 		go g.watch()
 	}

@@ -4,27 +4,33 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"syscall"
 	"time"
+
+	"github.com/hashicorp/memberlist"
 )
 
 // The fast path. memberlist declares a silent member dead only after a probe, its timeout and
-// a suspicion period (about 0.7 s by default), and shorter timers declare members dead that are
+// a suspicion period (seconds by default), and shorter timers declare members dead that are
 // merely starved of CPU. The node's kernel tells the two apart, because it answers even when
 // the process is starved: a TCP connection to the member's gossip port is accepted by the kernel
 // while the process lives (however slow it is), refused once the process is gone (a killed
 // speaker on a live node), and unanswered when the node or its link is down. So each member
-// sends every other one a heartbeat (a memberlist user message) each Heartbeat, and one silent
-// for two heartbeats is checked:
+// sends its watchers (ring.go) a heartbeat (a memberlist user message) each Heartbeat, and a
+// watched member silent for two heartbeats is checked:
 //
 //	accepted            → alive (starved, or losing packets): left to memberlist;
 //	refused             → dead at once;
 //	no answer in time   → dead (the node or its link).
 //
-// A heartbeat from the life found dead brings it back (a healed partition), as does memberlist
-// taking it back. Nothing is judged while this process was starved itself: the silence would be
-// its own. Members that send no heartbeats (the fast path turned off there) are not watched.
-// The cost is a packet per member pair per heartbeat, so large clusters may turn it off.
+// A watcher that finds a member dead tells every other member (a death notice). A member found
+// dead, or told of, that memberlist still lists is checked again every heartbeat, and one whose
+// kernel accepts is alive again: so a notice that was wrong (a watcher cut off from that member
+// alone) and a healed partition both undo themselves. A heartbeat from the life found dead
+// brings it back too, as does memberlist taking it back. Nothing is judged while this process
+// was starved itself: the silence would be its own. Members that send no heartbeats (the fast
+// path turned off there) are not watched.
 
 func (g *Group) watch() {
 	tick := time.NewTicker(g.heartbeat)
@@ -36,8 +42,8 @@ func (g *Group) watch() {
 			return
 		case <-tick.C:
 		}
-		g.sendAll(heartbeatPrefix)
 		now := time.Now()
+		g.sendHeartbeats(now)
 		if now.Sub(last) > 2*g.heartbeat {
 			g.forgive(now)
 		} else {
@@ -45,6 +51,32 @@ func (g *Group) watch() {
 		}
 		last = now
 	}
+}
+
+// ringLocked is the ring of the live members, this node included; g.mu is held.
+func (g *Group) ringLocked() ring {
+	names := []string{g.self}
+	for name, m := range g.members {
+		if m.alive() && m.gossip.IsValid() && m.life != "" {
+			names = append(names, name)
+		}
+	}
+	return newRing(names)
+}
+
+// sendHeartbeats sends this node's heartbeat to its watchers, and to the members that want
+// heartbeats but are not counted alive: a partition that heals is seen at their first one.
+func (g *Group) sendHeartbeats(now time.Time) {
+	var to []memberlist.Address
+	g.mu.Lock()
+	watchers := g.ringLocked().after(g.self)
+	for name, m := range g.members {
+		if name != g.self && m.wantsHeartbeats(now) && (!m.alive() || slices.Contains(watchers, name)) {
+			to = append(to, m.to)
+		}
+	}
+	g.mu.Unlock()
+	g.send(to, message(heartbeatPrefix, g.self, g.life))
 }
 
 func (g *Group) stopWatching() { g.stopped.Do(func() { close(g.stop) }) }
@@ -60,12 +92,21 @@ func (g *Group) forgive(now time.Time) {
 	}
 }
 
-// checkSilent checks each member memberlist counts alive that has been silent for two
-// heartbeats, and stops counting the heartbeats of one silent for three.
+// checkSilent checks each member this node watches that memberlist counts alive and that has
+// been silent for two heartbeats, and each member found dead that memberlist still lists; it
+// stops counting the heartbeats of one silent for three.
 func (g *Group) checkSilent(now time.Time) {
 	var stopped []string
 	g.mu.Lock()
+	watched := g.ringLocked().before(g.self)
 	for name, m := range g.members {
+		if name == g.self || !m.gossip.IsValid() || m.checking {
+			continue
+		}
+		if m.inList && m.life != "" && m.foundDead == m.life {
+			g.startCheck(name, m)
+			continue
+		}
 		silence := now.Sub(m.heard)
 		if m.heard.IsZero() || silence <= 2*g.heartbeat {
 			continue
@@ -73,16 +114,21 @@ func (g *Group) checkSilent(now time.Time) {
 		if m.beating && silence > 3*g.heartbeat {
 			stopped = append(stopped, name)
 		}
-		if m.inList && m.alive() && !m.checking && m.gossip.IsValid() {
-			m.checking = true
-			g.checks.Add(1)
-			go g.check(name, m.life, m.gossip)
+		if m.inList && m.alive() && slices.Contains(watched, name) {
+			g.startCheck(name, m)
 		}
 	}
 	g.mu.Unlock()
 	for _, name := range stopped {
 		g.update(name, "its heartbeats stopped after memberlist had dropped it", func(m *member) { m.beating = false })
 	}
+}
+
+// startCheck starts a check of m's kernel; g.mu is held.
+func (g *Group) startCheck(name string, m *member) {
+	m.checking = true
+	g.checks.Add(1)
+	go g.check(name, m.life, m.gossip)
 }
 
 // check asks the member's kernel whether its gossip port is open, and judges.
@@ -97,34 +143,67 @@ func (g *Group) check(name, life string, gossip netip.AddrPort) {
 	default:
 		dead = fmt.Sprintf("silent for two heartbeats and its node did not answer at %s within %s: %v", gossip, wait, err)
 	}
+	found := false
 	g.update(name, dead, func(m *member) {
 		m.checking = false
 		if m.life != life {
 			return
 		}
 		if dead == "" || m.heard.After(start) {
-			m.heard = time.Now() // alive: the next check waits for another silence
+			if !m.heard.IsZero() {
+				m.heard = time.Now() // the next check waits for another silence
+			}
+			m.foundDead = "" // alive, whatever was found or told before
 			return
 		}
+		found = m.foundDead != life
 		m.foundDead = life
+	})
+	if found {
+		g.sendAll(message(deathPrefix, name, []byte(life)))
+	}
+}
+
+// heardOfDeath marks the member dead when a watcher found the life it gossips now dead, unless
+// its heartbeats reach this node: then this node's own check decides.
+func (g *Group) heardOfDeath(name, life string) {
+	if name == g.self {
+		return // this process lives: the watcher lost it, and its checks will find it again
+	}
+	g.update(name, "a watcher found it dead", func(m *member) {
+		if m.life == life && (m.heard.IsZero() || time.Since(m.heard) > 2*g.heartbeat) {
+			m.foundDead = life
+		}
 	})
 }
 
 // heardHeartbeat notes a heartbeat from the member's current life, which is alive whatever a
-// check found, and tells Config.Resumed when it ends a silence.
+// check found, and tells Config.Resumed when it ends a silence: of the sender, and of this
+// node's watchers, whose entries in this node's kernel may wait to be resolved as well (its
+// own link may be the one that was down).
 func (g *Group) heardHeartbeat(name, life string) {
-	var resumed netip.Addr
+	var resumed []netip.Addr
 	g.update(name, "heartbeat", func(m *member) {
 		if m.life != life {
 			return
 		}
 		now := time.Now()
 		if !m.heard.IsZero() && now.Sub(m.heard) > 2*g.heartbeat {
-			resumed = m.gossip.Addr()
+			resumed = append(resumed, m.gossip.Addr())
 		}
 		m.heard, m.beating, m.foundDead = now, true, ""
 	})
-	if resumed.IsValid() && g.resumed != nil {
-		g.resumed(resumed)
+	if len(resumed) == 0 || g.resumed == nil {
+		return
+	}
+	g.mu.Lock()
+	for _, w := range g.ringLocked().after(g.self) {
+		if m := g.members[w]; w != name && m != nil && m.gossip.IsValid() {
+			resumed = append(resumed, m.gossip.Addr())
+		}
+	}
+	g.mu.Unlock()
+	for _, addr := range resumed {
+		g.resumed(addr)
 	}
 }
