@@ -1,6 +1,7 @@
 package speaker
 
 import (
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -15,6 +16,7 @@ const DefaultDrainGrace = 30 * time.Second
 // the Node object does not say when spec.unschedulable was set. A speaker that starts on a
 // cordoned node starts its grace again.
 type cordons struct {
+	mu    sync.Mutex // the loop, the self-check and the conflict prober all read the world
 	since map[string]time.Time
 	timer *time.Timer // plans everything again when the next grace ends
 }
@@ -22,6 +24,8 @@ type cordons struct {
 // observe stamps each node seen cordoned for the first time with now and forgets the nodes no
 // longer cordoned; it returns the stamps (the plan only reads them).
 func (c *cordons) observe(nodes []corev1.Node, now time.Time) map[string]time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	seen := make(map[string]time.Time, len(c.since))
 	for i := range nodes {
 		if n := &nodes[i]; n.Spec.Unschedulable {
@@ -39,6 +43,8 @@ func (c *cordons) observe(nodes []corev1.Node, now time.Time) map[string]time.Ti
 // wakeAt has fire called at t (the plan's ReplanAt), replacing the wake-up set before; a zero t
 // sets none.
 func (c *cordons) wakeAt(t time.Time, fire func()) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	if c.timer != nil {
 		c.timer.Stop()
 		c.timer = nil
