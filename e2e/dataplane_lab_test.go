@@ -79,6 +79,7 @@ func inDataplaneLab[T testing.TB](t T, body func(t T, e *dpEnv)) {
 		return
 	}
 	netlab.Require(t, "arping", "nft", "bird", "birdc")
+	parallel(t)
 	root, err := controlplane.ModuleRoot()
 	must(t, err)
 	assets, err := controlplane.AssetsDir(root)

@@ -79,6 +79,7 @@ func inLabWith[T testing.TB](t T, nodes, routers int, lan []string, body func(t 
 		tools = append(tools, "bird", "birdc", "vtysh", "/usr/lib/frr/bgpd")
 	}
 	netlab.Require(t, tools...)
+	parallel(t)
 	l := netlab.New(t)
 	lab := newL2Lab(t, l, nodes)
 	for i := 0; i < routers; i++ {
@@ -314,5 +315,15 @@ func must(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// parallel lets a lab test run beside the other lab tests (go test's -parallel, GOMAXPROCS by
+// default): each lab has its own namespaces, bridge, control plane and routers' run
+// directories, and most of a lab test's time is waiting on timers (BGP connect retries, hold
+// and detection times), not the CPU. Benchmarks run alone: their timings are the figures.
+func parallel(t testing.TB) {
+	if t, ok := t.(*testing.T); ok {
+		t.Parallel()
 	}
 }
