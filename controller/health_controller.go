@@ -38,6 +38,9 @@ type HealthReconciler struct {
 	retries  chan event.GenericEvent
 	news     *decide.NewsDesk
 	cluster  *clusterKinds
+	// poolsDirty asks for pools' status to be written again: the problems their Services
+	// share changed (decide.NewsDesk.Shared).
+	poolsDirty func([]string)
 }
 
 func (r *HealthReconciler) setup(mgr ctrl.Manager) error {
@@ -145,11 +148,11 @@ func (r *HealthReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 		return ctrl.Result{}, err
 	}
 	if !found {
-		r.news.Forget(key)
+		r.tellPools(ctx, r.news.Forget(key))
 		return ctrl.Result{}, nil
 	}
 	if !r.ours(&svc) {
-		r.news.Forget(key)
+		r.tellPools(ctx, r.news.Forget(key))
 		r.write(&svc, decide.Ready{Remove: decide.HealthConditionTypes})
 		return ctrl.Result{}, nil
 	}
@@ -169,6 +172,7 @@ func (r *HealthReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 		r.metrics.conditionChanges.WithLabelValues(c.Type, c.Reason).Inc()
 		tell(r.Recorder, &svc, c)
 	}
+	r.tellPools(ctx, decide.News{Pool: rd.PoolTell, Pools: rd.Pools})
 	r.write(&svc, rd)
 	return ctrl.Result{RequeueAfter: again}, nil
 }
@@ -227,6 +231,23 @@ func gatherHealth(ctx context.Context, c client.Reader, cluster *clusterKinds, o
 	}
 	cluster.fill(&f)
 	return f, nil
+}
+
+// tellPools sends the events that tell problems many Services share on their pools, and asks
+// for the pools' status (their SharedProblem condition) to be written again.
+func (r *HealthReconciler) tellPools(ctx context.Context, n decide.News) {
+	for _, news := range n.Pool {
+		r.metrics.conditionChanges.WithLabelValues(news.Type, news.Notice().Reason).Inc()
+		var pool porticov1.IPAddressPool
+		if found, err := get(ctx, r.Client, client.ObjectKey{Name: news.Pool}, &pool); err != nil || !found || r.Recorder == nil {
+			continue // a pool that is gone has nobody to tell
+		}
+		e := news.Notice()
+		r.Recorder.Eventf(&pool, nil, e.Type, e.Reason, e.Action, "%s", e.Note)
+	}
+	if len(n.Pools) > 0 && r.poolsDirty != nil {
+		r.poolsDirty(n.Pools)
+	}
 }
 
 // tell sends the event that tells a condition's change on the Service (decide.EventOf).
