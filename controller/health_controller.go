@@ -12,9 +12,11 @@ import (
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
@@ -55,6 +57,9 @@ func (r *HealthReconciler) setup(mgr ctrl.Manager) error {
 		return err
 	}
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Service{}, ingressIPIndex, ingressIPs); err != nil {
+		return err
+	}
+	if err := mgr.Add(r.expectReviews(mgr.GetCache())); err != nil {
 		return err
 	}
 	return ctrl.NewControllerManagedBy(mgr).
@@ -233,6 +238,29 @@ func gatherHealth(ctx context.Context, c client.Reader, cluster *clusterKinds, o
 	return f, nil
 }
 
+// expectReviews tells the news desk, once the cache has synced, which Services this leader
+// reviews first (those with their conditions): the pools' shared problems are written once
+// each of them has been (decide.NewsDesk.Hold), so that a new leader does not take a pool's
+// SharedProblem off and put it back.
+func (r *HealthReconciler) expectReviews(c cache.Cache) manager.RunnableFunc {
+	return func(ctx context.Context) error {
+		if !c.WaitForCacheSync(ctx) {
+			return nil // stopping
+		}
+		var svcs corev1.ServiceList
+		var keys []string
+		if err := r.Client.List(ctx, &svcs, client.UnsafeDisableDeepCopy); err == nil { // read only
+			for i := range svcs.Items {
+				if svc := &svcs.Items[i]; r.ours(svc) && meta.FindStatusCondition(svc.Status.Conditions, porticov1.ConditionIPAllocated) != nil {
+					keys = append(keys, svc.Namespace+"/"+svc.Name)
+				}
+			}
+		} // else wait for none: the pools' status is written from what is reviewed
+		r.tellPools(ctx, r.news.Expect(keys))
+		return nil
+	}
+}
+
 // tellPools sends the events that tell problems many Services share on their pools, and asks
 // for the pools' status (their SharedProblem condition) to be written again.
 func (r *HealthReconciler) tellPools(ctx context.Context, n decide.News) {
@@ -245,8 +273,17 @@ func (r *HealthReconciler) tellPools(ctx context.Context, n decide.News) {
 		e := news.Notice()
 		r.Recorder.Eventf(&pool, nil, e.Type, e.Reason, e.Action, "%s", e.Note)
 	}
-	if len(n.Pools) > 0 && r.poolsDirty != nil {
-		r.poolsDirty(n.Pools)
+	pools := n.Pools
+	if n.Known { // every pool's SharedProblem may be written now
+		var all porticov1.IPAddressPoolList
+		if err := r.Client.List(ctx, &all); err == nil {
+			for i := range all.Items {
+				pools = append(pools, all.Items[i].Name)
+			}
+		}
+	}
+	if len(pools) > 0 && r.poolsDirty != nil {
+		r.poolsDirty(pools)
 	}
 }
 

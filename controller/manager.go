@@ -94,6 +94,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		return err
 	}
 	news := decide.NewNewsDesk(opts.NewsAfter, time.Time{})
+	news.Hold() // until this leader has reviewed the Services it finds (HealthReconciler.expectReviews)
 	if err := (&PoolReconciler{Client: c, Recorder: recorder, state: s, metrics: opts.Metrics, news: news}).setup(mgr); err != nil {
 		return err
 	}

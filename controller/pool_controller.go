@@ -173,8 +173,12 @@ func (r *PoolReconciler) fill(ctx context.Context, pool *porticov1.IPAddressPool
 	set(decide.ExhaustedCondition(f))
 	set(decide.OrphanCondition(f))
 	set(inUseCondition(pool.ProbesConflicts(), f.InUse, proxies))
-	if r.news != nil {
-		set(decide.SharedCondition(r.news.Shared(pool.Name)))
+	if r.news == nil {
+		return
+	}
+	// A new leader keeps what the one before wrote until it has reviewed every Service.
+	if shared, known := r.news.Shared(pool.Name); known {
+		set(decide.SharedCondition(shared))
 	}
 }
 

@@ -55,6 +55,12 @@ type NewsDesk struct {
 	mu       sync.Mutex
 	problems map[string]map[string]problem // Service → condition type → its current problem
 	shared   map[sharedKey]*sharedProblem
+	// unreviewed are the Services a new leader found with their conditions and has not
+	// reviewed yet (nil: none); held, that it has not listed them yet. Until both are done the
+	// pools' shared problems are not known: a pool's status keeps what the leader before wrote.
+	unreviewed map[string]bool
+	held       bool
+	early      map[string]bool // reviewed while held: not to wait for
 }
 
 // problem is a False condition as the desk follows it.
@@ -94,7 +100,10 @@ type News struct {
 	Tell  []metav1.Condition // changes told on the Service
 	Pool  []PoolNews         // told on a pool
 	Pools []string           // pools whose shared problems changed (their status says them)
-	Again time.Duration      // how long until a problem becomes news (0: none is waiting)
+	// Known: the desk has now reviewed every Service a new leader found: every pool's shared
+	// problems are known, and each pool's status may say them.
+	Known bool
+	Again time.Duration // how long until a problem becomes news (0: none is waiting)
 }
 
 // NewNewsDesk makes a desk; started may be zero, and is then set by the first review (a
@@ -106,6 +115,46 @@ func NewNewsDesk(after time.Duration, started time.Time) *NewsDesk {
 	return &NewsDesk{after: after, started: started, problems: map[string]map[string]problem{}, shared: map[sharedKey]*sharedProblem{}}
 }
 
+// Hold keeps the pools' shared problems unknown until Expect has been told which Services to
+// review first and each of them has been: a new leader's pool reconciler must not write a
+// pool's SharedProblem from a desk that has seen only some of its Services (it would take it
+// off and put it back on every restart).
+func (d *NewsDesk) Hold() {
+	d.mu.Lock()
+	d.held, d.early = true, map[string]bool{}
+	d.mu.Unlock()
+}
+
+// Expect names the Services that have their conditions when a new leader starts; the pools'
+// shared problems are known once each has been reviewed or forgotten (News.Known).
+func (d *NewsDesk) Expect(keys []string) (n News) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.unreviewed = map[string]bool{}
+	for _, k := range keys {
+		if !d.early[k] {
+			d.unreviewed[k] = true
+		}
+	}
+	d.held, d.early = false, nil
+	d.reviewed("", &n)
+	return n
+}
+
+// reviewed strikes key off the Services still to review; the last one makes every pool known.
+func (d *NewsDesk) reviewed(key string, n *News) {
+	if d.held {
+		d.early[key] = true
+	}
+	if d.unreviewed == nil {
+		return
+	}
+	delete(d.unreviewed, key)
+	if len(d.unreviewed) == 0 && !d.held {
+		d.unreviewed, n.Known = nil, true
+	}
+}
+
 // Review looks at the stored conditions of the given types of a Service whose address came
 // from pool ("" when none did), at time now.
 func (d *NewsDesk) Review(key, pool string, stored []metav1.Condition, types []string, now time.Time) (n News) {
@@ -114,6 +163,7 @@ func (d *NewsDesk) Review(key, pool string, stored []metav1.Condition, types []s
 	if d.started.IsZero() {
 		d.started = now
 	}
+	defer d.reviewed(key, &n)
 	known := d.problems[key]
 	if known == nil {
 		known = map[string]problem{}
@@ -251,11 +301,14 @@ func (g *sharedProblem) news(k sharedKey) PoolNews {
 	return PoolNews{Pool: k.pool, Type: k.typ, Reason: k.reason, Message: g.message, Count: len(names), Names: names[:min(len(names), 3)]}
 }
 
-// Shared lists the problems that are the pool's now, the most widely shared first.
-func (d *NewsDesk) Shared(pool string) []PoolNews {
+// Shared lists the problems that are the pool's now, the most widely shared first; known is
+// false while a new leader has not reviewed every Service yet (Hold).
+func (d *NewsDesk) Shared(pool string) (out []PoolNews, known bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	var out []PoolNews
+	if d.held || d.unreviewed != nil {
+		return nil, false
+	}
 	for k, g := range d.shared {
 		if k.pool == pool && len(g.services) > sharedBeyond(k.typ, k.reason) {
 			out = append(out, g.news(k))
@@ -264,7 +317,7 @@ func (d *NewsDesk) Shared(pool string) []PoolNews {
 	slices.SortFunc(out, func(a, b PoolNews) int {
 		return cmp.Or(cmp.Compare(b.Count, a.Count), cmp.Compare(a.Type, b.Type), cmp.Compare(a.Reason, b.Reason))
 	})
-	return out
+	return out, true
 }
 
 // Forget drops what is remembered about a deleted Service; it returns what that changes for
@@ -276,6 +329,7 @@ func (d *NewsDesk) Forget(key string) (n News) {
 		d.leave(key, typ, p, &n)
 	}
 	delete(d.problems, key)
+	d.reviewed(key, &n)
 	return n
 }
 

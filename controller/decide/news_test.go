@@ -24,6 +24,9 @@ import (
 //	                                  what the desk tells, and when it looks again (count=n:
 //	                                  reviews ns/s-00 ... in turn, and adds up the quiet ones)
 //	shared pool=<p>                   the pool's shared problems, as its condition says them
+//	hold                              a new leader's desk: pools unknown until expect's are reviewed
+//	expect [svc=<ns/name>] [count=<n>]
+//	                                  the Services the leader found with their conditions
 //	forget [svc=<ns/name>]            the Service is gone
 func TestNewsTranscripts(t *testing.T) {
 	datadriven.Walk(t, "testdata/news", func(t *testing.T, path string) {
@@ -136,8 +139,20 @@ func TestNewsTranscripts(t *testing.T) {
 			case "shared":
 				var pool string
 				d.ScanArgs(t, "pool", &pool)
-				c := SharedCondition(desk.Shared(pool))
+				shared, known := desk.Shared(pool)
+				if !known {
+					return "unknown: the status keeps what the leader before wrote\n"
+				}
+				c := SharedCondition(shared)
 				return fmt.Sprintf("%s=%s %s: %s\n", c.Type, c.Status, c.Reason, c.Message)
+			case "hold":
+				desk.Hold()
+				return "ok\n"
+			case "expect":
+				if lines := newsLines(desk.Expect(services(d))); len(lines) > 0 {
+					return strings.Join(lines, "\n") + "\n"
+				}
+				return "ok\n"
 			case "forget":
 				var b strings.Builder
 				for _, key := range services(d) {
@@ -164,6 +179,9 @@ func newsLines(n News) []string {
 	}
 	for _, p := range n.Pools {
 		lines = append(lines, fmt.Sprintf("pool %s status changes", p))
+	}
+	if n.Known {
+		lines = append(lines, "every pool's status may be written")
 	}
 	return lines
 }
