@@ -8,6 +8,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -289,9 +290,15 @@ func (r *HealthReconciler) tellPools(ctx context.Context, n decide.News) {
 
 // tell sends the event that tells a condition's change on the Service (decide.EventOf).
 func tell(rec events.EventRecorder, svc *corev1.Service, c metav1.Condition) {
+	tellRelated(rec, svc, nil, c)
+}
+
+// tellRelated is tell with a related object: the sender folds many events of one kind related
+// to one object into one event on it.
+func tellRelated(rec events.EventRecorder, svc *corev1.Service, related runtime.Object, c metav1.Condition) {
 	if rec == nil {
 		return
 	}
 	n := decide.EventOf(c)
-	rec.Eventf(svc, nil, n.Type, n.Reason, n.Action, "%s", n.Note)
+	rec.Eventf(svc, related, n.Type, n.Reason, n.Action, "%s", n.Note)
 }

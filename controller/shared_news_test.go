@@ -23,7 +23,8 @@ import (
 // TestSharedProblemIsThePoolsNews: 50 Services of one pool exist before the controller starts,
 // with no pods and no speaker (a cluster being restored). Each Service's conditions say
 // NoEndpoints and NoSpeakers, but the news is the pool's: one Warning event on the pool for
-// each, with the count, and the pool's SharedProblem condition, not 100 events on the Services.
+// each, with the count, and the pool's SharedProblem condition, not 100 events on the Services;
+// and their 50 allocations are one IPAllocated event on the pool, not 50.
 func TestSharedProblemIsThePoolsNews(t *testing.T) {
 	createPoolsBeforeController(t, map[string]porticov1.IPAddressPoolSpec{"shared": addresses("198.51.100.64/26")})
 	ns := namespace(t, nil)
@@ -82,6 +83,17 @@ func TestSharedProblemIsThePoolsNews(t *testing.T) {
 		if len(told) != 1 || told[0].Type != "Warning" || !strings.HasPrefix(told[0].Note, "50 Services ("+ns+"/web-00, "+ns+"/web-01, "+ns+"/web-02 and 47 more): ") {
 			t.Errorf("want one Warning %s event on the pool counting 50 Services, got %d: %+v", reason, len(told), told)
 		}
+	}
+	// The 50 allocations waited together behind the status writes: one event on the pool
+	// (internal/events folds them), at most 10 on Services before.
+	allocations := len(poolEvents(t, "shared", "IPAllocated"))
+	for _, e := range porticoEvents(t, ns) {
+		if e.Reason == "IPAllocated" && e.Regarding.Name != "last" {
+			allocations++
+		}
+	}
+	if allocations > 11 {
+		t.Errorf("%d IPAllocated events for 50 Services allocated together; want them folded into one on the pool", allocations)
 	}
 	waitPool(t, "shared", "SharedProblem counting 51 Services", func(p *porticov1.IPAddressPool) bool {
 		c := meta.FindStatusCondition(p.Status.Conditions, porticov1.ConditionSharedProblem)
