@@ -596,7 +596,7 @@ const backlogNewsAfter = 3 * time.Second
 // health conditions) has lasted backlogNewsAfter, its Service was looked at again and the
 // events it made were sent: the health queue and the events waiting are empty after that.
 func (p *controllerProcess) waitNewsTold(b *testing.B, explained time.Time) {
-	due := explained.Add(backlogNewsAfter + time.Second)
+	due := explained.Add(backlogNewsAfter + 3*time.Second)
 	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
 		if time.Now().Before(due) {
 			return false, nil
