@@ -537,6 +537,8 @@ func BenchmarkBacklog(b *testing.B) {
 	settledWrites := apiWrites(b, cp)
 	first.waitNewsTold(b, start.Add(explained))
 	toldWrites := apiWrites(b, cp)
+	// The whole backlog's cost to the control plane, its events included.
+	planeBefore.report(b, cp, "told-")
 	snap := takeSnapshot(b, cp)
 	rss := peakRSS(b, first.cmd.Process.Pid)
 
