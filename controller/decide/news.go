@@ -293,12 +293,24 @@ func appendOnce(pools []string, pool string) []string {
 
 // news is the shared problem as its pool tells it.
 func (g *sharedProblem) news(k sharedKey) PoolNews {
-	names := make([]string, 0, len(g.services))
-	for s := range g.services {
-		names = append(names, s)
+	return PoolNews{Pool: k.pool, Type: k.typ, Reason: k.reason, Message: g.message, Count: len(g.services), Names: firstNames(g.services, 3)}
+}
+
+// firstNames are the first n keys by name, without sorting thousands to name three (the pool's
+// status is written from them while a backlog is allocated).
+func firstNames(set map[string]bool, n int) []string {
+	first := make([]string, 0, n+1)
+	for s := range set {
+		if len(first) == n && s > first[n-1] {
+			continue
+		}
+		i, _ := slices.BinarySearch(first, s)
+		first = slices.Insert(first, i, s)
+		if len(first) > n {
+			first = first[:n]
+		}
 	}
-	slices.Sort(names)
-	return PoolNews{Pool: k.pool, Type: k.typ, Reason: k.reason, Message: g.message, Count: len(names), Names: names[:min(len(names), 3)]}
+	return first
 }
 
 // Shared lists the problems that are the pool's now, the most widely shared first; known is
