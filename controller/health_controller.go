@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -44,6 +45,8 @@ type HealthReconciler struct {
 	// poolsDirty asks for pools' status to be written again: the problems their Services
 	// share changed (decide.NewsDesk.Shared).
 	poolsDirty func([]string)
+	pokeMu     sync.Mutex
+	poked      map[string]bool // pools asked for within the last poolWriteInterval
 }
 
 func (r *HealthReconciler) setup(mgr ctrl.Manager) error {
@@ -283,8 +286,32 @@ func (r *HealthReconciler) tellPools(ctx context.Context, n decide.News) {
 			}
 		}
 	}
-	if len(pools) > 0 && r.poolsDirty != nil {
-		r.poolsDirty(pools)
+	r.poke(pools)
+}
+
+// poke asks for the pools' status at most once a poolWriteInterval each, after it: in a
+// backlog every review changes a pool's count, and every pool reconcile takes the allocator's
+// lock that the allocations wait for. The pool reconciler writes at most that often anyway.
+func (r *HealthReconciler) poke(pools []string) {
+	if r.poolsDirty == nil {
+		return
+	}
+	r.pokeMu.Lock()
+	defer r.pokeMu.Unlock()
+	if r.poked == nil {
+		r.poked = map[string]bool{}
+	}
+	for _, p := range pools {
+		if r.poked[p] {
+			continue
+		}
+		r.poked[p] = true
+		time.AfterFunc(poolWriteInterval, func() {
+			r.pokeMu.Lock()
+			delete(r.poked, p)
+			r.pokeMu.Unlock()
+			r.poolsDirty([]string{p})
+		})
 	}
 }
 
