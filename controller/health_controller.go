@@ -2,19 +2,23 @@ package controller
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
@@ -38,6 +42,11 @@ type HealthReconciler struct {
 	retries  chan event.GenericEvent
 	news     *decide.NewsDesk
 	cluster  *clusterKinds
+	// poolsDirty asks for pools' status to be written again: the problems their Services
+	// share changed (decide.NewsDesk.Shared).
+	poolsDirty func([]string)
+	pokeMu     sync.Mutex
+	poked      map[string]bool // pools asked for within the last poolWriteInterval
 }
 
 func (r *HealthReconciler) setup(mgr ctrl.Manager) error {
@@ -52,6 +61,9 @@ func (r *HealthReconciler) setup(mgr ctrl.Manager) error {
 		return err
 	}
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Service{}, ingressIPIndex, ingressIPs); err != nil {
+		return err
+	}
+	if err := mgr.Add(r.expectReviews(mgr.GetCache())); err != nil {
 		return err
 	}
 	return ctrl.NewControllerManagedBy(mgr).
@@ -145,11 +157,11 @@ func (r *HealthReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 		return ctrl.Result{}, err
 	}
 	if !found {
-		r.news.Forget(key)
+		r.tellPools(ctx, r.news.Forget(key))
 		return ctrl.Result{}, nil
 	}
 	if !r.ours(&svc) {
-		r.news.Forget(key)
+		r.tellPools(ctx, r.news.Forget(key))
 		r.write(&svc, decide.Ready{Remove: decide.HealthConditionTypes})
 		return ctrl.Result{}, nil
 	}
@@ -169,6 +181,7 @@ func (r *HealthReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 		r.metrics.conditionChanges.WithLabelValues(c.Type, c.Reason).Inc()
 		tell(r.Recorder, &svc, c)
 	}
+	r.tellPools(ctx, decide.News{Pool: rd.PoolTell, Pools: rd.Pools})
 	r.write(&svc, rd)
 	return ctrl.Result{RequeueAfter: again}, nil
 }
@@ -229,11 +242,90 @@ func gatherHealth(ctx context.Context, c client.Reader, cluster *clusterKinds, o
 	return f, nil
 }
 
+// expectReviews tells the news desk, once the cache has synced, which Services this leader
+// reviews first (those with their conditions): the pools' shared problems are written once
+// each of them has been (decide.NewsDesk.Hold), so that a new leader does not take a pool's
+// SharedProblem off and put it back.
+func (r *HealthReconciler) expectReviews(c cache.Cache) manager.RunnableFunc {
+	return func(ctx context.Context) error {
+		if !c.WaitForCacheSync(ctx) {
+			return nil // stopping
+		}
+		var svcs corev1.ServiceList
+		var keys []string
+		if err := r.Client.List(ctx, &svcs, client.UnsafeDisableDeepCopy); err == nil { // read only
+			for i := range svcs.Items {
+				if svc := &svcs.Items[i]; r.ours(svc) && meta.FindStatusCondition(svc.Status.Conditions, porticov1.ConditionIPAllocated) != nil {
+					keys = append(keys, svc.Namespace+"/"+svc.Name)
+				}
+			}
+		} // else wait for none: the pools' status is written from what is reviewed
+		r.tellPools(ctx, r.news.Expect(keys))
+		return nil
+	}
+}
+
+// tellPools sends the events that tell problems many Services share on their pools, and asks
+// for the pools' status (their SharedProblem condition) to be written again.
+func (r *HealthReconciler) tellPools(ctx context.Context, n decide.News) {
+	for _, news := range n.Pool {
+		r.metrics.conditionChanges.WithLabelValues(news.Type, news.Notice().Reason).Inc()
+		var pool porticov1.IPAddressPool
+		if found, err := get(ctx, r.Client, client.ObjectKey{Name: news.Pool}, &pool); err != nil || !found || r.Recorder == nil {
+			continue // a pool that is gone has nobody to tell
+		}
+		e := news.Notice()
+		r.Recorder.Eventf(&pool, nil, e.Type, e.Reason, e.Action, "%s", e.Note)
+	}
+	pools := n.Pools
+	if n.Known { // every pool's SharedProblem may be written now
+		var all porticov1.IPAddressPoolList
+		if err := r.Client.List(ctx, &all); err == nil {
+			for i := range all.Items {
+				pools = append(pools, all.Items[i].Name)
+			}
+		}
+	}
+	r.poke(pools)
+}
+
+// poke asks for the pools' status at most once a poolWriteInterval each, after it: in a
+// backlog every review changes a pool's count, and every pool reconcile takes the allocator's
+// lock that the allocations wait for. The pool reconciler writes at most that often anyway.
+func (r *HealthReconciler) poke(pools []string) {
+	if r.poolsDirty == nil {
+		return
+	}
+	r.pokeMu.Lock()
+	defer r.pokeMu.Unlock()
+	if r.poked == nil {
+		r.poked = map[string]bool{}
+	}
+	for _, p := range pools {
+		if r.poked[p] {
+			continue
+		}
+		r.poked[p] = true
+		time.AfterFunc(poolWriteInterval, func() {
+			r.pokeMu.Lock()
+			delete(r.poked, p)
+			r.pokeMu.Unlock()
+			r.poolsDirty([]string{p})
+		})
+	}
+}
+
 // tell sends the event that tells a condition's change on the Service (decide.EventOf).
 func tell(rec events.EventRecorder, svc *corev1.Service, c metav1.Condition) {
+	tellRelated(rec, svc, nil, c)
+}
+
+// tellRelated is tell with a related object: the sender folds many events of one kind related
+// to one object into one event on it.
+func tellRelated(rec events.EventRecorder, svc *corev1.Service, related runtime.Object, c metav1.Condition) {
 	if rec == nil {
 		return
 	}
 	n := decide.EventOf(c)
-	rec.Eventf(svc, nil, n.Type, n.Reason, n.Action, "%s", n.Note)
+	rec.Eventf(svc, related, n.Type, n.Reason, n.Action, "%s", n.Note)
 }

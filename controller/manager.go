@@ -93,7 +93,9 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if err := mgr.Add(recorder); err != nil {
 		return err
 	}
-	if err := (&PoolReconciler{Client: c, Recorder: recorder, state: s, metrics: opts.Metrics}).setup(mgr); err != nil {
+	news := decide.NewNewsDesk(opts.NewsAfter, time.Time{})
+	news.Hold() // until this leader has reviewed the Services it finds (HealthReconciler.expectReviews)
+	if err := (&PoolReconciler{Client: c, Recorder: recorder, state: s, metrics: opts.Metrics, news: news}).setup(mgr); err != nil {
 		return err
 	}
 	if err := (&BGPPeerReconciler{Client: c}).setup(mgr); err != nil {
@@ -113,7 +115,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		return err
 	}
 	health := &HealthReconciler{Client: c, Recorder: recorder, metrics: opts.Metrics, ours: s.ours, writer: w,
-		news: decide.NewNewsDesk(opts.NewsAfter, time.Time{}), cluster: cluster}
+		news: news, cluster: cluster, poolsDirty: s.poolsDirty}
 	if err := (&ServiceReconciler{Client: c, Recorder: recorder, state: s, metrics: opts.Metrics, writer: w, cluster: cluster}).setup(mgr); err != nil {
 		return err
 	}

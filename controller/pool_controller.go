@@ -33,7 +33,7 @@ const poolWriteInterval = time.Second
 // counts, waiting Services, the next addresses, those foreign hosts answer for (folded from the
 // Speakers, and given to the allocator to skip), the holds kept for deleted Services (ended
 // here when their time is up), and the Ready, Overlapping, Exhausted,
-// OrphanedIPs and AddressesInUse conditions.
+// OrphanedIPs, AddressesInUse and SharedProblem conditions.
 // Ready reports what the CRD's CEL rules cannot check (an IPv6 range that runs backwards,
 // entries of one pool that overlap, malformed label selectors) and re-checks addressHold's
 // bounds.
@@ -43,6 +43,7 @@ type PoolReconciler struct {
 	state     *state
 	metrics   *Metrics
 	lastWrite map[string]time.Time
+	news      *decide.NewsDesk // the problems the pool's Services share
 }
 
 func (r *PoolReconciler) setup(mgr ctrl.Manager) error {
@@ -172,6 +173,13 @@ func (r *PoolReconciler) fill(ctx context.Context, pool *porticov1.IPAddressPool
 	set(decide.ExhaustedCondition(f))
 	set(decide.OrphanCondition(f))
 	set(inUseCondition(pool.ProbesConflicts(), f.InUse, proxies))
+	if r.news == nil {
+		return
+	}
+	// A new leader keeps what the one before wrote until it has reviewed every Service.
+	if shared, known := r.news.Shared(pool.Name); known {
+		set(decide.SharedCondition(shared))
+	}
 }
 
 func decimalIf(size, n *big.Int) string {

@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -141,13 +142,29 @@ func (r *ServiceReconciler) write(svc *corev1.Service, rd decide.Ready) {
 	var done func(*corev1.Service)
 	if len(rd.Tell) > 0 {
 		done = func(written *corev1.Service) {
+			pool := r.poolOf(written)
 			for _, c := range rd.Tell {
 				r.count(c)
-				tell(r.Recorder, written, c)
+				tellRelated(r.Recorder, written, pool, c)
 			}
 		}
 	}
 	r.writer.submit(svc.Namespace+"/"+svc.Name, svc, writePart{apply: rd.Apply, done: done, retry: r.state.retry})
+}
+
+// poolOf is the pool the Service's address came from, as its events' related object: many
+// allocations from one pool waiting together are one event on the pool (internal/events). nil
+// when the Service has no address from a pool the cache holds.
+func (r *ServiceReconciler) poolOf(svc *corev1.Service) runtime.Object {
+	name := svc.Annotations[porticov1.AnnotationAllocatedFromPool]
+	if name == "" {
+		return nil
+	}
+	var pool porticov1.IPAddressPool
+	if found, err := get(context.Background(), r.Client, client.ObjectKey{Name: name}, &pool); err != nil || !found {
+		return nil
+	}
+	return &pool
 }
 
 // count counts an allocation, or a failed one by its reason, as its event is told.

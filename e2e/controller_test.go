@@ -10,6 +10,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -141,7 +142,7 @@ func TestRestartChangesNothing(t *testing.T) {
 	createServices(t, cp, 0, n)
 	before := waitAllAllocated(t, cp, n)
 	first.waitSettled(t, n)
-	pool := waitPoolAssigned(t, cp, "bench", n) // pool status writes are coalesced: wait for the last
+	waitPoolAssigned(t, cp, "bench", n) // pool status writes are coalesced: wait for the last
 	// The health conditions (EndpointsReady, Announced, Reachable) follow the address.
 	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 3*time.Minute, true, func(context.Context) (bool, error) {
 		before = takeSnapshot(t, cp)
@@ -155,6 +156,9 @@ func TestRestartChangesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal("not every Service got its health conditions")
 	}
+	// No speaker runs: the pool counts every Service in its SharedProblem, once the last one's
+	// conditions are in.
+	pool := waitPoolCondition(t, cp, "bench", porticov1.ConditionSharedProblem, fmt.Sprintf("%d Services (", n))
 
 	first.stop(syscall.SIGKILL)
 	second := startController(t, cp, logFile(t, "second"))
@@ -216,6 +220,22 @@ func waitPoolAssigned(t testing.TB, cp *controlplane.ControlPlane, name string, 
 	})
 	if err != nil {
 		t.Fatalf("pool %s never counted %d assigned: %+v", name, n, pool.Status)
+	}
+	return &pool
+}
+
+// waitPoolCondition waits until the pool's condition of the given type has a message that
+// begins with prefix.
+func waitPoolCondition(t testing.TB, cp *controlplane.ControlPlane, name, typ, prefix string) *porticov1.IPAddressPool {
+	t.Helper()
+	var pool porticov1.IPAddressPool
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		err := cp.Client.Get(ctx, client.ObjectKey{Name: name}, &pool)
+		c := meta.FindStatusCondition(pool.Status.Conditions, typ)
+		return err == nil && c != nil && strings.HasPrefix(c.Message, prefix), nil
+	})
+	if err != nil {
+		t.Fatalf("pool %s: no %s condition saying %q: %+v", name, typ, prefix, pool.Status.Conditions)
 	}
 	return &pool
 }

@@ -105,6 +105,19 @@ const (
 	ReasonProbingDisabled = "ProbingDisabled"
 )
 
+// ConditionSharedProblem on a pool: more of its Services have one health problem (condition
+// type and reason) than is each one's news, or any have a problem that is the cluster's (no
+// speaker, no advertisement); the reason is the most widely shared one's, the message counts
+// each. It is told once on the pool, not on every Service (whose condition still says it).
+const ConditionSharedProblem = "SharedProblem"
+
+// Reasons of ConditionSharedProblem besides the health conditions' own, and of the Normal event
+// that tells a shared problem's end.
+const (
+	ReasonNoSharedProblem   = "NoSharedProblem"
+	ReasonSharedProblemOver = "SharedProblemOver"
+)
+
 // ConditionSessionsEstablished on a BGPPeer: every node that should hold a session with the
 // peer reports it Established.
 const ConditionSessionsEstablished = "SessionsEstablished"

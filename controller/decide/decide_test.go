@@ -303,6 +303,10 @@ func (w *world) print(svc *corev1.Service, rd Ready) {
 		n := EventOf(c)
 		fmt.Fprintf(w.out, "event %s %s: %s\n", n.Type, n.Reason, n.Note)
 	}
+	for _, p := range rd.PoolTell {
+		n := p.Notice()
+		fmt.Fprintf(w.out, "event on pool %s %s %s: %s\n", p.Pool, n.Type, n.Reason, n.Note)
+	}
 	if pools := slices.Compact(slices.Sorted(slices.Values(rd.Pools))); len(pools) > 0 {
 		fmt.Fprintf(w.out, "pools %s\n", strings.Join(pools, ","))
 	}

@@ -43,9 +43,10 @@ func healthConditions(svc *corev1.Service, f HealthFacts) []metav1.Condition {
 
 // Health is the health reconciler's decision for a Service of ours that has its allocation:
 // its health conditions when any changed, and what the news desk, which tells a stored problem
-// only once it has lasted, tells at now.
+// only once it has lasted (on the Service, or on its pool when many share it), tells at now.
 func Health(svc *corev1.Service, f HealthFacts, desk *NewsDesk, now time.Time) (rd Ready, again time.Duration) {
-	rd.Tell, again = desk.Review(svc.Namespace+"/"+svc.Name, svc.Status.Conditions, HealthConditionTypes, now)
+	news := desk.Review(svc.Namespace+"/"+svc.Name, svc.Annotations[porticov1.AnnotationAllocatedFromPool], svc.Status.Conditions, HealthConditionTypes, now)
+	rd.Tell, rd.PoolTell, rd.Pools, again = news.Tell, news.Pool, news.Pools, news.Again
 	conds := healthConditions(svc, f)
 	if slices.ContainsFunc(conds, func(c metav1.Condition) bool { return conditionChanged(svc, c) }) {
 		rd.Conditions = conds

@@ -50,6 +50,7 @@ type Ready struct {
 	Remove     []string           // condition types to take off (a Service no longer ours)
 	dropPool   bool               // take off the allocated-from-pool annotation
 	Tell       []metav1.Condition // changes told as events (EventOf); allocation's once its write lands
+	PoolTell   []PoolNews         // problems told on a pool (PoolNews.Notice): many of its Services share them
 	Retry      []string           // Services to decide again: addresses were freed
 	Pools      []string           // pools whose status may have changed
 }

@@ -1,6 +1,7 @@
 package events
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -8,6 +9,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 )
 
@@ -39,6 +41,40 @@ func TestEventQueue(t *testing.T) {
 	}
 	if len(s.queue) != maxPending || dropped.GetCounter().GetValue() != 3 {
 		t.Errorf("%d waiting, %v dropped; want %d and 3", len(s.queue), dropped.GetCounter().GetValue(), maxPending)
+	}
+}
+
+// TestEventQueueFolds: more than foldAbove events of one kind about objects related to one
+// object, waiting together, are sent as one event on that object, counting them and naming the
+// first few; as many or fewer are sent each on its own, and so is an event of another kind.
+func TestEventQueueFolds(t *testing.T) {
+	s := NewSender(Options{Scheme: clientgoscheme.Scheme, Controller: "portico-controller", Metrics: NewMetrics(prometheus.NewRegistry())})
+	pool := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "home-lab", UID: "p1"}} // any object with a kind the scheme knows
+	allocate := func(n int) {
+		for i := range n {
+			svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: fmt.Sprintf("s-%02d", i), UID: types.UID(fmt.Sprint(i))}}
+			s.Eventf(svc, pool, corev1.EventTypeNormal, "IPAllocated", "Allocate", "10.0.0.%d from pool home-lab", i)
+		}
+	}
+	allocate(foldAbove)
+	s.Eventf(&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "x"}}, pool, corev1.EventTypeWarning, "AllocationFailed", "Allocate", "full")
+	for i := range foldAbove {
+		if p := s.take(); p.regarding.Kind != "Service" || p.key.note != fmt.Sprintf("10.0.0.%d from pool home-lab", i) {
+			t.Fatalf("event %d: %s %q, want each of %d on its Service", i, p.regarding.Kind, p.key.note, foldAbove)
+		}
+	}
+	if p := s.take(); p.key.reason != "AllocationFailed" {
+		t.Fatalf("got %s, want the AllocationFailed", p.key.reason)
+	}
+
+	allocate(50)
+	p := s.take()
+	want := "50 Services: apps/s-00: 10.0.0.0 from pool home-lab; apps/s-01: 10.0.0.1 from pool home-lab; apps/s-02: 10.0.0.2 from pool home-lab; and 47 more"
+	if p.regarding.Name != "home-lab" || p.key.reason != "IPAllocated" || p.key.note != want {
+		t.Errorf("folded: on %s %s %q; want on home-lab IPAllocated %q", p.regarding.Kind, p.key.reason, p.key.note, want)
+	}
+	if len(s.queue) != 0 || len(s.byKey) != 0 {
+		t.Errorf("%d still waiting after the fold", len(s.queue))
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -27,8 +28,12 @@ import (
 // so a steady stream of work cannot hold the news back for ever.
 //
 // Identical events that wait together are sent once, as a series with their count, as
-// Kubernetes' own recorder aggregates them. At most maxPending wait: memory stays bounded
-// whatever the backlog, and the newest beyond it are dropped and counted.
+// Kubernetes' own recorder aggregates them. More than foldAbove events of one kind (type,
+// reason, action) about objects related to the same one (a pool the Services' addresses came
+// from) that wait together are sent as one event on the related object, with their count and
+// the first few: a backlog of 5000 allocations is one piece of news, not 5000 writes. At most
+// maxPending wait: memory stays bounded whatever the backlog, and the newest beyond it are
+// dropped and counted.
 type Sender struct {
 	o Options
 
@@ -78,6 +83,8 @@ const (
 	overdueGap   = 100 * time.Millisecond
 	tries        = 3
 	maxNoteBytes = 1024 // the events API's limit
+	foldAbove    = 10   // events of one kind about one related object's objects sent each on its own
+	foldNames    = 3    // the objects a folded event names
 )
 
 // eventKey is what makes two events identical (Kubernetes' recorder also ignores the
@@ -198,15 +205,72 @@ func (s *Sender) next(ctx context.Context) *pending {
 	}
 }
 
-// take removes the oldest waiting event from the queue.
+// take removes the oldest waiting event from the queue, with those it folds into one (fold).
 func (s *Sender) take() *pending {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	p := s.queue[0]
-	s.queue = slices.Delete(s.queue, 0, 1)
-	delete(s.byKey, p.key)
+	var kin []*pending
+	if p.related != nil {
+		for _, q := range s.queue {
+			if q.related != nil && sameObject(*q.related, *p.related) && q.key.eventType == p.key.eventType &&
+				q.key.reason == p.key.reason && q.key.action == p.key.action {
+				kin = append(kin, q)
+			}
+		}
+	}
+	taken := []*pending{p}
+	if len(kin) > foldAbove {
+		taken, p = kin, fold(kin)
+	}
+	gone := map[*pending]bool{}
+	for _, q := range taken {
+		delete(s.byKey, q.key)
+		gone[q] = true
+	}
+	s.queue = slices.DeleteFunc(s.queue, func(q *pending) bool { return gone[q] })
 	s.o.Metrics.Pending.Set(float64(len(s.queue)))
 	return p
+}
+
+// sameObject compares two references, whatever their resourceVersions.
+func sameObject(a, b corev1.ObjectReference) bool {
+	a.ResourceVersion, b.ResourceVersion = "", ""
+	return a == b
+}
+
+// fold makes one event, on their related object, of events of one kind (oldest first): "5000
+// Services: apps/gitea: 10.0.0.200 from pool home-lab; apps/harbor: ...; and 4997 more".
+func fold(kin []*pending) *pending {
+	first := kin[0]
+	f := &pending{regarding: *first.related, first: first.first, last: first.last, count: 1}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d %ss: ", len(kin), first.regarding.Kind)
+	for i, q := range kin[:foldNames] {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		fmt.Fprintf(&b, "%s: %s", objectName(q.regarding), q.key.note)
+	}
+	fmt.Fprintf(&b, "; and %d more", len(kin)-foldNames)
+	for _, q := range kin {
+		if q.last.After(f.last) {
+			f.last = q.last
+		}
+	}
+	note := b.String()
+	if len(note) > maxNoteBytes {
+		note = note[:maxNoteBytes]
+	}
+	f.key = eventKey{regarding: f.regarding, eventType: first.key.eventType, reason: first.key.reason, action: first.key.action, note: note}
+	return f
+}
+
+func objectName(r corev1.ObjectReference) string {
+	if r.Namespace == "" {
+		return r.Name
+	}
+	return r.Namespace + "/" + r.Name
 }
 
 // send creates the event, trying again a few times while the apiserver fails.
