@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/portico-lb/portico/api/v1alpha1"
+	"github.com/portico-lb/portico/internal/netlab"
 	"github.com/portico-lb/portico/speaker/bgpproc"
 )
 
@@ -28,15 +29,7 @@ import (
 func TestBGPCrashKeepsL2(t *testing.T) {
 	inBGPLab(t, 1, func(t *testing.T, e *l2Env) {
 		all := []string{"node-a", "node-b", "node-c"}
-		router := e.Routers[0]
-		startBird(t, router.NS, birdConfig(router.IPv4.Addr(), e.Nodes, clusterASN, ""))
-		e.createObject(bgpPeer("tor", router.IPv4.Addr(), clusterASN, routerASN))
-		e.createObject(&v1alpha1.BGPAdvertisement{ObjectMeta: metav1.ObjectMeta{Name: "routed"},
-			Spec: v1alpha1.BGPAdvertisementSpec{IPAddressPools: []v1alpha1.Name{"routed"}}})
-		routed := netip.MustParsePrefix("203.0.113.70/32")
-		e.createService("routed", []netip.Prefix{routed}, false, routed.Addr())
-		e.waitEstablished("tor", 30*time.Second, all...)
-		e.expectRoute(router.NS, routed, e.nodeIPs(false, all...), 30*time.Second)
+		router, routed := e.routedByBird(netip.MustParsePrefix("203.0.113.70/32"), all)
 
 		l2ip := netip.MustParseAddr("198.51.100.130")
 		e.create(scenario{name: "crash-l2", ip: l2ip})
@@ -312,15 +305,7 @@ func (p *arpProbes) counts() (sent, failed int, slowest time.Duration) {
 func TestBGPHungSpeakerWithdraws(t *testing.T) {
 	inBGPLab(t, 1, func(t *testing.T, e *l2Env) {
 		all := []string{"node-a", "node-b", "node-c"}
-		router := e.Routers[0]
-		startBird(t, router.NS, birdConfig(router.IPv4.Addr(), e.Nodes, clusterASN, ""))
-		e.createObject(bgpPeer("tor", router.IPv4.Addr(), clusterASN, routerASN))
-		e.createObject(&v1alpha1.BGPAdvertisement{ObjectMeta: metav1.ObjectMeta{Name: "routed"},
-			Spec: v1alpha1.BGPAdvertisementSpec{IPAddressPools: []v1alpha1.Name{"routed"}}})
-		routed := netip.MustParsePrefix("203.0.113.71/32")
-		e.createService("routed", []netip.Prefix{routed}, false, routed.Addr())
-		e.waitEstablished("tor", 30*time.Second, all...)
-		e.expectRoute(router.NS, routed, e.nodeIPs(false, all...), 30*time.Second)
+		router, routed := e.routedByBird(netip.MustParsePrefix("203.0.113.71/32"), all)
 
 		const hung = "node-a"
 		child := e.bgpProcess(hung)
@@ -348,4 +333,18 @@ func TestBGPHungSpeakerWithdraws(t *testing.T) {
 			t.Fatalf("%s's BGP process %d still runs", hung, child)
 		}
 	})
+}
+
+// routedByBird starts bird in the first router's namespace, peers every node with it and
+// advertises a Service at routed; it returns once the router routes it to the nodes in all.
+func (e *l2Env) routedByBird(routed netip.Prefix, all []string) (netlab.Host, netip.Prefix) {
+	router := e.Routers[0]
+	startBird(e.t, router.NS, birdConfig(router.IPv4.Addr(), e.Nodes, clusterASN, ""))
+	e.createObject(bgpPeer("tor", router.IPv4.Addr(), clusterASN, routerASN))
+	e.createObject(&v1alpha1.BGPAdvertisement{ObjectMeta: metav1.ObjectMeta{Name: "routed"},
+		Spec: v1alpha1.BGPAdvertisementSpec{IPAddressPools: []v1alpha1.Name{"routed"}}})
+	e.createService("routed", []netip.Prefix{routed}, false, routed.Addr())
+	e.waitEstablished("tor", 30*time.Second, all...)
+	e.expectRoute(router.NS, routed, e.nodeIPs(false, all...), 30*time.Second)
+	return router, routed
 }
