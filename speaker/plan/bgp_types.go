@@ -161,7 +161,7 @@ func (d BGP) String() string {
 				fmt.Fprintf(&b, " %s", c)
 			}
 			if r.Attrs.LinkBandwidth != 0 {
-				fmt.Fprintf(&b, " link-bandwidth %g bytes/s", r.Attrs.LinkBandwidth)
+				fmt.Fprintf(&b, " link-bandwidth %.0f bytes/s", r.Attrs.LinkBandwidth)
 			}
 			fmt.Fprintf(&b, " (%s)\n", strings.Join(r.Services, ", "))
 		}
