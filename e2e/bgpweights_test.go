@@ -104,10 +104,16 @@ func TestBGPWeightedECMP(t *testing.T) {
 			must(t, err)
 			landed[strings.Fields(string(body))[0]]++
 		}
-		ratio := float64(landed["node-a"]) / float64(landed["node-b"])
-		t.Logf("%d connections: node-a %d, node-b %d, ratio %.3f", connections, landed["node-a"], landed["node-b"], ratio)
-		if landed["node-a"]+landed["node-b"] != connections || math.Abs(ratio-2)/2 > 0.10 {
-			t.Fatalf("connections landed %v, want node-a:node-b within 10%% of 2:1", landed)
+		t.Logf("%d connections: node-a %d, node-b %d, ratio %.3f", connections, landed["node-a"], landed["node-b"],
+			float64(landed["node-a"])/float64(landed["node-b"]))
+		// Each node's count within 10 % of its 2:1 share (2000 and 1000). The hash spreads flows
+		// like coin flips: node-b's standard deviation is about 26, so the band is nearly 4 of
+		// them wide on each side and a correct split fails it about once in 10000 runs; an even
+		// split (1500 each) is far outside it.
+		for node, share := range map[string]float64{"node-a": 2.0 / 3, "node-b": 1.0 / 3} {
+			if want := share * connections; math.Abs(float64(landed[node])-want) > 0.10*want {
+				t.Fatalf("connections landed %v, want node-a:node-b within 10%% of 2:1", landed)
+			}
 		}
 	})
 }
