@@ -29,15 +29,15 @@ type Cluster struct {
 
 // Candidates describes every node for election under the L2Advertisements ads, and the
 // interfaces node me would answer on (nil: all suitable; the union over the advertisements
-// selecting me). local holds the nodes with a ready endpoint of the Service; ignoreExclude is
+// selecting me). local counts the ready endpoints of the Service on each node; ignoreExclude is
 // ExcludedFromLB's.
-func (c Selectors) Candidates(nodes []corev1.Node, ads []*v1alpha1.L2Advertisement, local map[string]bool, me string, alive func(string) bool, ignoreExclude bool) ([]election.Candidate, []string) {
+func (c Selectors) Candidates(nodes []corev1.Node, ads []*v1alpha1.L2Advertisement, local map[string]int, me string, alive func(string) bool, ignoreExclude bool) ([]election.Candidate, []string) {
 	var myIfaces []string
 	allIfaces := false
 	cands := make([]election.Candidate, 0, len(nodes))
 	for i := range nodes {
 		n := &nodes[i]
-		cand := election.Candidate{Name: n.Name, Alive: alive(n.Name), LocalEndpoint: local[n.Name]}
+		cand := election.Candidate{Name: n.Name, Alive: alive(n.Name), LocalEndpoint: local[n.Name] > 0}
 		cand.Excluded = ExcludedFromLB(n, ignoreExclude)
 		h := FitnessOf(n)
 		cand.NotReady, cand.NetworkUnavailable, cand.Cordoned = h.NotReady, h.NetworkUnavailable, h.Cordoned
@@ -110,14 +110,15 @@ func FitnessOf(n *corev1.Node) NodeFitness {
 	return h
 }
 
-// LocalReadyNodes maps each Service with externalTrafficPolicy Local (namespace/name) to the
-// nodes holding a ready endpoint of it; no other Service needs to know. Built once per pass, so
-// it costs Services + EndpointSlices, not their product.
-func LocalReadyNodes(svcs []corev1.Service, slices []discoveryv1.EndpointSlice) map[string]map[string]bool {
-	out := map[string]map[string]bool{}
+// LocalReadyEndpoints maps each Service with externalTrafficPolicy Local (namespace/name) to
+// the number of its ready endpoints on each node (a node holding none is absent); no other
+// Service needs to know. Built once per pass, so it costs Services + EndpointSlices, not their
+// product. The counts weigh a node's BGP routes (BGPAdvertisement weightByEndpoints).
+func LocalReadyEndpoints(svcs []corev1.Service, slices []discoveryv1.EndpointSlice) map[string]map[string]int {
+	out := map[string]map[string]int{}
 	for i := range svcs {
 		if svcs[i].Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal {
-			out[svcs[i].Namespace+"/"+svcs[i].Name] = map[string]bool{}
+			out[svcs[i].Namespace+"/"+svcs[i].Name] = map[string]int{}
 		}
 	}
 	if len(out) == 0 {
@@ -131,7 +132,7 @@ func LocalReadyNodes(svcs []corev1.Service, slices []discoveryv1.EndpointSlice) 
 		}
 		for _, ep := range s.Endpoints {
 			if ep.NodeName != nil && ReadyEndpoint(&ep) {
-				nodes[*ep.NodeName] = true
+				nodes[*ep.NodeName]++
 			}
 		}
 	}

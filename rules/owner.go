@@ -37,10 +37,10 @@ type L2Share struct {
 	Nodes int
 }
 
-// L2ShareOf is svc's share of an address its L2Advertisements ads cover. local holds the nodes
-// with a ready endpoint of svc (LocalReadyNodes); alive says whether a node runs a live
+// L2ShareOf is svc's share of an address its L2Advertisements ads cover. local counts the
+// ready endpoints of svc on each node (LocalReadyEndpoints); alive says whether a node runs a live
 // speaker.
-func (sel Selectors) L2ShareOf(c *Cluster, ads []*v1alpha1.L2Advertisement, svc *corev1.Service, local map[string]bool, me string, alive func(string) bool) L2Share {
+func (sel Selectors) L2ShareOf(c *Cluster, ads []*v1alpha1.L2Advertisement, svc *corev1.Service, local map[string]int, me string, alive func(string) bool) L2Share {
 	s := L2Share{Service: svc.Namespace + "/" + svc.Name}
 	cands, ifaces := sel.Candidates(c.Nodes, ads, local, me, alive, c.IgnoreExcludeLabel)
 	s.Interfaces, s.Weights, s.Nodes = ifaces, election.Weights(cands), len(cands)
@@ -154,7 +154,7 @@ func L2EligibilityOf(c Cluster, svc *corev1.Service, ip netip.Addr, alive func(n
 			sharing = append(sharing, *s)
 		}
 	}
-	local := LocalReadyNodes(sharing, c.EndpointSlices)
+	local := LocalReadyEndpoints(sharing, c.EndpointSlices)
 	own := sel.L2ShareOf(&c, ads, svc, local[key], "", alive)
 	shares := []L2Share{own}
 	for i := range sharing[1:] {

@@ -57,6 +57,15 @@ type BGPAdvertisementSpec struct {
 	// +optional
 	Communities []Community `json:"communities,omitempty"`
 
+	// WeightByEndpoints attaches the link-bandwidth extended community (non-transitive,
+	// draft-ietf-idr-link-bandwidth) to the routes of Services with externalTrafficPolicy Local:
+	// 1 Mbit/s per ready endpoint of the Service on the advertising node, so a router doing
+	// weighted ECMP (FRR: bgp bestpath bandwidth) splits traffic by endpoints, not by nodes.
+	// Services with externalTrafficPolicy Cluster get no community: every node forwards to
+	// every endpoint.
+	// +optional
+	WeightByEndpoints bool `json:"weightByEndpoints,omitempty"`
+
 	// Peers names the BGPPeers to advertise to.
 	// +kubebuilder:validation:MaxItems=64
 	// +listType=set

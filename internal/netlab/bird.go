@@ -3,6 +3,7 @@ package netlab
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -119,6 +120,14 @@ func (r *Router) Log() string {
 // namespace, unreadable output) is an error, never "no route": a check for a route's absence
 // must not pass because the check itself could not look.
 func Gateways(ns string, prefix netip.Prefix) ([]netip.Addr, error) {
+	weights, err := NextHopWeights(ns, prefix)
+	return slices.SortedFunc(maps.Keys(weights), netip.Addr.Compare), err
+}
+
+// NextHopWeights returns the next hops of ns's kernel route for exactly prefix with their
+// weights (1 for a single-path route, as the kernel counts it), empty when there is no such
+// route; errors as Gateways.
+func NextHopWeights(ns string, prefix netip.Prefix) (map[netip.Addr]int, error) {
 	fam := "-4"
 	if prefix.Addr().Is6() {
 		fam = "-6"
@@ -134,23 +143,23 @@ func Gateways(ns string, prefix netip.Prefix) ([]netip.Addr, error) {
 		Gateway  string `json:"gateway"`
 		Nexthops []struct {
 			Gateway string `json:"gateway"`
+			Weight  int    `json:"weight"` // absent (0) means 1
 		} `json:"nexthops"`
 	}
 	if err := json.Unmarshal(out, &routes); err != nil {
 		return nil, fmt.Errorf("reading ip's routes in %s: %w: %q", ns, err, out)
 	}
-	var gws []netip.Addr
-	add := func(s string) {
+	weights := map[netip.Addr]int{}
+	add := func(s string, w int) {
 		if a, err := netip.ParseAddr(s); err == nil {
-			gws = append(gws, a)
+			weights[a] = max(w, 1)
 		}
 	}
 	for _, rt := range routes {
-		add(rt.Gateway)
+		add(rt.Gateway, 1)
 		for _, nh := range rt.Nexthops {
-			add(nh.Gateway)
+			add(nh.Gateway, nh.Weight)
 		}
 	}
-	slices.SortFunc(gws, netip.Addr.Compare)
-	return slices.Compact(gws), nil
+	return weights, nil
 }

@@ -68,8 +68,12 @@ func apiPeer(p plan.Peer, addr netip.Addr) *api.Peer {
 	return ap
 }
 
-// apiPath is r as a GoBGP path originated here.
-func apiPath(r plan.Route) *apiutil.Path {
+// asTrans stands for a 4-octet AS where only two octets fit (RFC 6793), as in the
+// link-bandwidth community.
+const asTrans = 23456
+
+// apiPath is r as a GoBGP path originated here by a session in AS myASN.
+func apiPath(r plan.Route, myASN uint32) *apiutil.Path {
 	fam := familyOf(r.Prefix.Addr())
 	nlri, _ := bgp.NewIPAddrPrefix(r.Prefix) // a valid netip.Prefix always makes one
 	attrs := []bgp.PathAttributeInterface{bgp.NewPathAttributeOrigin(bgp.BGP_ORIGIN_ATTR_TYPE_IGP)}
@@ -101,6 +105,14 @@ func apiPath(r plan.Route) *apiutil.Path {
 			lcs[i] = bgp.NewLargeCommunity(c.Global, c.Local1, c.Local2)
 		}
 		attrs = append(attrs, bgp.NewPathAttributeLargeCommunities(lcs))
+	}
+	if r.Attrs.LinkBandwidth != 0 {
+		as := uint16(asTrans)
+		if myASN <= 0xFFFF {
+			as = uint16(myASN)
+		}
+		lb := bgp.NewLinkBandwidthExtended(as, r.Attrs.LinkBandwidth)
+		attrs = append(attrs, bgp.NewPathAttributeExtendedCommunities([]bgp.ExtendedCommunityInterface{lb}))
 	}
 	return &apiutil.Path{Family: fam, Nlri: nlri, Attrs: attrs}
 }

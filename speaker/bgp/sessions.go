@@ -271,7 +271,7 @@ func (ss *session) syncPrefix(want map[netip.Prefix]plan.Route, pfx netip.Prefix
 	old, had := ss.routes[pfx]
 	switch {
 	case !wanted && had:
-		if err := ss.srv.DeletePath(apiutil.DeletePathRequest{Paths: []*apiutil.Path{apiPath(old)}}); err != nil {
+		if err := ss.srv.DeletePath(apiutil.DeletePathRequest{Paths: []*apiutil.Path{apiPath(old, ss.peer.MyASN)}}); err != nil {
 			return append(errs, fmt.Errorf("withdrawing %s from BGPPeer %s: %w", pfx, ss.peer.Name, err))
 		}
 		delete(ss.routes, pfx)
@@ -281,7 +281,7 @@ func (ss *session) syncPrefix(want map[netip.Prefix]plan.Route, pfx netip.Prefix
 	default:
 		// Adding a path for a prefix this server already originates replaces it (an implicit
 		// withdraw at the router), so changed attributes need no explicit withdraw.
-		if _, err := ss.srv.AddPath(apiutil.AddPathRequest{Paths: []*apiutil.Path{apiPath(r)}}); err != nil {
+		if _, err := ss.srv.AddPath(apiutil.AddPathRequest{Paths: []*apiutil.Path{apiPath(r, ss.peer.MyASN)}}); err != nil {
 			return append(errs, fmt.Errorf("advertising %s to BGPPeer %s: %w", pfx, ss.peer.Name, err))
 		}
 		ss.routes[pfx] = r

@@ -27,12 +27,15 @@ type BGPClaim struct {
 
 // advertiseAddress adds ip of svc (from pool) to p's routes, to every session of the node's
 // that an advertisement covering it sends to.
-func (n *bgpNode) advertiseAddress(w *World, p *Plan, svc *corev1.Service, key string, ip netip.Addr, pool *v1alpha1.IPAddressPool, ready map[string]bool) {
+func (n *bgpNode) advertiseAddress(w *World, p *Plan, svc *corev1.Service, key string, ip netip.Addr, pool *v1alpha1.IPAddressPool, ready map[string]int) {
 	if n == nil || len(n.peers) == 0 || n.excluded || n.standing == rules.BGPWithdraw {
 		return
 	}
-	if svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal && !ready[n.name] {
-		return
+	endpoints := 0 // the node's ready endpoints of svc, counted for externalTrafficPolicy Local only
+	if svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal {
+		if endpoints = ready[n.name]; endpoints == 0 {
+			return
+		}
 	}
 	for i := range w.BGPAds {
 		ad := &w.BGPAds[i]
@@ -41,7 +44,7 @@ func (n *bgpNode) advertiseAddress(w *World, p *Plan, svc *corev1.Service, key s
 			len(s.NodeSelectors) > 0 && !w.selectors.MatchesAny(s.NodeSelectors, n.node.Labels) {
 			continue
 		}
-		advertise(p, ad, key, ip, n.mine, n.standing == rules.BGPGracefulShutdown)
+		advertise(p, ad, key, ip, n.mine, n.standing == rules.BGPGracefulShutdown, endpoints)
 	}
 }
 
@@ -51,7 +54,7 @@ func (n *bgpNode) advertiseAddress(w *World, p *Plan, svc *corev1.Service, key s
 // and firstTo, the peers of mine none of them sends it to (whose routes this node lists). Each
 // question stops at the first earlier node that answers it, and for a peer only the earlier
 // nodes holding that peer are asked: with peers per rack, the rack's nodes, not the cluster's.
-func (pl *Planner) sentEarlier(svc *corev1.Service, key string, ip netip.Addr, pool *v1alpha1.IPAddressPool, ready map[string]bool, mine []string) (teller bool, firstTo []string) {
+func (pl *Planner) sentEarlier(svc *corev1.Service, key string, ip netip.Addr, pool *v1alpha1.IPAddressPool, ready map[string]int, mine []string) (teller bool, firstTo []string) {
 	asked := map[*bgpNode][]string{} // the peers each node asked sends ip to (nil: none)
 	sends := func(n *bgpNode) []string {
 		if peers, ok := asked[n]; ok {
@@ -77,9 +80,17 @@ func (pl *Planner) sentEarlier(svc *corev1.Service, key string, ip netip.Addr, p
 // carrying it is about to go, and routers that honour it prefer any other path.
 const GracefulShutdown uint32 = 0xFFFF0000
 
+// BandwidthPerEndpoint is the link bandwidth a route of a weightByEndpoints advertisement
+// carries per ready local endpoint, in bytes per second (the community's unit): 1 Mbit/s, the
+// smallest figure FRR, which counts in Mbit/s, does not round to nothing. Only the ratio
+// between nodes matters to a router.
+const BandwidthPerEndpoint float32 = 1e6 / 8
+
 // advertise adds ip (or its aggregate) to every session ad sends to; shutdown adds
-// GracefulShutdown to its communities.
-func advertise(p *Plan, ad *v1alpha1.BGPAdvertisement, service string, ip netip.Addr, mine map[netip.Addr]bool, shutdown bool) {
+// GracefulShutdown to its communities; endpoints, the node's ready endpoints of an
+// externalTrafficPolicy Local Service (0 for others), sets the link bandwidth when ad weighs
+// routes by endpoints.
+func advertise(p *Plan, ad *v1alpha1.BGPAdvertisement, service string, ip netip.Addr, mine map[netip.Addr]bool, shutdown bool, endpoints int) {
 	s := &ad.Spec
 	bits := 32
 	if s.AggregationLength != nil {
@@ -104,6 +115,9 @@ func advertise(p *Plan, ad *v1alpha1.BGPAdvertisement, service string, ip netip.
 	}
 	if shutdown && !slices.Contains(attrs.Communities, GracefulShutdown) {
 		attrs.Communities = append(attrs.Communities, GracefulShutdown)
+	}
+	if s.WeightByEndpoints {
+		attrs.LinkBandwidth = float32(endpoints) * BandwidthPerEndpoint
 	}
 	claim := p.Routed[ip]
 	if !slices.Contains(claim.Services, service) {
@@ -155,7 +169,14 @@ func mergeRoute(r *Route, had bool, peer string, add Route) (problem string) {
 		problem = fmt.Sprintf("%s to BGPPeer %s: advertisements ask for local-pref %d and %d; using the higher",
 			add.Prefix, peer, r.Attrs.LocalPref, add.Attrs.LocalPref)
 	}
+	bandwidth := max(r.Attrs.LinkBandwidth, add.Attrs.LinkBandwidth) // two advertisements of one Service
+	if !slices.ContainsFunc(add.Services, func(s string) bool { return slices.Contains(r.Services, s) }) {
+		// Other Services on the same prefix (a shared address, an aggregate): the prefix
+		// reaches the endpoints of all of them.
+		bandwidth = r.Attrs.LinkBandwidth + add.Attrs.LinkBandwidth
+	}
 	r.Attrs = mergeAttrs(r.Attrs, add.Attrs)
+	r.Attrs.LinkBandwidth = bandwidth
 	r.Services = unionSorted(r.Services, add.Services)
 	return problem
 }

@@ -76,11 +76,14 @@ type Attrs struct {
 	// NextHop is set when the prefix's family differs from the session's (an IPv6 prefix over
 	// an IPv4 session): the node's own address of that family. Zero: the session's local address.
 	NextHop netip.Addr
+	// LinkBandwidth is the link-bandwidth extended community's value in bytes per second (its
+	// AS is the session's own); 0: none.
+	LinkBandwidth float32
 }
 
 // Equal compares attributes.
 func (a Attrs) Equal(b Attrs) bool {
-	return a.LocalPref == b.LocalPref && a.NextHop == b.NextHop && slices.Equal(a.Communities, b.Communities) && slices.Equal(a.Large, b.Large)
+	return a.LocalPref == b.LocalPref && a.LinkBandwidth == b.LinkBandwidth && a.NextHop == b.NextHop && slices.Equal(a.Communities, b.Communities) && slices.Equal(a.Large, b.Large)
 }
 
 // Route is one prefix advertised to one peer.
@@ -156,6 +159,9 @@ func (d BGP) String() string {
 			}
 			for _, c := range r.Attrs.CommunityStrings() {
 				fmt.Fprintf(&b, " %s", c)
+			}
+			if r.Attrs.LinkBandwidth != 0 {
+				fmt.Fprintf(&b, " link-bandwidth %.0f bytes/s", r.Attrs.LinkBandwidth)
 			}
 			fmt.Fprintf(&b, " (%s)\n", strings.Join(r.Services, ", "))
 		}

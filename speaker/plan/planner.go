@@ -156,7 +156,7 @@ func (pl *Planner) Update(svcs []corev1.Service, eps []discoveryv1.EndpointSlice
 }
 
 func (pl *Planner) update(svcs []corev1.Service, eps []discoveryv1.EndpointSlice, gone []string) Changes {
-	ready := rules.LocalReadyNodes(svcs, eps)
+	ready := rules.LocalReadyEndpoints(svcs, eps)
 	dirtyAddrs := map[netip.Addr]bool{}
 	dirtyRoutes := map[routeKey]bool{}
 	before := len(pl.plan.Problems)
@@ -208,7 +208,7 @@ func (pl *Planner) update(svcs []corev1.Service, eps []discoveryv1.EndpointSlice
 }
 
 // planService is svc's share of the plan, nil when Portico does not handle it.
-func (pl *Planner) planService(svc *corev1.Service, key string, ready map[string]bool) *servicePlan {
+func (pl *Planner) planService(svc *corev1.Service, key string, ready map[string]int) *servicePlan {
 	if !rules.Handles(svc, pl.lbClass, !pl.w.IgnoreClassless) {
 		return nil
 	}
