@@ -324,9 +324,10 @@ func TestBGPHungSpeakerWithdraws(t *testing.T) {
 		// router's hold time is 9 s, so wait past both.
 		e.expectRoute(router.NS, routed, e.nodeIPs(false, "node-b", "node-c"), 60*time.Second)
 		t.Logf("%s's route left the router %v after its speaker froze", hung, time.Since(frozen).Round(time.Millisecond))
-		if !strings.Contains(e.speakerLog(hung), "taken for hung") {
-			t.Fatalf("%s's BGP process did not say why it withdrew", hung)
-		}
+		// It says why as it exits, just after its sessions close.
+		waitFor(t, hung+"'s BGP process saying why it withdrew", 10*time.Second, func() bool {
+			return strings.Contains(e.speakerLog(hung), "taken for hung")
+		})
 		thaw()
 		e.expectRoute(router.NS, routed, e.nodeIPs(false, all...), 60*time.Second)
 		if now := e.bgpProcess(hung); now == child {

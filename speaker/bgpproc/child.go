@@ -15,11 +15,11 @@ import (
 )
 
 // speakerSilence is how long the BGP process waits for a word from the speaker (which pings
-// every pingEvery, 2 s) before it takes the speaker for hung; thawGrace is the second chance it
+// every pingEvery) before it takes the speaker for hung; thawGrace is the second chance it
 // then gives: after a freeze of the whole node both wake at once, and the speaker's overdue
 // ping follows within milliseconds.
 const (
-	speakerSilence = 10 * time.Second // five of the speaker's pings
+	speakerSilence = 5 * pingEvery
 	thawGrace      = time.Second
 )
 

@@ -36,7 +36,7 @@ func (s *Supervisor) Gather() ([]*dto.MetricFamily, error) {
 	if p == nil {
 		return nil, nil
 	}
-	a, err := p.call(request{Metrics: true}, pingWait/2)
+	a, err := p.call(request{Metrics: true}, s.pings().wait/2)
 	if err != nil {
 		return nil, nil // the process is going; its series go with it
 	}

@@ -17,8 +17,8 @@ import (
 	"github.com/portico-lb/portico/speaker/plan"
 )
 
-// How the speaker watches its BGP process (variables for this package's tests alone).
-var (
+// How the speaker watches its BGP process (Supervisor.timing: this package's tests shorten them).
+const (
 	// pingEvery is how often the process is pinged and its memory read.
 	pingEvery = 2 * time.Second
 	// pingWait is how long a ping may go unanswered; two in a row unanswered and the process is
@@ -27,6 +27,9 @@ var (
 	// calls hold while they run.
 	pingWait = 5 * time.Second
 )
+
+// timing is how often a Supervisor pings and how long it waits for the answer.
+type timing struct{ every, wait time.Duration }
 
 const (
 	// applyWait bounds one plan's hand-over; the speaker's loop waits that long at most.
@@ -54,6 +57,8 @@ type Supervisor struct {
 	// memory goes above it. 0: no limit.
 	MemoryLimit int64
 	Metrics     *Metrics
+
+	timing timing // zero: pingEvery, pingWait
 
 	stop     chan struct{} // closed by Close: no more restarts
 	firstRun chan struct{} // closed once the first process got its first plan (or failed to start)
@@ -202,7 +207,7 @@ func (s *Supervisor) runOnce() (string, error) {
 	s.Metrics.up.Set(1)
 	defer s.Metrics.up.Set(0)
 	s.Log.Info("BGP process started", "pid", p.cmd.Process.Pid)
-	tick := time.NewTicker(pingEvery)
+	tick := time.NewTicker(s.pings().every)
 	defer tick.Stop()
 	missed := 0
 	for {
@@ -216,7 +221,7 @@ func (s *Supervisor) runOnce() (string, error) {
 				p.kill("memory", fmt.Sprintf("killed: anonymous resident memory %d MiB above the limit of %d MiB", anon>>20, s.MemoryLimit>>20))
 				continue
 			}
-			_, err := p.call(request{Ping: true}, pingWait)
+			_, err := p.call(request{Ping: true}, s.pings().wait)
 			switch {
 			case err == nil:
 				missed = 0
@@ -329,4 +334,11 @@ func errorsOf(msgs []string) []error {
 		errs = append(errs, errors.New(m))
 	}
 	return errs
+}
+
+func (s *Supervisor) pings() timing {
+	if s.timing == (timing{}) {
+		return timing{pingEvery, pingWait}
+	}
+	return s.timing
 }

@@ -98,8 +98,8 @@ func waitFor(t *testing.T, what string, within time.Duration, ok func() bool) {
 // crashes (SIGSEGV) or is frozen (SIGSTOP: no answer to pings), a new one gets the same plan,
 // while the sessions read down in between.
 func TestRestartsAndHandsThePlanAgain(t *testing.T) {
-	pingEvery, pingWait = 100*time.Millisecond, 500*time.Millisecond
 	w := supervised(t)
+	w.timing = timing{100 * time.Millisecond, 500 * time.Millisecond}
 	if errs := w.Apply(context.Background(), onePeer()); len(errs) > 0 {
 		t.Fatal(errs)
 	}
@@ -148,8 +148,8 @@ func TestRestartsAndHandsThePlanAgain(t *testing.T) {
 // TestPausedProcessGetsThePlanAfter: while the process does not answer (SIGSTOP, shorter than
 // two pings), Apply returns at once and keeps the plan; once it answers again it has it.
 func TestPausedProcessGetsThePlanAfter(t *testing.T) {
-	pingEvery, pingWait = 100*time.Millisecond, 2*time.Second
 	w := supervised(t)
+	w.timing = timing{100 * time.Millisecond, 2 * time.Second}
 	if errs := w.Apply(context.Background(), onePeer()); len(errs) > 0 {
 		t.Fatal(errs)
 	}
@@ -174,8 +174,8 @@ func TestPausedProcessGetsThePlanAfter(t *testing.T) {
 
 // TestMemoryLimit: a process above its memory limit is killed, and its sessions read down.
 func TestMemoryLimit(t *testing.T) {
-	pingEvery = 100 * time.Millisecond
 	w := supervised(t)
+	w.timing = timing{100 * time.Millisecond, pingWait}
 	w.MemoryLimit = 1 << 20 // below any Go process
 	if errs := w.Apply(context.Background(), onePeer()); len(errs) > 0 {
 		t.Fatal(errs)
