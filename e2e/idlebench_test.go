@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/netip"
@@ -12,6 +13,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+
+	"github.com/portico-lb/portico/api/v1alpha1"
 )
 
 // BenchmarkSpeakerIdle measures what speakers cost when nothing happens: PORTICO_BENCH_IDLE_NODES
@@ -33,8 +38,13 @@ func BenchmarkSpeakerIdle(b *testing.B) {
 			e.create(scenario{name: fmt.Sprintf("idle-%d", i), ip: ip})
 			e.soleAnnouncer(ip, time.Minute)
 		}
-		// Each address has one announcer, so the speakers agree on the members. Let the start's work (joins, first status writes) end before the window opens.
-		time.Sleep(10 * time.Second)
+		// Each address has one announcer, so the speakers agree on the members. The window opens
+		// once the start's work is over: every speaker has written a Ready status and, with
+		// more than one node, the first self-check round has reported every address (later
+		// rounds that find the same write nothing).
+		waitFor(e.t, "every speaker Ready and the first self-check round reported", time.Minute, func() bool {
+			return e.startSettled(nodes, 4)
+		})
 		costs := e.idleCosts(window)
 		row := idleRow(nodes, window, costs)
 		b.Log("\n" + idleHeader + row)
@@ -158,4 +168,23 @@ func (e *l2Env) sentPackets(node string) int {
 		e.t.Fatalf("%s: no eth0", node)
 	}
 	return links[0].Stats.TX.Packets
+}
+
+// startSettled says whether every one of the nodes' speakers has written a Ready status and,
+// with more than one node, their self-checks together report addresses addresses.
+func (e *l2Env) startSettled(nodes, addresses int) bool {
+	var list v1alpha1.SpeakerList
+	if err := e.c.List(context.Background(), &list); err != nil || len(list.Items) != nodes {
+		return false
+	}
+	probed := map[string]bool{}
+	for _, s := range list.Items {
+		if !meta.IsStatusConditionTrue(s.Status.Conditions, "Ready") {
+			return false
+		}
+		for _, c := range s.Status.SelfChecks {
+			probed[c.IP] = true
+		}
+	}
+	return nodes == 1 || len(probed) >= addresses
 }
