@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/portico-lb/portico/internal/netlab"
 	"github.com/portico-lb/portico/speaker/bgp"
 	"github.com/portico-lb/portico/speaker/plan"
 )
@@ -83,17 +84,6 @@ func (w *watched) child() int {
 	return 0
 }
 
-func waitFor(t *testing.T, what string, within time.Duration, ok func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // TestRestartsAndHandsThePlanAgain: the process gets the plan, serves its metrics, and after it
 // crashes (SIGSEGV) or is frozen (SIGSTOP: no answer to pings), a new one gets the same plan,
 // while the sessions read down in between.
@@ -122,7 +112,7 @@ func TestRestartsAndHandsThePlanAgain(t *testing.T) {
 	}
 	restartedWithPlan := func(how string, old int) {
 		t.Helper()
-		waitFor(t, "a new process with the plan after "+how, 10*time.Second, func() bool {
+		netlab.WaitFor(t, "a new process with the plan after "+how, 10*time.Second, func() bool {
 			st := w.States()["tor"]
 			return w.child() != 0 && w.child() != old && st.Routes == 1 && st.Message == ""
 		})
@@ -155,7 +145,7 @@ func TestPausedProcessGetsThePlanAfter(t *testing.T) {
 	}
 	pid := w.child()
 	must(t, syscall.Kill(pid, syscall.SIGSTOP))
-	waitFor(t, "a ping unanswered", 10*time.Second, w.suspect.Load)
+	netlab.WaitFor(t, "a ping unanswered", 10*time.Second, w.suspect.Load)
 	more := onePeer()
 	pfx := netip.MustParsePrefix("203.0.113.11/32")
 	more.Routes["tor"][pfx] = plan.Route{Prefix: pfx}
@@ -164,7 +154,7 @@ func TestPausedProcessGetsThePlanAfter(t *testing.T) {
 		t.Fatalf("Apply to a paused process: %v after %v", errs, time.Since(began))
 	}
 	must(t, syscall.Kill(pid, syscall.SIGCONT))
-	waitFor(t, "the process, answering again, holding the second route", 10*time.Second, func() bool {
+	netlab.WaitFor(t, "the process, answering again, holding the second route", 10*time.Second, func() bool {
 		return w.States()["tor"].Routes == 2
 	})
 	if w.child() != pid || w.restarts("stuck") != 0 {
@@ -180,7 +170,7 @@ func TestMemoryLimit(t *testing.T) {
 	if errs := w.Apply(context.Background(), onePeer()); len(errs) > 0 {
 		t.Fatal(errs)
 	}
-	waitFor(t, "the process killed above its memory limit", 10*time.Second, func() bool {
+	netlab.WaitFor(t, "the process killed above its memory limit", 10*time.Second, func() bool {
 		return w.restarts("memory") > 0 && strings.Contains(w.States()["tor"].Message, "above the limit of 1 MiB")
 	})
 }
