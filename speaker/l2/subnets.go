@@ -16,15 +16,8 @@ func Subnets(links []Link) []netip.Prefix {
 			out = append(out, links[i].Prefixes...)
 		}
 	}
-	slices.SortFunc(out, comparePrefixes)
+	slices.SortFunc(out, netip.Prefix.Compare)
 	return slices.Compact(out)
-}
-
-func comparePrefixes(a, b netip.Prefix) int {
-	if c := a.Addr().Compare(b.Addr()); c != 0 {
-		return c
-	}
-	return a.Bits() - b.Bits()
 }
 
 // HoldDown publishes the subnets a node can answer on: one that goes (its link lost carrier or
@@ -67,7 +60,7 @@ func (h *HoldDown) Update(now time.Time, seen []netip.Prefix) (published []netip
 			delete(h.since, p) // gone again before its hold ended: its clock starts over
 		}
 	}
-	slices.SortFunc(kept, comparePrefixes)
+	slices.SortFunc(kept, netip.Prefix.Compare)
 	h.published = kept
 	return slices.Clone(kept), again
 }
