@@ -14,7 +14,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/portico-lb/portico/internal/cluster"
 	"github.com/portico-lb/portico/internal/netlab"
 )
 
@@ -133,40 +132,4 @@ func bgpLab(e *labEnv) (netip.Addr, string, *netlab.Router) {
 		return err == nil && strings.HasPrefix(body, "nextcloud-"), fmt.Sprintf("%q, %v", body, err)
 	})
 	return ip, router.NS, bird
-}
-
-// keepingNextHops is op measured at the BGP lab: while it runs, the router's next hops to ip
-// are read every 10 ms, and a moment with fewer than all nodes but one fails the run. A rolling
-// update replaces one node's speaker at a time and waits for it to be ready, which includes its
-// sessions being back (/readyz/bgp-sessions); before that check, the router was left with one
-// next hop for seconds and with none for 70 ms.
-func keepingNextHops(op operation, routerNS string, ip netip.Addr) operation {
-	do := op.do
-	op.do = func(e *labEnv, owner *cluster.Node) {
-		stop, fewest := make(chan struct{}), make(chan int)
-		go func() {
-			least := len(e.c.Nodes)
-			tick := time.NewTicker(10 * time.Millisecond)
-			defer tick.Stop()
-			for {
-				select {
-				case <-stop:
-					fewest <- least
-					return
-				case <-tick.C:
-				}
-				if via, err := netlab.Gateways(routerNS, netip.PrefixFrom(ip, 32)); err == nil {
-					least = min(least, len(via))
-				}
-			}
-		}()
-		do(e, owner)
-		close(stop)
-		least := <-fewest
-		e.t.Logf("%s: the router kept at least %d of %d next hops to %s", op.name, least, len(e.c.Nodes), ip)
-		if least < len(e.c.Nodes)-1 {
-			e.t.Errorf("%s left the router with %d of %d next hops to %s", op.name, least, len(e.c.Nodes), ip)
-		}
-	}
-	return op
 }

@@ -43,8 +43,9 @@ func TestMain(m *testing.M) {
 func TestHomeLabOnRealNodes(t *testing.T) {
 	homeLab(t, installWithKubectl, func(e *labEnv) {
 		debugsLikeAUser(e)
-		failed, gap := measure(e, operationNamed(e, "leader-deleted"), gitea)
-		t.Logf("the controller leader's pod deleted: %d failed requests, longest gap %s", failed, gap)
+		r := measure(e, operationNamed(e, "leader-deleted"), gitea, 8)
+		t.Logf("the controller leader's pod deleted: %d failed requests, longest gap %s; 8 keep-alive connections: %d failed requests, %d reset; moves %v",
+			r.failed, r.gap, r.kaFailed, r.kaResets, r.moves)
 	})
 }
 
@@ -99,6 +100,8 @@ type labEnv struct {
 	c     *cluster.Cluster
 	root  string
 	built cluster.Built
+
+	observerHost netlab.Host // the LAN machine asking who answers (observer), once added
 }
 
 func (e *labEnv) kubectl(args ...string) string {

@@ -25,9 +25,10 @@ var giteaIP = netip.MustParseAddr("10.0.0.200")
 // A target is the Service a client is measured at: app's Deployment of the echo image (whose
 // answers begin with app) at ip. Over L2 one node answers for ip, and the operations aim at it.
 type target struct {
-	app string
-	ip  netip.Addr
-	l2  bool
+	app      string
+	ip       netip.Addr
+	l2       bool
+	routerNS string // over BGP: the router's namespace, whose next hops to ip are followed
 }
 
 var gitea = target{app: "gitea", ip: giteaIP, l2: true}
@@ -50,13 +51,24 @@ var operations = []operation{
 	{"upgrade-controller", "rolling upgrade of the controller Deployment", upgrade("deployment/portico-controller", "controller"), nil},
 }
 
-// measure runs op once while the client GETs tg's address every 10 ms (startProbe), from
-// before the operation until the cluster has settled again (settled) and 100 more answers
-// came back, and returns the failed requests and the longest time between two answers. No
-// Service's EXTERNAL-IP may change across any operation: a test failure, not a number.
+// runFigures are one run of an operation as measure saw it.
+type runFigures struct {
+	clientFigures
+	moves          map[netip.Addr]int // L2: how often each home-lab address moved to another node
+	nextHopChanges int                // BGP: how often the router's next hops to the address changed
+	load           string             // the load average (1, 5, 15 min) at the end of the run
+}
+
+// measure runs op once while the client GETs tg's address every 10 ms on a new connection and
+// on keepAlive long-lived connections (startProbe), from before the operation until the
+// cluster has settled again (settled) and 100 more answers came back. Over L2 a machine on the
+// LAN asks who answers for each home-lab address meanwhile and counts their moves
+// (watchOwners); over BGP the router's next hops are read every 10 ms, and a moment with
+// fewer than all nodes but one fails the run. No Service's EXTERNAL-IP may change across any
+// operation: a test failure, not a number.
 // Over L2 the app's pod is kept off the owner first, so what is measured is the address's
 // hand-over, not the app's own restart elsewhere (which a single replica on the node would add).
-func measure(e *labEnv, op operation, tg target) (int, time.Duration) {
+func measure(e *labEnv, op operation, tg target, keepAlive int) runFigures {
 	var owner *cluster.Node
 	if tg.l2 {
 		owner = ownerOf(e, tg.ip)
@@ -81,13 +93,23 @@ func measure(e *labEnv, op operation, tg target) (int, time.Duration) {
 	settled(e)
 	before := ingresses(e)
 	// A pod the patch replaced may still be leaving, and the echo server does not wait for
-	// kube-proxy to forget it: the probe counts from 50 answers in a row on.
-	p := startProbe(e, "http://"+tg.ip.String()+"/", tg.app)
+	// kube-proxy to forget it: the probe counts from 50 answers in a row on, and every
+	// keep-alive connection answering.
+	p := startProbe(e, "http://"+tg.ip.String()+"/", tg.app, keepAlive)
 	waitFor(e.t, "50 answers in a row before "+op.name, 2*time.Minute, func() (bool, string) {
-		n := p.answersInARow()
-		return n >= 50, fmt.Sprintf("%d", n)
+		n, ka := p.answersInARow(), p.keepAliveAnswering()
+		return n >= 50 && ka == keepAlive, fmt.Sprintf("%d in a row, %d of %d keep-alive connections answering", n, ka, keepAlive)
 	})
+	var owners *ownerWatch
+	if tg.l2 {
+		owners = watchOwners(e, homeLabAddresses)
+		owners.settle(e)
+	}
 	p.reset()
+	var hops *nextHopWatch
+	if tg.routerNS != "" {
+		hops = watchNextHops(e, tg.routerNS, tg.ip)
+	}
 	e.t.Logf("%s begins at %s", op.name, time.Now().Format("15:04:05.000"))
 	op.do(e, owner)
 	if op.undo != nil {
@@ -100,14 +122,37 @@ func measure(e *labEnv, op operation, tg target) (int, time.Duration) {
 		n := p.answersSinceMark()
 		return n >= 100, fmt.Sprintf("%d", n)
 	})
-	failed, gap := p.stop()
+	r := runFigures{clientFigures: p.stop(), load: loadAverage()}
 	if len(p.failures) > 0 {
 		e.t.Logf("%s: failed requests: %s", op.name, strings.Join(p.failures, "; "))
+	}
+	if owners != nil {
+		var seen string
+		r.moves, seen = owners.stop()
+		e.t.Logf("%s: owners: %s", op.name, seen)
+	}
+	if hops != nil {
+		var fewest int
+		r.nextHopChanges, fewest = hops.stop()
+		e.t.Logf("%s: the router's next hops to %s changed %d times, at least %d of %d kept", op.name, tg.ip, r.nextHopChanges, fewest, len(e.c.Nodes))
+		if fewest < len(e.c.Nodes)-1 {
+			e.t.Errorf("%s left the router with %d of %d next hops to %s", op.name, fewest, len(e.c.Nodes), tg.ip)
+		}
 	}
 	if after := ingresses(e); !maps.Equal(before, after) {
 		e.t.Errorf("%s changed EXTERNAL-IPs: before %v, after %v", op.name, before, after)
 	}
-	return failed, gap
+	return r
+}
+
+// loadAverage is the machine's load average as /proc/loadavg gives it (1, 5 and 15 minutes).
+func loadAverage() string {
+	b, _ := os.ReadFile("/proc/loadavg")
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
 }
 
 // ownerOf is the node answering ARP for ip, once the client's own entry names it too.
