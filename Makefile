@@ -240,10 +240,15 @@ bench-dataplane: controlplane
 ## installed from its manifests (root), the client's view of the operations users do (delete the
 ## owning speaker's pod, stop the owner's kubelet and containerd, cut its link, drain it, delete the
 ## controller leader's pod, rolling upgrades over L2, and the upgrades and the drain again over BGP): failed requests and the longest gap,
-## a GET every 10 ms; no EXTERNAL-IP may change. The table goes to bin/bench-cluster.md (BENCHMARKS.md).
+## a GET every 10 ms on a new connection; failed requests and reset connections of 50 keep-alive connections
+## (BENCH_CLUSTER_CONNS) each sending a GET every 10 ms; how often each address moved (L2: who answers
+## ARP; BGP: the router's next hops); no EXTERNAL-IP may change. BENCH_CLUSTER_OPS picks operations
+## by key. The table goes to bin/bench-cluster.md (BENCHMARKS.md).
 BENCH_CLUSTER_RUNS ?= 3
+BENCH_CLUSTER_CONNS ?= $(or $(PORTICO_BENCH_CLUSTER_CONNS),50)
+BENCH_CLUSTER_OPS ?= $(PORTICO_BENCH_CLUSTER_OPS)
 bench-cluster: controlplane
-	PORTICO_BENCH_CLUSTER_RUNS=$(BENCH_CLUSTER_RUNS) PORTICO_BENCH_CLUSTER_OUT=$(CURDIR)/bin/bench-cluster.md go test -count=1 -run '^$$' -bench '^BenchmarkOperations$$' -benchtime 1x -v -timeout 90m ./internal/cluster/
+	PORTICO_BENCH_CLUSTER_RUNS=$(BENCH_CLUSTER_RUNS) PORTICO_BENCH_CLUSTER_CONNS=$(BENCH_CLUSTER_CONNS) PORTICO_BENCH_CLUSTER_OPS=$(BENCH_CLUSTER_OPS) PORTICO_BENCH_CLUSTER_OUT=$(CURDIR)/bin/bench-cluster.md go test -count=1 -run '^$$' -bench '^BenchmarkOperations$$' -benchtime 1x -v -timeout 90m ./internal/cluster/
 	@cat bin/bench-cluster.md
 
 ## demo: a local control plane with Portico's CRDs and the home-lab pool; as root also speakers,

@@ -40,11 +40,12 @@ func BenchmarkOperations(b *testing.B) {
 			return n >= 300, fmt.Sprintf("%d", n)
 		})
 		idle := p.stop()
-		b.Logf("no operation: %d failed requests, longest gap %s; keep-alive: %d failed, %d reset", idle.failed, idle.gap, idle.kaFailed, idle.kaResets)
+		b.Logf("no operation: %d failed requests, longest gap %s; keep-alive: %d failed, %d reset; %s", idle.failed, idle.gap, idle.kaFailed, idle.kaResets,
+			strings.Join(p.failures, "; "))
 		var table strings.Builder
 		fmt.Fprintf(&table, "%d keep-alive connections; moves: L2, of gitea's address and the mean over the four home-lab addresses; BGP, changes of the router's next hops.\n\n", conns)
 		fmt.Fprintf(&table, "| operation | moves (each run) | moves per Service, mean of 4 (each run) | new connections: failed requests (each run) | longest gap without an answer (each run) | keep-alive: failed requests (each run) | keep-alive: reset connections (each run) | load average, 1 min (each run) | medians: moves, failed, gap, keep-alive failed, resets |\n|---|---|---|---|---|---|---|---|---|\n")
-		fmt.Fprintf(&table, "| none (300 answers) | | | %d | %d ms | %d | %d | %s | |\n", idle.failed, idle.gap.Milliseconds(), idle.kaFailed, idle.kaResets, loadAverage())
+		fmt.Fprintf(&table, "| none (300 answers) | | | %d | %d ms | %d | %d | %s | |\n", idle.failed, idle.gap.Milliseconds(), idle.kaFailed, idle.kaResets, strings.Fields(loadAverage())[0])
 		each := func(op operation, tg target, mode string) {
 			var moves, perService, failed, gaps, kaFailed, resets []float64
 			var loads []string

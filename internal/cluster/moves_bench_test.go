@@ -31,12 +31,14 @@ var homeLabAddresses = []netip.Addr{
 type ownerTrack struct {
 	owner, candidate string
 	streak           int
+	since, movedAt   time.Time // when the candidate first answered alone; when the last move began
 	moves            int
 	both, silent     int // rounds in which two MACs answered, or none
 }
 
-// see takes one round's answers (the distinct MACs) and reports whether the owner changed.
-func (t *ownerTrack) see(macs []string) bool {
+// see takes the answers (the distinct MACs) of the round asked at now and reports whether the
+// owner changed.
+func (t *ownerTrack) see(macs []string, now time.Time) bool {
 	switch len(macs) {
 	case 0:
 		t.silent++
@@ -52,7 +54,7 @@ func (t *ownerTrack) see(macs []string) bool {
 		return false
 	}
 	if m != t.candidate {
-		t.candidate, t.streak = m, 0
+		t.candidate, t.streak, t.since = m, 0, now
 	}
 	t.streak++
 	if t.streak < 2 {
@@ -61,7 +63,7 @@ func (t *ownerTrack) see(macs []string) bool {
 	if t.owner != "" {
 		t.moves++
 	}
-	t.owner, t.candidate, t.streak = m, "", 0
+	t.owner, t.candidate, t.streak, t.movedAt = m, "", 0, t.since
 	return true
 }
 
@@ -138,7 +140,8 @@ func (w *ownerWatch) round(addrs []netip.Addr) {
 		_, _ = w.conn.WriteTo(fb, &packet.Addr{HardwareAddr: ethernet.Broadcast})
 	}
 	answers := map[netip.Addr][]string{}
-	deadline := time.Now().Add(20 * time.Millisecond)
+	asked := time.Now()
+	deadline := asked.Add(20 * time.Millisecond)
 	_ = w.conn.SetReadDeadline(deadline)
 	buf := make([]byte, 1514)
 	for time.Now().Before(deadline) {
@@ -159,14 +162,13 @@ func (w *ownerWatch) round(addrs []netip.Addr) {
 			}
 		}
 	}
-	now := time.Now()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for _, a := range addrs {
 		t := w.tracks[a]
 		from := t.owner
-		if t.see(answers[a]) && from != "" {
-			w.events = append(w.events, fmt.Sprintf("%s %s → %s at %s", a, w.names[from], w.names[t.owner], now.Format("15:04:05.000")))
+		if t.see(answers[a], asked) && from != "" {
+			w.events = append(w.events, fmt.Sprintf("%s %s → %s at %s", a, w.names[from], w.names[t.owner], t.movedAt.Format("15:04:05.000")))
 		}
 	}
 }

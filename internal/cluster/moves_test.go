@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestOwnerTrack: a MAC becomes the owner once it alone answered two rounds in a row; the
@@ -27,7 +28,7 @@ func TestOwnerTrack(t *testing.T) {
 			if r != "" {
 				macs = strings.Split(r, ",")
 			}
-			tr.see(macs)
+			tr.see(macs, time.Time{})
 		}
 		if got := fmt.Sprintf("%d %s", tr.moves, tr.owner); got != fmt.Sprintf("%d %s", c.moves, c.owner) {
 			t.Errorf("%s: moves and owner %s, want %d %s", c.rounds, got, c.moves, c.owner)
