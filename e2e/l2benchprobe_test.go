@@ -4,17 +4,11 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"net"
 	"net/netip"
 	"os/exec"
 	"slices"
 	"strings"
-	"sync"
 	"time"
-
-	"github.com/mdlayher/arp"
-	"github.com/mdlayher/ethernet"
-	"github.com/mdlayher/packet"
 
 	"github.com/portico-lb/portico/internal/netlab"
 )
@@ -40,62 +34,30 @@ func (e *l2Env) partitionHeal(ip netip.Addr) time.Duration {
 	return last
 }
 
-type arpProber struct {
-	c   *packet.Conn
-	mac net.HardwareAddr
-	src netip.Addr
-	mu  sync.Mutex
-}
+// arpProber asks from the client namespace without touching the client's neighbour table.
+type arpProber struct{ *netlab.ARPAsker }
 
-// arpProber opens a raw ARP socket in the client namespace; it asks without touching the
-// client's neighbour table.
 func (e *l2Env) arpProber() *arpProber {
-	p := &arpProber{mac: e.Client.MAC, src: e.Client.IPv4.Addr()}
-	must(e.t, netlab.In(e.Client.NS, func() error {
-		ifi, err := net.InterfaceByName("eth0")
-		if err != nil {
-			return err
-		}
-		p.c, err = packet.Listen(ifi, packet.Raw, int(ethernet.EtherTypeARP), nil)
-		return err
-	}))
-	return p
+	a, err := netlab.NewARPAsker(e.Client)
+	must(e.t, err)
+	return &arpProber{a}
 }
 
-func (p *arpProber) close() { _ = p.c.Close() }
+func (p *arpProber) close() { _ = p.Close() }
 
 // ask broadcasts one request for ip and returns the MACs that answer within wait.
 func (p *arpProber) ask(ip netip.Addr, wait time.Duration) []string { return p.askUntil(ip, wait, 0) }
 
 // askUntil is ask that returns as soon as enough MACs answered (0: wait for all).
 func (p *arpProber) askUntil(ip netip.Addr, wait time.Duration, enough int) []string {
-	req, _ := arp.NewPacket(arp.OperationRequest, p.mac, p.src, ethernet.Broadcast, ip)
-	pb, _ := req.MarshalBinary()
-	fb, _ := (&ethernet.Frame{Destination: ethernet.Broadcast, Source: p.mac, EtherType: ethernet.EtherTypeARP, Payload: pb}).MarshalBinary()
-	_, _ = p.c.WriteTo(fb, &packet.Addr{HardwareAddr: ethernet.Broadcast})
-	deadline := time.Now().Add(wait)
-	_ = p.c.SetReadDeadline(deadline)
+	p.Ask(ip)
 	var macs []string
-	buf := make([]byte, 1514)
-	for time.Now().Before(deadline) {
-		n, _, err := p.c.ReadFrom(buf)
-		if err != nil {
-			break
+	p.Answers(time.Now().Add(wait), func(from netip.Addr, mac string, gratuitous bool) bool {
+		if !gratuitous && from == ip && !slices.Contains(macs, mac) {
+			macs = append(macs, mac)
 		}
-		var f ethernet.Frame
-		var a arp.Packet
-		if f.UnmarshalBinary(buf[:n]) != nil || a.UnmarshalBinary(f.Payload) != nil {
-			continue
-		}
-		// Only answers to this prober's own requests (another sender in the namespace, an ARP
-		// flood say, gets answers addressed to it).
-		if a.Operation == arp.OperationReply && a.SenderIP == ip && a.TargetIP == p.src && !slices.Contains(macs, a.SenderHardwareAddr.String()) {
-			macs = append(macs, a.SenderHardwareAddr.String())
-			if len(macs) == enough {
-				break
-			}
-		}
-	}
+		return enough == 0 || len(macs) < enough
+	})
 	return macs
 }
 

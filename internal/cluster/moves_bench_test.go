@@ -3,16 +3,11 @@ package cluster_test
 import (
 	"fmt"
 	"maps"
-	"net"
 	"net/netip"
 	"slices"
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/mdlayher/arp"
-	"github.com/mdlayher/ethernet"
-	"github.com/mdlayher/packet"
 
 	"github.com/portico-lb/portico/internal/netlab"
 )
@@ -71,8 +66,7 @@ func (t *ownerTrack) see(macs []string, now time.Time) bool {
 // table is never touched), who answers ARP for each address, and counts each address's moves
 // from one node to another (ownerTrack). Gratuitous ARPs seen during a round count as answers.
 type ownerWatch struct {
-	host  netlab.Host
-	conn  *packet.Conn
+	asker *netlab.ARPAsker
 	names map[string]string // MAC → node name, for the log
 	done  chan struct{}
 	wg    sync.WaitGroup
@@ -95,27 +89,21 @@ func (e *labEnv) observer() netlab.Host {
 }
 
 func watchOwners(e *labEnv, addrs []netip.Addr) *ownerWatch {
-	w := &ownerWatch{host: e.observer(), names: map[string]string{}, done: make(chan struct{}), tracks: map[netip.Addr]*ownerTrack{}}
+	w := &ownerWatch{names: map[string]string{}, done: make(chan struct{}), tracks: map[netip.Addr]*ownerTrack{}}
 	for _, n := range e.c.Nodes {
 		w.names[n.MAC.String()] = n.Name
 	}
 	for _, a := range addrs {
 		w.tracks[a] = &ownerTrack{}
 	}
-	if err := netlab.In(w.host.NS, func() error {
-		ifi, err := net.InterfaceByName("eth0")
-		if err != nil {
-			return err
-		}
-		w.conn, err = packet.Listen(ifi, packet.Raw, int(ethernet.EtherTypeARP), nil)
-		return err
-	}); err != nil {
+	var err error
+	if w.asker, err = netlab.NewARPAsker(e.observer()); err != nil {
 		e.t.Fatal(err)
 	}
 	w.wg.Add(1)
 	go func() {
 		defer w.wg.Done()
-		defer w.conn.Close()
+		defer w.asker.Close()
 		tick := time.NewTicker(25 * time.Millisecond)
 		defer tick.Stop()
 		for {
@@ -132,36 +120,15 @@ func watchOwners(e *labEnv, addrs []netip.Addr) *ownerWatch {
 
 // round asks for every address and reads the answers for 20 ms.
 func (w *ownerWatch) round(addrs []netip.Addr) {
-	src := w.host.IPv4.Addr()
-	for _, a := range addrs {
-		req, _ := arp.NewPacket(arp.OperationRequest, w.host.MAC, src, ethernet.Broadcast, a)
-		pb, _ := req.MarshalBinary()
-		fb, _ := (&ethernet.Frame{Destination: ethernet.Broadcast, Source: w.host.MAC, EtherType: ethernet.EtherTypeARP, Payload: pb}).MarshalBinary()
-		_, _ = w.conn.WriteTo(fb, &packet.Addr{HardwareAddr: ethernet.Broadcast})
-	}
-	answers := map[netip.Addr][]string{}
 	asked := time.Now()
-	deadline := asked.Add(20 * time.Millisecond)
-	_ = w.conn.SetReadDeadline(deadline)
-	buf := make([]byte, 1514)
-	for time.Now().Before(deadline) {
-		n, _, err := w.conn.ReadFrom(buf)
-		if err != nil {
-			break
+	w.asker.Ask(addrs...)
+	answers := map[netip.Addr][]string{}
+	w.asker.Answers(asked.Add(20*time.Millisecond), func(ip netip.Addr, mac string, _ bool) bool {
+		if _, watched := w.tracks[ip]; watched && !slices.Contains(answers[ip], mac) {
+			answers[ip] = append(answers[ip], mac)
 		}
-		var f ethernet.Frame
-		var p arp.Packet
-		if f.UnmarshalBinary(buf[:n]) != nil || p.UnmarshalBinary(f.Payload) != nil {
-			continue
-		}
-		answer := p.Operation == arp.OperationReply && p.TargetIP == src
-		gratuitous := p.SenderIP == p.TargetIP
-		if _, watched := w.tracks[p.SenderIP]; watched && (answer || gratuitous) {
-			if mac := p.SenderHardwareAddr.String(); !slices.Contains(answers[p.SenderIP], mac) {
-				answers[p.SenderIP] = append(answers[p.SenderIP], mac)
-			}
-		}
-	}
+		return true
+	})
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for _, a := range addrs {
