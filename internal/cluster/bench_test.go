@@ -158,14 +158,7 @@ func startProbe(e *labEnv, url, app string, keepAlive int) *probe {
 	}
 	go func() {
 		defer p.wg.Done()
-		tick := time.NewTicker(10 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-p.done:
-				return
-			case <-tick.C:
-			}
+		p.every10ms(func() bool {
 			body, err := httpGet(get, url)
 			now := time.Now()
 			p.mu.Lock()
@@ -180,9 +173,27 @@ func startProbe(e *labEnv, url, app string, keepAlive int) *probe {
 				p.inARow++
 			}
 			p.mu.Unlock()
-		}
+			return true
+		})
 	}()
 	return p
+}
+
+// every10ms calls fn every 10 ms until the probe stops or fn returns false; a call that takes
+// longer skips the ticks it overran.
+func (p *probe) every10ms(fn func() bool) {
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-p.done:
+			return
+		case <-tick.C:
+		}
+		if !fn() {
+			return
+		}
+	}
 }
 
 func answeredBy(body, app string) bool { return strings.HasPrefix(body, app+"-") }

@@ -75,14 +75,7 @@ func (p *probe) keepAlive(ns, addr, app string, i int) {
 			closeConn()
 		}
 	}()
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		select {
-		case <-p.done:
-			return
-		case <-tick.C:
-		}
+	p.every10ms(func() bool {
 		if conn == nil {
 			err := netlab.In(ns, func() (err error) {
 				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -92,21 +85,21 @@ func (p *probe) keepAlive(ns, addr, app string, i int) {
 			})
 			if err != nil {
 				p.keepAliveFailed(err)
-				continue
+				return true
 			}
 			r = bufio.NewReader(conn)
 			p.mu.Lock()
 			p.conns[i] = conn
 			p.mu.Unlock()
 			if p.stopping() {
-				return // stop may have set the deadlines before this connection was listed
+				return false // stop may have set the deadlines before this connection was listed
 			}
 		}
 		start := time.Now()
 		_ = conn.SetDeadline(start.Add(stallAfter))
 		body, err := roundTrip(conn, r, req)
 		if p.stopping() {
-			return // the error, if any, is stop's own deadline
+			return false // the error, if any, is stop's own deadline
 		}
 		switch {
 		case err != nil:
@@ -119,7 +112,8 @@ func (p *probe) keepAlive(ns, addr, app string, i int) {
 			p.kaUp[i] = true
 			p.mu.Unlock()
 		}
-	}
+		return true
+	})
 }
 
 // roundTrip sends one request on conn and reads its answer from r.
