@@ -71,9 +71,10 @@ type ownerWatch struct {
 	done  chan struct{}
 	wg    sync.WaitGroup
 
-	mu     sync.Mutex
-	tracks map[netip.Addr]*ownerTrack
-	events []string
+	mu      sync.Mutex
+	tracks  map[netip.Addr]*ownerTrack
+	events  []string
+	unquiet time.Time // the last round in which an address moved, was about to, or had two answering
 }
 
 // observer is the LAN machine ownerWatch asks from, added to the cluster on first use.
@@ -134,7 +135,11 @@ func (w *ownerWatch) round(addrs []netip.Addr) {
 	for _, a := range addrs {
 		t := w.tracks[a]
 		from := t.owner
-		if t.see(answers[a], asked) && from != "" {
+		moved := t.see(answers[a], asked)
+		if moved || t.candidate != "" || len(answers[a]) > 1 {
+			w.unquiet = asked
+		}
+		if moved && from != "" {
 			w.events = append(w.events, fmt.Sprintf("%s %s → %s at %s", a, w.names[from], w.names[t.owner], t.movedAt.Format("15:04:05.000")))
 		}
 	}
@@ -161,6 +166,13 @@ func (w *ownerWatch) settle(e *labEnv) {
 	w.events = nil
 }
 
+// quietSince is when the owners last moved, were about to, or two answered at once.
+func (w *ownerWatch) quietSince() time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.unquiet
+}
+
 // stop ends the watch and returns each address's moves, with what was seen for the log.
 func (w *ownerWatch) stop() (map[netip.Addr]int, string) {
 	close(w.done)
@@ -183,6 +195,9 @@ func (w *ownerWatch) stop() (map[netip.Addr]int, string) {
 type nextHopWatch struct {
 	done   chan struct{}
 	result chan [2]int
+
+	mu      sync.Mutex
+	changed time.Time // the last change
 }
 
 func watchNextHops(e *labEnv, routerNS string, ip netip.Addr) *nextHopWatch {
@@ -206,12 +221,22 @@ func watchNextHops(e *labEnv, routerNS string, ip netip.Addr) *nextHopWatch {
 			if now := fmt.Sprint(via); now != last {
 				if last != "" {
 					changes++
+					w.mu.Lock()
+					w.changed = time.Now()
+					w.mu.Unlock()
 				}
 				last = now
 			}
 		}
 	}()
 	return w
+}
+
+// quietSince is when the next hops last changed.
+func (w *nextHopWatch) quietSince() time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.changed
 }
 
 // stop returns how many times the next hops changed and the fewest seen.

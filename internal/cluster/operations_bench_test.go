@@ -61,7 +61,8 @@ type runFigures struct {
 
 // measure runs op once while the client GETs tg's address every 10 ms on a new connection and
 // on keepAlive long-lived connections (startProbe), from before the operation until the
-// cluster has settled again (settled) and 100 more answers came back. Over L2 a machine on the
+// cluster has settled again (settled), 100 more answers came back and no address moved for
+// quietFor. Over L2 a machine on the
 // LAN asks who answers for each home-lab address meanwhile and counts their moves
 // (watchOwners); over BGP the router's next hops are read every 10 ms, and a moment with
 // fewer than all nodes but one fails the run. No Service's EXTERNAL-IP may change across any
@@ -122,6 +123,21 @@ func measure(e *labEnv, op operation, tg target, keepAlive int) runFigures {
 		n := p.answersSinceMark()
 		return n >= 100, fmt.Sprintf("%d", n)
 	})
+	// An address may move back some seconds after the cluster settled (a node whose link came
+	// back rejoins the others first): the run, and the client, go on until nothing moved for
+	// quietFor.
+	var watch interface{ quietSince() time.Time }
+	if owners != nil {
+		watch = owners
+	} else if hops != nil {
+		watch = hops
+	}
+	if watch != nil {
+		waitFor(e.t, fmt.Sprintf("%s without a move after %s", quietFor, op.name), 2*time.Minute, func() (bool, string) {
+			since := time.Since(watch.quietSince())
+			return since >= quietFor, fmt.Sprintf("last move %s ago", since.Round(time.Millisecond))
+		})
+	}
 	r := runFigures{clientFigures: p.stop(), load: loadAverage()}
 	if len(p.failures) > 0 {
 		e.t.Logf("%s: failed requests: %s", op.name, strings.Join(p.failures, "; "))
@@ -144,6 +160,11 @@ func measure(e *labEnv, op operation, tg target, keepAlive int) runFigures {
 	}
 	return r
 }
+
+// quietFor is how long no address may have moved before a run ends: the longest move back
+// seen after the cluster had settled (a link cut's, 2.5 s after the link came back) with room
+// to spare.
+const quietFor = 5 * time.Second
 
 // loadAverage is the machine's load average as /proc/loadavg gives it (1, 5 and 15 minutes).
 func loadAverage() string {
