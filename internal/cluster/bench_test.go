@@ -44,10 +44,11 @@ func BenchmarkOperations(b *testing.B) {
 			strings.Join(p.failures, "; "))
 		var table strings.Builder
 		fmt.Fprintf(&table, "%d keep-alive connections; moves: L2, of gitea's address and the mean over the four home-lab addresses; BGP, changes of the router's next hops.\n\n", conns)
-		fmt.Fprintf(&table, "| operation | moves (each run) | moves per Service, mean of 4 (each run) | new connections: failed requests (each run) | longest gap without an answer (each run) | keep-alive: failed requests (each run) | keep-alive: reset connections (each run) | load average, 1 min (each run) | medians: moves, failed, gap, keep-alive failed, resets |\n|---|---|---|---|---|---|---|---|---|\n")
-		fmt.Fprintf(&table, "| none (300 answers) | | | %d | %d ms | %d | %d | %s | |\n", idle.failed, idle.gap.Milliseconds(), idle.kaFailed, idle.kaResets, strings.Fields(loadAverage())[0])
+		fmt.Fprintf(&table, "| operation | moves (each run) | moves per Service, mean of 4 (each run) | new connections: failed requests (each run) | longest gap without an answer (each run) | keep-alive: failed requests (each run) | keep-alive: reset connections (each run) | keep-alive: connections stalled 10 s or lost otherwise (each run) | load average, 1 min (each run) | medians: moves, failed, gap, keep-alive failed, resets |\n|---|---|---|---|---|---|---|---|---|---|\n")
+		fmt.Fprintf(&table, "| none (300 answers) | | | %d | %d ms | %d | %d | %d | %s | |\n", idle.failed, idle.gap.Milliseconds(), idle.kaFailed, idle.kaResets,
+			idle.kaStalled+idle.kaOther, strings.Fields(loadAverage())[0])
 		each := func(op operation, tg target, mode string) {
-			var moves, perService, failed, gaps, kaFailed, resets []float64
+			var moves, perService, failed, gaps, kaFailed, resets, lost []float64
 			var loads []string
 			for run := range runs {
 				r := measure(e, op, tg, conns)
@@ -63,14 +64,15 @@ func BenchmarkOperations(b *testing.B) {
 				moves, perService = append(moves, m), append(perService, mean)
 				failed, gaps = append(failed, float64(r.failed)), append(gaps, float64(r.gap.Milliseconds()))
 				kaFailed, resets = append(kaFailed, float64(r.kaFailed)), append(resets, float64(r.kaResets))
+				lost = append(lost, float64(r.kaStalled+r.kaOther))
 				loads = append(loads, strings.Fields(r.load)[0])
 			}
 			perServiceCell := "–"
 			if tg.l2 {
 				perServiceCell = joinedPrec(perService, 2)
 			}
-			fmt.Fprintf(&table, "| %s (%s) | %s | %s | %s | %s ms | %s | %s | %s | %.0f, %.0f, %.0f ms, %.0f, %.0f |\n", op.name, mode, joined(moves), perServiceCell,
-				joined(failed), joined(gaps), joined(kaFailed), joined(resets), strings.Join(loads, ", "),
+			fmt.Fprintf(&table, "| %s (%s) | %s | %s | %s | %s ms | %s | %s | %s | %s | %.0f, %.0f, %.0f ms, %.0f, %.0f |\n", op.name, mode, joined(moves), perServiceCell,
+				joined(failed), joined(gaps), joined(kaFailed), joined(resets), joined(lost), strings.Join(loads, ", "),
 				median(moves), median(failed), median(gaps), median(kaFailed), median(resets))
 			b.ReportMetric(median(failed), mode+"-"+op.key+"-failed")
 			b.ReportMetric(median(gaps), mode+"-"+op.key+"-gap-ms")
