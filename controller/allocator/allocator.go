@@ -52,7 +52,7 @@ func (a *Allocator) Assignment(service string) (Assignment, bool) {
 	if !ok {
 		return Assignment{}, false
 	}
-	return Assignment{IPs: slices.Clone(asg.ips), Pool: asg.pool}, true
+	return Assignment{IPs: slices.Clone(asg.ips), Pool: asg.pool, SharingKey: asg.req.SharingKey}, true
 }
 
 // Held returns the request a Service's addresses were given or restored for.
@@ -84,7 +84,13 @@ func (a *Allocator) Allocate(req Request) (Assignment, error) {
 	ips, pool, err := a.choose(&req)
 	if err != nil {
 		if cur, ok := a.services[req.Service]; ok {
-			err.Message += fmt.Sprintf("; keeping %s until the request can be met", commaAddrs(cur.ips))
+			if why := a.follow(cur, req); why != nil {
+				// Keeping it would put two sharing keys, or one port twice, on one address.
+				a.Release(req.Service)
+				err.Message += fmt.Sprintf("; released %s: %s", commaAddrs(cur.ips), why.Message)
+			} else {
+				err.Message += fmt.Sprintf("; keeping %s until the request can be met", commaAddrs(cur.ips))
+			}
 		}
 		return Assignment{}, err
 	}
@@ -195,15 +201,48 @@ func (a *Allocator) unindexKey(key string, ip netip.Addr) {
 
 // canKeep reports whether what a Service holds still meets its request, sharing included.
 func (a *Allocator) canKeep(cur *assignment, req *Request) bool {
-	if !matchesRequest(cur, req) {
-		return false
+	return matchesRequest(cur, req) && a.sharingBroken(cur, req) == nil
+}
+
+// Follow keeps what req's Service holds, without moving it, for req as the Service asks now:
+// its sharing key, ports and traffic policy then decide who may share the addresses. It
+// returns why they can no longer be shared under req (nothing changed then), or nil.
+func (a *Allocator) Follow(req Request) error {
+	cur, ok := a.services[req.Service]
+	if !ok {
+		return nil
 	}
+	if err := a.follow(cur, req); err != nil {
+		return err
+	}
+	return nil
+}
+
+func (a *Allocator) follow(cur *assignment, req Request) *Error {
+	if err := a.sharingBroken(cur, &req); err != nil {
+		return err
+	}
+	a.rekey(cur, req)
+	return nil
+}
+
+// sharingBroken says why req may no longer share an address its Service holds with the other
+// Services holding it (its sharing key, ports or traffic policy changed), or nil.
+func (a *Allocator) sharingBroken(cur *assignment, req *Request) *Error {
 	for _, ip := range cur.ips {
-		if h := a.ips[ip]; len(h.users) > 1 && (h.key != req.SharingKey || a.usable(ip, req) != nil) {
-			return false
+		h := a.ips[ip]
+		if len(h.users) < 2 {
+			continue
+		}
+		if err := a.usable(ip, req); err != nil {
+			return err
+		}
+		if h.key != req.SharingKey {
+			// usable lets a key change pass when every other user left: not the case here.
+			return fail(RequestedIPInUse, "%s is shared under sharing key %s", ip, h.key)
 		}
 	}
-	return true
+	return nil
 }
 
 // matchesRequest: the addresses are the requested ones, from the requested pool, of the

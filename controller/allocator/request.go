@@ -100,6 +100,8 @@ type Assignment struct {
 	IPs []netip.Addr
 	// Pool the addresses belong to; "" when they are in no pool any more (orphaned).
 	Pool string
+	// SharingKey the addresses are held under ("": not shared).
+	SharingKey string
 }
 
 // Orphaned reports whether the addresses are outside every pool.
