@@ -2,6 +2,7 @@ package allocator
 
 import (
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -134,6 +135,7 @@ func (a *Allocator) Release(service string) []netip.Addr {
 		h := a.ips[ip]
 		delete(h.users, service)
 		if len(h.users) > 0 {
+			a.rekeyToStale(ip, h)
 			continue
 		}
 		delete(a.ips, ip)
@@ -146,6 +148,26 @@ func (a *Allocator) Release(service string) []netip.Addr {
 		freed = append(freed, ip)
 	}
 	return freed
+}
+
+// rekeyToStale gives an address held by stale holds alone the key of one of them: it sat beside
+// Services of another key, which have left, so only the stale hold's key may join it now.
+func (a *Allocator) rekeyToStale(ip netip.Addr, h *holding) {
+	key := ""
+	for _, name := range slices.Sorted(maps.Keys(h.users)) {
+		u := h.users[name]
+		if !u.req.Stale {
+			return
+		}
+		if key == "" {
+			key = u.req.SharingKey
+		}
+	}
+	if h.key != key {
+		a.unindexKey(h.key, ip)
+		h.key = key
+		a.indexKey(h.key, ip)
+	}
 }
 
 func (a *Allocator) assign(asg *assignment) {
@@ -204,6 +226,16 @@ func (a *Allocator) canKeep(cur *assignment, req *Request) bool {
 	return matchesRequest(cur, req) && a.sharingBroken(cur, req) == nil
 }
 
+// sharedWithOthers: a Service other than service holds h (stale holds do not count).
+func (a *Allocator) sharedWithOthers(h *holding, service string) bool {
+	for name, u := range h.users {
+		if name != service && !u.req.Stale {
+			return true
+		}
+	}
+	return false
+}
+
 // Follow keeps what req's Service holds, without moving it, for req as the Service asks now:
 // its sharing key, ports and traffic policy then decide who may share the addresses. It
 // returns why they can no longer be shared under req (nothing changed then), or nil.
@@ -231,7 +263,7 @@ func (a *Allocator) follow(cur *assignment, req Request) *Error {
 func (a *Allocator) sharingBroken(cur *assignment, req *Request) *Error {
 	for _, ip := range cur.ips {
 		h := a.ips[ip]
-		if len(h.users) < 2 {
+		if !a.sharedWithOthers(h, req.Service) {
 			continue
 		}
 		if err := a.usable(ip, req); err != nil {

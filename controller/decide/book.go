@@ -179,19 +179,24 @@ func (b *Book) Rebuild(stored []Stored, fence bool) []Refused {
 		}
 		return true
 	}
-	var fit, stale []Stored
+	// A changed key goes last: a Service moving to another pool may keep sharing until it
+	// moves; one under another key may not share at all.
+	var fit, moving, rekeyed []Stored
 	for _, s := range stored {
-		if b.alloc.Satisfies(s.Request, s.IPs) && keyKept(s) {
+		switch {
+		case !keyKept(s):
+			rekeyed = append(rekeyed, s)
+		case b.alloc.Satisfies(s.Request, s.IPs):
 			fit = append(fit, s)
-		} else {
-			stale = append(stale, s)
+		default:
+			moving = append(moving, s)
 		}
 	}
 	if fence {
 		b.fence = map[string]string{}
 	}
 	var refused []Refused
-	for _, s := range append(fit, stale...) {
+	for _, s := range slices.Concat(fit, moving, rekeyed) {
 		if _, err := b.alloc.Restore(s.Request, s.IPs); err != nil {
 			refused = append(refused, Refused{s.Request.Service, err})
 			continue
