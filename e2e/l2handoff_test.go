@@ -1,0 +1,254 @@
+package e2e
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"sort"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/portico-lb/portico/internal/netlab"
+)
+
+// handoffEnv carries the hand-off lab from the outer test process to the inner one.
+const handoffEnv = "PORTICO_E2E_HANDOFF_LAB"
+
+// handoffLab is the L2 lab with a pod network behind every node and one backend pod behind
+// node-c, and on every node a stand-in for kube-proxy in nftables: the Service's address DNATed
+// to the pod and masqueraded, as kube-proxy does for externalTrafficPolicy: Cluster.
+type handoffLab struct {
+	l2Lab
+	Pod labPod
+}
+
+// handoffVIP is the address the connections go to; the pod echoes on echoPort.
+var handoffVIP = netip.MustParseAddr("198.51.100.210")
+
+const echoPort = 7000
+
+// inHandoffLab builds the lab in the root process and runs body in the control plane's
+// namespace with the control plane and a speaker on every node.
+func inHandoffLab(t *testing.T, body func(t *testing.T, e *l2Env, pod labPod)) {
+	if raw := os.Getenv(handoffEnv); raw != "" {
+		var lab handoffLab
+		if err := json.Unmarshal([]byte(raw), &lab); err != nil {
+			t.Fatal(err)
+		}
+		body(t, startEnv(t, &lab.l2Lab), lab.Pod)
+		return
+	}
+	netlab.Require(t, "arping", "setpriv", "nft")
+	parallel(t)
+	l := netlab.New(t)
+	lab := handoffLab{l2Lab: newL2Lab(t, l, 3)}
+	var hosts []netlab.Host
+	var cidrs []netip.Prefix
+	for i, n := range lab.Nodes {
+		cidr := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 244, byte(i + 1), 0}), 24)
+		l.AddPodNetwork(n.Host, cidr)
+		hosts, cidrs = append(hosts, n.Host), append(cidrs, cidr)
+	}
+	l.RoutePods(hosts, cidrs)
+	lab.Pod = labPod{Name: "echo", Node: "node-c", IP: netip.MustParseAddr("10.244.3.10")}
+	lab.Pod.NS = l.AddPod(hosts[2], cidrs[2], lab.Pod.Name, lab.Pod.IP)
+	rules := fmt.Sprintf(`table ip kubeproxy {
+	chain prerouting { type nat hook prerouting priority dstnat; ip daddr %s tcp dport %d dnat to %s:%d; }
+	chain postrouting { type nat hook postrouting priority srcnat; ct status dnat masquerade; }
+}`, handoffVIP, echoPort, lab.Pod.IP, echoPort)
+	for _, n := range lab.Nodes {
+		l.MustRun("ip", "netns", "exec", n.NS, "sh", "-c", "echo '"+rules+"' | nft -f -")
+	}
+	reexecIn(t, lab.CP.NS, handoffEnv, lab)
+}
+
+// echoServer answers every line with the same line, in namespace ns, until the test ends.
+func echoServer(t *testing.T, ns string, port int) {
+	var l net.Listener
+	must(t, netlab.In(ns, func() (err error) {
+		l, err = net.Listen("tcp4", fmt.Sprintf(":%d", port))
+		return err
+	}))
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				r := bufio.NewReader(c)
+				for {
+					line, err := r.ReadBytes('\n')
+					if err != nil {
+						return
+					}
+					if _, err := c.Write(line); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+}
+
+// streams are long-lived TCP connections from the client, each sending a line every 10 ms and
+// waiting for its echo.
+type streams struct {
+	mu      sync.Mutex
+	conns   []net.Conn
+	resets  int
+	errs    []string
+	worst   time.Duration // the longest wait for one echo
+	sent    int
+	stopped chan struct{}
+	wg      sync.WaitGroup
+}
+
+func openStreams(t *testing.T, ns string, to netip.AddrPort, n int) *streams {
+	s := &streams{stopped: make(chan struct{})}
+	must(t, netlab.In(ns, func() error {
+		for range n {
+			c, err := net.DialTimeout("tcp4", to.String(), 5*time.Second)
+			if err != nil {
+				return err
+			}
+			s.conns = append(s.conns, c)
+		}
+		return nil
+	}))
+	for i, c := range s.conns {
+		s.wg.Add(1)
+		go s.run(i, c)
+	}
+	t.Cleanup(s.stop)
+	return s
+}
+
+func (s *streams) run(i int, c net.Conn) {
+	defer s.wg.Done()
+	r := bufio.NewReader(c)
+	for seq := 0; ; seq++ {
+		select {
+		case <-s.stopped:
+			return
+		case <-time.After(10 * time.Millisecond):
+		}
+		start := time.Now()
+		_ = c.SetDeadline(start.Add(15 * time.Second))
+		msg := fmt.Sprintf("%d %d\n", i, seq)
+		_, err := c.Write([]byte(msg))
+		var line string
+		if err == nil {
+			line, err = r.ReadString('\n')
+		}
+		if err == nil && line != msg {
+			err = fmt.Errorf("echo %q for %q", line, msg)
+		}
+		s.mu.Lock()
+		if err != nil {
+			if errors.Is(err, syscall.ECONNRESET) {
+				s.resets++
+			}
+			s.errs = append(s.errs, fmt.Sprintf("connection %d: %v", i, err))
+			s.mu.Unlock()
+			return
+		}
+		s.sent++
+		s.worst = max(s.worst, time.Since(start))
+		s.mu.Unlock()
+	}
+}
+
+// window reports and clears what the streams saw since the last call.
+func (s *streams) window() (sent, resets int, errs []string, worst time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sent, resets, errs, worst = s.sent, s.resets, s.errs, s.worst
+	s.sent, s.resets, s.errs, s.worst = 0, 0, nil, 0
+	sort.Strings(errs)
+	return sent, resets, errs, worst
+}
+
+// after waits until the streams have echoed 50 times each on average since the last window, or
+// one broke, and returns the window.
+func (s *streams) after(t *testing.T, what string) (sent, resets int, errs []string, worst time.Duration) {
+	waitFor(t, what, 30*time.Second, func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.sent >= 50*(len(s.conns)-len(s.errs))
+	})
+	return s.window()
+}
+
+func (s *streams) stop() {
+	select {
+	case <-s.stopped:
+		return
+	default:
+	}
+	close(s.stopped)
+	s.wg.Wait()
+	for _, c := range s.conns {
+		c.Close()
+	}
+}
+
+// TestL2ConnectionsSurviveMove opens long-lived connections through the address's owner, moves
+// the address away (the owner's speaker stopped, its node up) and back (the speaker started
+// again, as in a rolling update), and counts the connections that broke.
+func TestL2ConnectionsSurviveMove(t *testing.T) {
+	inHandoffLab(t, func(t *testing.T, e *l2Env, pod labPod) {
+		echoServer(t, pod.NS, echoPort)
+		for _, tc := range []struct {
+			name string
+			sig  syscall.Signal
+		}{{"SIGTERM", syscall.SIGTERM}, {"SIGKILL", syscall.SIGKILL}} {
+			t.Run(tc.name, func(t *testing.T) {
+				e.t = t
+				name := "handoff-" + map[syscall.Signal]string{syscall.SIGTERM: "term", syscall.SIGKILL: "kill"}[tc.sig]
+				e.create(scenario{name: name, ip: handoffVIP})
+				owner, next := ownerAndNext(handoffVIP)
+				e.expectOwner(handoffVIP, owner)
+				s := openStreams(t, e.Client.NS, netip.AddrPortFrom(handoffVIP, echoPort), 20)
+				quiet := func(what string) { // every stream answers a few times in a row
+					waitFor(t, what, 20*time.Second, func() bool {
+						sent, _, errs, _ := s.window()
+						return sent > 0 && len(errs) == 0
+					})
+				}
+				quiet("the streams echo through " + owner)
+				s.window()
+				start := time.Now()
+				e.kill(owner, tc.sig)
+				waitFor(t, "client's entry moves to "+next, 20*time.Second, func() bool {
+					return netlab.Neighbour(e.Client.NS, handoffVIP) == e.macOf(next)
+				})
+				moved := time.Since(start)
+				sent, resets, errs, worst := s.after(t, "50 echoes per connection after the move")
+				t.Logf("%s %s -> %s: client's entry moved after %v; %d echoes, %d resets, %d broken connections, longest echo %v",
+					tc.name, owner, next, moved.Round(time.Millisecond), sent, resets, len(errs), worst.Round(time.Millisecond))
+				if len(errs) > 0 {
+					t.Fatalf("%d of 20 connections broke when the address moved from %s to %s: %v", len(errs), owner, next, errs)
+				}
+				e.startSpeaker(owner)
+				waitFor(t, "client's entry back to "+owner, 20*time.Second, func() bool {
+					return netlab.Neighbour(e.Client.NS, handoffVIP) == e.macOf(owner)
+				})
+				sent, resets, errs, worst = s.after(t, "50 echoes per connection after the move back")
+				t.Logf("back to %s: %d echoes, %d resets, %d broken connections, longest echo %v", owner, sent, resets, len(errs), worst.Round(time.Millisecond))
+				if len(errs) > 0 {
+					t.Fatalf("%d of 20 connections broke when the address moved back to %s: %v", len(errs), owner, errs)
+				}
+				s.stop()
+			})
+		}
+	})
+}
