@@ -35,14 +35,14 @@ func (pl *Planner) combineAddress(ip netip.Addr) (mineChanged, routedChanged boo
 	// A peer an earlier node sends the address to for any of its Services hears it from there.
 	routed.FirstTo = slices.DeleteFunc(first, func(p string) bool { return slices.Contains(sentEarlier, p) })
 	var claim Claim
-	mine, problem := false, ""
+	mine, problem, owner := false, "", ""
 	if len(ss) > 0 {
-		var owner string
 		owner, _, problem, _ = rules.L2Owner(ip, ss, pl.w.Subnets)
 		if mine = owner == pl.me; mine {
 			claim = claimOf(ss)
 		}
 	}
+	pl.noteOwner(ip, owner)
 	pl.setDerived(ip, problem)
 	old, had := pl.plan.Mine[ip]
 	mineChanged = had != mine || mine && !sameClaim(old, claim)
@@ -61,6 +61,8 @@ func (pl *Planner) combineAddress(ip netip.Addr) (mineChanged, routedChanged boo
 	}
 	if len(pl.byAddr[ip]) == 0 {
 		delete(pl.byAddr, ip)
+		delete(pl.owners, ip)
+		delete(pl.previous, ip)
 	}
 	return mineChanged, routedChanged
 }

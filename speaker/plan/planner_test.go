@@ -163,3 +163,30 @@ func TestUpdatePlansTheChangedServicesOnly(t *testing.T) {
 		t.Errorf("the deleted Service's address is still routed")
 	}
 }
+
+// TestPreviousOwner: the Planner remembers, across Replans, which node answered for an address
+// before its owner changed, and forgets an address no Service lists.
+func TestPreviousOwner(t *testing.T) {
+	w := plantest.World()
+	ip := netip.MustParseAddr("198.51.100.10")
+	w.Services = []corev1.Service{plantest.LBService("web", ip.String())}
+	pl := plan.NewPlanner("node-b", v1alpha1.DefaultLoadBalancerClass)
+	pl.Replan(w, plantest.AllAlive)
+	first := pl.Owner(ip)
+	if first == "" || pl.PreviousOwner(ip) != "" {
+		t.Fatalf("first plan: owner %q, previous %q; want an owner and no previous one", first, pl.PreviousOwner(ip))
+	}
+	pl.Replan(w, func(n string) bool { return n != first })
+	second := pl.Owner(ip)
+	if second == "" || second == first || pl.PreviousOwner(ip) != first {
+		t.Fatalf("%s gone: owner %q, previous %q; want another owner and %s", first, second, pl.PreviousOwner(ip), first)
+	}
+	pl.Replan(w, plantest.AllAlive)
+	if pl.Owner(ip) != first || pl.PreviousOwner(ip) != second {
+		t.Fatalf("%s back: owner %q, previous %q; want %s and %s", first, pl.Owner(ip), pl.PreviousOwner(ip), first, second)
+	}
+	pl.Update(nil, nil, []string{"ns/web"})
+	if pl.Owner(ip) != "" || pl.PreviousOwner(ip) != "" {
+		t.Fatalf("Service deleted: owner %q, previous %q; want none", pl.Owner(ip), pl.PreviousOwner(ip))
+	}
+}
