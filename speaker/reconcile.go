@@ -35,6 +35,7 @@ func (s *Speaker) reconcile(ctx context.Context) {
 	l2Touched, bgpTouched := s.answerer.touched(ch, p), s.advertiser.touched(ch, p)
 	touched := slices.Concat(l2Touched, bgpTouched)
 	s.guard(touched, p, true) // before the first answer or route
+	s.handOff(ctx, l2Touched) // before the first answer: the first packets find their way
 	mine := s.answerer.apply(p, l2Touched, s.joined.Swap(false))
 	if lostAt != 0 && s.answerer.gained(p, mine) > 0 {
 		// Set has sent the first gratuitous frames when it returns.
