@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -177,6 +178,13 @@ func (s *streams) window() (sent, resets int, errs []string, worst time.Duration
 	return sent, resets, errs, worst
 }
 
+// handedOff reads node's hand-off counters: flows and packets.
+func handedOff(t *testing.T, e *l2Env, node string) (flows, packets float64) {
+	m, err := scrapeMetrics(context.Background(), e.node(node).IPv4.Addr().String()+":7474")
+	must(t, err)
+	return sum(m, "portico_l2_handoff_flows_total", nil), sum(m, "portico_l2_handoff_packets_total", nil)
+}
+
 // after waits until the streams still open have echoed 50 times each, on average, since the
 // last window, and returns the window.
 func (s *streams) after(t *testing.T, what string) (sent, resets int, errs []string, worst time.Duration) {
@@ -226,6 +234,7 @@ func TestL2ConnectionsSurviveMove(t *testing.T) {
 				}
 				quiet("the streams echo through " + owner)
 				s.window()
+				flowsBefore, packetsBefore := handedOff(t, e, next)
 				start := time.Now()
 				e.kill(owner, tc.sig)
 				t.Cleanup(func() { // a failure below leaves the owner stopped, not the next subtest
@@ -243,6 +252,11 @@ func TestL2ConnectionsSurviveMove(t *testing.T) {
 				if len(errs) > 0 {
 					t.Fatalf("%d of 20 connections broke when the address moved from %s to %s: %v", len(errs), owner, next, errs)
 				}
+				flows, packets := handedOff(t, e, next)
+				t.Logf("%s handed off %.0f flows, %.0f packets", next, flows-flowsBefore, packets-packetsBefore)
+				if flows-flowsBefore != 20 {
+					t.Errorf("%s handed off %.0f flows, want the 20 connections", next, flows-flowsBefore)
+				}
 				e.startSpeaker(owner)
 				waitFor(t, "client's entry back to "+owner, 20*time.Second, func() bool {
 					return netlab.Neighbour(e.Client.NS, handoffVIP) == e.macOf(owner)
@@ -252,6 +266,10 @@ func TestL2ConnectionsSurviveMove(t *testing.T) {
 				if len(errs) > 0 {
 					t.Fatalf("%d of 20 connections broke when the address moved back to %s: %v", len(errs), owner, errs)
 				}
+				waitFor(t, next+" hands nothing off once "+owner+" answers again", 10*time.Second, func() bool {
+					m, err := scrapeMetrics(context.Background(), e.node(next).IPv4.Addr().String()+":7474")
+					return err == nil && sum(m, "portico_l2_handoff_entries", nil) == 0
+				})
 				s.stop()
 			})
 		}
