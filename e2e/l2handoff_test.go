@@ -10,10 +10,13 @@ import (
 	"net/netip"
 	"os"
 	"sort"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/portico-lb/portico/internal/netlab"
 )
@@ -210,19 +213,29 @@ func (s *streams) stop() {
 }
 
 // TestL2ConnectionsSurviveMove opens long-lived connections through the address's owner, moves
-// the address away (the owner's speaker stopped, its node up) and back (the speaker started
-// again, as in a rolling update), and counts the connections that broke.
+// the address away while the owner's node stays up (its speaker stopped, or the node cordoned
+// as kubectl drain does first) and back (the speaker started again, as in a rolling update, or
+// the node uncordoned), and counts the connections that broke.
 func TestL2ConnectionsSurviveMove(t *testing.T) {
 	inHandoffLab(t, func(t *testing.T, e *l2Env, pod labPod) {
 		echoServer(t, pod.NS, echoPort)
+		cordon := func(on bool) func(e *l2Env, owner string) {
+			return func(e *l2Env, owner string) {
+				e.setNode(owner, false, func(n *corev1.Node) { n.Spec.Unschedulable = on })
+			}
+		}
+		restart := func(e *l2Env, owner string) { e.startSpeaker(owner) }
 		for _, tc := range []struct {
-			name string
-			sig  syscall.Signal
-		}{{"SIGTERM", syscall.SIGTERM}, {"SIGKILL", syscall.SIGKILL}} {
+			name       string
+			move, back func(e *l2Env, owner string)
+		}{
+			{"SIGTERM", func(e *l2Env, owner string) { e.kill(owner, syscall.SIGTERM) }, restart},
+			{"SIGKILL", func(e *l2Env, owner string) { e.kill(owner, syscall.SIGKILL) }, restart},
+			{"cordon", cordon(true), cordon(false)},
+		} {
 			t.Run(tc.name, func(t *testing.T) {
 				e.t = t
-				name := "handoff-" + map[syscall.Signal]string{syscall.SIGTERM: "term", syscall.SIGKILL: "kill"}[tc.sig]
-				e.create(scenario{name: name, ip: handoffVIP})
+				e.create(scenario{name: "handoff-" + strings.ToLower(tc.name), ip: handoffVIP})
 				owner, next := ownerAndNext(handoffVIP)
 				e.expectOwner(handoffVIP, owner)
 				s := openStreams(t, e.Client.NS, netip.AddrPortFrom(handoffVIP, echoPort), 20)
@@ -236,10 +249,11 @@ func TestL2ConnectionsSurviveMove(t *testing.T) {
 				s.window()
 				flowsBefore, packetsBefore := handedOff(t, e, next)
 				start := time.Now()
-				e.kill(owner, tc.sig)
-				t.Cleanup(func() { // a failure below leaves the owner stopped, not the next subtest
-					if e.speakers[owner] == nil {
-						e.startSpeaker(owner)
+				tc.move(e, owner)
+				backed := false
+				t.Cleanup(func() { // a failure below leaves the owner moved off, not the next subtest
+					if !backed {
+						tc.back(e, owner)
 					}
 				})
 				waitFor(t, "client's entry moves to "+next, 20*time.Second, func() bool {
@@ -257,7 +271,8 @@ func TestL2ConnectionsSurviveMove(t *testing.T) {
 				if flows-flowsBefore != 20 {
 					t.Errorf("%s handed off %.0f flows, want the 20 connections", next, flows-flowsBefore)
 				}
-				e.startSpeaker(owner)
+				tc.back(e, owner)
+				backed = true
 				waitFor(t, "client's entry back to "+owner, 20*time.Second, func() bool {
 					return netlab.Neighbour(e.Client.NS, handoffVIP) == e.macOf(owner)
 				})
