@@ -181,10 +181,12 @@ func (s *streams) window() (sent, resets int, errs []string, worst time.Duration
 	return sent, resets, errs, worst
 }
 
-// handedOff reads node's hand-off counters: flows and packets.
+// handedOff reads node's hand-off counters: flows and packets (0 while its speaker is down).
 func handedOff(t *testing.T, e *l2Env, node string) (flows, packets float64) {
 	m, err := scrapeMetrics(context.Background(), e.node(node).IPv4.Addr().String()+":7474")
-	must(t, err)
+	if err != nil {
+		return 0, 0
+	}
 	return sum(m, "portico_l2_handoff_flows_total", nil), sum(m, "portico_l2_handoff_packets_total", nil)
 }
 
@@ -239,13 +241,13 @@ func TestL2ConnectionsSurviveMove(t *testing.T) {
 				owner, next := ownerAndNext(handoffVIP)
 				e.expectOwner(handoffVIP, owner)
 				s := openStreams(t, e.Client.NS, netip.AddrPortFrom(handoffVIP, echoPort), 20)
-				quiet := func(what string) { // every stream answers a few times in a row
+				quiet := func(s *streams, what string) { // every stream answers a few times in a row
 					waitFor(t, what, 20*time.Second, func() bool {
 						sent, _, errs, _ := s.window()
 						return sent > 0 && len(errs) == 0
 					})
 				}
-				quiet("the streams echo through " + owner)
+				quiet(s, "the streams echo through "+owner)
 				s.window()
 				flowsBefore, packetsBefore := handedOff(t, e, next)
 				start := time.Now()
@@ -271,21 +273,40 @@ func TestL2ConnectionsSurviveMove(t *testing.T) {
 				if flows-flowsBefore != 20 {
 					t.Errorf("%s handed off %.0f flows, want the 20 connections", next, flows-flowsBefore)
 				}
+				// Connections opened through next meanwhile must survive the move back too: the
+				// returning owner hands them off to next.
+				s2 := openStreams(t, e.Client.NS, netip.AddrPortFrom(handoffVIP, echoPort), 20)
+				quiet(s2, "the new streams echo through "+next)
+				flowsBefore, _ = handedOff(t, e, owner) // 0 from a stopped speaker; a new one counts from 0
 				tc.back(e, owner)
 				backed = true
 				waitFor(t, "client's entry back to "+owner, 20*time.Second, func() bool {
 					return netlab.Neighbour(e.Client.NS, handoffVIP) == e.macOf(owner)
 				})
-				sent, resets, errs, worst = s.after(t, "50 echoes per connection after the move back")
-				t.Logf("back to %s: %d echoes, %d resets, %d broken connections, longest echo %v", owner, sent, resets, len(errs), worst.Round(time.Millisecond))
-				if len(errs) > 0 {
-					t.Fatalf("%d of 20 connections broke when the address moved back to %s: %v", len(errs), owner, errs)
+				for _, st := range []struct {
+					what string
+					s    *streams
+				}{{"opened through " + owner, s}, {"opened through " + next, s2}} {
+					sent, resets, errs, worst = st.s.after(t, "50 echoes per connection after the move back")
+					t.Logf("back to %s, connections %s: %d echoes, %d resets, %d broken connections, longest echo %v",
+						owner, st.what, sent, resets, len(errs), worst.Round(time.Millisecond))
+					if len(errs) > 0 {
+						t.Errorf("%d of 20 connections %s broke when the address moved back to %s: %v", len(errs), st.what, owner, errs)
+					}
+				}
+				waitFor(t, owner+" hands off the connections opened through "+next, 10*time.Second, func() bool {
+					flows, _ = handedOff(t, e, owner)
+					return flows-flowsBefore >= 20
+				})
+				if flows-flowsBefore != 20 {
+					t.Errorf("%s handed off %.0f flows, want the 20 connections opened through %s", owner, flows-flowsBefore, next)
 				}
 				waitFor(t, next+" hands nothing off once "+owner+" answers again", 10*time.Second, func() bool {
 					m, err := scrapeMetrics(context.Background(), e.node(next).IPv4.Addr().String()+":7474")
 					return err == nil && sum(m, "portico_l2_handoff_entries", nil) == 0
 				})
 				s.stop()
+				s2.stop()
 			})
 		}
 	})

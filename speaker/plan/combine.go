@@ -43,6 +43,11 @@ func (pl *Planner) combineAddress(ip netip.Addr) (mineChanged, routedChanged boo
 		}
 	}
 	pl.noteOwner(ip, owner)
+	if mine && !pl.started && pl.previous[ip] == "" {
+		// A starting speaker (a rolling update, a node joining) takes over from the node that
+		// answered while it was away: the owner elected without it.
+		pl.previous[ip] = ownerWithout(ip, ss, pl.me, pl.w.Subnets)
+	}
 	pl.setDerived(ip, problem)
 	old, had := pl.plan.Mine[ip]
 	mineChanged = had != mine || mine && !sameClaim(old, claim)
@@ -65,6 +70,17 @@ func (pl *Planner) combineAddress(ip netip.Addr) (mineChanged, routedChanged boo
 		delete(pl.previous, ip)
 	}
 	return mineChanged, routedChanged
+}
+
+// ownerWithout is the owner the Services sharing ip would have without node me.
+func ownerWithout(ip netip.Addr, ss []rules.L2Share, me string, subnets rules.Subnets) string {
+	others := make([]rules.L2Share, len(ss))
+	for i, s := range ss {
+		s.Eligible = slices.DeleteFunc(slices.Clone(s.Eligible), func(n string) bool { return n == me })
+		others[i] = s
+	}
+	owner, _, _, _ := rules.L2Owner(ip, others, subnets)
+	return owner
 }
 
 // combineRoute folds the Services' routes to one peer's prefix (in Service order, so every

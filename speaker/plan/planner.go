@@ -36,6 +36,7 @@ type Planner struct {
 	// had before its latest change of owner: kept across Replans, so that the node taking an
 	// address over knows whose flows it takes (package handoff).
 	owners, previous map[netip.Addr]string
+	started          bool // the first Replan is done
 	// Planned counts the Services planned since the Planner was made (the tests read it).
 	Planned int
 }
@@ -108,7 +109,8 @@ func NewPlanner(me, lbClass string) *Planner {
 func (pl *Planner) Owner(ip netip.Addr) string { return pl.owners[ip] }
 
 // PreviousOwner is the node that answered for ip over L2 before its latest change of owner, as
-// this Planner saw it ("": none since the Planner was made).
+// this Planner saw it; for an address this node owns from the first plan on, the owner elected
+// without it, which answered while this node's speaker was away ("": none).
 func (pl *Planner) PreviousOwner(ip netip.Addr) string { return pl.previous[ip] }
 
 // noteOwner records ip's owner now, keeping the one it replaces.
@@ -177,6 +179,7 @@ func (pl *Planner) Replan(w World, alive func(node string) bool) Changes {
 			delete(pl.previous, ip)
 		}
 	}
+	pl.started = true
 	pl.refreshProblems(true)
 	return Changes{All: true, Problems: true}
 }
