@@ -19,8 +19,8 @@ import (
 )
 
 // reconcile is one pass of the loop: it reads what changed from the cache, brings the plan up
-// to date, and hands it to the sides: the forwarding guard first, the L2 answers, the BGP
-// routes, the guard again for what was withdrawn, and the Speaker status last.
+// to date, and hands it to the sides: the forwarding guard first, the L2 hand-off, the L2
+// answers, the BGP routes, the guard again for what was withdrawn, and the Speaker status last.
 func (s *Speaker) reconcile(ctx context.Context) {
 	start := time.Now()
 	defer func() { s.Metrics.reconcile.Observe(time.Since(start).Seconds()) }()
