@@ -72,37 +72,6 @@ func inHandoffLab(t *testing.T, body func(t *testing.T, e *l2Env, pod labPod)) {
 	reexecIn(t, lab.CP.NS, handoffEnv, lab)
 }
 
-// echoServer answers every line with the same line, in namespace ns, until the test ends.
-func echoServer(t *testing.T, ns string, port int) {
-	var l net.Listener
-	must(t, netlab.In(ns, func() (err error) {
-		l, err = net.Listen("tcp4", fmt.Sprintf(":%d", port))
-		return err
-	}))
-	t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				r := bufio.NewReader(c)
-				for {
-					line, err := r.ReadBytes('\n')
-					if err != nil {
-						return
-					}
-					if _, err := c.Write(line); err != nil {
-						return
-					}
-				}
-			}()
-		}
-	}()
-}
-
 // streams are long-lived TCP connections from the client, each sending a line every 10 ms and
 // waiting for its echo.
 type streams struct {
@@ -220,7 +189,9 @@ func (s *streams) stop() {
 // the node uncordoned), and counts the connections that broke.
 func TestL2ConnectionsSurviveMove(t *testing.T) {
 	inHandoffLab(t, func(t *testing.T, e *l2Env, pod labPod) {
-		echoServer(t, pod.NS, echoPort)
+		stop, err := netlab.ServeEcho(pod.NS, echoPort)
+		must(t, err)
+		t.Cleanup(func() { _ = stop() })
 		cordon := func(on bool) func(e *l2Env, owner string) {
 			return func(e *l2Env, owner string) {
 				e.setNode(owner, false, func(n *corev1.Node) { n.Spec.Unschedulable = on })

@@ -15,9 +15,11 @@ import (
 )
 
 var (
-	vip   = netip.MustParseAddr("10.0.0.200")
 	pods  = netip.MustParsePrefix("10.244.1.0/24")
 	podIP = netip.MustParseAddr("10.244.1.2")
+	// The pod's IPv6 network, beside the IPv4 one netlab makes.
+	pods6  = netip.MustParsePrefix("fd00:244:1::/64")
+	podIP6 = netip.MustParseAddr("fd00:244:1::2")
 )
 
 const port = 7000
@@ -29,26 +31,51 @@ const port = 7000
 type lab struct {
 	l                *netlab.Lab
 	client, old, new netlab.Host
+	vip              netip.Addr // 10.0.0.200, or 2001:db8::200
 }
 
-func newLab(t *testing.T) *lab {
+// oldAddr is the old node's address of the address's family.
+func (lb *lab) oldAddr() netip.Addr {
+	if lb.vip.Is4() {
+		return lb.old.IPv4.Addr()
+	}
+	return lb.old.IPv6.Addr()
+}
+
+func newLab(t *testing.T, v6 bool) *lab {
 	netlab.Require(t, "nft")
 	l := netlab.New(t)
 	lb := &lab{l: l,
 		client: l.AddHost("client", "02:00:00:00:00:01", "10.0.0.1/24", "2001:db8::1/64"),
 		old:    l.AddHost("old", "02:00:00:00:00:0a", "10.0.0.11/24", "2001:db8::11/64"),
-		new:    l.AddHost("new", "02:00:00:00:00:0b", "10.0.0.12/24", "2001:db8::12/64")}
+		new:    l.AddHost("new", "02:00:00:00:00:0b", "10.0.0.12/24", "2001:db8::12/64"),
+		vip:    netip.MustParseAddr("10.0.0.200")}
 	l.AddPodNetwork(lb.old, pods)
 	pod := l.AddPod(lb.old, pods, "pod", podIP)
-	l.MustRun("ip", "netns", "exec", lb.new.NS, "sysctl", "-qw", "net.ipv4.ip_forward=1")
-	l.MustRun("ip", "-n", lb.new.NS, "route", "add", pods.String(), "via", lb.old.IPv4.Addr().String())
+	l.MustRun("ip", "-n", lb.old.NS, "addr", "add", netip.PrefixFrom(pods6.Addr().Next(), 64).String(), "dev", "cni0", "nodad")
+	l.MustRun("ip", "-n", pod, "addr", "add", netip.PrefixFrom(podIP6, 64).String(), "dev", "eth0", "nodad")
+	l.MustRun("ip", "-n", pod, "-6", "route", "add", "default", "via", pods6.Addr().Next().String())
 	for _, n := range []netlab.Host{lb.old, lb.new} {
-		nft(t, n.NS, fmt.Sprintf(`table ip kubeproxy {
-	chain prerouting { type nat hook prerouting priority dstnat; ip daddr %s tcp dport %d dnat to %s:%d; }
-	chain postrouting { type nat hook postrouting priority srcnat; ct status dnat masquerade; }
-}`, vip, port, podIP, port))
+		l.MustRun("ip", "netns", "exec", n.NS, "sysctl", "-qw", "net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1")
 	}
-	echo(t, pod)
+	l.MustRun("ip", "-n", lb.new.NS, "route", "add", pods.String(), "via", lb.old.IPv4.Addr().String())
+	l.MustRun("ip", "-n", lb.new.NS, "-6", "route", "add", pods6.String(), "via", lb.old.IPv6.Addr().String())
+	dnat := fmt.Sprintf("ip daddr %s tcp dport %d dnat to %s:%d", lb.vip, port, podIP, port)
+	if v6 {
+		lb.vip = netip.MustParseAddr("2001:db8::200")
+		dnat = fmt.Sprintf("ip6 daddr %s tcp dport %d dnat to [%s]:%d", lb.vip, port, podIP6, port)
+	}
+	for _, n := range []netlab.Host{lb.old, lb.new} {
+		nft(t, n.NS, fmt.Sprintf(`table inet kubeproxy {
+	chain prerouting { type nat hook prerouting priority dstnat; %s; }
+	chain postrouting { type nat hook postrouting priority srcnat; ct status dnat masquerade; }
+}`, dnat))
+	}
+	stop, err := netlab.ServeEcho(pod, port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = stop() })
 	lb.answer(lb.old)
 	return lb
 }
@@ -63,40 +90,7 @@ func nft(t *testing.T, ns, ruleset string) {
 
 // answer points the client's entry for the address at node n.
 func (lb *lab) answer(n netlab.Host) {
-	lb.l.MustRun("ip", "-n", lb.client.NS, "neigh", "replace", vip.String(), "lladdr", n.MAC.String(), "dev", "eth0", "nud", "permanent")
-}
-
-// echo answers every line with the same line, in namespace ns, until the test ends.
-func echo(t *testing.T, ns string) {
-	var l net.Listener
-	if err := netlab.In(ns, func() (err error) {
-		l, err = net.Listen("tcp4", fmt.Sprintf(":%d", port))
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				r := bufio.NewReader(c)
-				for {
-					line, err := r.ReadBytes('\n')
-					if err != nil {
-						return
-					}
-					if _, err := c.Write(line); err != nil {
-						return
-					}
-				}
-			}()
-		}
-	}()
+	lb.l.MustRun("ip", "-n", lb.client.NS, "neigh", "replace", lb.vip.String(), "lladdr", n.MAC.String(), "dev", "eth0", "nud", "permanent")
 }
 
 // dial opens n connections from the client to the address.
@@ -104,7 +98,7 @@ func (lb *lab) dial(t *testing.T, n int) []net.Conn {
 	var conns []net.Conn
 	err := netlab.In(lb.client.NS, func() error {
 		for range n {
-			c, err := net.DialTimeout("tcp4", netip.AddrPortFrom(vip, port).String(), 5*time.Second)
+			c, err := net.DialTimeout("tcp", netip.AddrPortFrom(lb.vip, port).String(), 5*time.Second)
 			if err != nil {
 				return err
 			}
@@ -166,8 +160,14 @@ func in(t *testing.T, ns string, fn func() error) {
 // TestHandoff: connections opened through the old node survive the address's move to the new
 // node when the new node hands them off; without it the new node's proxy resets them.
 func TestHandoff(t *testing.T) {
+	for _, v6 := range []bool{false, true} {
+		t.Run(map[bool]string{false: "IPv4", true: "IPv6"}[v6], func(t *testing.T) { testHandoff(t, v6) })
+	}
+}
+
+func testHandoff(t *testing.T, v6 bool) {
 	t.Run("without the hand-off the move resets the connections", func(t *testing.T) {
-		lb := newLab(t)
+		lb := newLab(t, v6)
 		conns := lb.dial(t, 5)
 		if errs := exchange(conns, 0); len(errs) > 0 {
 			t.Fatal(errs)
@@ -179,13 +179,13 @@ func TestHandoff(t *testing.T) {
 		}
 	})
 	t.Run("with the hand-off they survive", func(t *testing.T) {
-		lb := newLab(t)
+		lb := newLab(t, v6)
 		conns := lb.dial(t, 5)
 		if errs := exchange(conns, 0); len(errs) > 0 {
 			t.Fatal(errs)
 		}
 		h := open(t, lb.new.NS)
-		in(t, lb.new.NS, func() error { return h.Set(vip, lb.old.IPv4.Addr(), time.Minute) })
+		in(t, lb.new.NS, func() error { return h.Set(lb.vip, lb.oldAddr(), time.Minute) })
 		lb.answer(lb.new)
 		for round := 1; round <= 3; round++ {
 			if errs := exchange(conns, round); len(errs) > 0 {
@@ -213,9 +213,9 @@ func TestHandoff(t *testing.T) {
 		}
 		h = open(t, lb.new.NS)
 		adopted := h.Adopted()
-		if len(adopted) != 1 || adopted[0].Addr != vip || adopted[0].Via != lb.old.IPv4.Addr() ||
+		if len(adopted) != 1 || adopted[0].Addr != lb.vip || adopted[0].Via != lb.oldAddr() ||
 			time.Until(adopted[0].Expires) <= 0 || time.Until(adopted[0].Expires) > time.Minute {
-			t.Fatalf("adopted %+v, want %v via %v expiring within a minute", adopted, vip, lb.old.IPv4.Addr())
+			t.Fatalf("adopted %+v, want %v via %v expiring within a minute", adopted, lb.vip, lb.oldAddr())
 		}
 		if errs := exchange(conns, 5); len(errs) > 0 {
 			t.Fatalf("after the successor's start: %v", errs)
@@ -225,8 +225,9 @@ func TestHandoff(t *testing.T) {
 		in(t, lb.new.NS, h.Clear)
 		for what, out := range map[string]string{
 			"table": run(lb.new.NS, "nft", "list", "tables"), "rule": run(lb.new.NS, "ip", "rule"),
-			"IPv6 rule": run(lb.new.NS, "ip", "-6", "rule"), "route": run(lb.new.NS, "ip", "route", "show", "table", "3580")} {
-			if strings.Contains(out, "portico-handoff") || strings.Contains(out, "3580") || strings.Contains(out, vip.String()) {
+			"IPv6 rule": run(lb.new.NS, "ip", "-6", "rule"), "route": run(lb.new.NS, "ip", "route", "show", "table", "3580"),
+			"IPv6 route": run(lb.new.NS, "ip", "-6", "route", "show", "table", "3580")} {
+			if strings.Contains(out, "portico-handoff") || strings.Contains(out, "3580") || strings.Contains(out, lb.vip.String()) {
 				t.Errorf("%s left after Clear: %s", what, out)
 			}
 		}
