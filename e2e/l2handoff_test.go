@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"os/exec"
 	"sort"
 	"strings"
 	"sync"
@@ -17,6 +18,9 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/portico-lb/portico/internal/netlab"
 )
@@ -183,6 +187,26 @@ func (s *streams) stop() {
 	}
 }
 
+// addressMove is one way of moving an address off its owner while the owner's node stays up,
+// and of moving it back.
+type addressMove struct {
+	name       string
+	move, back func(e *l2Env, owner string)
+}
+
+var (
+	restartSpeaker = func(e *l2Env, owner string) { e.startSpeaker(owner) }
+	stopSpeaker    = addressMove{"SIGTERM", func(e *l2Env, owner string) { e.kill(owner, syscall.SIGTERM) }, restartSpeaker}
+	killSpeaker    = addressMove{"SIGKILL", func(e *l2Env, owner string) { e.kill(owner, syscall.SIGKILL) }, restartSpeaker}
+	cordonOwner    = addressMove{"cordon", cordoned(true), cordoned(false)}
+)
+
+func cordoned(on bool) func(e *l2Env, owner string) {
+	return func(e *l2Env, owner string) {
+		e.setNode(owner, false, func(n *corev1.Node) { n.Spec.Unschedulable = on })
+	}
+}
+
 // TestL2ConnectionsSurviveMove opens long-lived connections through the address's owner, moves
 // the address away while the owner's node stays up (its speaker stopped, or the node cordoned
 // as kubectl drain does first) and back (the speaker started again, as in a rolling update, or
@@ -192,92 +216,126 @@ func TestL2ConnectionsSurviveMove(t *testing.T) {
 		stop, err := netlab.ServeEcho(pod.NS, echoPort)
 		must(t, err)
 		t.Cleanup(func() { _ = stop() })
-		cordon := func(on bool) func(e *l2Env, owner string) {
-			return func(e *l2Env, owner string) {
-				e.setNode(owner, false, func(n *corev1.Node) { n.Spec.Unschedulable = on })
-			}
-		}
-		restart := func(e *l2Env, owner string) { e.startSpeaker(owner) }
-		for _, tc := range []struct {
-			name       string
-			move, back func(e *l2Env, owner string)
-		}{
-			{"SIGTERM", func(e *l2Env, owner string) { e.kill(owner, syscall.SIGTERM) }, restart},
-			{"SIGKILL", func(e *l2Env, owner string) { e.kill(owner, syscall.SIGKILL) }, restart},
-			{"cordon", cordon(true), cordon(false)},
-		} {
-			t.Run(tc.name, func(t *testing.T) {
+		for _, m := range []addressMove{stopSpeaker, killSpeaker, cordonOwner} {
+			t.Run(m.name, func(t *testing.T) {
 				e.t = t
-				e.create(scenario{name: "handoff-" + strings.ToLower(tc.name), ip: handoffVIP})
+				e.create(scenario{name: "handoff-" + strings.ToLower(m.name), ip: handoffVIP})
 				owner, next := ownerAndNext(handoffVIP)
 				e.expectOwner(handoffVIP, owner)
-				s := openStreams(t, e.Client.NS, netip.AddrPortFrom(handoffVIP, echoPort), 20)
-				quiet := func(s *streams, what string) { // every stream answers a few times in a row
-					waitFor(t, what, 20*time.Second, func() bool {
-						sent, _, errs, _ := s.window()
-						return sent > 0 && len(errs) == 0
+				survivesMoveAndBack(t, e, netip.AddrPortFrom(handoffVIP, echoPort), owner, next, m)
+			})
+		}
+	})
+}
+
+// survivesMoveAndBack opens 20 streams to addr through owner, moves the address to next and
+// back, with 20 more streams opened through next before the move back, and fails when any
+// stream breaks, or when the new owner did not hand the streams off each time.
+func survivesMoveAndBack(t *testing.T, e *l2Env, addr netip.AddrPort, owner, next string, m addressMove) {
+	ip := addr.Addr()
+	s := openStreams(t, e.Client.NS, addr, 20)
+	quiet := func(s *streams, what string) { // every stream answers a few times in a row
+		waitFor(t, what, 20*time.Second, func() bool {
+			sent, _, errs, _ := s.window()
+			return sent > 0 && len(errs) == 0
+		})
+	}
+	quiet(s, "the streams echo through "+owner)
+	s.window()
+	flowsBefore, packetsBefore := handedOff(t, e, next)
+	start := time.Now()
+	m.move(e, owner)
+	backed := false
+	t.Cleanup(func() { // a failure below leaves the owner moved off, not the next subtest
+		if !backed {
+			m.back(e, owner)
+		}
+	})
+	waitFor(t, "client's entry moves to "+next, 20*time.Second, func() bool {
+		return netlab.Neighbour(e.Client.NS, ip) == e.macOf(next)
+	})
+	moved := time.Since(start)
+	sent, resets, errs, worst := s.after(t, "50 echoes per connection after the move")
+	t.Logf("%s %s -> %s: client's entry moved after %v; %d echoes, %d resets, %d broken connections, longest echo %v",
+		m.name, owner, next, moved.Round(time.Millisecond), sent, resets, len(errs), worst.Round(time.Millisecond))
+	if len(errs) > 0 {
+		t.Fatalf("%d of 20 connections broke when the address moved from %s to %s: %v", len(errs), owner, next, errs)
+	}
+	flows, packets := handedOff(t, e, next)
+	t.Logf("%s handed off %.0f flows, %.0f packets", next, flows-flowsBefore, packets-packetsBefore)
+	if flows-flowsBefore != 20 {
+		t.Errorf("%s handed off %.0f flows, want the 20 connections", next, flows-flowsBefore)
+	}
+	// Connections opened through next meanwhile must survive the move back too: the returning
+	// owner hands them off to next.
+	s2 := openStreams(t, e.Client.NS, addr, 20)
+	quiet(s2, "the new streams echo through "+next)
+	flowsBefore, _ = handedOff(t, e, owner) // 0 from a stopped speaker; a new one counts from 0
+	m.back(e, owner)
+	backed = true
+	waitFor(t, "client's entry back to "+owner, 20*time.Second, func() bool {
+		return netlab.Neighbour(e.Client.NS, ip) == e.macOf(owner)
+	})
+	for _, st := range []struct {
+		what string
+		s    *streams
+	}{{"opened through " + owner, s}, {"opened through " + next, s2}} {
+		sent, resets, errs, worst = st.s.after(t, "50 echoes per connection after the move back")
+		t.Logf("back to %s, connections %s: %d echoes, %d resets, %d broken connections, longest echo %v",
+			owner, st.what, sent, resets, len(errs), worst.Round(time.Millisecond))
+		if len(errs) > 0 {
+			t.Errorf("%d of 20 connections %s broke when the address moved back to %s: %v", len(errs), st.what, owner, errs)
+		}
+	}
+	waitFor(t, owner+" hands off the connections opened through "+next, 10*time.Second, func() bool {
+		flows, _ = handedOff(t, e, owner)
+		return flows-flowsBefore >= 20
+	})
+	if flows-flowsBefore != 20 {
+		t.Errorf("%s handed off %.0f flows, want the 20 connections opened through %s", owner, flows-flowsBefore, next)
+	}
+	waitFor(t, next+" hands nothing of "+ip.String()+" off once "+owner+" answers again", 10*time.Second, func() bool {
+		out, err := exec.Command("ip", "-n", e.node(next).NS, "route", "show", "table", "3580").Output()
+		return err == nil && !strings.Contains(string(out), ip.String()+" ")
+	})
+	s.stop()
+	s2.stop()
+}
+
+// TestDataplaneConnectionsSurviveMove is TestL2ConnectionsSurviveMove with the real
+// kube-proxy (nftables mode) and real Services: the echo Service's connections spread over the
+// three pods, one per node, and kube-proxy picks the pod of a picked-up flow afresh.
+func TestDataplaneConnectionsSurviveMove(t *testing.T) {
+	inDataplaneLab(t, func(t *testing.T, e *dpEnv) {
+		for _, p := range e.lab.Pods {
+			stop, err := netlab.ServeEcho(p.NS, echoPort)
+			must(t, err)
+			t.Cleanup(func() { _ = stop() })
+		}
+		for _, m := range []addressMove{stopSpeaker, killSpeaker, cordonOwner} {
+			t.Run(m.name, func(t *testing.T) {
+				e.t = t
+				ctx := context.Background()
+				svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "echo-" + strings.ToLower(m.name), Namespace: "default"},
+					Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Selector: map[string]string{"app": "gitea"},
+						Ports: []corev1.ServicePort{{Name: "echo", Port: echoPort, TargetPort: intstr.FromInt32(echoPort)}}}}
+				must(t, e.c.Create(ctx, svc))
+				var ip netip.Addr
+				waitFor(t, svc.Name+" gets an EXTERNAL-IP", 30*time.Second, func() bool {
+					if e.c.Get(ctx, client.ObjectKeyFromObject(svc), svc) != nil || len(svc.Status.LoadBalancer.Ingress) == 0 {
+						return false
+					}
+					ip = netip.MustParseAddr(svc.Status.LoadBalancer.Ingress[0].IP)
+					return true
+				})
+				for _, n := range e.Nodes {
+					waitFor(t, "kube-proxy on "+n.Name+" programs "+ip.String(), 20*time.Second, func() bool {
+						return strings.Contains(nftRuleset(n.NS), ip.String())
 					})
 				}
-				quiet(s, "the streams echo through "+owner)
-				s.window()
-				flowsBefore, packetsBefore := handedOff(t, e, next)
-				start := time.Now()
-				tc.move(e, owner)
-				backed := false
-				t.Cleanup(func() { // a failure below leaves the owner moved off, not the next subtest
-					if !backed {
-						tc.back(e, owner)
-					}
-				})
-				waitFor(t, "client's entry moves to "+next, 20*time.Second, func() bool {
-					return netlab.Neighbour(e.Client.NS, handoffVIP) == e.macOf(next)
-				})
-				moved := time.Since(start)
-				sent, resets, errs, worst := s.after(t, "50 echoes per connection after the move")
-				t.Logf("%s %s -> %s: client's entry moved after %v; %d echoes, %d resets, %d broken connections, longest echo %v",
-					tc.name, owner, next, moved.Round(time.Millisecond), sent, resets, len(errs), worst.Round(time.Millisecond))
-				if len(errs) > 0 {
-					t.Fatalf("%d of 20 connections broke when the address moved from %s to %s: %v", len(errs), owner, next, errs)
-				}
-				flows, packets := handedOff(t, e, next)
-				t.Logf("%s handed off %.0f flows, %.0f packets", next, flows-flowsBefore, packets-packetsBefore)
-				if flows-flowsBefore != 20 {
-					t.Errorf("%s handed off %.0f flows, want the 20 connections", next, flows-flowsBefore)
-				}
-				// Connections opened through next meanwhile must survive the move back too: the
-				// returning owner hands them off to next.
-				s2 := openStreams(t, e.Client.NS, netip.AddrPortFrom(handoffVIP, echoPort), 20)
-				quiet(s2, "the new streams echo through "+next)
-				flowsBefore, _ = handedOff(t, e, owner) // 0 from a stopped speaker; a new one counts from 0
-				tc.back(e, owner)
-				backed = true
-				waitFor(t, "client's entry back to "+owner, 20*time.Second, func() bool {
-					return netlab.Neighbour(e.Client.NS, handoffVIP) == e.macOf(owner)
-				})
-				for _, st := range []struct {
-					what string
-					s    *streams
-				}{{"opened through " + owner, s}, {"opened through " + next, s2}} {
-					sent, resets, errs, worst = st.s.after(t, "50 echoes per connection after the move back")
-					t.Logf("back to %s, connections %s: %d echoes, %d resets, %d broken connections, longest echo %v",
-						owner, st.what, sent, resets, len(errs), worst.Round(time.Millisecond))
-					if len(errs) > 0 {
-						t.Errorf("%d of 20 connections %s broke when the address moved back to %s: %v", len(errs), st.what, owner, errs)
-					}
-				}
-				waitFor(t, owner+" hands off the connections opened through "+next, 10*time.Second, func() bool {
-					flows, _ = handedOff(t, e, owner)
-					return flows-flowsBefore >= 20
-				})
-				if flows-flowsBefore != 20 {
-					t.Errorf("%s handed off %.0f flows, want the 20 connections opened through %s", owner, flows-flowsBefore, next)
-				}
-				waitFor(t, next+" hands nothing off once "+owner+" answers again", 10*time.Second, func() bool {
-					m, err := scrapeMetrics(context.Background(), e.node(next).IPv4.Addr().String()+":7474")
-					return err == nil && sum(m, "portico_l2_handoff_entries", nil) == 0
-				})
-				s.stop()
-				s2.stop()
+				owner, next := ownerAndNext(ip)
+				e.expectOwner(ip, owner)
+				survivesMoveAndBack(t, e.l2Env, netip.AddrPortFrom(ip, echoPort), owner, next, m)
 			})
 		}
 	})
