@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -22,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/portico-lb/portico/api/v1alpha1"
 	"github.com/portico-lb/portico/internal/netlab"
 )
 
@@ -154,6 +156,19 @@ func (s *streams) window() (sent, resets int, errs []string, worst time.Duration
 	return sent, resets, errs, worst
 }
 
+// listsHandoff waits until node's Speaker status lists the hand-off of ip's connections to from.
+func listsHandoff(t *testing.T, e *l2Env, node string, ip netip.Addr, from string) {
+	waitFor(t, node+"'s Speaker lists the hand-off of "+ip.String()+" to "+from, 10*time.Second, func() bool {
+		var sp v1alpha1.Speaker
+		if e.c.Get(context.Background(), clientKey(node), &sp) != nil {
+			return false
+		}
+		return slices.ContainsFunc(sp.Status.Handoffs, func(h v1alpha1.Handoff) bool {
+			return h.IP == ip.String() && h.Node == from && h.Via == e.node(from).IPv4.Addr().String() && h.PickupUntil != nil
+		})
+	})
+}
+
 // handedOff reads node's hand-off counters: flows and packets (0 while its speaker is down).
 func handedOff(t *testing.T, e *l2Env, node string) (flows, packets float64) {
 	m, err := scrapeMetrics(context.Background(), e.node(node).IPv4.Addr().String()+":7474")
@@ -261,6 +276,7 @@ func survivesMoveAndBack(t *testing.T, e *l2Env, addr netip.AddrPort, owner, nex
 	if len(errs) > 0 {
 		t.Fatalf("%d of 20 connections broke when the address moved from %s to %s: %v", len(errs), owner, next, errs)
 	}
+	listsHandoff(t, e, next, ip, owner)
 	flows, packets := handedOff(t, e, next)
 	t.Logf("%s handed off %.0f flows, %.0f packets", next, flows-flowsBefore, packets-packetsBefore)
 	if flows-flowsBefore != 20 {
@@ -287,6 +303,7 @@ func survivesMoveAndBack(t *testing.T, e *l2Env, addr netip.AddrPort, owner, nex
 			t.Errorf("%d of 20 connections %s broke when the address moved back to %s: %v", len(errs), st.what, owner, errs)
 		}
 	}
+	listsHandoff(t, e, owner, ip, next)
 	waitFor(t, owner+" hands off the connections opened through "+next, 10*time.Second, func() bool {
 		flows, _ = handedOff(t, e, owner)
 		return flows-flowsBefore >= 20

@@ -2,11 +2,15 @@ package speaker
 
 import (
 	"context"
+	"maps"
 	"net/netip"
 	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/portico-lb/portico/api/v1alpha1"
 
 	"github.com/portico-lb/portico/rules"
 	"github.com/portico-lb/portico/speaker/handoff"
@@ -29,7 +33,15 @@ type Handoff interface {
 type handoffs struct {
 	side    Handoff
 	grace   time.Duration
-	entries map[netip.Addr]netip.Addr // address → the previous owner's node address
+	entries map[netip.Addr]handoffEntry
+}
+
+// handoffEntry is where one address's flows go: the previous owner's node and its address, and
+// until when new flows are picked up (zero: unknown, or over).
+type handoffEntry struct {
+	via   netip.Addr
+	node  string
+	until time.Time
 }
 
 // handOff brings the entries up to date after a plan: before the node answers for the
@@ -65,23 +77,25 @@ func (s *Speaker) handOff(ctx context.Context, touched []netip.Addr) {
 			byIP[ip] = n.Name
 		}
 	}
-	for ip, via := range h.entries {
-		node, there := byIP[via]
+	for ip, e := range h.entries {
+		node, there := byIP[e.via]
 		if owner := s.planner.Owner(ip); there && owner != "" && owner != node {
+			e.node = node // adopted entries come without it
+			h.entries[ip] = e
 			continue
 		}
 		if err := h.side.Remove(ip); err != nil {
-			s.Log.Error(err, "ending a hand-off", "ip", ip, "to", via)
+			s.Log.Error(err, "ending a hand-off", "ip", ip, "to", e.via)
 			continue
 		}
 		delete(h.entries, ip)
-		s.Log.Info("no longer handing off flows", "ip", ip, "to", via, "node", node)
+		s.Log.Info("no longer handing off flows", "ip", ip, "to", e.via, "node", node)
 	}
 	subnets, _ := s.ownSubnets()
 	for _, ip := range gained {
 		prev := s.planner.PreviousOwner(ip)
 		n, ok := byName[prev]
-		if !ok || h.entries[ip].IsValid() && byIP[h.entries[ip]] == prev {
+		if !ok || h.entries[ip].node == prev {
 			continue // gone or unfit, or handed off to it already
 		}
 		via, ok := nodeAddressFor(ip, rules.InternalIPs(n), subnets)
@@ -93,7 +107,7 @@ func (s *Speaker) handOff(ctx context.Context, touched []netip.Addr) {
 			s.Log.Error(err, "handing off flows", "ip", ip, "to", via, "node", prev)
 			continue
 		}
-		h.entries[ip] = via
+		h.entries[ip] = handoffEntry{via: via, node: prev, until: time.Now().Add(h.grace)}
 		s.Metrics.handoffs.Inc()
 		s.Log.Info("handing off the flows this node has no state for", "ip", ip, "to", via, "node", prev, "for", h.grace)
 	}
@@ -120,9 +134,30 @@ func newHandoffs(side Handoff, grace time.Duration) *handoffs {
 	if side == nil {
 		return nil
 	}
-	h := &handoffs{side: side, grace: grace, entries: map[netip.Addr]netip.Addr{}}
+	h := &handoffs{side: side, grace: grace, entries: map[netip.Addr]handoffEntry{}}
 	for _, e := range side.Adopted() {
-		h.entries[e.Addr] = e.Via
+		h.entries[e.Addr] = handoffEntry{via: e.Via, until: e.Expires}
 	}
 	return h
 }
+
+// status lists the entries for the Speaker status, sorted by address (nil: none, or no
+// hand-off).
+func (h *handoffs) status() []v1alpha1.Handoff {
+	if h == nil || len(h.entries) == 0 {
+		return nil
+	}
+	out := make([]v1alpha1.Handoff, 0, len(h.entries))
+	for _, ip := range slices.SortedFunc(maps.Keys(h.entries), netip.Addr.Compare) {
+		e := h.entries[ip]
+		st := v1alpha1.Handoff{IP: ip.String(), Node: e.node, Via: e.via.String()}
+		if !e.until.IsZero() {
+			st.PickupUntil = &metav1.Time{Time: e.until.Truncate(time.Second)}
+		}
+		out = append(out, st)
+	}
+	return out[:min(len(out), maxHandoffsListed)]
+}
+
+// maxHandoffsListed is the API's bound on status.handoffs.
+const maxHandoffsListed = 1024

@@ -56,7 +56,8 @@ func (s *Speaker) reconcile(ctx context.Context) {
 	}
 	slices.Sort(problems)
 	s.reporter.report(reconciled{plan: p, problems: problems, answered: s.answerer.ifaces, interfaces: s.Announce.Interfaces(),
-		subnets: s.subnetStrings(), mine: mine, routed: routed, prefixes: ch.Prefixes(), all: ch.All, sessions: s.BGP.States()})
+		subnets: s.subnetStrings(), mine: mine, routed: routed, prefixes: ch.Prefixes(), all: ch.All, sessions: s.BGP.States(),
+		handoffs: s.handoffs.status()})
 }
 
 // replan brings the plan up to date: the changed Services, or everything.
