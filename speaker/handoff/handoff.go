@@ -301,8 +301,17 @@ func (h *Handoff) rules(add bool) error {
 		r.Mask = &mask
 		r.Table = h.cfg.RouteTable
 		r.Priority = h.cfg.RulePriority
-		// Removed first, so a rule an earlier run left is not doubled.
-		for netlink.RuleDel(r) == nil {
+		have, err := netlink.RuleListFiltered(family, r,
+			netlink.RT_FILTER_MARK|netlink.RT_FILTER_MASK|netlink.RT_FILTER_TABLE|netlink.RT_FILTER_PRIORITY)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("listing the routing rules: %w", err))
+			continue
+		}
+		if add && len(have) == 1 {
+			continue // an earlier run's, kept: the flows it hands off never miss it
+		}
+		for range have { // none doubled
+			_ = netlink.RuleDel(r)
 		}
 		if add {
 			if err := netlink.RuleAdd(r); err != nil {

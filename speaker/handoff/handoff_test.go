@@ -220,6 +220,11 @@ func testHandoff(t *testing.T, v6 bool) {
 		if errs := exchange(conns, 5); len(errs) > 0 {
 			t.Fatalf("after the successor's start: %v", errs)
 		}
+		for _, family := range []string{"-4", "-6"} {
+			if rules := run(lb.new.NS, "ip", family, "rule"); strings.Count(rules, "lookup 3580") != 1 {
+				t.Errorf("ip %s rule after the successor's start, want one hand-off rule:\n%s", family, rules)
+			}
+		}
 
 		// Cleared (the hand-off switched off), nothing is left.
 		in(t, lb.new.NS, h.Clear)
