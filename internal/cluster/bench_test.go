@@ -59,8 +59,8 @@ func BenchmarkOperations(b *testing.B) {
 						mean += float64(r.moves[a]) / float64(len(homeLabAddresses))
 					}
 				}
-				b.Logf("%s (%s), run %d: moves %v (this address %.0f); %d failed requests, longest gap %s; keep-alive: %d failed, %d reset, %d stalled, %d lost otherwise; load %s",
-					op.name, mode, run+1, r.moves, m, r.failed, r.gap, r.kaFailed, r.kaResets, r.kaStalled, r.kaOther, r.load)
+				b.Logf("%s (%s), run %d: moves %v (this address %.0f); %d failed requests, longest gap %s; keep-alive: %d failed, %d reset, %d stalled, %d lost otherwise; load %s; keep-alive: %d late, %d failed dials",
+					op.name, mode, run+1, r.moves, m, r.failed, r.gap, r.kaFailed, r.kaResets, r.kaStalled, r.kaOther, r.load, r.kaLate, r.kaRedials)
 				moves, perService = append(moves, m), append(perService, mean)
 				failed, gaps = append(failed, float64(r.failed)), append(gaps, float64(r.gap.Milliseconds()))
 				kaFailed, resets = append(kaFailed, float64(r.kaFailed)), append(resets, float64(r.kaResets))
@@ -134,10 +134,12 @@ type probe struct {
 	done      chan struct{}
 	wg        sync.WaitGroup
 
-	conns    []net.Conn // the keep-alive connections open now
-	kaUp     []bool     // whether each one's last request was answered
-	kaFailed int
-	kaEnded  [3]int // lost keep-alive connections, by connEnd
+	conns        []net.Conn // the keep-alive connections open now
+	kaUp         []bool     // whether each one's last request was answered
+	kaFailed     int
+	kaEnded      [3]int // lost keep-alive connections, by connEnd
+	kaLate       int    // answers later than 1 s, or not from the app
+	kaDialFailed int    // dials again after a loss that failed
 }
 
 // clientFigures are what the probe saw.
@@ -148,6 +150,8 @@ type clientFigures struct {
 	kaResets  int           // keep-alive connections ended by ECONNRESET or EOF
 	kaStalled int           // keep-alive connections given up after stallAfter without an answer
 	kaOther   int           // keep-alive connections lost to other errors
+	kaLate    int           // keep-alive answers later than 1 s (or not from the app)
+	kaRedials int           // keep-alive dials after a loss that failed
 }
 
 func startProbe(e *labEnv, url, app string, keepAlive int) *probe {
@@ -219,7 +223,7 @@ func (p *probe) reset() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.failed, p.gap, p.last, p.failures = 0, 0, time.Now(), nil
-	p.kaFailed, p.kaEnded = 0, [3]int{}
+	p.kaFailed, p.kaEnded, p.kaLate, p.kaDialFailed = 0, [3]int{}, 0, 0
 }
 
 // answersInARow counts the answers since the last failure.
@@ -247,7 +251,8 @@ func (p *probe) stop() clientFigures {
 	p.mu.Unlock()
 	p.wg.Wait()
 	return clientFigures{failed: p.failed, gap: p.gap, kaFailed: p.kaFailed,
-		kaResets: p.kaEnded[connReset], kaStalled: p.kaEnded[connStalled], kaOther: p.kaEnded[connOther]}
+		kaResets: p.kaEnded[connReset], kaStalled: p.kaEnded[connStalled], kaOther: p.kaEnded[connOther],
+		kaLate: p.kaLate, kaRedials: p.kaDialFailed}
 }
 
 func median(xs []float64) float64 {

@@ -84,7 +84,7 @@ func (p *probe) keepAlive(ns, addr, app string, i int) {
 				return err
 			})
 			if err != nil {
-				p.keepAliveFailed(err)
+				p.keepAliveFailed(&p.kaDialFailed, err)
 				return true
 			}
 			r = bufio.NewReader(conn)
@@ -106,7 +106,7 @@ func (p *probe) keepAlive(ns, addr, app string, i int) {
 			p.connLost(howEnded(err), err)
 			closeConn()
 		case !answeredBy(body, app) || time.Since(start) > time.Second:
-			p.keepAliveFailed(fmt.Errorf("%q after %s", body, time.Since(start).Round(time.Millisecond)))
+			p.keepAliveFailed(&p.kaLate, fmt.Errorf("%q after %s", body, time.Since(start).Round(time.Millisecond)))
 		default:
 			p.mu.Lock()
 			p.kaUp[i] = true
@@ -142,12 +142,13 @@ func (p *probe) stopping() bool {
 	}
 }
 
-// keepAliveFailed counts a failed request of a keep-alive connection that lives on (or was
-// never dialled).
-func (p *probe) keepAliveFailed(err error) {
+// keepAliveFailed counts a failed request of a keep-alive connection that lives on (late or
+// wrong: kaLate) or was never dialled (kaDialFailed).
+func (p *probe) keepAliveFailed(kind *int, err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.kaFailed++
+	*kind++
 	p.note("keep-alive", err)
 }
 
