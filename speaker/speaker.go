@@ -226,9 +226,9 @@ func (s *Speaker) trigger(cause string) {
 }
 
 func (s *Speaker) shutdown() {
-	// Withdraw over BGP first: routers drop this node's routes as soon as they get the
-	// withdrawals and the NOTIFICATION that closes each session.
-	s.BGP.Close()
+	// BGP first: for good, routers drop this node's routes as soon as they get the withdrawals
+	// and the NOTIFICATION that closes each session; for a restart they keep them (bgpstop.go).
+	s.stopBGP()
 	// Silent first, then the goodbye, then the sockets closed: closing them takes milliseconds
 	// (Responder.Silence), and the others take over as soon as they hear the goodbye.
 	s.Announce.Silence()

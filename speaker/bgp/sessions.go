@@ -117,6 +117,38 @@ func (s *Sessions) Close() {
 	}
 }
 
+// Leave closes every session for a planned restart of the speaker on a node that stays. A
+// session with graceful restart on ends without withdrawing and without a NOTIFICATION (its TCP
+// connection just closes), so a router that negotiated graceful restart keeps this node's
+// routes, stale, for the restart time, and the next speaker's session (opened as restarting,
+// apiPeer) refreshes them; a router that did not negotiate it gets a Cease and drops them (GoBGP
+// sends one where graceful restart was not negotiated). Any other session is closed as by
+// Close. It returns the names of the sessions left for graceful restart.
+func (s *Sessions) Leave() (kept []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for name, ss := range s.running {
+		delete(s.running, name)
+		if !ss.peer.GracefulRestart {
+			_ = ss.sync(nil)
+			s.stop(ss)
+			continue
+		}
+		if ss.bfd != nil {
+			ss.bfd.Stop()
+		}
+		ss.cancel()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := ss.srv.StopBgp(ctx, &api.StopBgpRequest{AllowGracefulRestart: true}); err != nil {
+			s.Log.Error(err, "leaving a BGP session for graceful restart", "peer", name)
+		}
+		cancel()
+		kept = append(kept, name)
+	}
+	slices.Sort(kept)
+	return kept
+}
+
 // States lists the sessions' states by peer name.
 func (s *Sessions) States() map[string]State {
 	s.mu.Lock()
@@ -156,7 +188,7 @@ func (s *Sessions) start(ctx context.Context, p plan.Peer) (*session, error) {
 	case err == nil && p.Interface != "":
 		go s.dialUnnumbered(wctx, ss) // the router's address is not known yet
 	case err == nil:
-		err = srv.AddPeer(ctx, &api.AddPeerRequest{Peer: apiPeer(p, p.Address)})
+		err = srv.AddPeer(ctx, &api.AddPeerRequest{Peer: apiPeer(p, p.Address, true)})
 	}
 	if err != nil {
 		cancel()
@@ -208,7 +240,7 @@ func (s *Sessions) redial(ss *session) {
 	defer cancel()
 	err := ss.srv.DeletePeer(ctx, &api.DeletePeerRequest{Address: ss.addr.String()})
 	if err == nil {
-		err = ss.srv.AddPeer(ctx, &api.AddPeerRequest{Peer: apiPeer(ss.peer, ss.addr)})
+		err = ss.srv.AddPeer(ctx, &api.AddPeerRequest{Peer: apiPeer(ss.peer, ss.addr, false)})
 	}
 	if err != nil {
 		s.Log.Error(err, "re-creating a dropped BGP neighbour", "peer", ss.peer.Name)

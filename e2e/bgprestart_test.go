@@ -1,0 +1,183 @@
+package e2e
+
+import (
+	"context"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/portico-lb/portico/api/v1alpha1"
+	"github.com/portico-lb/portico/internal/netlab"
+)
+
+// routeWatch polls, every 20 ms until stopped, whether bird holds node's path to prefix and
+// which next hops the router's kernel has for it; it counts the polls where either lacked node.
+type routeWatch struct {
+	stop, done chan struct{}
+	mu         sync.Mutex
+	polls      int
+	missing    []string // what each poll without node's path saw, and when
+}
+
+func watchRoute(t *testing.T, b *netlab.Router, ns string, prefix netip.Prefix, protocol string, hop netip.Addr) *routeWatch {
+	w := &routeWatch{stop: make(chan struct{}), done: make(chan struct{})}
+	start := time.Now()
+	go func() {
+		defer close(w.done)
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			out, err := b.Birdc("show", "route", prefix.String(), "protocol", protocol)
+			gw, gerr := netlab.Gateways(ns, prefix)
+			w.mu.Lock()
+			w.polls++
+			switch {
+			case err != nil || !strings.Contains(out, prefix.String()):
+				w.missing = append(w.missing, time.Since(start).Round(time.Millisecond).String()+": bird has no path from "+protocol+": "+strings.TrimSpace(out))
+			case gerr != nil || !slices.Contains(gw, hop):
+				w.missing = append(w.missing, time.Since(start).Round(time.Millisecond).String()+": kernel next hops "+joinAddrs(gw)+" lack "+hop.String())
+			}
+			w.mu.Unlock()
+			select {
+			case <-w.stop:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return w
+}
+
+func (w *routeWatch) end() (polls int, missing []string) {
+	close(w.stop)
+	<-w.done
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.polls, w.missing
+}
+
+func joinAddrs(as []netip.Addr) string {
+	s := make([]string, len(as))
+	for i, a := range as {
+		s[i] = a.String()
+	}
+	return "[" + strings.Join(s, " ") + "]"
+}
+
+// birdGRConfig is birdConfig with graceful restart on (bird is a helper either way; "on" also
+// makes it a restarting speaker itself, as routers configured for it are).
+func birdGRConfig(e *l2Env) string {
+	return strings.Replace(birdConfig(e.Routers[0].IPv4.Addr(), e.Nodes, clusterASN, ""), "direct;", "direct;\n  graceful restart on;", 1)
+}
+
+// TestBGPPlannedRestartKeepsRoutes: with graceful restart, a speaker stopped with SIGTERM on a
+// node that stays (a DaemonSet rolling update) leaves bird its route: polled every 20 ms from
+// the SIGTERM until the new speaker's session is up and the route fresh, bird always has node-c's
+// path and the kernel's ECMP route always has node-c's next hop. The same SIGTERM on a cordoned
+// node (a drain) withdraws the route at once; and a SIGKILLed speaker that does not come back
+// has its route kept for the restart time, then swept.
+func TestBGPPlannedRestartKeepsRoutes(t *testing.T) {
+	inBGPLab(t, 1, func(t *testing.T, e *l2Env) {
+		all := []string{"node-a", "node-b", "node-c"}
+		bird := e.Routers[0].NS
+		b := startBird(t, bird, birdGRConfig(e))
+		peer := bgpPeer("tor", e.Routers[0].IPv4.Addr(), clusterASN, routerASN)
+		peer.Spec.EnableGracefulRestart = true
+		e.createObject(peer)
+		e.waitEstablished("tor", 30*time.Second, all...)
+		e.createObject(&v1alpha1.BGPAdvertisement{ObjectMeta: metav1.ObjectMeta{Name: "all"}})
+		ip := netip.MustParseAddr("203.0.113.10")
+		route := netip.PrefixFrom(ip, 32)
+		e.createService("web", []netip.Prefix{netip.MustParsePrefix("203.0.113.0/28")}, false, ip)
+		e.expectRoute(bird, route, e.nodeIPs(false, all...), 10*time.Second)
+		nodeC := e.nodeIPs(false, "node-c")[0]
+
+		t.Run("planned restart keeps the route", func(t *testing.T) {
+			e.t = t
+			// A second Service, deleted while node-c's speaker is away: node-c's path to it stays
+			// at bird, stale, until the new speaker's End-of-RIB sweeps it; that its path goes
+			// then shows the route bird keeps for web was refreshed, not merely left.
+			gone := netip.MustParseAddr("203.0.113.11")
+			svc := e.createService("gone", []netip.Prefix{netip.MustParsePrefix("203.0.113.0/28")}, false, gone)
+			e.expectRoute(bird, netip.PrefixFrom(gone, 32), e.nodeIPs(false, all...), 10*time.Second)
+			w := watchRoute(t, b, bird, route, "node_c", nodeC)
+			e.kill("node-c", syscall.SIGTERM)
+			waitFor(t, "bird sees node-c's session down", 10*time.Second, func() bool {
+				out, err := b.Birdc("show", "protocols", "node_c")
+				return err == nil && !strings.Contains(out, "Established")
+			})
+			must(t, e.c.Delete(context.Background(), svc))
+			// node-a and node-b withdraw theirs; node-c's stays while it is away.
+			e.expectRoute(bird, netip.PrefixFrom(gone, 32), []netip.Addr{nodeC}, 10*time.Second)
+			out, _ := b.Birdc("show", "protocols", "all", "node_c")
+			t.Logf("bird while node-c restarts:\n%s", out)
+			e.startSpeaker("node-c")
+			e.waitEstablished("tor", 30*time.Second, "node-c")
+			took := e.expectRoute(bird, netip.PrefixFrom(gone, 32), nil, 10*time.Second)
+			t.Logf("node-c's stale path to the deleted Service swept %v after its session was up", took.Round(time.Millisecond))
+			polls, missing := w.end()
+			if len(missing) > 0 {
+				t.Fatalf("node-c's route left the router during a planned restart in %d of %d polls; first: %s", len(missing), polls, missing[0])
+			}
+			t.Logf("node-c's route at bird and in the kernel's ECMP route in every one of %d polls (every 20 ms)", polls)
+			e.expectRoute(bird, route, e.nodeIPs(false, all...), 10*time.Second)
+			if log := e.speakerLog("node-c"); !strings.Contains(log, `"msg":"stopping for a restart`) {
+				t.Fatal("node-c's speaker did not log that it stopped for a restart")
+			}
+		})
+
+		t.Run("a drained node withdraws at once", func(t *testing.T) {
+			e.t = t
+			e.setNode("node-c", false, func(n *corev1.Node) { n.Spec.Unschedulable = true })
+			waitFor(t, "node-c's path carries GRACEFUL_SHUTDOWN", 10*time.Second, func() bool {
+				shut, _ := gracefulShutdownBy(t, b, route)
+				return shut[nodeC]
+			})
+			e.kill("node-c", syscall.SIGTERM)
+			took := e.expectRoute(bird, route, e.nodeIPs(false, "node-a", "node-b"), 5*time.Second)
+			t.Logf("node-c's route gone %v after SIGTERM returned", took.Round(time.Millisecond))
+			if log := e.speakerLog("node-c"); !strings.Contains(log, `"msg":"stopping for good: every BGP route withdrawn, every session closed","node":"node-c","reason":"cordoned"`) {
+				t.Fatal("node-c's speaker did not log that it stopped for good because its node is cordoned")
+			}
+			e.setNode("node-c", false, func(n *corev1.Node) { n.Spec.Unschedulable = false })
+			e.startSpeaker("node-c")
+			e.expectRoute(bird, route, e.nodeIPs(false, all...), 30*time.Second)
+		})
+
+		t.Run("a crashed speaker's route is kept for the restart time, then swept", func(t *testing.T) {
+			e.t = t
+			var tor v1alpha1.BGPPeer
+			must(t, e.c.Get(context.Background(), clientKey("tor"), &tor))
+			tor.Spec.GracefulRestartTime = &metav1.Duration{Duration: 5 * time.Second}
+			changed := time.Now().Add(-time.Second) // Since has a one-second resolution
+			must(t, e.c.Update(context.Background(), &tor))
+			waitFor(t, "a fresh tor session on node-c, announcing the new restart time", 30*time.Second, func() bool {
+				s := e.sessions("node-c")["tor"]
+				return s.State == "Established" && s.Since != nil && !s.Since.Time.Before(changed)
+			})
+			e.expectRoute(bird, route, e.nodeIPs(false, all...), 10*time.Second)
+			e.kill("node-c", syscall.SIGKILL)
+			killed := time.Now()
+			waitFor(t, "bird sees node-c's session down", 10*time.Second, func() bool {
+				out, err := b.Birdc("show", "protocols", "node_c")
+				return err == nil && !strings.Contains(out, "Established")
+			})
+			if gw := gateways(t, bird, route); !slices.Contains(gw, nodeC) {
+				t.Fatalf("right after node-c's speaker was killed the router routes %v via %v; graceful restart should keep node-c", route, gw)
+			}
+			e.expectRoute(bird, route, e.nodeIPs(false, "node-a", "node-b"), 30*time.Second)
+			if lived := time.Since(killed); lived < 5*time.Second {
+				t.Fatalf("node-c's stale route went %v after the kill, before its 5 s restart time", lived.Round(time.Millisecond))
+			}
+			e.startSpeaker("node-c")
+			e.expectRoute(bird, route, e.nodeIPs(false, all...), 30*time.Second)
+		})
+	})
+}
