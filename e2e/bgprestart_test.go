@@ -109,6 +109,11 @@ func TestBGPPlannedRestartKeepsRoutes(t *testing.T) {
 			e.expectRoute(bird, netip.PrefixFrom(gone, 32), e.nodeIPs(false, all...), 10*time.Second)
 			w := watchRoute(t, b, bird, route, "node_c", nodeC)
 			e.kill("node-c", syscall.SIGTERM)
+			t.Cleanup(func() {
+				if _, running := e.speakers["node-c"]; !running {
+					e.startSpeaker("node-c") // for the next subtests, after a failure here
+				}
+			})
 			waitFor(t, "bird sees node-c's session down", 10*time.Second, func() bool {
 				out, err := b.Birdc("show", "protocols", "node_c")
 				return err == nil && !strings.Contains(out, "Established")
@@ -180,4 +185,65 @@ func TestBGPPlannedRestartKeepsRoutes(t *testing.T) {
 			e.expectRoute(bird, route, e.nodeIPs(false, all...), 30*time.Second)
 		})
 	})
+}
+
+// TestBGPPlannedRestartWithBFD: a planned restart of a speaker whose session BFD watches keeps
+// the route when the router treats a BFD Down as a graceful restart (bird's "bfd graceful"; the
+// speaker's BFD shares fate with its BGP, its C bit clear, RFC 5880 §4.1). With "bfd on" bird
+// 2.0.12 takes the session down hard on the stopping speaker's AdminDown and drops the route in
+// every poll (docs/speaker-bgp.md, "What survives which move", says what to choose).
+func TestBGPPlannedRestartWithBFD(t *testing.T) {
+	inBGPLab(t, 1, func(t *testing.T, e *l2Env) {
+		all := []string{"node-a", "node-b", "node-c"}
+		bird := e.Routers[0].NS
+		cfg := strings.Replace(birdBFDConfig(e.Routers[0].IPv4.Addr(), e.Nodes), "bfd on;", "bfd graceful;\n  graceful restart on;", 1)
+		b := startBird(t, bird, cfg)
+		e.createBFDProfile("fast", 100, 5)
+		peer := bgpPeer("tor", e.Routers[0].IPv4.Addr(), clusterASN, routerASN)
+		peer.Spec.EnableGracefulRestart, peer.Spec.BFDProfile = true, "fast"
+		e.createObject(peer)
+		e.waitEstablished("tor", 30*time.Second, all...)
+		waitFor(t, "BFD Up with every node", 30*time.Second, func() bool { return bfdUp(t, b, e.nodeIPs(false, all...)...) })
+		e.createObject(&v1alpha1.BGPAdvertisement{ObjectMeta: metav1.ObjectMeta{Name: "all"}})
+		route := netip.MustParsePrefix("203.0.113.10/32")
+		e.createService("web", []netip.Prefix{netip.MustParsePrefix("203.0.113.0/28")}, false, route.Addr())
+		e.expectRoute(bird, route, e.nodeIPs(false, all...), 10*time.Second)
+		nodeC := e.nodeIPs(false, "node-c")[0]
+
+		w := watchRoute(t, b, bird, route, "node_c", nodeC)
+		e.kill("node-c", syscall.SIGTERM)
+		waitFor(t, "bird sees node-c's session down", 10*time.Second, func() bool {
+			out, err := b.Birdc("show", "protocols", "node_c")
+			return err == nil && !strings.Contains(out, "Established")
+		})
+		// Longer than BFD's detection time (500 ms): a router that took the session down for
+		// BFD would have dropped the route by now.
+		waitFor(t, "bird's BFD session with node-c no longer Up", 10*time.Second, func() bool {
+			out, err := b.Birdc("show", "bfd", "sessions")
+			return err == nil && !strings.Contains(lineWith(out, nodeC.String()), "Up")
+		})
+		restarted := time.Now().Add(-time.Second) // Since has a one-second resolution
+		e.startSpeaker("node-c")
+		waitFor(t, "node-c's new tor session Established", 30*time.Second, func() bool {
+			s := e.sessions("node-c")["tor"]
+			return s.State == "Established" && s.Since != nil && !s.Since.Time.Before(restarted)
+		})
+		waitFor(t, "BFD Up with node-c again", 30*time.Second, func() bool { return bfdUp(t, b, nodeC) })
+		e.expectRoute(bird, route, e.nodeIPs(false, all...), 10*time.Second)
+		polls, missing := w.end()
+		if len(missing) > 0 {
+			t.Fatalf("node-c's route left the router during a planned restart in %d of %d polls; first: %s", len(missing), polls, missing[0])
+		}
+		t.Logf("node-c's route at bird and in the kernel's ECMP route in every one of %d polls (every 20 ms)", polls)
+	})
+}
+
+// lineWith is the first line of out that contains s, or "".
+func lineWith(out, s string) string {
+	for _, line := range strings.Split(out, "\n") {
+		if strings.Contains(line, s) {
+			return line
+		}
+	}
+	return ""
 }
