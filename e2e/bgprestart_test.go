@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -81,8 +82,9 @@ func birdGRConfig(e *l2Env) string {
 // node that stays (a DaemonSet rolling update) leaves bird its route: polled every 20 ms from
 // the SIGTERM until the new speaker's session is up and the route fresh, bird always has node-c's
 // path and the kernel's ECMP route always has node-c's next hop. The same SIGTERM on a cordoned
-// node (a drain) withdraws the route at once; and a SIGKILLed speaker that does not come back
-// has its route kept for the restart time, then swept.
+// node (a drain), or once the speakers' DaemonSet is deleted (an uninstall), withdraws the route
+// at once; and a SIGKILLed speaker that does not come back has its route kept for the restart
+// time, then swept.
 func TestBGPPlannedRestartKeepsRoutes(t *testing.T) {
 	inBGPLab(t, 1, func(t *testing.T, e *l2Env) {
 		all := []string{"node-a", "node-b", "node-c"}
@@ -152,6 +154,38 @@ func TestBGPPlannedRestartKeepsRoutes(t *testing.T) {
 				t.Fatal("node-c's speaker did not log that it stopped for good because its node is cordoned")
 			}
 			e.setNode("node-c", false, func(n *corev1.Node) { n.Spec.Unschedulable = false })
+			e.startSpeaker("node-c")
+			e.expectRoute(bird, route, e.nodeIPs(false, all...), 30*time.Second)
+		})
+
+		t.Run("an uninstall withdraws at once", func(t *testing.T) {
+			e.t = t
+			// The speakers' DaemonSet, as an object alone (no controller runs it here): the
+			// speaker reads it as it stops.
+			labels := map[string]string{"app": "portico-speaker"}
+			ds := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "portico-speaker"}, Spec: appsv1.DaemonSetSpec{
+				Selector: &metav1.LabelSelector{MatchLabels: labels},
+				Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
+					Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "speaker", Image: "portico"}}}}}}
+			must(t, e.c.Create(context.Background(), ds))
+			e.extraArgs = []string{"--namespace=default", "--daemonset=portico-speaker"}
+			t.Cleanup(func() { e.extraArgs = nil })
+			restarted := time.Now().Add(-time.Second) // Since has a one-second resolution
+			e.kill("node-c", syscall.SIGTERM)
+			e.startSpeaker("node-c")
+			waitFor(t, "node-c's new tor session Established", 30*time.Second, func() bool {
+				s := e.sessions("node-c")["tor"]
+				return s.State == "Established" && s.Since != nil && !s.Since.Time.Before(restarted)
+			})
+			e.expectRoute(bird, route, e.nodeIPs(false, all...), 10*time.Second)
+			must(t, e.c.Delete(context.Background(), ds))
+			e.kill("node-c", syscall.SIGTERM)
+			took := e.expectRoute(bird, route, e.nodeIPs(false, "node-a", "node-b"), 5*time.Second)
+			t.Logf("node-c's route gone %v after SIGTERM returned", took.Round(time.Millisecond))
+			if log := e.speakerLog("node-c"); !strings.Contains(log, `"reason":"uninstall"`) {
+				t.Fatal("node-c's speaker did not log that it stopped for good because of an uninstall")
+			}
+			e.extraArgs = nil
 			e.startSpeaker("node-c")
 			e.expectRoute(bird, route, e.nodeIPs(false, all...), 30*time.Second)
 		})

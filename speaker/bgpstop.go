@@ -2,9 +2,11 @@ package speaker
 
 import (
 	"context"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/portico-lb/portico/rules"
@@ -57,6 +59,22 @@ func bgpStopOf(n *corev1.Node, ignoreExcludeLabel bool) bgpStop {
 	return bgpStop{keep: true, reason: "restart"}
 }
 
+// uninstalling reads the speaker's DaemonSet as it stops (its metadata, or why it could not):
+// gone or being deleted is an uninstall, and so is a refusal, as the speaker's ServiceAccount and
+// RBAC go with the chart. Another error (an apiserver out of reach) says nothing: a restart.
+func uninstalling(ds metav1.ObjectMeta, err error) bool {
+	switch {
+	case err == nil:
+		return ds.DeletionTimestamp != nil
+	case apierrors.IsNotFound(err), apierrors.IsForbidden(err), apierrors.IsUnauthorized(err):
+		return true
+	}
+	return false
+}
+
+// daemonSetWait bounds the read of the DaemonSet at shutdown, within the termination grace.
+const daemonSetWait = time.Second
+
 // leaver is a Router that can end its sessions for a planned restart (bgpproc.Supervisor,
 // bgp.Sessions).
 type leaver interface {
@@ -74,6 +92,16 @@ func (s *Speaker) stopBGP() {
 		s.Log.Error(err, "reading this node at shutdown; its BGP routes are withdrawn")
 	}
 	stop := bgpStopOf(node, s.IgnoreExcludeLabel)
+	if stop.keep && s.DaemonSet.Name != "" {
+		ctx, cancel := context.WithTimeout(context.Background(), daemonSetWait)
+		ds, err := s.Client.DaemonSetMeta(ctx, s.DaemonSet)
+		cancel()
+		if uninstalling(ds, err) {
+			stop = bgpStop{reason: "uninstall"}
+		} else if err != nil {
+			s.Log.Error(err, "reading this speaker's DaemonSet at shutdown; taken for a restart", "daemonSet", s.DaemonSet)
+		}
+	}
 	s.Metrics.bgpStopping(stop)
 	l, ok := s.BGP.(leaver)
 	if !stop.keep || !ok {

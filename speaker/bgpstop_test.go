@@ -1,10 +1,13 @@
 package speaker
 
 import (
+	"errors"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/portico-lb/portico/api/v1alpha1"
 )
@@ -47,6 +50,30 @@ func TestBGPStopOf(t *testing.T) {
 	} {
 		if got := bgpStopOf(tc.n, tc.ignoreExclude); got != tc.want {
 			t.Errorf("%s: %+v, want %+v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestUninstalling: the speaker's DaemonSet gone, being deleted or out of its reach (its RBAC
+// and ServiceAccount removed with the chart) is an uninstall; an apiserver out of reach is not.
+func TestUninstalling(t *testing.T) {
+	now := metav1.Now()
+	ds := schema.GroupResource{Group: "apps", Resource: "daemonsets"}
+	for _, tc := range []struct {
+		name string
+		meta metav1.ObjectMeta
+		err  error
+		want bool
+	}{
+		{"present", metav1.ObjectMeta{Name: "portico-speaker"}, nil, false},
+		{"being deleted (foreground)", metav1.ObjectMeta{Name: "portico-speaker", DeletionTimestamp: &now}, nil, true},
+		{"gone", metav1.ObjectMeta{}, apierrors.NewNotFound(ds, "portico-speaker"), true},
+		{"RBAC gone", metav1.ObjectMeta{}, apierrors.NewForbidden(ds, "portico-speaker", errors.New("no rule")), true},
+		{"ServiceAccount gone", metav1.ObjectMeta{}, apierrors.NewUnauthorized("token"), true},
+		{"apiserver out of reach", metav1.ObjectMeta{}, errors.New("dial tcp: connection refused"), false},
+	} {
+		if got := uninstalling(tc.meta, tc.err); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
 		}
 	}
 }

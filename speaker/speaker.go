@@ -65,6 +65,9 @@ type Speaker struct {
 	// holds a Lease.
 	LeaseNamespace string
 	LeaseRenew     time.Duration
+	// DaemonSet names the speakers' DaemonSet, read at shutdown: deleted, it is an uninstall,
+	// whose BGP routes are withdrawn at once (bgpstop.go); zero: not read.
+	DaemonSet types.NamespacedName
 	// WatchLinks follows this node's links for the subnets it can answer on (subnets.go);
 	// false (a recording Announcer) reports none, and the others take it to answer anywhere.
 	WatchLinks bool
