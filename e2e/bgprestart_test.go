@@ -72,6 +72,17 @@ func joinAddrs(as []netip.Addr) string {
 	return "[" + strings.Join(s, " ") + "]"
 }
 
+// advertiseWeb advertises the Service web's address, 203.0.113.10, from every node to every
+// peer, and returns its route once router routes it via the nodes named.
+func (e *l2Env) advertiseWeb(router string, nodes []string) netip.Prefix {
+	e.t.Helper()
+	e.createObject(&v1alpha1.BGPAdvertisement{ObjectMeta: metav1.ObjectMeta{Name: "all"}})
+	route := netip.MustParsePrefix("203.0.113.10/32")
+	e.createService("web", []netip.Prefix{netip.MustParsePrefix("203.0.113.0/28")}, false, route.Addr())
+	e.expectRoute(router, route, e.nodeIPs(false, nodes...), 10*time.Second)
+	return route
+}
+
 // birdGRConfig is birdConfig with graceful restart on (bird is a helper either way; "on" also
 // makes it a restarting speaker itself, as routers configured for it are).
 func birdGRConfig(e *l2Env) string {
@@ -94,11 +105,7 @@ func TestBGPPlannedRestartKeepsRoutes(t *testing.T) {
 		peer.Spec.EnableGracefulRestart = true
 		e.createObject(peer)
 		e.waitEstablished("tor", 30*time.Second, all...)
-		e.createObject(&v1alpha1.BGPAdvertisement{ObjectMeta: metav1.ObjectMeta{Name: "all"}})
-		ip := netip.MustParseAddr("203.0.113.10")
-		route := netip.PrefixFrom(ip, 32)
-		e.createService("web", []netip.Prefix{netip.MustParsePrefix("203.0.113.0/28")}, false, ip)
-		e.expectRoute(bird, route, e.nodeIPs(false, all...), 10*time.Second)
+		route := e.advertiseWeb(bird, all)
 		nodeC := e.nodeIPs(false, "node-c")[0]
 
 		t.Run("planned restart keeps the route", func(t *testing.T) {
@@ -238,10 +245,7 @@ func TestBGPPlannedRestartWithBFD(t *testing.T) {
 		e.createObject(peer)
 		e.waitEstablished("tor", 30*time.Second, all...)
 		waitFor(t, "BFD Up with every node", 30*time.Second, func() bool { return bfdUp(t, b, e.nodeIPs(false, all...)...) })
-		e.createObject(&v1alpha1.BGPAdvertisement{ObjectMeta: metav1.ObjectMeta{Name: "all"}})
-		route := netip.MustParsePrefix("203.0.113.10/32")
-		e.createService("web", []netip.Prefix{netip.MustParsePrefix("203.0.113.0/28")}, false, route.Addr())
-		e.expectRoute(bird, route, e.nodeIPs(false, all...), 10*time.Second)
+		route := e.advertiseWeb(bird, all)
 		nodeC := e.nodeIPs(false, "node-c")[0]
 
 		w := watchRoute(t, b, bird, route, "node_c", nodeC)
