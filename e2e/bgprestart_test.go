@@ -18,17 +18,24 @@ import (
 	"github.com/portico-lb/portico/internal/netlab"
 )
 
-// routeWatch polls, every 20 ms until stopped, whether bird holds node's path to prefix and
-// which next hops the router's kernel has for it; it counts the polls where either lacked node.
+// routeWatch follows the router's route to prefix through a planned restart of node's speaker:
+// it polls, every 20 ms, whether bird holds node's path and the router's kernel its next hop,
+// and it records every change of the kernel's routes (ip monitor), which no poll can miss: an
+// ECMP route that lost node's next hop for a millisecond (bird does so when the new session's
+// OPEN lacks the Forwarding State bit) shows there alone.
 type routeWatch struct {
+	prefix     netip.Prefix
 	stop, done chan struct{}
 	mu         sync.Mutex
 	polls      int
 	missing    []string // what each poll without node's path saw, and when
+	events     <-chan ipEvent
+	endMonitor func()
 }
 
 func watchRoute(t *testing.T, b *netlab.Router, ns string, prefix netip.Prefix, protocol string, hop netip.Addr) *routeWatch {
-	w := &routeWatch{stop: make(chan struct{}), done: make(chan struct{})}
+	w := &routeWatch{prefix: prefix, stop: make(chan struct{}), done: make(chan struct{})}
+	w.events, w.endMonitor = ipMonitor(t, ns, "route")
 	start := time.Now()
 	go func() {
 		defer close(w.done)
@@ -56,12 +63,30 @@ func watchRoute(t *testing.T, b *netlab.Router, ns string, prefix netip.Prefix, 
 	return w
 }
 
-func (w *routeWatch) end() (polls int, missing []string) {
+// end stops the watch and fails t if the route changed meanwhile: a poll without node's path,
+// or any kernel change to the route.
+func (w *routeWatch) end(t *testing.T) {
+	t.Helper()
 	close(w.stop)
 	<-w.done
+	w.endMonitor()
+	var changes []string
+	touched := false
+	for ev := range w.events {
+		changes = append(changes, ev.at.Format("15:04:05.000000")+" "+ev.line)
+		touched = touched || strings.HasPrefix(strings.TrimPrefix(ev.line, "Deleted "), w.prefix.Addr().String()+" ")
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.polls, w.missing
+	if touched || len(w.missing) > 0 {
+		first := ""
+		if len(w.missing) > 0 {
+			first = "; first: " + w.missing[0]
+		}
+		t.Fatalf("the router's route to %v changed during a planned restart (%d of %d polls without node-c%s); its kernel route changes:\n%s",
+			w.prefix, len(w.missing), w.polls, first, strings.Join(changes, "\n"))
+	}
+	t.Logf("node-c's route at bird and in the kernel's ECMP route in every one of %d polls (every 20 ms), and no kernel change to it", w.polls)
 }
 
 func joinAddrs(as []netip.Addr) string {
@@ -136,11 +161,7 @@ func TestBGPPlannedRestartKeepsRoutes(t *testing.T) {
 			e.waitEstablished("tor", 30*time.Second, "node-c")
 			took := e.expectRoute(bird, netip.PrefixFrom(gone, 32), nil, 10*time.Second)
 			t.Logf("node-c's stale path to the deleted Service swept %v after its session was up", took.Round(time.Millisecond))
-			polls, missing := w.end()
-			if len(missing) > 0 {
-				t.Fatalf("node-c's route left the router during a planned restart in %d of %d polls; first: %s", len(missing), polls, missing[0])
-			}
-			t.Logf("node-c's route at bird and in the kernel's ECMP route in every one of %d polls (every 20 ms)", polls)
+			w.end(t)
 			e.expectRoute(bird, route, e.nodeIPs(false, all...), 10*time.Second)
 			if log := e.speakerLog("node-c"); !strings.Contains(log, `"msg":"stopping for a restart`) {
 				t.Fatal("node-c's speaker did not log that it stopped for a restart")
@@ -268,11 +289,7 @@ func TestBGPPlannedRestartWithBFD(t *testing.T) {
 		})
 		waitFor(t, "BFD Up with node-c again", 30*time.Second, func() bool { return bfdUp(t, b, nodeC) })
 		e.expectRoute(bird, route, e.nodeIPs(false, all...), 10*time.Second)
-		polls, missing := w.end()
-		if len(missing) > 0 {
-			t.Fatalf("node-c's route left the router during a planned restart in %d of %d polls; first: %s", len(missing), polls, missing[0])
-		}
-		t.Logf("node-c's route at bird and in the kernel's ECMP route in every one of %d polls (every 20 ms)", polls)
+		w.end(t)
 	})
 }
 
