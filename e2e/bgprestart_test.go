@@ -19,7 +19,7 @@ import (
 )
 
 // routeWatch follows the router's route to prefix through a planned restart of node's speaker:
-// it polls, every 20 ms, whether bird holds node's path and the router's kernel its next hop,
+// it polls, every 20 ms, whether the router holds node's path (holds) and its kernel the next hop,
 // and it records every change of the kernel's routes (ip monitor), which no poll can miss: an
 // ECMP route that lost node's next hop for a millisecond (bird does so when the new session's
 // OPEN lacks the Forwarding State bit) shows there alone.
@@ -33,7 +33,15 @@ type routeWatch struct {
 	endMonitor func()
 }
 
-func watchRoute(t *testing.T, b *netlab.Router, ns string, prefix netip.Prefix, protocol string, hop netip.Addr) *routeWatch {
+// birdHolds is a routeWatch check: bird holds a path to prefix learned over protocol.
+func birdHolds(b *netlab.Router, prefix netip.Prefix, protocol string) func() (string, bool) {
+	return func() (string, bool) {
+		out, err := b.Birdc("show", "route", prefix.String(), "protocol", protocol)
+		return "bird has no path from " + protocol + ": " + strings.TrimSpace(out), err == nil && strings.Contains(out, prefix.String())
+	}
+}
+
+func watchRoute(t *testing.T, ns string, prefix netip.Prefix, hop netip.Addr, holds func() (string, bool)) *routeWatch {
 	w := &routeWatch{prefix: prefix, stop: make(chan struct{}), done: make(chan struct{})}
 	w.events, w.endMonitor = ipMonitor(t, ns, "route")
 	start := time.Now()
@@ -42,13 +50,13 @@ func watchRoute(t *testing.T, b *netlab.Router, ns string, prefix netip.Prefix, 
 		tick := time.NewTicker(20 * time.Millisecond)
 		defer tick.Stop()
 		for {
-			out, err := b.Birdc("show", "route", prefix.String(), "protocol", protocol)
+			why, held := holds()
 			gw, gerr := netlab.Gateways(ns, prefix)
 			w.mu.Lock()
 			w.polls++
 			switch {
-			case err != nil || !strings.Contains(out, prefix.String()):
-				w.missing = append(w.missing, time.Since(start).Round(time.Millisecond).String()+": bird has no path from "+protocol+": "+strings.TrimSpace(out))
+			case !held:
+				w.missing = append(w.missing, time.Since(start).Round(time.Millisecond).String()+": "+why)
 			case gerr != nil || !slices.Contains(gw, hop):
 				w.missing = append(w.missing, time.Since(start).Round(time.Millisecond).String()+": kernel next hops "+joinAddrs(gw)+" lack "+hop.String())
 			}
@@ -86,7 +94,7 @@ func (w *routeWatch) end(t *testing.T) {
 		t.Fatalf("the router's route to %v changed during a planned restart (%d of %d polls without node-c%s); its kernel route changes:\n%s",
 			w.prefix, len(w.missing), w.polls, first, strings.Join(changes, "\n"))
 	}
-	t.Logf("node-c's route at bird and in the kernel's ECMP route in every one of %d polls (every 20 ms), and no kernel change to it", w.polls)
+	t.Logf("node-c's route at the router and in its kernel's ECMP route in every one of %d polls (every 20 ms), and no kernel change to it", w.polls)
 }
 
 func joinAddrs(as []netip.Addr) string {
@@ -141,7 +149,7 @@ func TestBGPPlannedRestartKeepsRoutes(t *testing.T) {
 			gone := netip.MustParseAddr("203.0.113.11")
 			svc := e.createService("gone", []netip.Prefix{netip.MustParsePrefix("203.0.113.0/28")}, false, gone)
 			e.expectRoute(bird, netip.PrefixFrom(gone, 32), e.nodeIPs(false, all...), 10*time.Second)
-			w := watchRoute(t, b, bird, route, "node_c", nodeC)
+			w := watchRoute(t, bird, route, nodeC, birdHolds(b, route, "node_c"))
 			e.kill("node-c", syscall.SIGTERM)
 			t.Cleanup(func() {
 				if _, running := e.speakers["node-c"]; !running {
@@ -269,7 +277,7 @@ func TestBGPPlannedRestartWithBFD(t *testing.T) {
 		route := e.advertiseWeb(bird, all)
 		nodeC := e.nodeIPs(false, "node-c")[0]
 
-		w := watchRoute(t, b, bird, route, "node_c", nodeC)
+		w := watchRoute(t, bird, route, nodeC, birdHolds(b, route, "node_c"))
 		e.kill("node-c", syscall.SIGTERM)
 		waitFor(t, "bird sees node-c's session down", 10*time.Second, func() bool {
 			out, err := b.Birdc("show", "protocols", "node_c")
@@ -301,4 +309,43 @@ func lineWith(out, s string) string {
 		}
 	}
 	return ""
+}
+
+// TestBGPPlannedRestartFRR: the planned restart against FRR, a graceful restart helper by
+// default (nothing configured for it): node-c's path stays in FRR's BGP table and its next hop
+// in the kernel's ECMP route, unchanged, through the restart.
+func TestBGPPlannedRestartFRR(t *testing.T) {
+	inBGPLab(t, 1, func(t *testing.T, e *l2Env) {
+		all := []string{"node-a", "node-b", "node-c"}
+		ns, addr := e.Routers[0].NS, e.Routers[0].IPv4.Addr()
+		f := netlab.StartFRR(t, ns, frrConfig(addr, e.Nodes))
+		t.Cleanup(func() {
+			if t.Failed() {
+				out, _ := f.Vtysh("show bgp neighbors")
+				t.Logf("FRR:\n%s\n%s", out, f.Log())
+			}
+		})
+		peer := bgpPeer("tor", addr, clusterASN, 64520)
+		peer.Spec.EnableGracefulRestart = true
+		e.createObject(peer)
+		e.waitEstablished("tor", 30*time.Second, all...)
+		route := e.advertiseWeb(ns, all)
+		nodeC := e.nodeIPs(false, "node-c")[0]
+		w := watchRoute(t, ns, route, nodeC, func() (string, bool) {
+			out, err := f.Vtysh("show ip bgp " + route.String())
+			return "FRR has no path via " + nodeC.String() + ": " + strings.TrimSpace(out), err == nil && strings.Contains(out, nodeC.String())
+		})
+		restarted := time.Now().Add(-time.Second) // Since has a one-second resolution
+		e.kill("node-c", syscall.SIGTERM)
+		e.startSpeaker("node-c")
+		waitFor(t, "node-c's new tor session Established", 30*time.Second, func() bool {
+			s := e.sessions("node-c")["tor"]
+			return s.State == "Established" && s.Since != nil && !s.Since.Time.Before(restarted)
+		})
+		waitFor(t, "FRR's path via node-c fresh (not stale)", 30*time.Second, func() bool {
+			out, err := f.Vtysh("show ip bgp " + route.String())
+			return err == nil && strings.Contains(out, nodeC.String()) && !strings.Contains(strings.ToLower(out), "stale")
+		})
+		w.end(t)
+	})
 }
