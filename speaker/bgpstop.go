@@ -32,8 +32,8 @@ var leavingTaints = []string{"ToBeDeletedByClusterAutoscaler", "karpenter.sh/dis
 // stop for good, whose routes must go at once so that routers stop sending there: the node
 // cordoned (kubectl drain's first step; drained, the node's pods leave and it may be powered
 // off next), not Ready or its network unavailable (the plan withdrew already), excluded from
-// load balancers, being deleted, or tainted as leaving. A speaker cannot tell a rolling update
-// from an uninstall by its node; docs/speaker-bgp.md says what an uninstall costs.
+// load balancers, being deleted, or tainted as leaving. A rolling update and an uninstall look
+// alike from the node: stopBGP reads the DaemonSet to tell them apart (uninstalling).
 func bgpStopOf(n *corev1.Node, ignoreExcludeLabel bool) bgpStop {
 	if n == nil {
 		return bgpStop{reason: "node-gone"}
@@ -81,7 +81,8 @@ type leaver interface {
 	Leave() (kept []string)
 }
 
-// stopBGP ends the BGP side as bgpStopOf says for this node as the cache last saw it.
+// stopBGP ends the BGP side as bgpStopOf says for this node as the cache last saw it and, for
+// what would be a restart, as uninstalling says of the DaemonSet.
 func (s *Speaker) stopBGP() {
 	var node *corev1.Node
 	var n corev1.Node

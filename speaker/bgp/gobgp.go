@@ -45,9 +45,10 @@ const restartDeferral = 1 // seconds
 // §4.1): its OPEN sets the Restart State bit and, per family, the Forwarding State bit, so a
 // router still holding this node's routes from before (stale, after a planned restart or a
 // crash) keeps them until the End-of-RIB that follows this session's routes, then sweeps those
-// not sent again. Without the Forwarding State bit it would drop them all as the session opens,
-// and ECMP would rehash for the second until they return. The bit is true: the node's forwarding
-// (kube-proxy) never stopped, only the speaker did.
+// not sent again. Without the Forwarding State bit it drops them as the session opens and takes
+// them back from the UPDATE that follows (bird: its kernel ECMP route lost the node for 1.1 ms,
+// enough to rehash flows). The bit is true: the node's forwarding (kube-proxy) never stopped,
+// only the speaker did.
 func apiPeer(p plan.Peer, addr netip.Addr, restarting bool) *api.Peer {
 	ap := &api.Peer{
 		Conf: &api.PeerConf{NeighborAddress: addr.String(), PeerAsn: p.PeerASN, LocalAsn: p.MyASN,

@@ -134,15 +134,7 @@ func (s *Sessions) Leave() (kept []string) {
 			s.stop(ss)
 			continue
 		}
-		if ss.bfd != nil {
-			ss.bfd.Stop()
-		}
-		ss.cancel()
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		if err := ss.srv.StopBgp(ctx, &api.StopBgpRequest{AllowGracefulRestart: true}); err != nil {
-			s.Log.Error(err, "leaving a BGP session for graceful restart", "peer", name)
-		}
-		cancel()
+		s.stopGracefully(ss)
 		kept = append(kept, name)
 	}
 	slices.Sort(kept)
@@ -267,11 +259,29 @@ func (s *Sessions) refuseInternal(ss *session) {
 
 // stop closes the session (a NOTIFICATION Cease) and ends its server's goroutines.
 func (s *Sessions) stop(ss *session) {
+	s.end(ss, func() { ss.srv.Stop() }) // logs its own failure through the session's logger
+}
+
+// stopGracefully closes the session without a NOTIFICATION where graceful restart was
+// negotiated (GoBGP sends a Cease where it was not) and ends its server's goroutines.
+func (s *Sessions) stopGracefully(ss *session) {
+	s.end(ss, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := ss.srv.StopBgp(ctx, &api.StopBgpRequest{AllowGracefulRestart: true}); err != nil {
+			s.Log.Error(err, "leaving a BGP session for graceful restart", "peer", ss.peer.Name)
+		}
+	})
+}
+
+// end stops the session's BFD (which tells the router AdminDown) and its state watch, then the
+// server with stopServer.
+func (s *Sessions) end(ss *session, stopServer func()) {
 	if ss.bfd != nil {
 		ss.bfd.Stop()
 	}
 	ss.cancel()
-	ss.srv.Stop() // logs its own failure through the session's logger
+	stopServer()
 }
 
 // sync makes the session's RIB hold exactly want.
