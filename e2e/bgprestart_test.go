@@ -105,6 +105,17 @@ func joinAddrs(as []netip.Addr) string {
 	return "[" + strings.Join(s, " ") + "]"
 }
 
+// waitFreshSession waits for node's session with peer to be Established in a session that
+// began after since (a restarted speaker's, or a changed peer's; Since has a one-second
+// resolution, so callers take since a second early).
+func (e *l2Env) waitFreshSession(node, peer string, since time.Time) {
+	e.t.Helper()
+	waitFor(e.t, node+"'s new "+peer+" session Established", 30*time.Second, func() bool {
+		s := e.sessions(node)[peer]
+		return s.State == "Established" && s.Since != nil && !s.Since.Time.Before(since)
+	})
+}
+
 // advertiseWeb advertises the Service web's address, 203.0.113.10, from every node to every
 // peer, and returns its route once router routes it via the nodes named.
 func (e *l2Env) advertiseWeb(router string, nodes []string) netip.Prefix {
@@ -209,10 +220,7 @@ func TestBGPPlannedRestartKeepsRoutes(t *testing.T) {
 			restarted := time.Now().Add(-time.Second) // Since has a one-second resolution
 			e.kill("node-c", syscall.SIGTERM)
 			e.startSpeaker("node-c")
-			waitFor(t, "node-c's new tor session Established", 30*time.Second, func() bool {
-				s := e.sessions("node-c")["tor"]
-				return s.State == "Established" && s.Since != nil && !s.Since.Time.Before(restarted)
-			})
+			e.waitFreshSession("node-c", "tor", restarted)
 			e.expectRoute(bird, route, e.nodeIPs(false, all...), 10*time.Second)
 			must(t, e.c.Delete(context.Background(), ds))
 			e.kill("node-c", syscall.SIGTERM)
@@ -233,10 +241,7 @@ func TestBGPPlannedRestartKeepsRoutes(t *testing.T) {
 			tor.Spec.GracefulRestartTime = &metav1.Duration{Duration: 5 * time.Second}
 			changed := time.Now().Add(-time.Second) // Since has a one-second resolution
 			must(t, e.c.Update(context.Background(), &tor))
-			waitFor(t, "a fresh tor session on node-c, announcing the new restart time", 30*time.Second, func() bool {
-				s := e.sessions("node-c")["tor"]
-				return s.State == "Established" && s.Since != nil && !s.Since.Time.Before(changed)
-			})
+			e.waitFreshSession("node-c", "tor", changed)
 			e.expectRoute(bird, route, e.nodeIPs(false, all...), 10*time.Second)
 			e.kill("node-c", syscall.SIGKILL)
 			killed := time.Now()
@@ -291,10 +296,7 @@ func TestBGPPlannedRestartWithBFD(t *testing.T) {
 		})
 		restarted := time.Now().Add(-time.Second) // Since has a one-second resolution
 		e.startSpeaker("node-c")
-		waitFor(t, "node-c's new tor session Established", 30*time.Second, func() bool {
-			s := e.sessions("node-c")["tor"]
-			return s.State == "Established" && s.Since != nil && !s.Since.Time.Before(restarted)
-		})
+		e.waitFreshSession("node-c", "tor", restarted)
 		waitFor(t, "BFD Up with node-c again", 30*time.Second, func() bool { return bfdUp(t, b, nodeC) })
 		e.expectRoute(bird, route, e.nodeIPs(false, all...), 10*time.Second)
 		w.end(t)
@@ -338,10 +340,7 @@ func TestBGPPlannedRestartFRR(t *testing.T) {
 		restarted := time.Now().Add(-time.Second) // Since has a one-second resolution
 		e.kill("node-c", syscall.SIGTERM)
 		e.startSpeaker("node-c")
-		waitFor(t, "node-c's new tor session Established", 30*time.Second, func() bool {
-			s := e.sessions("node-c")["tor"]
-			return s.State == "Established" && s.Since != nil && !s.Since.Time.Before(restarted)
-		})
+		e.waitFreshSession("node-c", "tor", restarted)
 		waitFor(t, "FRR's path via node-c fresh (not stale)", 30*time.Second, func() bool {
 			out, err := f.Vtysh("show ip bgp " + route.String())
 			return err == nil && strings.Contains(out, nodeC.String()) && !strings.Contains(strings.ToLower(out), "stale")
