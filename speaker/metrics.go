@@ -23,6 +23,9 @@ type Metrics struct {
 	probes         *prometheus.CounterVec // self-check outcomes (selfcheck.go)
 	bgpStop        *prometheus.GaugeVec   // what a stop would do with the BGP routes (bgpstop.go)
 	events         events.Metrics
+	// handoffs and handoffEntries are the hand-off's (handoffs.go).
+	handoffs       prometheus.Counter
+	handoffEntries prometheus.Gauge
 }
 
 // NewMetrics creates the series and registers them with reg.
@@ -57,8 +60,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.bgpStop = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "portico_bgp_stop_keeps_routes",
 		Help: "1 when a stop of this speaker now is a restart whose BGP routes the routers keep (graceful restart), 0 when it withdraws them at once; reason says why (restart, cordoned, not-ready, excluded, node-deleting, node-leaving, node-gone)."},
 		[]string{"reason"})
+	m.handoffs = prometheus.NewCounter(prometheus.CounterOpts{Name: "portico_l2_handoffs_total",
+		Help: "Addresses this node took over while their previous owner's node stayed, whose flows it hands off to that node."})
+	m.handoffEntries = prometheus.NewGauge(prometheus.GaugeOpts{Name: "portico_l2_handoff_entries",
+		Help: "Addresses whose flows this node hands off to their previous owner now."})
 	reg.MustRegister(m.requests, m.replies, m.gratuitous, m.ownerChanges, m.failover, m.announced, m.membersLost, m.reconcile,
-		m.membersRefused, m.keys, m.keyChanges, m.bgpStop)
+		m.membersRefused, m.keys, m.keyChanges, m.handoffs, m.handoffEntries, m.bgpStop)
 	m.probes = newProbeCounter(reg)
 	m.events = events.NewMetrics(reg)
 	return m
@@ -79,6 +86,17 @@ func (m *Metrics) bgpStopping(stop bgpStop) {
 	}
 	m.bgpStop.Reset()
 	m.bgpStop.WithLabelValues(stop.reason).Set(keep)
+}
+
+// RegisterHandoffCounts registers the hand-off's kernel counters, read at each scrape: the
+// flows picked up (their first packet was not a SYN) and every packet handed off.
+func RegisterHandoffCounts(reg prometheus.Registerer, counts func() (flows, packets uint64, err error)) {
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "portico_l2_handoff_flows_total",
+		Help: "Flows to addresses this node took over whose first packet here was not a SYN (a connection opened through the previous owner), handed off to that node."},
+		func() float64 { n, _, _ := counts(); return float64(n) }))
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "portico_l2_handoff_packets_total",
+		Help: "Packets of handed-off flows routed on to the address's previous owner."},
+		func() float64 { _, n, _ := counts(); return float64(n) }))
 }
 
 // Request, Reply and Gratuitous make Metrics an l2.Counters.
