@@ -108,6 +108,7 @@ func (s *Speaker) world(ctx context.Context) (plan.World, error) {
 			return w, err
 		}
 	}
+	s.noteBGPStop(nodes.Items)
 	subnets := rules.SubnetsOf(speakers.Items)
 	if mine, ok := s.ownSubnets(); ok {
 		subnets[s.Node] = mine // fresher than this node's own status

@@ -69,6 +69,9 @@ type Speaker struct {
 	// holds a Lease.
 	LeaseNamespace string
 	LeaseRenew     time.Duration
+	// DaemonSet names the speakers' DaemonSet, read at shutdown: deleted, it is an uninstall,
+	// whose BGP routes are withdrawn at once (bgpstop.go); zero: not read.
+	DaemonSet types.NamespacedName
 	// WatchLinks follows this node's links for the subnets it can answer on (subnets.go);
 	// false (a recording Announcer) reports none, and the others take it to answer anywhere.
 	WatchLinks bool
@@ -232,9 +235,9 @@ func (s *Speaker) trigger(cause string) {
 }
 
 func (s *Speaker) shutdown() {
-	// Withdraw over BGP first: routers drop this node's routes as soon as they get the
-	// withdrawals and the NOTIFICATION that closes each session.
-	s.BGP.Close()
+	// BGP first: for good, routers drop this node's routes as soon as they get the withdrawals
+	// and the NOTIFICATION that closes each session; for a restart they keep them (bgpstop.go).
+	s.stopBGP()
 	// Silent first, then the goodbye, then the sockets closed: closing them takes milliseconds
 	// (Responder.Silence), and the others take over as soon as they hear the goodbye.
 	s.Announce.Silence()

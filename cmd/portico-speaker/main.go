@@ -60,6 +60,7 @@ type options struct {
 	drainGrace                 time.Duration
 	bgpMemoryLimitMiB          int64
 	leaseNamespace             string
+	daemonSet                  string
 	leaseRenew                 time.Duration
 }
 
@@ -96,6 +97,7 @@ func main() {
 		"leave Services with no spec.loadBalancerClass to another load balancer, handling only --load-balancer-class (the controller needs the same flag)")
 	flag.BoolVar(&o.forwardGuard, "forward-guard", true,
 		"drop packets to the addresses this node announces that nothing on the node translated (nftables table inet portico; needs CAP_NET_ADMIN), so that clients arriving before the service proxy's rule connect on their next retransmission instead of being routed back out")
+	flag.StringVar(&o.daemonSet, "daemonset", "", "the speakers' DaemonSet in --namespace, read when this speaker stops: gone or being deleted (an uninstall), the BGP routes are withdrawn at once rather than left to the routers' graceful restart; empty: not read")
 	flag.DurationVar(&o.handoffGrace, "l2-handoff-grace", 10*time.Minute,
 		"for this long after taking an L2 address over from a node that stays up, pass the packets of connections this node has no state for (opened through that node) on to that node, so they survive the move (nftables table inet portico-handoff, a policy-routing rule and table; needs CAP_NET_ADMIN); 0 switches it off and removes what an earlier run left")
 	flag.UintVar(&o.handoffMark, "l2-handoff-mark", uint(handoff.Defaults.Mark),
@@ -163,6 +165,9 @@ func run(o options) error {
 			speaker.RegisterGuardDrops(reg, g.Dropped)
 		}
 	}
+	if o.daemonSet != "" && o.leaseNamespace == "" {
+		return fmt.Errorf("--daemonset %q needs --namespace (default $POD_NAMESPACE), where the DaemonSet is", o.daemonSet)
+	}
 	s := &speaker.Speaker{
 		Node: o.node, LBClass: o.lbClass, Cache: cache, Client: cl, MLPort: o.port,
 		Announce: l2.NewAnnouncer(log.WithName("l2"), metrics), BGP: bgpSide, Guard: fwd,
@@ -170,6 +175,9 @@ func run(o options) error {
 		Metrics: metrics, Log: log, SelfCheck: o.selfCheck, Conflicts: o.conflicts, KeyRefresh: o.keyRefresh,
 		IgnoreExcludeLabel: o.ignoreExcludeLabel, IgnoreClassless: o.ignoreClassless, RoutesUpWait: o.routesUpWait,
 		DrainGrace: o.drainGrace, LeaseNamespace: o.leaseNamespace, LeaseRenew: o.leaseRenew, WatchLinks: true,
+	}
+	if o.daemonSet != "" {
+		s.DaemonSet = types.NamespacedName{Namespace: o.leaseNamespace, Name: o.daemonSet}
 	}
 	var keys membership.Keys
 	if o.secret != "" {
