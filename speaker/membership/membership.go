@@ -82,6 +82,8 @@ type Group struct {
 	life      []byte // this process's life: see goodbye.go
 	heartbeat time.Duration
 	resumed   func(netip.Addr) // Config.Resumed
+	seal      sealer           // direct heartbeats (heartbeat.go)
+	seq       uint64           // the last direct heartbeat's sequence number; the watch loop's alone
 
 	mu      sync.Mutex
 	members map[string]*member
@@ -127,13 +129,16 @@ func Start(cfg Config) (*Group, error) {
 	}
 	mc.Logger = log.New(out, "memberlist ", log.LstdFlags)
 	g := &Group{changes: make(chan Change, 1024), self: cfg.Name, life: newLife(), heartbeat: d.Heartbeat, resumed: cfg.Resumed,
-		members: map[string]*member{}, stop: make(chan struct{})}
+		keyring: mc.Keyring, members: map[string]*member{}, stop: make(chan struct{})}
+	if g.keyring != nil {
+		g.seal.keys = g.keyring.GetKeys
+	}
 	mc.Events = events{g}
 	mc.Delegate = delegate{g}
 	if cfg.Admit != nil {
 		mc.Alive = admission{self: cfg.Name, admit: cfg.Admit}
 	}
-	t, err := listen(cfg.BindAddr, cfg.BindPort, mc.Logger)
+	t, err := listen(cfg.BindAddr, cfg.BindPort, mc.Logger, g.heardDirect)
 	if err != nil {
 		return nil, err
 	}
@@ -143,7 +148,7 @@ func Start(cfg Config) (*Group, error) {
 		_ = t.Shutdown()
 		return nil, fmt.Errorf("membership: %w", err)
 	}
-	g.ml, g.net, g.keyring = ml, t, mc.Keyring
+	g.ml, g.net = ml, t
 	if g.heartbeat > 0 {
 		go g.watch()
 	}

@@ -67,16 +67,46 @@ func (g *Group) ringLocked() ring {
 // sendHeartbeats sends this node's heartbeat to its watchers, and to the members that want
 // heartbeats but are not counted alive: a partition that heals is seen at their first one.
 func (g *Group) sendHeartbeats(now time.Time) {
+	var direct []netip.AddrPort
 	var to []memberlist.Address
 	g.mu.Lock()
 	watchers := g.ringLocked().after(g.self)
 	for name, m := range g.members {
-		if name != g.self && m.wantsHeartbeats(now) && (!m.alive() || slices.Contains(watchers, name)) {
-			to = append(to, m.to)
+		if name == g.self || !m.wantsHeartbeats(now) || (m.alive() && !slices.Contains(watchers, name)) {
+			continue
+		}
+		if takesDirect(m.life) {
+			direct = append(direct, m.gossip)
+		} else {
+			to = append(to, m.to) // a member from before direct heartbeats
 		}
 	}
 	g.mu.Unlock()
-	g.send(to, message(heartbeatPrefix, g.self, g.life))
+	if len(to) > 0 {
+		g.send(to, message(heartbeatPrefix, g.self, g.life))
+	}
+	if len(direct) == 0 {
+		return
+	}
+	g.seq++
+	packet, err := g.seal.seal(heartbeatBody(g.seq, g.self, g.life))
+	if err != nil {
+		return // the keys were validated: this is the random source failing, and the next tick tries again
+	}
+	for _, addr := range direct {
+		_ = g.net.writeDirect(packet, addr) // a lost heartbeat is what the fast path is made for
+	}
+}
+
+// heardDirect takes a direct heartbeat (heartbeat.go) from the transport's reader.
+func (g *Group) heardDirect(packet []byte) {
+	body, ok := g.seal.open(packet)
+	if !ok {
+		return
+	}
+	if seq, name, life, ok := parseHeartbeatBody(body); ok && seq > 0 && takesDirect(life) {
+		g.heardHeartbeat(name, life, seq)
+	}
 }
 
 func (g *Group) stopWatching() { g.stopped.Do(func() { close(g.stop) }) }
@@ -180,13 +210,15 @@ func (g *Group) heardOfDeath(name, life string) {
 // heardHeartbeat notes a heartbeat from the member's current life, which is alive whatever a
 // check found, and tells Config.Resumed when it ends a silence: of the sender, and of this
 // node's watchers, whose entries in this node's kernel may wait to be resolved as well (its
-// own link may be the one that was down).
-func (g *Group) heardHeartbeat(name, life string) {
+// own link may be the one that was down). seq is a direct heartbeat's sequence number, which
+// must be past the last one's (0: a memberlist user message, which has none).
+func (g *Group) heardHeartbeat(name, life string, seq uint64) {
 	var resumed []netip.Addr
 	g.update(name, "heartbeat", func(m *member) {
-		if m.life != life {
+		if m.life != life || (seq > 0 && seq <= m.seq) {
 			return
 		}
+		m.seq = max(m.seq, seq)
 		now := time.Now()
 		if !m.heard.IsZero() && now.Sub(m.heard) > 2*g.heartbeat {
 			resumed = append(resumed, m.gossip.Addr())
