@@ -26,7 +26,7 @@ var (
 
 // newLife is this process's life ID: 8 random bytes and directMark.
 func newLife() []byte {
-	life := make([]byte, 8)
+	life := make([]byte, lifeRandom)
 	_, _ = rand.Read(life)
 	return append(life, directMark)
 }
@@ -88,7 +88,7 @@ func (d delegate) NodeMeta(int) []byte { return d.g.life }
 func (d delegate) NotifyMsg(msg []byte) {
 	if name, life, ok := parseMessage(heartbeatPrefix, msg); ok {
 		if !takesDirect(life) {
-			d.g.heardHeartbeat(name, life, 0)
+			d.g.heardHeartbeat(name, life, 0, time.Now())
 		}
 	} else if name, life, ok := parseMessage(goodbyePrefix, msg); ok {
 		d.g.heardGoodbye(name, life)

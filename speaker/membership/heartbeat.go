@@ -29,11 +29,17 @@ import (
 // message type (below 16, or 244 before a label) or, sealed, the encryption version (0 or 1).
 const heartbeatMagic byte = 0xb7
 
-// directMark ends the life of a member that takes direct heartbeats.
+// directMark ends the life of a member that takes direct heartbeats, after its random bytes;
+// older members' lives are the random bytes alone.
 const directMark byte = 'd'
 
+// lifeRandom is how many random bytes a life has.
+const lifeRandom = 8
+
 // takesDirect reports whether the member of that life takes direct heartbeats.
-func takesDirect(life string) bool { return len(life) > 1 && life[len(life)-1] == directMark }
+func takesDirect(life string) bool {
+	return len(life) == lifeRandom+1 && life[lifeRandom] == directMark
+}
 
 // heartbeatBody is a direct heartbeat's content: its sequence number, the sender's name and
 // its life.

@@ -84,10 +84,12 @@ type Group struct {
 	resumed   func(netip.Addr) // Config.Resumed
 	seal      sealer           // direct heartbeats (heartbeat.go)
 	seq       uint64           // the last direct heartbeat's sequence number; the watch loop's alone
+	beats     *heartbeatSocket // where direct heartbeats arrive; nil: at the transport. The watch loop's alone
 
 	mu      sync.Mutex
 	members map[string]*member
-	stop    chan struct{} // closed by stopWatching: the fast path ends
+	stop    chan struct{}  // closed by stopWatching: the fast path ends
+	watched sync.WaitGroup // the watch loop
 	stopped sync.Once
 	checks  atomic.Int64 // checks the fast path started (tests wait on it)
 
@@ -143,13 +145,22 @@ func Start(cfg Config) (*Group, error) {
 		return nil, err
 	}
 	mc.Transport = t
+	if g.heartbeat > 0 {
+		if g.beats, err = listenHeartbeats(t.udp); err != nil {
+			mc.Logger.Printf("[WARN] portico: %v; direct heartbeats go through the gossip socket's reader", err)
+		}
+	}
 	ml, err := memberlist.Create(mc)
 	if err != nil {
 		_ = t.Shutdown()
+		if g.beats != nil {
+			g.beats.close()
+		}
 		return nil, fmt.Errorf("membership: %w", err)
 	}
 	g.ml, g.net = ml, t
 	if g.heartbeat > 0 {
+		g.watched.Add(1)
 		go g.watch()
 	}
 	return g, nil

@@ -2,6 +2,7 @@ package membership
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"log"
@@ -27,7 +28,7 @@ type transport struct {
 	closing atomic.Bool
 	done    sync.WaitGroup
 	log     *log.Logger
-	direct  func(packet []byte) // takes each direct heartbeat; it must not keep the packet
+	direct  func(packet []byte, at time.Time) // takes each direct heartbeat; it must not keep the packet
 
 	sent, received atomic.Int64 // UDP packets
 }
@@ -38,8 +39,9 @@ var _ memberlist.NodeAwareTransport = (*transport)(nil)
 const maxPacket = 65536
 
 // listen binds TCP and UDP on addr (a specific address) and port (0: one free for both);
-// direct takes the direct heartbeats.
-func listen(addr string, port int, logger *log.Logger, direct func(packet []byte)) (*transport, error) {
+// direct takes the direct heartbeats that reach it (all of them when the heartbeats' socket,
+// heartsock.go, could not be bound beside it).
+func listen(addr string, port int, logger *log.Logger, direct func(packet []byte, at time.Time)) (*transport, error) {
 	ip := net.ParseIP(addr)
 	if ip == nil || ip.IsUnspecified() {
 		return nil, fmt.Errorf("membership: bind address %q is not one address", addr)
@@ -48,11 +50,13 @@ func listen(addr string, port int, logger *log.Logger, direct func(packet []byte
 	if err != nil {
 		return nil, fmt.Errorf("membership: %w", err)
 	}
-	udp, err := net.ListenUDP("udp", &net.UDPAddr{IP: ip, Port: tcp.Addr().(*net.TCPAddr).Port})
+	udpAt := net.JoinHostPort(ip.String(), fmt.Sprint(tcp.Addr().(*net.TCPAddr).Port))
+	conn, err := (&net.ListenConfig{Control: reusePort}).ListenPacket(context.Background(), "udp", udpAt)
 	if err != nil {
 		tcp.Close()
 		return nil, fmt.Errorf("membership: %w", err)
 	}
+	udp := conn.(*net.UDPConn)
 	// memberlist's receive window: bursts of gossip wait in the kernel, not dropped.
 	for size := 2 << 20; size > 0; size /= 2 {
 		if udp.SetReadBuffer(size) == nil {
@@ -127,7 +131,7 @@ func (t *transport) read() {
 		}
 		t.received.Add(1)
 		if n > 0 && buf[0] == heartbeatMagic {
-			t.direct(buf[:n])
+			t.direct(buf[:n], at)
 		} else if n > 0 {
 			t.packets <- &memberlist.Packet{Buf: bytes.Clone(buf[:n]), From: from, Timestamp: at}
 		}

@@ -33,14 +33,21 @@ import (
 // path turned off there) are not watched.
 
 func (g *Group) watch() {
+	defer g.watched.Done()
 	tick := time.NewTicker(g.heartbeat)
 	defer tick.Stop()
+	if g.beats != nil {
+		defer g.beats.close()
+	}
 	last := time.Now()
 	for {
 		select {
 		case <-g.stop:
 			return
 		case <-tick.C:
+		}
+		if g.beats != nil {
+			g.beats.readAll(g.heardDirect)
 		}
 		now := time.Now()
 		g.sendHeartbeats(now)
@@ -94,22 +101,32 @@ func (g *Group) sendHeartbeats(now time.Time) {
 		return // the keys were validated: this is the random source failing, and the next tick tries again
 	}
 	for _, addr := range direct {
-		_ = g.net.writeDirect(packet, addr) // a lost heartbeat is what the fast path is made for
+		// A lost heartbeat is what the fast path is made for.
+		if g.beats != nil {
+			_ = g.beats.send(packet, addr)
+			g.net.sent.Add(1)
+		} else {
+			_ = g.net.writeDirect(packet, addr)
+		}
 	}
 }
 
-// heardDirect takes a direct heartbeat (heartbeat.go) from the transport's reader.
-func (g *Group) heardDirect(packet []byte) {
+// heardDirect takes a direct heartbeat (heartbeat.go) that arrived at that time.
+func (g *Group) heardDirect(packet []byte, at time.Time) {
 	body, ok := g.seal.open(packet)
 	if !ok {
 		return
 	}
 	if seq, name, life, ok := parseHeartbeatBody(body); ok && seq > 0 && takesDirect(life) {
-		g.heardHeartbeat(name, life, seq)
+		g.heardHeartbeat(name, life, seq, at)
 	}
 }
 
-func (g *Group) stopWatching() { g.stopped.Do(func() { close(g.stop) }) }
+// stopWatching ends the watch loop, and with it the heartbeats' socket.
+func (g *Group) stopWatching() {
+	g.stopped.Do(func() { close(g.stop) })
+	g.watched.Wait()
+}
 
 // forgive restarts every member's silence: this process was not running to hear them.
 func (g *Group) forgive(now time.Time) {
@@ -211,19 +228,19 @@ func (g *Group) heardOfDeath(name, life string) {
 // check found, and tells Config.Resumed when it ends a silence: of the sender, and of this
 // node's watchers, whose entries in this node's kernel may wait to be resolved as well (its
 // own link may be the one that was down). seq is a direct heartbeat's sequence number, which
-// must be past the last one's (0: a memberlist user message, which has none).
-func (g *Group) heardHeartbeat(name, life string, seq uint64) {
+// must be past the last one's (0: a memberlist user message, which has none); at is when it
+// arrived.
+func (g *Group) heardHeartbeat(name, life string, seq uint64, at time.Time) {
 	var resumed []netip.Addr
 	g.update(name, "heartbeat", func(m *member) {
-		if m.life != life || (seq > 0 && seq <= m.seq) {
+		if m.life != life || (seq > 0 && seq <= m.seq) || at.Before(m.heard) {
 			return
 		}
 		m.seq = max(m.seq, seq)
-		now := time.Now()
-		if !m.heard.IsZero() && now.Sub(m.heard) > 2*g.heartbeat {
+		if !m.heard.IsZero() && at.Sub(m.heard) > 2*g.heartbeat {
 			resumed = append(resumed, m.gossip.Addr())
 		}
-		m.heard, m.beating, m.foundDead = now, true, ""
+		m.heard, m.beating, m.foundDead = at, true, ""
 	})
 	if len(resumed) == 0 || g.resumed == nil {
 		return

@@ -90,7 +90,7 @@ func TestFastPathFindsAStoppedMember(t *testing.T) {
 	}
 	packet, err := b.seal.seal(heartbeatBody(1<<40, "b", b.life))
 	must(t, err)
-	a.heardDirect(packet)
+	a.heardDirect(packet, time.Now())
 	if !a.IsAlive("b") {
 		t.Fatal("a heartbeat from b's life did not bring it back")
 	}
