@@ -77,7 +77,8 @@ func listenHeartbeats(gossip *net.UDPConn) (*heartbeatSocket, error) {
 func (s *heartbeatSocket) readAll(take func(packet []byte, at time.Time)) {
 	now := time.Now()
 	for {
-		n, oobn, _, _, err := unix.Recvmsg(s.fd, s.buf, s.oob, unix.MSG_DONTWAIT)
+		// syscall's, not unix's: that one asks the socket's protocol for every datagram.
+		n, oobn, _, _, err := syscall.Recvmsg(s.fd, s.buf, s.oob, unix.MSG_DONTWAIT)
 		if err != nil {
 			break // EAGAIN: nothing more
 		}
