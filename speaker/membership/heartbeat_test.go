@@ -43,6 +43,18 @@ func TestHeartbeatsPassTheGossipReader(t *testing.T) {
 	}
 }
 
+// TestHeartbeatsWithoutTheirSocket: a member without the heartbeats' socket (its fast path
+// off here; a kernel that refuses the filter likewise) takes direct heartbeats at the gossip
+// socket's reader.
+func TestHeartbeatsWithoutTheirSocket(t *testing.T) {
+	a, _ := startPair(t, func(c *Config) { c.Detection.Heartbeat = 0 })
+	if a.beats != nil {
+		t.Fatal("a has a heartbeats' socket with its fast path off")
+	}
+	from := seqOf(a, "b")
+	netlab.WaitFor(t, "more heartbeats from b", 5*time.Second, func() bool { return seqOf(a, "b") >= from+5 })
+}
+
 // TestForgedHeartbeatsAreIgnored: with a key set, a heartbeat sent in clear, one sealed with
 // another key and one recorded and sent again do not bring back a member found dead; the same
 // heartbeat sealed with the key and numbered past the last does.

@@ -24,6 +24,11 @@ type heartbeatSocket struct {
 	read     time.Time // the last read: nothing waiting arrived before it
 }
 
+// maxHeartbeat bounds a direct heartbeat: a node's name (at most 253 bytes), its life, a
+// sequence number and the seal's nonce and tag. A longer datagram is cut short and opens for no
+// key.
+const maxHeartbeat = 512
+
 // steerHeartbeats is the filter (classic BPF, run on the UDP payload) that picks the socket
 // of the group, in the order they were bound: memberlist's (0) or the heartbeats' (1).
 var steerHeartbeats = []unix.SockFilter{
@@ -54,7 +59,7 @@ func listenHeartbeats(gossip *net.UDPConn) (*heartbeatSocket, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &heartbeatSocket{fd: fd, buf: make([]byte, maxPacket), oob: make([]byte, 128), read: time.Now()}
+	s := &heartbeatSocket{fd: fd, buf: make([]byte, maxHeartbeat), oob: make([]byte, 128), read: time.Now()}
 	steer := unix.SockFprog{Len: uint16(len(steerHeartbeats)), Filter: &steerHeartbeats[0]}
 	for _, step := range []func() error{
 		func() error { return unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEPORT, 1) },
