@@ -13,9 +13,8 @@ import (
 // and the SIGTERM failover should cost a packet, not a round. Goodbyes and heartbeats name the
 // sender's life (a random ID it publishes as its node metadata), so a message that arrives
 // after the node restarted says nothing of the new process (the life ends with directMark:
-// heartbeat.go). With keys set the packets are
-// encrypted and authenticated like all gossip; a member holding the key could equally gossip
-// a death.
+// heartbeat.go). With keys set the packets are encrypted and authenticated like all gossip; a
+// member holding the key could equally gossip a death.
 
 // Message kinds; other user messages are ignored.
 var (

@@ -17,7 +17,7 @@ import (
 // the process is starved: a TCP connection to the member's gossip port is accepted by the kernel
 // while the process lives (however slow it is), refused once the process is gone (a killed
 // speaker on a live node), and unanswered when the node or its link is down. So each member
-// sends its watchers (ring.go) a heartbeat (a memberlist user message) each Heartbeat, and a
+// sends its watchers (ring.go) a heartbeat (heartbeat.go) each Heartbeat, and a
 // watched member silent for two heartbeats is checked:
 //
 //	accepted            → alive (starved, or losing packets): left to memberlist;
