@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/portico-lb/portico/rules"
+	"github.com/portico-lb/portico/rules/election"
 )
 
 // combineAddress decides ip again from the Services that list it: its owner over L2 (Services
@@ -37,11 +38,18 @@ func (pl *Planner) combineAddress(ip netip.Addr) (mineChanged, routedChanged boo
 	var claim Claim
 	mine, problem := false, ""
 	if len(ss) > 0 {
-		var owner string
-		owner, _, problem, _ = rules.L2Owner(ip, ss, pl.w.Subnets)
+		e := rules.L2Owner(ip, ss, pl.w.Subnets, pl.w.Holders[ip])
+		pl.placed[ip] = election.Placement{IP: ip, Nodes: e.Electable, Owner: e.Owner, Holders: pl.w.Holders[ip]}
+		owner := e.Owner
+		if m := pl.move; m != nil && m.IP == ip && m.From == owner {
+			owner = m.To
+		}
+		problem = e.Conflict
 		if mine = owner == pl.me; mine {
 			claim = claimOf(ss)
 		}
+	} else {
+		delete(pl.placed, ip)
 	}
 	pl.setDerived(ip, problem)
 	old, had := pl.plan.Mine[ip]

@@ -3,12 +3,15 @@ package plan
 import (
 	"fmt"
 	"net/netip"
+	"slices"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 
 	"github.com/portico-lb/portico/api/v1alpha1"
 	"github.com/portico-lb/portico/rules"
+	"github.com/portico-lb/portico/rules/election"
 )
 
 // Planner keeps one node's plan between changes. Replan plans every Service again (what a
@@ -30,6 +33,9 @@ type Planner struct {
 	byAddr   map[netip.Addr][]string // the Services listing each address, sorted
 	byRoute  map[routeKey][]string   // the Services routed to each peer's prefix, sorted
 	derived  map[any][]string        // problems found combining an address (netip.Addr) or a route (routeKey)
+	placed   map[netip.Addr]election.Placement // every L2 address: its electable nodes, owner and holders
+	move     *election.Move                    // the address moving for balance, if any
+	graceAt  time.Time                         // when the earliest drain grace ends (zero: none)
 	problems map[string]int          // every problem, with how many sources report it
 	plan     Plan
 	// Planned counts the Services planned since the Planner was made (the tests read it).
@@ -116,6 +122,7 @@ func (pl *Planner) Replan(w World, alive func(node string) bool) Changes {
 	}
 	pl.services, pl.byAddr, pl.byRoute = map[string]*servicePlan{}, map[netip.Addr][]string{}, map[routeKey][]string{}
 	pl.derived, pl.problems, pl.scratch = map[any][]string{}, map[string]int{}, map[*bgpNode]*Plan{}
+	pl.placed, pl.move = map[netip.Addr]election.Placement{}, nil
 	pl.global = nil
 	pl.pools, pl.global = rules.ParsePools(w.Pools)
 	fitNodes := fitBGPNodes(&pl.w, pl.alive)
@@ -142,7 +149,8 @@ func (pl *Planner) Replan(w World, alive func(node string) bool) Changes {
 		}
 	}
 	pl.count(pl.global, 1)
-	pl.plan = Plan{Mine: map[netip.Addr]Claim{}, BGP: pl.mine.desired(), Routed: map[netip.Addr]BGPClaim{}, ReplanAt: replanAt}
+	pl.graceAt = replanAt
+	pl.plan = Plan{Mine: map[netip.Addr]Claim{}, BGP: pl.mine.desired(), Routed: map[netip.Addr]BGPClaim{}}
 	pl.update(services, eps, nil)
 	pl.refreshProblems(true)
 	return Changes{All: true, Problems: true}
@@ -194,6 +202,11 @@ func (pl *Planner) update(svcs []corev1.Service, eps []discoveryv1.EndpointSlice
 		if routed {
 			ch.Routed = append(ch.Routed, ip)
 		}
+	}
+	if moved := pl.rebalance(); len(moved) > 0 {
+		ch.Mine = append(ch.Mine, moved...)
+		slices.SortFunc(ch.Mine, netip.Addr.Compare)
+		ch.Mine = slices.Compact(ch.Mine)
 	}
 	for rk := range dirtyRoutes {
 		if pl.combineRoute(rk) {
