@@ -30,13 +30,13 @@ type Planner struct {
 
 	scratch  map[*bgpNode]*Plan // one node's routes for one Service, cleared for each
 	services map[string]*servicePlan
-	byAddr   map[netip.Addr][]string // the Services listing each address, sorted
-	byRoute  map[routeKey][]string   // the Services routed to each peer's prefix, sorted
-	derived  map[any][]string        // problems found combining an address (netip.Addr) or a route (routeKey)
+	byAddr   map[netip.Addr][]string           // the Services listing each address, sorted
+	byRoute  map[routeKey][]string             // the Services routed to each peer's prefix, sorted
+	derived  map[any][]string                  // problems found combining an address (netip.Addr) or a route (routeKey)
 	placed   map[netip.Addr]election.Placement // every L2 address: its electable nodes, owner and holders
 	move     *election.Move                    // the address moving for balance, if any
 	graceAt  time.Time                         // when the earliest drain grace ends (zero: none)
-	problems map[string]int          // every problem, with how many sources report it
+	problems map[string]int                    // every problem, with how many sources report it
 	plan     Plan
 	// Planned counts the Services planned since the Planner was made (the tests read it).
 	Planned int
