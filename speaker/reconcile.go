@@ -71,7 +71,7 @@ func (s *Speaker) replan(ctx context.Context) (plan.Changes, error) {
 			s.planner = plan.NewPlanner(s.Node, s.LBClass)
 		}
 		ch := s.planner.Replan(w, s.Group.IsAlive)
-		s.cordons.wakeAt(s.planner.Plan().ReplanAt, func() { s.replanAll("drain-grace") })
+		s.wakeForReplan()
 		return ch, nil
 	}
 	if len(keys) == 0 {
@@ -84,7 +84,16 @@ func (s *Speaker) replan(ctx context.Context) (plan.Changes, error) {
 		}
 		return plan.Changes{}, err
 	}
-	return s.planner.Update(svcs, eps, keys), nil
+	ch := s.planner.Update(svcs, eps, keys)
+	s.wakeForReplan()
+	return ch, nil
+}
+
+// wakeForReplan plans everything again when the plan says it changes with nothing else
+// changing: a drain grace ends, or the cluster will have settled for balance.
+func (s *Speaker) wakeForReplan() {
+	p := s.planner.Plan()
+	s.cordons.wakeAt(p.ReplanAt, func() { s.replanAll(p.ReplanFor) })
 }
 
 // world lists everything the plan reads from the cache, and the BGPPeers' password Secrets.
@@ -107,10 +116,14 @@ func (s *Speaker) world(ctx context.Context) (plan.World, error) {
 		}
 	}
 	subnets := rules.SubnetsOf(speakers.Items)
+	names := make([]string, 0, len(speakers.Items))
+	for i := range speakers.Items {
+		names = append(names, speakers.Items[i].Name)
+	}
 	if mine, ok := s.ownSubnets(); ok {
 		subnets[s.Node] = mine // fresher than this node's own status
 	}
-	return plan.World{Subnets: subnets, Services: svcs.Items, EndpointSlices: eps.Items, Nodes: nodes.Items, Advertisements: ads.Items, Pools: pools.Items,
+	return plan.World{Subnets: subnets, Holders: rules.HoldersOf(speakers.Items), Speakers: names, BalanceSettle: s.L2BalanceSettle, Services: svcs.Items, EndpointSlices: eps.Items, Nodes: nodes.Items, Advertisements: ads.Items, Pools: pools.Items,
 		BGPPeers: peers.Items, BGPAds: bgpAds.Items, BFDProfiles: bfdProfiles.Items, Secrets: s.secrets.read(ctx, s.Client, s.Log, secretRefs(peers.Items, bfdProfiles.Items)), IgnoreExcludeLabel: s.IgnoreExcludeLabel, IgnoreClassless: s.IgnoreClassless,
 		VRFs: s.vrfs(peers.Items), Now: now, CordonedSince: s.cordons.observe(nodes.Items, now), DrainGrace: s.DrainGrace}, nil
 }

@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"slices"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -124,7 +125,7 @@ func TestUpdateIsMakePlan(t *testing.T) {
 			if !reflect.DeepEqual(got, want) {
 				t.Fatalf("step %d, node %s: Update gives\n%+v\nMake gives\n%+v", step, n, got, want)
 			}
-			views[n].Update(got, nil, ch.Mine, ch.Routed, ch.Prefixes(), false)
+			views[n].Update(got, nil, ch.Mine, ch.Routed, ch.Prefixes(), false, time.Time{})
 			st := views[n].Report(got, got.Problems)
 			st.Status.BGP = status.BGPPeers(got.BGP, nil)
 			views[n].Fill(&st.Status)
