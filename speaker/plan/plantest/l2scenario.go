@@ -72,6 +72,15 @@ func (s *L2Scenario) Run(d *datadriven.TestData) error {
 			return fmt.Errorf("no node %q", name)
 		}
 		n.Spec.Unschedulable = d.Cmd == "cordon"
+	case "notready", "ready":
+		n, ok := s.Nodes[name]
+		if !ok {
+			return fmt.Errorf("no node %q", name)
+		}
+		n.Status.Conditions = nil
+		if d.Cmd == "notready" {
+			n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionFalse}}
+		}
 	case "label", "unlabel":
 		n, ok := s.Nodes[name]
 		if !ok {
