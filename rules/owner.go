@@ -149,7 +149,7 @@ type L2Eligibility struct {
 // L2EligibilityOf says which node answers for ip of svc over L2, and why none does: svc's share
 // and those of the Services in c.Services that list ip, their owner elected by L2Owner (c.Holders
 // keeping it where it is). alive says whether a node runs a live speaker. A move for balance
-// (L2Balance) is not told: it needs every address, and lasts until the new owner holds it.
+// (election.Balance) is not told: it needs every address, and lasts until the new owner holds it.
 func L2EligibilityOf(c Cluster, svc *corev1.Service, ip netip.Addr, alive func(node string) bool) L2Eligibility {
 	var e L2Eligibility
 	sel := Selectors{}

@@ -14,8 +14,10 @@ import (
 )
 
 // An L2 address stays with the node answering for it (L2Owner, election.Sticky), so a node that
-// rejoins takes nothing back; the balance (L2Balance) moves addresses back to the hash's choice
-// one at a time, once the cluster has settled.
+// rejoins takes nothing back; the balance (election.Balance, held back by L2Rollout) moves
+// addresses back to the hash's choice one at a time, once the cluster has settled. Only the
+// speakers act on the balance: the controller and explain name an address's owner while it
+// is held, and a move is over once the new owner holds it.
 
 // DefaultL2BalanceSettle is how long every speaker must have been running and every address
 // held where it is before one address moves for balance (the speakers' --l2-balance-settle):
@@ -50,7 +52,7 @@ func HoldersOf(speakers []v1alpha1.Speaker) Holders {
 	return out
 }
 
-// L2Rollout says why no address moves for balance now, "" when one may: a node running a speaker
+// L2Rollout says why no address moves for balance now (election.Balance), "" when one may: a node running a speaker
 // (speakers: the nodes with a Speaker) is cordoned, as a drain begins, or is Ready while its
 // speaker is not alive, as during a restart. A node that is not Ready is down, not rolling:
 // it holds nothing back.
@@ -79,14 +81,4 @@ func L2Rollout(nodes []corev1.Node, speakers []string, alive func(string) bool) 
 		return ""
 	}
 	return fmt.Sprintf("a rollout is under way (%s)", strings.Join(parts, "; "))
-}
-
-// L2Balance is the one address that moves for balance now, if any (election.Balance over the
-// placements of every L2 address), none while L2Rollout names a rollout; at is when to look
-// again with nothing else changing (zero: only a change will tell).
-func L2Balance(c *Cluster, alive func(string) bool, ps []election.Placement, now time.Time, settle time.Duration) (m election.Move, ok bool, at time.Time) {
-	if L2Rollout(c.Nodes, c.Speakers, alive) != "" {
-		return election.Move{}, false, time.Time{}
-	}
-	return election.Balance(ps, now, settle)
 }

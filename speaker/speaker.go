@@ -51,7 +51,7 @@ type Speaker struct {
 	// IgnoreClassless leaves Services without a loadBalancerClass to another load balancer.
 	IgnoreClassless bool
 	// L2BalanceSettle is how long every speaker must have been alive and every L2 address held
-	// where it is before one moves for balance (rules.L2Balance); zero balances nothing.
+	// where it is before one moves for balance (election.Balance); zero balances nothing.
 	L2BalanceSettle time.Duration
 	// DrainGrace is how long a cordoned node advertises its routes with GRACEFUL_SHUTDOWN
 	// before it withdraws them (drain.go); zero withdraws at once.

@@ -10,7 +10,7 @@ import (
 
 // What a speaker reads of the Speakers: the subnets the others answer on (subnets.go), and the
 // addresses every node answers for over L2 and since when, for the owner rule that keeps an
-// address where it is (rules.HoldersOf) and the balance (rules.L2Balance).
+// address where it is (rules.HoldersOf) and the balance (election.Balance).
 
 // speakersHandler plans everything again when a Speaker comes or goes, when another node's
 // reported subnets change, or when any node's L2 announcements (their addresses or since)

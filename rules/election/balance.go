@@ -16,6 +16,16 @@ type Placement struct {
 	Holders []Holder
 }
 
+// InFlight reports whether p's address is moving: it has an owner whose only holder is not
+// that owner (held by nobody yet, by someone else, or by two nodes), or no owner and a holder
+// still answering for it.
+func (p *Placement) InFlight() bool {
+	if p.Owner == "" {
+		return len(p.Holders) > 0
+	}
+	return len(p.Holders) != 1 || p.Holders[0].Node != p.Owner
+}
+
 // Move is the one address Balance moves, from its owner to To.
 type Move struct {
 	IP       netip.Addr
@@ -27,9 +37,8 @@ type Move struct {
 const Overload = 1.25
 
 // Balance picks the one address, if any, that moves for balance, from the placements of every
-// address announced over L2. Nothing moves while a move is in flight (an owned address whose
-// only holder is not its owner, or held by nobody: an address just handed out or being taken
-// over) or before settle has passed since the latest holder took its address (at: when it has,
+// address announced over L2. Nothing moves while a move is in flight (InFlight: an address just
+// handed out or being taken over) or before settle has passed since the latest holder took its address (at: when it has,
 // to plan again then; zero otherwise). Once settled, a node holding more than Overload × the
 // mean (the addresses over the nodes any of them may be elected among) gives up one address:
 // of the most loaded such node first (ties by name), its smallest address whose Owner among its
@@ -42,14 +51,11 @@ func Balance(ps []Placement, now time.Time, settle time.Duration) (m Move, ok bo
 	owned := 0
 	for i := range ps {
 		p := &ps[i]
-		if p.Owner == "" {
-			if len(p.Holders) > 0 {
-				return Move{}, false, time.Time{} // answered where no node may: being given up
-			}
-			continue
-		}
-		if len(p.Holders) != 1 || p.Holders[0].Node != p.Owner {
+		if p.InFlight() {
 			return Move{}, false, time.Time{}
+		}
+		if p.Owner == "" {
+			continue
 		}
 		latest = later(latest, p.Holders[0].Since)
 		owned++

@@ -9,29 +9,52 @@ import (
 	"github.com/portico-lb/portico/rules/election"
 )
 
-// rebalance decides again which address moves for balance (rules.L2Balance over every L2
-// address), combines again the addresses whose move starts or ends, and returns those whose
-// claim changed here. It sets the plan's ReplanAt to the earlier of the drain grace's end and
-// the moment the cluster will have settled.
-func (pl *Planner) rebalance() []netip.Addr {
-	ps := make([]election.Placement, 0, len(pl.placed))
-	for _, p := range pl.placed {
-		ps = append(ps, p)
+// place records ip's placement for the balance, keeping count of the addresses in flight and
+// noting whether any placement changed since the balance was last decided.
+func (pl *Planner) place(ip netip.Addr, p *election.Placement) {
+	old, had := pl.placed[ip]
+	if had && old.InFlight() {
+		pl.inFlight--
 	}
-	cluster := pl.w.Cluster()
-	var m election.Move
-	var ok bool
+	switch {
+	case p == nil:
+		delete(pl.placed, ip)
+		pl.placedChanged = pl.placedChanged || had
+		return
+	case p.InFlight():
+		pl.inFlight++
+	}
+	pl.placed[ip] = *p
+	pl.placedChanged = pl.placedChanged || !had || old.Owner != p.Owner || !slices.Equal(old.Nodes, p.Nodes) || !slices.Equal(old.Holders, p.Holders)
+}
+
+// rebalance decides again, when a placement changed, which address moves for balance
+// (election.Balance over every L2 address; none during a rollout, rules.L2Rollout, read at the
+// Replan), combines again the addresses whose move starts or ends, and returns those whose claim
+// changed here. It sets the plan's ReplanAt to the earlier of the drain grace's end and the
+// moment the cluster will have settled. While an address is in flight (most changes: a new
+// address is held by nobody yet) it costs nothing; once settled, one pass over the addresses.
+func (pl *Planner) rebalance() []netip.Addr {
+	if !pl.placedChanged {
+		return nil
+	}
+	pl.placedChanged = false
+	var next *election.Move
 	var at time.Time
-	if pl.w.BalanceSettle > 0 { // zero: no balancing (a World made without it)
-		m, ok, at = rules.L2Balance(&cluster, func(n string) bool { return pl.alive[n] }, ps, pl.w.Now, pl.w.BalanceSettle)
+	if pl.w.BalanceSettle > 0 && pl.rollout == "" && pl.inFlight == 0 { // zero settle: no balancing
+		ps := make([]election.Placement, 0, len(pl.placed))
+		for _, p := range pl.placed {
+			ps = append(ps, p)
+		}
+		var m election.Move
+		var ok bool
+		if m, ok, at = election.Balance(ps, pl.w.Now, pl.w.BalanceSettle); ok {
+			next = &m
+		}
 	}
 	pl.plan.ReplanAt, pl.plan.ReplanFor = pl.graceAt, "drain-grace"
 	if !at.IsZero() && (pl.graceAt.IsZero() || at.Before(pl.graceAt)) {
 		pl.plan.ReplanAt, pl.plan.ReplanFor = at, "balance"
-	}
-	var next *election.Move
-	if ok {
-		next = &m
 	}
 	if pl.move == next || pl.move != nil && next != nil && *pl.move == *next {
 		return nil
@@ -50,5 +73,14 @@ func (pl *Planner) rebalance() []netip.Addr {
 			changed = append(changed, ip)
 		}
 	}
+	pl.placedChanged = false // combining again records the same placements
 	return changed
+}
+
+// rolloutOf is rules.L2Rollout for the world of a Replan, "" when balancing is off.
+func rolloutOf(w *World, alive map[string]bool) string {
+	if w.BalanceSettle <= 0 {
+		return ""
+	}
+	return rules.L2Rollout(w.Nodes, w.Speakers, func(n string) bool { return alive[n] })
 }

@@ -39,7 +39,7 @@ func (pl *Planner) combineAddress(ip netip.Addr) (mineChanged, routedChanged boo
 	mine, problem := false, ""
 	if len(ss) > 0 {
 		e := rules.L2Owner(ip, ss, pl.w.Subnets, pl.w.Holders[ip])
-		pl.placed[ip] = election.Placement{IP: ip, Nodes: e.Electable, Owner: e.Owner, Holders: pl.w.Holders[ip]}
+		pl.place(ip, &election.Placement{IP: ip, Nodes: e.Electable, Owner: e.Owner, Holders: pl.w.Holders[ip]})
 		owner := e.Owner
 		if m := pl.move; m != nil && m.IP == ip && m.From == owner {
 			owner = m.To
@@ -49,7 +49,7 @@ func (pl *Planner) combineAddress(ip netip.Addr) (mineChanged, routedChanged boo
 			claim = claimOf(ss)
 		}
 	} else {
-		delete(pl.placed, ip)
+		pl.place(ip, nil)
 	}
 	pl.setDerived(ip, problem)
 	old, had := pl.plan.Mine[ip]

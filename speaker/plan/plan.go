@@ -45,7 +45,7 @@ type World struct {
 	// Holders are the nodes answering for each address over L2, from the Speakers' status
 	// (rules.HoldersOf): an address stays with its holder (rules.L2Owner). Speakers are the
 	// nodes that have a Speaker, and BalanceSettle how long all of them must have been alive
-	// and every address held where it is before one moves for balance (rules.L2Balance;
+	// and every address held where it is before one moves for balance (election.Balance;
 	// zero balances nothing).
 	Holders       rules.Holders
 	Speakers      []string
@@ -83,7 +83,7 @@ type Plan struct {
 
 // Make decides, from the cluster's objects and the live members, which addresses node me
 // answers for and advertises. Every speaker plans on the same inputs and the shared rules
-// (rules.L2Owner, rules.L2Balance) make them agree. It is a Planner's first plan: the speaker keeps the Planner and plans again only
+// (rules.L2Owner, election.Balance) make them agree. It is a Planner's first plan: the speaker keeps the Planner and plans again only
 // what changes.
 func Make(w World, me, lbClass string, alive func(node string) bool) Plan {
 	pl := NewPlanner(me, lbClass)

@@ -34,10 +34,15 @@ type Planner struct {
 	byRoute  map[routeKey][]string             // the Services routed to each peer's prefix, sorted
 	derived  map[any][]string                  // problems found combining an address (netip.Addr) or a route (routeKey)
 	placed   map[netip.Addr]election.Placement // every L2 address: its electable nodes, owner and holders
-	move     *election.Move                    // the address moving for balance, if any
-	graceAt  time.Time                         // when the earliest drain grace ends (zero: none)
-	problems map[string]int                    // every problem, with how many sources report it
-	plan     Plan
+	inFlight int                               // of those, how many are moving (election.Placement.InFlight)
+	// placedChanged: a placement changed since the balance was last decided; rollout is
+	// rules.L2Rollout at the latest Replan.
+	placedChanged bool
+	rollout       string
+	move          *election.Move // the address moving for balance, if any
+	graceAt       time.Time      // when the earliest drain grace ends (zero: none)
+	problems      map[string]int // every problem, with how many sources report it
+	plan          Plan
 	// Planned counts the Services planned since the Planner was made (the tests read it).
 	Planned int
 }
@@ -122,7 +127,8 @@ func (pl *Planner) Replan(w World, alive func(node string) bool) Changes {
 	}
 	pl.services, pl.byAddr, pl.byRoute = map[string]*servicePlan{}, map[netip.Addr][]string{}, map[routeKey][]string{}
 	pl.derived, pl.problems, pl.scratch = map[any][]string{}, map[string]int{}, map[*bgpNode]*Plan{}
-	pl.placed, pl.move = map[netip.Addr]election.Placement{}, nil
+	pl.placed, pl.move, pl.inFlight, pl.placedChanged = map[netip.Addr]election.Placement{}, nil, 0, true
+	pl.rollout = rolloutOf(&pl.w, pl.alive)
 	pl.global = nil
 	pl.pools, pl.global = rules.ParsePools(w.Pools)
 	fitNodes := fitBGPNodes(&pl.w, pl.alive)
