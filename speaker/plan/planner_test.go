@@ -15,6 +15,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/portico-lb/portico/api/v1alpha1"
+	"github.com/portico-lb/portico/rules"
+	"github.com/portico-lb/portico/rules/election"
 	"github.com/portico-lb/portico/speaker/plan"
 	"github.com/portico-lb/portico/speaker/plan/plantest"
 	"github.com/portico-lb/portico/speaker/status"
@@ -78,13 +80,33 @@ func randomService(r *rand.Rand, i int) (*corev1.Service, *discoveryv1.EndpointS
 // pool), each node's Planner.Update gives the plan Make gives from scratch, and its
 // status lists the same announcements, with one node dead.
 func TestUpdateIsMakePlan(t *testing.T) {
+	checkUpdateIsMakePlan(t, planWorld, func(n string) bool { return n != "node-b" })
+}
+
+// TestUpdateIsMakePlanWhileBalancing: the same with every speaker alive, the L2 addresses held
+// by node-a for long (sticky) and the balance on, so that Services changing start and end
+// moves for balance.
+func TestUpdateIsMakePlanWhileBalancing(t *testing.T) {
+	epoch := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	world := func() plan.World {
+		w := planWorld()
+		w.Speakers, w.Now, w.BalanceSettle = plantest.NodeNames, epoch.Add(time.Hour), time.Minute
+		w.Holders = rules.Holders{}
+		for _, ip := range []string{"198.51.100.10", "198.51.100.11", "198.51.100.12", "198.51.100.13", "198.51.100.14", "198.51.100.15", "2001:db8:1::", "2001:db8:1::1", "2001:db8:1::2"} {
+			w.Holders[netip.MustParseAddr(ip)] = []election.Holder{{Node: "node-a", Since: epoch}}
+		}
+		return w
+	}
+	checkUpdateIsMakePlan(t, world, plantest.AllAlive)
+}
+
+func checkUpdateIsMakePlan(t *testing.T, world func() plan.World, alive func(string) bool) {
 	r := rand.New(rand.NewPCG(17, 4))
 	const services = 8
 	svcs := map[int]*corev1.Service{}
 	eps := map[int]*discoveryv1.EndpointSlice{}
-	alive := func(n string) bool { return n != "node-b" }
 	current := func() plan.World {
-		w := planWorld()
+		w := world()
 		for i := range services {
 			if svcs[i] != nil {
 				w.Services = append(w.Services, *svcs[i])
