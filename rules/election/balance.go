@@ -42,7 +42,7 @@ const Overload = 1.25
 // to plan again then; zero otherwise). Once settled, a node holding more than Overload × the
 // mean (the addresses over the nodes any of them may be elected among) gives up one address:
 // of the most loaded such node first (ties by name), its smallest address whose Owner among its
-// nodes is a node below the mean, to that node. The hash's choice makes a moved address stay
+// nodes is a node below the mean holding two fewer at least, to that node. The hash's choice makes a moved address stay
 // put for good (its home), so balancing ends; the settle window after each move makes it one
 // address at a time. The caller also holds it back during a rollout (rules.L2Rollout).
 func Balance(ps []Placement, now time.Time, settle time.Duration) (m Move, ok bool, at time.Time) {
@@ -88,7 +88,9 @@ func Balance(ps []Placement, now time.Time, settle time.Duration) (m Move, ok bo
 			if p.Owner != from || found && p.IP.Compare(m.IP) >= 0 {
 				continue
 			}
-			if home, _ := Owner(p.IP, p.Nodes); home != from && belowMean(home) {
+			// Below the mean, and two fewer at least: a move that only shifts the excess to
+			// another node (one address over three nodes) is no balance.
+			if home, _ := Owner(p.IP, p.Nodes); home != from && belowMean(home) && load[home]+2 <= load[from] {
 				m, found = Move{IP: p.IP, From: from, To: home}, true
 			}
 		}
