@@ -151,6 +151,17 @@ func ownerAndNext(ip netip.Addr) (owner, next string) {
 	return owner, hashOwner(ip, slices.DeleteFunc(all, func(n string) bool { return n == owner })...)
 }
 
+// heldBy waits until one node alone reports ip and returns it, with the node that takes over
+// when it goes (the hash's choice among the other two): after a failover the address stays
+// with the node that took it (placement is sticky), so the owner is not the hash's choice any
+// more.
+func (e *l2Env) heldBy(ip netip.Addr) (owner, next string) {
+	e.t.Helper()
+	owner = e.soleAnnouncer(ip, 20*time.Second)
+	others := slices.DeleteFunc([]string{"node-a", "node-b", "node-c"}, func(n string) bool { return n == owner })
+	return owner, hashOwner(ip, others...)
+}
+
 // notHashOwner is the last node (in list order) that the hash would not pick for ip.
 func notHashOwner(ip netip.Addr, nodes []string) string {
 	owner := hashOwner(ip, nodes...)
