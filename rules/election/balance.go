@@ -37,13 +37,15 @@ type Move struct {
 const Overload = 1.25
 
 // Balance picks the one address, if any, that moves for balance, from the placements of every
-// address announced over L2. Nothing moves while a move is in flight (InFlight: an address just
-// handed out or being taken over) or before settle has passed since the latest holder took its address (at: when it has,
-// to plan again then; zero otherwise). Once settled, a node holding more than Overload × the
-// mean (the addresses over the nodes any of them may be elected among) gives up one address:
-// of the most loaded such node first (ties by name), its smallest address whose Owner among its
-// nodes is a node below the mean holding two fewer at least, to that node. The hash's choice makes a moved address stay
-// put for good (its home), so balancing ends; the settle window after each move makes it one
+// address announced over L2. Nothing moves while a move is in flight (InFlight: an address
+// just handed out or being taken over) or before settle has passed since the latest holder
+// took its address (at: when it has, to plan again then; zero otherwise). Once settled, a node
+// holding more than Overload × the mean (the addresses over the nodes any of them may be
+// elected among) gives up one address: of the most loaded such node first (ties by name), its
+// smallest address whose Owner among its nodes (its home) is a node below the mean holding two
+// fewer at least, to that node; when no such node has one, the most loaded one's smallest
+// address that may go to such a node, to the Owner among those. A move home stays put for good, and every move lowers the
+// sum of the squared loads, so balancing ends; the settle window after each move makes it one
 // address at a time. The caller also holds it back during a rollout (rules.L2Rollout).
 func Balance(ps []Placement, now time.Time, settle time.Duration) (m Move, ok bool, at time.Time) {
 	var latest time.Time
@@ -81,24 +83,49 @@ func Balance(ps []Placement, now time.Time, settle time.Duration) (m Move, ok bo
 		}
 	}
 	slices.SortFunc(heavy, func(a, b string) int { return cmp.Or(cmp.Compare(load[b], load[a]), cmp.Compare(a, b)) })
-	for _, from := range heavy {
-		found := false
-		for i := range ps {
-			p := &ps[i]
-			if p.Owner != from || found && p.IP.Compare(m.IP) >= 0 {
-				continue
+	// Below the mean, and two fewer at least: a move that only shifts the excess to another
+	// node (one address over three nodes) is no balance.
+	takes := func(n, from string) bool { return belowMean(n) && load[n]+2 <= load[from] }
+	home := func(from string) func(*Placement) string {
+		return func(p *Placement) string {
+			if h, _ := Owner(p.IP, p.Nodes); h != from && takes(h, from) {
+				return h
 			}
-			// Below the mean, and two fewer at least: a move that only shifts the excess to
-			// another node (one address over three nodes) is no balance.
-			if home, _ := Owner(p.IP, p.Nodes); home != from && belowMean(home) && load[home]+2 <= load[from] {
-				m, found = Move{IP: p.IP, From: from, To: home}, true
-			}
+			return ""
 		}
-		if found {
-			return m, true, time.Time{}
+	}
+	// When no address of theirs belongs on a node below the mean: the hash's choice among the
+	// nodes below the mean that may take one.
+	anyTaker := func(from string) func(*Placement) string {
+		return func(p *Placement) string {
+			to, _ := Owner(p.IP, slices.DeleteFunc(slices.Clone(p.Nodes), func(n string) bool { return !takes(n, from) }))
+			return to
+		}
+	}
+	for _, pick := range []func(string) func(*Placement) string{home, anyTaker} {
+		for _, from := range heavy {
+			if m, ok := smallest(ps, from, pick(from)); ok {
+				return m, true, time.Time{}
+			}
 		}
 	}
 	return Move{}, false, time.Time{}
+}
+
+// smallest is the move of from's smallest address for which to names a node ("": none).
+func smallest(ps []Placement, from string, to func(*Placement) string) (Move, bool) {
+	var m Move
+	found := false
+	for i := range ps {
+		p := &ps[i]
+		if p.Owner != from || found && p.IP.Compare(m.IP) >= 0 {
+			continue
+		}
+		if n := to(p); n != "" {
+			m, found = Move{IP: p.IP, From: from, To: n}, true
+		}
+	}
+	return m, found
 }
 
 func later(a, b time.Time) time.Time {
