@@ -84,3 +84,39 @@ func rolloutOf(w *World, alive map[string]bool) string {
 	}
 	return rules.L2Rollout(w.Nodes, w.Speakers, func(n string) bool { return alive[n] })
 }
+
+// Rehold takes the holders anew (the Speakers' L2 announcements changed: an address taken
+// over, given up, or a node's since) and combines again only the addresses whose holders
+// changed, so that each status write of each node costs the addresses it changed, not a whole
+// plan on every node.
+func (pl *Planner) Rehold(holders rules.Holders) Changes {
+	var dirty []netip.Addr
+	for ip, hs := range holders {
+		if !slices.Equal(hs, pl.w.Holders[ip]) {
+			dirty = append(dirty, ip)
+		}
+	}
+	for ip := range pl.w.Holders {
+		if _, ok := holders[ip]; !ok {
+			dirty = append(dirty, ip)
+		}
+	}
+	pl.w.Holders = holders
+	slices.SortFunc(dirty, netip.Addr.Compare)
+	var ch Changes
+	for _, ip := range dirty {
+		if _, listed := pl.byAddr[ip]; !listed {
+			continue // no Service lists it (any more): nothing to elect
+		}
+		if mine, _ := pl.combineAddress(ip); mine {
+			ch.Mine = append(ch.Mine, ip)
+		}
+	}
+	if moved := pl.rebalance(); len(moved) > 0 {
+		ch.Mine = append(ch.Mine, moved...)
+		slices.SortFunc(ch.Mine, netip.Addr.Compare)
+		ch.Mine = slices.Compact(ch.Mine)
+	}
+	ch.Problems = pl.refreshProblems(len(dirty) > 0)
+	return ch
+}
