@@ -58,9 +58,10 @@ func (s *Speaker) reconcile(ctx context.Context) {
 		subnets: s.subnetStrings(), mine: mine, routed: routed, prefixes: ch.Prefixes(), all: ch.All, sessions: s.BGP.States()})
 }
 
-// replan brings the plan up to date: the changed Services, or everything.
+// replan brings the plan up to date: the addresses whose holders changed and the changed
+// Services, or everything.
 func (s *Speaker) replan(ctx context.Context) (plan.Changes, error) {
-	keys, all := s.pending.take()
+	keys, reheld, all := s.pending.take()
 	if all || s.planner == nil {
 		w, err := s.world(ctx)
 		if err != nil {
@@ -74,17 +75,29 @@ func (s *Speaker) replan(ctx context.Context) (plan.Changes, error) {
 		s.wakeForReplan()
 		return ch, nil
 	}
+	var held plan.Changes
+	if reheld {
+		var speakers v1alpha1.SpeakerList
+		if err := s.Cache.List(ctx, &speakers); err != nil {
+			s.pending.reheld()
+			return plan.Changes{}, err
+		}
+		held = s.planner.Rehold(rules.HoldersOf(speakers.Items))
+	}
 	if len(keys) == 0 {
-		return plan.Changes{}, nil
+		s.wakeForReplan()
+		return held, nil
 	}
 	svcs, eps, err := s.changedServices(ctx, keys)
 	if err != nil {
-		for _, k := range keys {
-			s.pending.service(k)
-		}
+		s.pending.everything() // the holders' changes are in the planner, not yet applied
 		return plan.Changes{}, err
 	}
 	ch := s.planner.Update(svcs, eps, keys)
+	ch.Mine = append(ch.Mine, held.Mine...)
+	slices.SortFunc(ch.Mine, netip.Addr.Compare)
+	ch.Mine = slices.Compact(ch.Mine)
+	ch.Problems = ch.Problems || held.Problems
 	s.wakeForReplan()
 	return ch, nil
 }

@@ -12,11 +12,12 @@ import (
 // addresses every node answers for over L2 and since when, for the owner rule that keeps an
 // address where it is (rules.HoldersOf) and the balance (election.Balance).
 
-// speakersHandler plans everything again when a Speaker comes or goes, when another node's
-// reported subnets change, or when any node's L2 announcements (their addresses or since)
-// change, this node's own among them (the balance waits for them). Its Speaker status changes
-// far more often for other reasons (self-checks, sessions), which do not matter here. This
-// node's own subnets come from its links (watchSubnets), not from its status.
+// speakersHandler plans everything again when a Speaker comes or goes or another node's
+// reported subnets change, and elects again the addresses whose holders changed when any
+// node's L2 announcements (their addresses or since) change, this node's own among them (the
+// balance waits for them). Its Speaker status changes far more often for other reasons
+// (self-checks, sessions), which do not matter here. This node's own subnets come from its
+// links (watchSubnets), not from its status.
 func (s *Speaker) speakersHandler() toolscache.ResourceEventHandlerFuncs {
 	speakerOf := func(o any) *v1alpha1.Speaker {
 		if t, ok := o.(toolscache.DeletedFinalStateUnknown); ok {
@@ -39,8 +40,12 @@ func (s *Speaker) speakersHandler() toolscache.ResourceEventHandlerFuncs {
 			}
 			subnetsChanged := after.Name != s.Node && ((before.Status.Subnets == nil) != (after.Status.Subnets == nil) ||
 				!slices.Equal(before.Status.Subnets, after.Status.Subnets))
-			if subnetsChanged || !slices.EqualFunc(l2Held(before), l2Held(after), sameHeld) {
+			switch {
+			case subnetsChanged:
 				s.replanAll("speakers")
+			case !slices.EqualFunc(l2Held(before), l2Held(after), sameHeld):
+				s.pending.reheld()
+				s.trigger("holders")
 			}
 		},
 		DeleteFunc: replan,
