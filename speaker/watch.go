@@ -18,8 +18,8 @@ type pendingReplan struct {
 	mu      sync.Mutex
 	all     bool
 	holders bool // the Speakers' L2 announcements changed (Planner.Rehold)
-	keys   map[string]bool
-	slices map[string]map[string]bool // EndpointSlice names by Service key: a Service's slices without listing all
+	keys    map[string]bool
+	slices  map[string]map[string]bool // EndpointSlice names by Service key: a Service's slices without listing all
 }
 
 func (p *pendingReplan) everything() {
