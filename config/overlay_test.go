@@ -45,6 +45,11 @@ func TestNoForwardGuardOverlay(t *testing.T) {
 		t.Fatalf("the manifests' speaker args %v do not switch the guard on", b.Args)
 	}
 	wantArgs[i] = "--forward-guard=false"
+	j := slices.Index(wantArgs, "--l2-handoff-grace=10m")
+	if j < 0 {
+		t.Fatalf("the manifests' speaker args %v do not switch the L2 hand-off on", b.Args)
+	}
+	wantArgs[j] = "--l2-handoff-grace=0s" // it needs NET_ADMIN too
 	if !slices.Equal(c.Args, wantArgs) {
 		t.Errorf("the overlay's speaker args %v, want %v", c.Args, wantArgs)
 	}

@@ -22,6 +22,9 @@ type Metrics struct {
 	reconcile      prometheus.Histogram
 	probes         *prometheus.CounterVec // self-check outcomes (selfcheck.go)
 	events         events.Metrics
+	// handoffs and handoffEntries are the hand-off's (handoffs.go).
+	handoffs       prometheus.Counter
+	handoffEntries prometheus.Gauge
 }
 
 // NewMetrics creates the series and registers them with reg.
@@ -53,8 +56,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.reconcile = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "portico_speaker_reconcile_seconds",
 		Help:    "Time one reaction to a change takes: reading the cache, planning, and applying the plan to the L2 responders and the BGP sessions.",
 		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}})
+	m.handoffs = prometheus.NewCounter(prometheus.CounterOpts{Name: "portico_l2_handoffs_total",
+		Help: "Addresses this node took over while their previous owner's node stayed, whose flows it hands off to that node."})
+	m.handoffEntries = prometheus.NewGauge(prometheus.GaugeOpts{Name: "portico_l2_handoff_entries",
+		Help: "Addresses whose flows this node hands off to their previous owner now."})
 	reg.MustRegister(m.requests, m.replies, m.gratuitous, m.ownerChanges, m.failover, m.announced, m.membersLost, m.reconcile,
-		m.membersRefused, m.keys, m.keyChanges)
+		m.membersRefused, m.keys, m.keyChanges, m.handoffs, m.handoffEntries)
 	m.probes = newProbeCounter(reg)
 	m.events = events.NewMetrics(reg)
 	return m
@@ -65,6 +72,17 @@ func RegisterGuardDrops(reg prometheus.Registerer, dropped func() (uint64, error
 	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "portico_speaker_guard_dropped_packets_total",
 		Help: "Packets to addresses this node announces that nothing on the node translated (no service proxy rule for them yet), dropped instead of routed back out."},
 		func() float64 { n, _ := dropped(); return float64(n) }))
+}
+
+// RegisterHandoffCounts registers the hand-off's kernel counters, read at each scrape: the
+// flows picked up (their first packet was not a SYN) and every packet handed off.
+func RegisterHandoffCounts(reg prometheus.Registerer, counts func() (flows, packets uint64, err error)) {
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "portico_l2_handoff_flows_total",
+		Help: "Flows to addresses this node took over whose first packet here was not a SYN (a connection opened through the previous owner), handed off to that node."},
+		func() float64 { n, _, _ := counts(); return float64(n) }))
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "portico_l2_handoff_packets_total",
+		Help: "Packets of handed-off flows routed on to the address's previous owner."},
+		func() float64 { _, n, _ := counts(); return float64(n) }))
 }
 
 // Request, Reply and Gratuitous make Metrics an l2.Counters.

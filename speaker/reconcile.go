@@ -19,8 +19,8 @@ import (
 )
 
 // reconcile is one pass of the loop: it reads what changed from the cache, brings the plan up
-// to date, and hands it to the sides: the forwarding guard first, the L2 answers, the BGP
-// routes, the guard again for what was withdrawn, and the Speaker status last.
+// to date, and hands it to the sides: the forwarding guard first, the L2 hand-off, the L2
+// answers, the BGP routes, the guard again for what was withdrawn, and the Speaker status last.
 func (s *Speaker) reconcile(ctx context.Context) {
 	start := time.Now()
 	defer func() { s.Metrics.reconcile.Observe(time.Since(start).Seconds()) }()
@@ -35,6 +35,7 @@ func (s *Speaker) reconcile(ctx context.Context) {
 	l2Touched, bgpTouched := s.answerer.touched(ch, p), s.advertiser.touched(ch, p)
 	touched := slices.Concat(l2Touched, bgpTouched)
 	s.guard(touched, p, true) // before the first answer or route
+	s.handOff(ctx, l2Touched) // before the first answer: the first packets find their way
 	mine := s.answerer.apply(p, l2Touched, s.joined.Swap(false))
 	if lostAt != 0 && s.answerer.gained(p, mine) > 0 {
 		// Set has sent the first gratuitous frames when it returns.
@@ -55,7 +56,8 @@ func (s *Speaker) reconcile(ctx context.Context) {
 	}
 	slices.Sort(problems)
 	s.reporter.report(reconciled{plan: p, problems: problems, answered: s.answerer.ifaces, interfaces: s.Announce.Interfaces(),
-		subnets: s.subnetStrings(), mine: mine, routed: routed, prefixes: ch.Prefixes(), all: ch.All, sessions: s.BGP.States()})
+		subnets: s.subnetStrings(), mine: mine, routed: routed, prefixes: ch.Prefixes(), all: ch.All, sessions: s.BGP.States(),
+		handoffs: s.handoffs.status()})
 }
 
 // replan brings the plan up to date: the addresses whose holders changed and the changed

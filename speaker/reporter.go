@@ -90,6 +90,7 @@ type reconciled struct {
 	prefixes     []netip.Prefix
 	all          bool
 	sessions     map[string]bgp.State
+	handoffs     []v1alpha1.Handoff
 }
 
 // report queues the status of a reconcile, replacing any report not yet written.
@@ -114,6 +115,7 @@ func (r *reporter) report(rc reconciled) {
 	rep.Status.BGP = status.BGPPeers(rc.plan.BGP, rc.sessions) // its routes are listed when it is written
 	rep.Status.Interfaces, rep.Status.OmittedInterfaces = interfaceStatus(rc.interfaces)
 	rep.Status.Subnets = rc.subnets
+	rep.Status.Handoffs = rc.handoffs
 	rep.StrictARP = strictARPCondition(rc.interfaces, "/proc/sys")
 	select {
 	case <-r.reports:

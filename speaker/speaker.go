@@ -44,8 +44,12 @@ type Speaker struct {
 	Announce   Announcer
 	BGP        Router
 	Guard      Guard // nil: none
-	Metrics    *Metrics
-	Log        logr.Logger
+	// Handoff passes the flows of addresses this node took over to their previous owner for
+	// HandoffGrace after the move (handoffs.go); nil: none.
+	Handoff      Handoff
+	HandoffGrace time.Duration
+	Metrics      *Metrics
+	Log          logr.Logger
 	// IgnoreExcludeLabel lets nodes labelled exclude-from-external-load-balancers announce.
 	IgnoreExcludeLabel bool
 	// IgnoreClassless leaves Services without a loadBalancerClass to another load balancer.
@@ -76,6 +80,7 @@ type Speaker struct {
 	answerer   *answerer
 	advertiser *advertiser
 	reporter   *reporter
+	handoffs   *handoffs
 
 	kick      chan struct{}
 	cause     atomic.Value // string: why the next reconcile runs
@@ -126,6 +131,7 @@ func (s *Speaker) Start(ctx context.Context) error {
 	s.startedAt = time.Now()
 	s.kick = make(chan struct{}, 1)
 	s.reporter = newReporter(s)
+	s.handoffs = newHandoffs(s.Handoff, s.HandoffGrace)
 	s.answerer = &answerer{announce: s.Announce, node: s.Node, metrics: s.Metrics, log: s.Log, tell: s.reporter,
 		owned: map[netip.Addr]plan.Claim{}}
 	s.advertiser = &advertiser{router: s.BGP, node: s.Node, log: s.Log, tell: s.reporter, trigger: s.trigger,
@@ -243,6 +249,11 @@ func (s *Speaker) shutdown() {
 	}
 	s.reporter.unlistL2()
 	s.dropLease()
+	if s.Handoff != nil {
+		if err := s.Handoff.Release(); err != nil {
+			s.Log.Error(err, "releasing the hand-off")
+		}
+	}
 	if s.Guard != nil {
 		if err := s.Guard.Close(); err != nil {
 			s.Log.Error(err, "removing the forwarding guard")

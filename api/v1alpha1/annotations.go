@@ -15,6 +15,11 @@ const (
 
 	// AnnotationAllocatedFromPool is written by the controller: the pool the address came from.
 	AnnotationAllocatedFromPool = "portico.dev/allocated-from-pool"
+	// AnnotationAllocatedSharingKey is written by the controller beside a shared address: the
+	// sharing key it is held under. A restart that finds two Services of different keys listing
+	// one address (a key edited while no controller led) gives it to the one whose key did not
+	// change.
+	AnnotationAllocatedSharingKey = "portico.dev/allocated-sharing-key"
 )
 
 // MetalLB's annotation spellings, in the order they are consulted after Portico's own.

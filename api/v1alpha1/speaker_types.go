@@ -183,6 +183,13 @@ type SpeakerStatus struct {
 	// +listType=atomic
 	// +optional
 	Subnets []string `json:"subnets"`
+	// Handoffs are the addresses this node took over from a node that stayed up, and to which
+	// it passes the connections opened through that node, sorted by IP (docs/speaker-l2.md,
+	// "What survives which move").
+	// +kubebuilder:validation:MaxItems=1024
+	// +listType=atomic
+	// +optional
+	Handoffs []Handoff `json:"handoffs,omitempty"`
 	// OmittedInterfaces counts the interfaces left out of interfaces.
 	// +kubebuilder:validation:Minimum=0
 	// +optional
@@ -197,6 +204,20 @@ type SpeakerStatus struct {
 	// +listMapKey=type
 	// +optional
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// Handoff is one address whose connections this node passes on to the address's previous
+// owner.
+type Handoff struct {
+	// IP is the address.
+	IP string `json:"ip"`
+	// Node is the previous owner, Via its address the connections are routed to.
+	Node string `json:"node,omitempty"`
+	Via  string `json:"via"`
+	// PickupUntil is when this node stops picking up connections for the previous owner; the
+	// connections it picked up go on after it.
+	// +optional
+	PickupUntil *metav1.Time `json:"pickupUntil,omitempty"`
 }
 
 // Speaker is one node's report of what it announces; its name is the node's name.

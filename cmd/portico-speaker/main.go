@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -31,6 +32,7 @@ import (
 	"github.com/portico-lb/portico/speaker/bgpproc"
 	"github.com/portico-lb/portico/speaker/gossipkey"
 	"github.com/portico-lb/portico/speaker/guard"
+	"github.com/portico-lb/portico/speaker/handoff"
 	"github.com/portico-lb/portico/speaker/kubeapi"
 	"github.com/portico-lb/portico/speaker/l2"
 	"github.com/portico-lb/portico/speaker/membership"
@@ -52,6 +54,8 @@ type options struct {
 	ignoreExcludeLabel         bool
 	ignoreClassless            bool
 	forwardGuard               bool
+	handoffGrace               time.Duration
+	handoffMark                uint
 	routesUpWait               time.Duration
 	drainGrace                 time.Duration
 	l2BalanceSettle            time.Duration
@@ -94,6 +98,10 @@ func main() {
 		"leave Services with no spec.loadBalancerClass to another load balancer, handling only --load-balancer-class (the controller needs the same flag)")
 	flag.BoolVar(&o.forwardGuard, "forward-guard", true,
 		"drop packets to the addresses this node announces that nothing on the node translated (nftables table inet portico; needs CAP_NET_ADMIN), so that clients arriving before the service proxy's rule connect on their next retransmission instead of being routed back out")
+	flag.DurationVar(&o.handoffGrace, "l2-handoff-grace", 10*time.Minute,
+		"for this long after taking an L2 address over from a node that stays up, pass the packets of connections this node has no state for (opened through that node) on to that node, so they survive the move (nftables table inet portico-handoff, a policy-routing rule and table; needs CAP_NET_ADMIN); 0 switches it off and removes what an earlier run left")
+	flag.UintVar(&o.handoffMark, "l2-handoff-mark", uint(handoff.Defaults.Mark),
+		"the bit of the packet and connection mark that the hand-off marks its flows with; must not be one that kube-proxy (0x4000, 0x8000) or the CNI uses")
 	flag.StringVar(&o.leaseNamespace, "namespace", os.Getenv("POD_NAMESPACE"),
 		"the speakers' namespace, where this speaker renews its Lease (default $POD_NAMESPACE, from the downward API); empty renews none")
 	flag.DurationVar(&o.leaseRenew, "lease-renew-interval", speaker.DefaultLeaseRenew,
@@ -142,9 +150,15 @@ func run(o options) error {
 	bgpSide := &bgpproc.Supervisor{Log: log.WithName("bgp"), Command: bgpCommand(o.node, o.bgpMemoryLimitMiB),
 		MemoryLimit: o.bgpMemoryLimitMiB << 20, Metrics: bgpproc.NewMetrics(reg)}
 	cache := kubeapi.NewCache(cl, speaker.TrimForCache)
+	var handing speaker.Handoff
+	var exempt uint32
+	if h, err := openHandoff(o, log); err == nil && h != nil {
+		handing, exempt = h, uint32(o.handoffMark)
+		speaker.RegisterHandoffCounts(reg, h.Counts)
+	}
 	var fwd speaker.Guard
 	if o.forwardGuard {
-		if g, err := guard.Open(); err != nil {
+		if g, err := guard.Open(exempt); err != nil {
 			log.Error(err, "no forwarding guard: untranslated packets to announced addresses will be routed back out (the speaker needs CAP_NET_ADMIN and the kernel nf_tables; --forward-guard=false silences this)")
 		} else {
 			fwd = g
@@ -154,6 +168,7 @@ func run(o options) error {
 	s := &speaker.Speaker{
 		Node: o.node, LBClass: o.lbClass, Cache: cache, Client: cl, MLPort: o.port,
 		Announce: l2.NewAnnouncer(log.WithName("l2"), metrics), BGP: bgpSide, Guard: fwd,
+		Handoff: handing, HandoffGrace: o.handoffGrace,
 		Metrics: metrics, Log: log, SelfCheck: o.selfCheck, Conflicts: o.conflicts, KeyRefresh: o.keyRefresh,
 		IgnoreExcludeLabel: o.ignoreExcludeLabel, IgnoreClassless: o.ignoreClassless, RoutesUpWait: o.routesUpWait,
 		DrainGrace: o.drainGrace, L2BalanceSettle: o.l2BalanceSettle, LeaseNamespace: o.leaseNamespace, LeaseRenew: o.leaseRenew, WatchLinks: true,
@@ -231,4 +246,22 @@ func bindAddress(r *kubeapi.Client, node, flagValue string) (netip.Addr, error) 
 		return ips[0], nil
 	}
 	return netip.Addr{}, fmt.Errorf("no --memberlist-bind-address nor HOST_IP, and Node %s has no InternalIP", node)
+}
+
+// openHandoff opens the hand-off (nil when --l2-handoff-grace is 0, after removing what an
+// earlier run left); a failure is logged, and the speaker runs on without it.
+func openHandoff(o options, log logr.Logger) (*handoff.Handoff, error) {
+	cfg := handoff.Defaults
+	cfg.Mark = uint32(o.handoffMark)
+	h, err := handoff.Open(cfg)
+	if err != nil {
+		if o.handoffGrace > 0 {
+			log.Error(err, "no L2 hand-off: connections open through a node that stays up are reset when their address moves (the speaker needs CAP_NET_ADMIN and the kernel nf_tables; --l2-handoff-grace=0 silences this)")
+		}
+		return nil, err
+	}
+	if o.handoffGrace <= 0 {
+		return nil, h.Clear()
+	}
+	return h, nil
 }

@@ -2,6 +2,7 @@ package allocator
 
 import (
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -52,7 +53,7 @@ func (a *Allocator) Assignment(service string) (Assignment, bool) {
 	if !ok {
 		return Assignment{}, false
 	}
-	return Assignment{IPs: slices.Clone(asg.ips), Pool: asg.pool}, true
+	return Assignment{IPs: slices.Clone(asg.ips), Pool: asg.pool, SharingKey: asg.req.SharingKey}, true
 }
 
 // Held returns the request a Service's addresses were given or restored for.
@@ -84,7 +85,13 @@ func (a *Allocator) Allocate(req Request) (Assignment, error) {
 	ips, pool, err := a.choose(&req)
 	if err != nil {
 		if cur, ok := a.services[req.Service]; ok {
-			err.Message += fmt.Sprintf("; keeping %s until the request can be met", commaAddrs(cur.ips))
+			if why := a.follow(cur, req); why != nil {
+				// Keeping it would put two sharing keys, or one port twice, on one address.
+				a.Release(req.Service)
+				err.Message += fmt.Sprintf("; released %s: %s", commaAddrs(cur.ips), why.Message)
+			} else {
+				err.Message += fmt.Sprintf("; keeping %s until the request can be met", commaAddrs(cur.ips))
+			}
 		}
 		return Assignment{}, err
 	}
@@ -128,6 +135,7 @@ func (a *Allocator) Release(service string) []netip.Addr {
 		h := a.ips[ip]
 		delete(h.users, service)
 		if len(h.users) > 0 {
+			a.rekeyToStale(ip, h)
 			continue
 		}
 		delete(a.ips, ip)
@@ -140,6 +148,26 @@ func (a *Allocator) Release(service string) []netip.Addr {
 		freed = append(freed, ip)
 	}
 	return freed
+}
+
+// rekeyToStale gives an address held by stale holds alone the key of one of them: it sat beside
+// Services of another key, which have left, so only the stale hold's key may join it now.
+func (a *Allocator) rekeyToStale(ip netip.Addr, h *holding) {
+	key := ""
+	for _, name := range slices.Sorted(maps.Keys(h.users)) {
+		u := h.users[name]
+		if !u.req.Stale {
+			return
+		}
+		if key == "" {
+			key = u.req.SharingKey
+		}
+	}
+	if h.key != key {
+		a.unindexKey(h.key, ip)
+		h.key = key
+		a.indexKey(h.key, ip)
+	}
 }
 
 func (a *Allocator) assign(asg *assignment) {
@@ -195,15 +223,58 @@ func (a *Allocator) unindexKey(key string, ip netip.Addr) {
 
 // canKeep reports whether what a Service holds still meets its request, sharing included.
 func (a *Allocator) canKeep(cur *assignment, req *Request) bool {
-	if !matchesRequest(cur, req) {
-		return false
-	}
-	for _, ip := range cur.ips {
-		if h := a.ips[ip]; len(h.users) > 1 && (h.key != req.SharingKey || a.usable(ip, req) != nil) {
-			return false
+	return matchesRequest(cur, req) && a.sharingBroken(cur, req) == nil
+}
+
+// sharedWithOthers: a Service other than service holds h (stale holds do not count).
+func (a *Allocator) sharedWithOthers(h *holding, service string) bool {
+	for name, u := range h.users {
+		if name != service && !u.req.Stale {
+			return true
 		}
 	}
-	return true
+	return false
+}
+
+// Follow keeps what req's Service holds, without moving it, for req as the Service asks now:
+// its sharing key, ports and traffic policy then decide who may share the addresses. It
+// returns why they can no longer be shared under req (nothing changed then), or nil.
+func (a *Allocator) Follow(req Request) error {
+	cur, ok := a.services[req.Service]
+	if !ok {
+		return nil
+	}
+	if err := a.follow(cur, req); err != nil {
+		return err
+	}
+	return nil
+}
+
+func (a *Allocator) follow(cur *assignment, req Request) *Error {
+	if err := a.sharingBroken(cur, &req); err != nil {
+		return err
+	}
+	a.rekey(cur, req)
+	return nil
+}
+
+// sharingBroken says why req may no longer share an address its Service holds with the other
+// Services holding it (its sharing key, ports or traffic policy changed), or nil.
+func (a *Allocator) sharingBroken(cur *assignment, req *Request) *Error {
+	for _, ip := range cur.ips {
+		h := a.ips[ip]
+		if !a.sharedWithOthers(h, req.Service) {
+			continue
+		}
+		if err := a.usable(ip, req); err != nil {
+			return err
+		}
+		if h.key != req.SharingKey {
+			// usable lets a key change pass when every other user left: not the case here.
+			return fail(RequestedIPInUse, "%s is shared under sharing key %s", ip, h.key)
+		}
+	}
+	return nil
 }
 
 // matchesRequest: the addresses are the requested ones, from the requested pool, of the

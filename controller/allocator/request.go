@@ -67,6 +67,9 @@ type Request struct {
 	Local bool
 	// Selector identifies the pods the Service selects (any canonical form).
 	Selector string
+	// Stale marks a hold, not a Service: addresses a status may still list. It is restored
+	// beside any holder, whatever their key, and keeps the address taken once they all leave.
+	Stale bool
 }
 
 // Reason says why an allocation failed: one of the IPAllocated condition's reasons, which the
@@ -100,6 +103,8 @@ type Assignment struct {
 	IPs []netip.Addr
 	// Pool the addresses belong to; "" when they are in no pool any more (orphaned).
 	Pool string
+	// SharingKey the addresses are held under ("": not shared).
+	SharingKey string
 }
 
 // Orphaned reports whether the addresses are outside every pool.

@@ -18,13 +18,16 @@ type holding struct {
 // an address is taken, never by whom or under which key.
 func (a *Allocator) usable(ip netip.Addr, req *Request) *Error {
 	h := a.ips[ip]
-	if h == nil {
+	if h == nil || req.Stale {
 		return nil
 	}
+	// A stale hold sits beside the Services holding an address whatever their key: it stands
+	// in the way of those who would join, not of those who hold it.
+	keeping := h.users[req.Service] != nil
 	// In name order, so that the message names the same Service every time.
 	for _, svc := range slices.Sorted(maps.Keys(h.users)) {
 		other := h.users[svc]
-		if svc == req.Service {
+		if svc == req.Service || keeping && other.req.Stale {
 			continue
 		}
 		if req.SharingKey == "" || h.key != req.SharingKey {

@@ -124,11 +124,15 @@ type Stored struct {
 	ResourceVersion string
 	Request         allocator.Request
 	IPs             []netip.Addr
+	// SharedUnder is the sharing key the controller wrote beside the addresses
+	// (AnnotationAllocatedSharingKey).
+	SharedUnder string
 }
 
 // StoredOf is what a rebuild keeps of svc, whose request is req.
 func StoredOf(svc *corev1.Service, req allocator.Request) Stored {
-	return Stored{Created: svc.CreationTimestamp.Time, UID: svc.UID, ResourceVersion: svc.ResourceVersion, Request: req, IPs: porticov1.IngressAddrs(svc)}
+	return Stored{Created: svc.CreationTimestamp.Time, UID: svc.UID, ResourceVersion: svc.ResourceVersion, Request: req, IPs: porticov1.IngressAddrs(svc),
+		SharedUnder: svc.Annotations[porticov1.AnnotationAllocatedSharingKey]}
 }
 
 // Refused is a stored address a rebuild did not restore, and why.
@@ -153,19 +157,46 @@ func (b *Book) Rebuild(stored []Stored, fence bool) []Refused {
 	// written (moved to another pool, say) may still list an address that was freed and given
 	// to another Service, whose write landed first (status writes go out in parallel) before
 	// the old leader died. The edited one is moving anyway; the other must keep its address.
-	var fit, stale []Stored
+	// So does one whose sharing key changed since (keyKept): the others listing its address did
+	// not.
+	recorded := map[netip.Addr][]string{} // address → the sharing keys written beside it
 	for _, s := range stored {
-		if b.alloc.Satisfies(s.Request, s.IPs) {
+		for _, ip := range s.IPs {
+			if s.SharedUnder != "" {
+				recorded[ip] = append(recorded[ip], s.SharedUnder)
+			}
+		}
+	}
+	keyKept := func(s Stored) bool {
+		if s.SharedUnder != s.Request.SharingKey {
+			return false
+		}
+		for _, ip := range s.IPs {
+			// Its own key may not have been written since Services joined under another.
+			if keys := recorded[ip]; len(keys) > 0 && !slices.Contains(keys, s.Request.SharingKey) {
+				return false
+			}
+		}
+		return true
+	}
+	// A changed key goes last: a Service moving to another pool may keep sharing until it
+	// moves; one under another key may not share at all.
+	var fit, moving, rekeyed []Stored
+	for _, s := range stored {
+		switch {
+		case !keyKept(s):
+			rekeyed = append(rekeyed, s)
+		case b.alloc.Satisfies(s.Request, s.IPs):
 			fit = append(fit, s)
-		} else {
-			stale = append(stale, s)
+		default:
+			moving = append(moving, s)
 		}
 	}
 	if fence {
 		b.fence = map[string]string{}
 	}
 	var refused []Refused
-	for _, s := range append(fit, stale...) {
+	for _, s := range slices.Concat(fit, moving, rekeyed) {
 		if _, err := b.alloc.Restore(s.Request, s.IPs); err != nil {
 			refused = append(refused, Refused{s.Request.Service, err})
 			continue

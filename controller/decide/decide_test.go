@@ -152,6 +152,9 @@ func (w *world) run(t *testing.T, d *datadriven.TestData) {
 			if f := arg("finalizer"); f != "" {
 				svc.Finalizers = append(svc.Finalizers, f)
 			}
+			if d.HasArg("unseen") { // edited while no controller runs
+				continue
+			}
 			w.decide(t, svc, d.HasArg("brief"), arg("writing"))
 		}
 	case "recreate":
@@ -286,6 +289,9 @@ func (w *world) print(svc *corev1.Service, rd Ready) {
 		fmt.Fprintf(w.out, "ingress %s\n", andAddrs(porticov1.IngressAddrs(want)))
 		if pool, ok := want.Annotations[porticov1.AnnotationAllocatedFromPool]; ok {
 			fmt.Fprintf(w.out, "annotation allocated-from-pool=%s\n", pool)
+		}
+		if key, ok := want.Annotations[porticov1.AnnotationAllocatedSharingKey]; ok {
+			fmt.Fprintf(w.out, "annotation allocated-sharing-key=%s\n", key)
 		}
 		fallthrough
 	default:

@@ -50,13 +50,14 @@ func (b *Book) dropLeaving(key string) leaving {
 // is held under its sharing key: were it not held, it would become free once the last Service
 // sharing it let go, while this one's status may still list it.
 func (b *Book) holdLeaving(key string, was leaving, listed, holds []netip.Addr) (freedIn []string) {
-	hold := allocator.Request{Service: leavingKey(key), SharingKey: was.req.SharingKey, Local: was.req.Local, Selector: was.req.Selector}
+	hold := allocator.Request{Service: leavingKey(key), SharingKey: was.req.SharingKey, Local: was.req.Local, Selector: was.req.Selector, Stale: true}
 	var kept []netip.Addr
 	for _, ip := range listed {
 		if slices.Contains(holds, ip) || slices.Contains(kept, ip) { // two writes may list it
 			continue
 		}
-		// Fails when another Service holds ip and may not share it, which then is not free anyway.
+		// Held beside whoever holds ip, whatever their key (a Service a rebuild refused still
+		// lists it): when they leave, ip stays taken until this status lets go of it.
 		if _, err := b.alloc.Restore(hold, append(slices.Clone(kept), ip)); err == nil {
 			kept = append(kept, ip)
 		}

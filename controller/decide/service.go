@@ -71,7 +71,7 @@ func Service(b *Book, in Seen) Ready {
 	switch {
 	case in.Svc != nil && in.Svc.DeletionTimestamp != nil:
 		// Ours or not: a type edited away while Terminating frees nothing before it is gone.
-		o = keep(b, in.Key, in.Listed)
+		o = keep(b, in)
 	case in.Svc == nil:
 		o.freedIn = release(b, in.Key, in.Listed, in.Now)
 	case !in.Ours:
@@ -133,9 +133,18 @@ func (rd Ready) Apply(want *corev1.Service) {
 		} else if len(rd.asg.IPs) == 0 {
 			delete(want.Annotations, porticov1.AnnotationAllocatedFromPool)
 		} // an orphaned address keeps naming the pool it came from
+		if rd.asg.SharingKey != "" && len(rd.asg.IPs) > 0 {
+			if want.Annotations == nil {
+				want.Annotations = map[string]string{}
+			}
+			want.Annotations[porticov1.AnnotationAllocatedSharingKey] = rd.asg.SharingKey
+		} else {
+			delete(want.Annotations, porticov1.AnnotationAllocatedSharingKey)
+		}
 	}
 	if rd.dropPool {
 		delete(want.Annotations, porticov1.AnnotationAllocatedFromPool)
+		delete(want.Annotations, porticov1.AnnotationAllocatedSharingKey)
 	}
 	for _, c := range rd.Conditions {
 		meta.SetStatusCondition(&want.Status.Conditions, c)
@@ -181,6 +190,10 @@ func allocate(b *Book, in Seen) outcome {
 	left := b.holdLeaving(key, was, in.Listed, o.asg.IPs)
 	o.freedIn, o.pools = append(o.freedIn, left...), append(o.pools, left...)
 	changed := !slices.Equal(before.IPs, o.asg.IPs)
+	if !changed && o.asg.SharingKey != before.SharingKey {
+		// Under its new key the addresses may be shared by Services waiting for one.
+		o.freedIn = append(o.freedIn, b.poolsContaining(o.asg.IPs)...)
+	}
 	if changed && before.Pool != "" {
 		o.freedIn = append(o.freedIn, before.Pool)
 	}

@@ -2,8 +2,8 @@ package decide
 
 import (
 	"fmt"
-	"net/netip"
 	"strings"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -15,9 +15,16 @@ import (
 // its addresses stay taken, since its status still lists them and kube-proxy and the speakers
 // go on using them, until the object is gone; it gets nothing new. That holds too when its
 // type or class is edited away meanwhile (the apiserver then clears its status): turned back,
-// it would list them again. listed is every address its stored status may list
-// (ServiceReconciler.mayList).
-func keep(b *Book, key string, listed []netip.Addr) outcome {
+// it would list them again. in.Listed is every address its stored status may list
+// (ServiceReconciler.mayList). Who may share them follows its spec (allocator.Follow), and an
+// edit meanwhile that forbids sharing an address it shares (its sharing key, ports or traffic
+// policy) lets that address go, as for a Service not being deleted: two sharing keys never
+// hold one address.
+func keep(b *Book, in Seen) outcome {
+	key, listed := in.Key, in.Listed
+	if in.Ours && in.ReqErr == nil && b.alloc.Follow(in.Req) != nil {
+		return outcome{freedIn: release(b, key, listed, time.Time{})}
+	}
 	var o outcome
 	o.asg, _ = b.alloc.Assignment(key)
 	// No longer waiting: the pools it waited on count one Service fewer.

@@ -196,6 +196,7 @@ func sameRequest(a, b *corev1.Service) bool {
 	ann := func(s *corev1.Service) map[string]string {
 		m := maps.Clone(s.Annotations)
 		delete(m, porticov1.AnnotationAllocatedFromPool)
+		delete(m, porticov1.AnnotationAllocatedSharingKey)
 		return m
 	}
 	return equality.Semantic.DeepEqual(a.Spec, b.Spec) && equality.Semantic.DeepEqual(a.Labels, b.Labels) &&

@@ -308,15 +308,16 @@ func sortedKeys(m map[string]bool) []string {
 	return keys
 }
 
-// TestForwardGuardValue: speaker.forwardGuard=false switches the guard off and drops NET_ADMIN,
-// which only the guard needs; by default both are on.
+// TestForwardGuardValue: speaker.forwardGuard=false switches the guard and the L2 hand-off off
+// and drops NET_ADMIN, which only they need; by default all are on.
 func TestForwardGuardValue(t *testing.T) {
 	for _, tc := range []struct {
-		on   bool
-		caps []any
+		on      bool
+		caps    []any
+		handoff string
 	}{
-		{true, []any{"NET_RAW", "NET_ADMIN"}},
-		{false, []any{"NET_RAW"}},
+		{true, []any{"NET_RAW", "NET_ADMIN"}, "--l2-handoff-grace=10m"},
+		{false, []any{"NET_RAW"}, "--l2-handoff-grace=0s"},
 	} {
 		c := container(t, render(t, map[string]any{"speaker": map[string]any{"forwardGuard": tc.on}})["DaemonSet/"+namespace+"/portico-speaker"])
 		add := c["securityContext"].(map[string]any)["capabilities"].(map[string]any)["add"]
@@ -325,6 +326,9 @@ func TestForwardGuardValue(t *testing.T) {
 		}
 		if arg := fmt.Sprintf("--forward-guard=%v", tc.on); !slices.Contains(c["args"].([]any), any(arg)) {
 			t.Errorf("forwardGuard %v: args %v lack %s", tc.on, c["args"], arg)
+		}
+		if !slices.Contains(c["args"].([]any), any(tc.handoff)) {
+			t.Errorf("forwardGuard %v: args %v lack %s", tc.on, c["args"], tc.handoff)
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package netlab
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"net"
@@ -92,4 +93,30 @@ func HTTPClient(ns string, timeout time.Duration) *http.Client {
 		return conn, err
 	}
 	return &http.Client{Timeout: timeout, Transport: &http.Transport{DialContext: dial, DisableKeepAlives: true}}
+}
+
+// ServeEcho answers every line it reads with the same line, on port inside namespace ns, as a
+// long-lived stream's backend (a database, a websocket) would keep its connections open; close
+// stops listening.
+func ServeEcho(ns string, port int) (close func() error, err error) {
+	var l net.Listener
+	if err := In(ns, func() (err error) {
+		l, err = net.Listen("tcp", fmt.Sprintf(":%d", port))
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	serve(l, func(c net.Conn) {
+		r := bufio.NewReader(c)
+		for {
+			line, err := r.ReadBytes('\n')
+			if err != nil {
+				return
+			}
+			if _, err := c.Write(line); err != nil {
+				return
+			}
+		}
+	})
+	return l.Close, nil
 }

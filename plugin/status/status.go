@@ -74,6 +74,8 @@ func Run(ctx context.Context, e *plugin.Env) error {
 	}
 	tw.Flush()
 
+	printHandoffs(e, speakers.Items)
+
 	if sessions == 0 {
 		return nil
 	}
@@ -131,6 +133,27 @@ func printHolds(e *plugin.Env, pools []porticov1.IPAddressPool) {
 	}
 	printSection(e, "ADDRESSES HELD FOR DELETED SERVICES (given back to the Service created again under its name; to nobody else until the hold ends)", rows,
 		"POOL", "ADDRESS", "SERVICE", "SHARING-KEY", "UNTIL")
+}
+
+// printHandoffs lists the addresses each node took over from a node that stayed up, whose
+// connections it passes on to that node (docs/speaker-l2.md, "What survives which move").
+func printHandoffs(e *plugin.Env, speakers []porticov1.Speaker) {
+	var rows [][]any
+	for _, s := range speakers {
+		for _, h := range s.Status.Handoffs {
+			until := "over"
+			if h.PickupUntil != nil {
+				until = h.PickupUntil.UTC().Format(time.RFC3339)
+			}
+			from := h.Node
+			if from == "" {
+				from = "-"
+			}
+			rows = append(rows, []any{s.Name, h.IP, from, h.Via, until})
+		}
+	}
+	printSection(e, "L2 HAND-OFFS (connections opened through the previous owner, passed on to it)", rows,
+		"NODE", "ADDRESS", "FROM", "VIA", "PICKUP-UNTIL")
 }
 
 // printSection prints a titled table of rows, or nothing when there are none.

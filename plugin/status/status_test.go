@@ -40,3 +40,32 @@ home-lab  10.0.0.205  dns/pihole-udp        pihole       2026-12-03T14:10:00Z
 		t.Errorf("no holds: got %q", out.String())
 	}
 }
+
+// TestPrintHandoffs: the hand-offs section lists each Speaker's, and is left out when no
+// speaker hands anything off.
+func TestPrintHandoffs(t *testing.T) {
+	until := metav1.NewTime(time.Date(2026, 12, 3, 14, 10, 0, 0, time.UTC))
+	speakers := []porticov1.Speaker{
+		{ObjectMeta: metav1.ObjectMeta{Name: "node-b"}, Status: porticov1.SpeakerStatus{Handoffs: []porticov1.Handoff{
+			{IP: "10.0.0.200", Node: "node-a", Via: "10.0.0.11", PickupUntil: &until},
+			{IP: "10.0.0.201", Via: "10.0.0.13"},
+		}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "node-c"}},
+	}
+	var out bytes.Buffer
+	printHandoffs(&plugin.Env{Out: &out}, speakers)
+	want := `
+L2 HAND-OFFS (connections opened through the previous owner, passed on to it)
+NODE    ADDRESS     FROM    VIA        PICKUP-UNTIL
+node-b  10.0.0.200  node-a  10.0.0.11  2026-12-03T14:10:00Z
+node-b  10.0.0.201  -       10.0.0.13  over
+`
+	if out.String() != want {
+		t.Errorf("got\n%s\nwant\n%s", out.String(), want)
+	}
+	out.Reset()
+	printHandoffs(&plugin.Env{Out: &out}, speakers[1:])
+	if out.Len() != 0 {
+		t.Errorf("no hand-offs: got %q", out.String())
+	}
+}

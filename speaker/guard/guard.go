@@ -49,8 +49,10 @@ type Guard struct {
 }
 
 // Open replaces the table with an empty one: a forward chain that drops untranslated packets
-// to the addresses in its two sets. It needs CAP_NET_ADMIN in the node's network namespace.
-func Open() (*Guard, error) {
+// to the addresses in its two sets, except those of flows whose connection mark has the bit
+// exempt (0: none), which the node hands on untranslated on purpose (package handoff). It needs
+// CAP_NET_ADMIN in the node's network namespace.
+func Open(exempt uint32) (*Guard, error) {
 	conn, err := nftables.New(nftables.AsLasting())
 	if err != nil {
 		return nil, err
@@ -73,7 +75,7 @@ func Open() (*Guard, error) {
 			conn.CloseLasting()
 			return nil, err
 		}
-		conn.AddRule(&nftables.Rule{Table: g.table, Chain: g.chain, Exprs: dropUntranslated(set, v4)})
+		conn.AddRule(&nftables.Rule{Table: g.table, Chain: g.chain, Exprs: dropUntranslated(set, v4, exempt)})
 	}
 	if err := conn.Flush(); err != nil {
 		conn.CloseLasting()
@@ -82,14 +84,14 @@ func Open() (*Guard, error) {
 	return g, nil
 }
 
-// dropUntranslated is `meta nfproto ipv4 ip daddr @set ct status & dnat == 0 counter drop`
-// (ip6 for an IPv6 set).
-func dropUntranslated(set *nftables.Set, v4 bool) []expr.Any {
+// dropUntranslated is `meta nfproto ipv4 ip daddr @set ct status & dnat == 0 [ct mark & exempt
+// == 0] counter drop` (ip6 for an IPv6 set).
+func dropUntranslated(set *nftables.Set, v4 bool, exempt uint32) []expr.Any {
 	proto, offset, length := byte(unix.NFPROTO_IPV6), uint32(24), uint32(16)
 	if v4 {
 		proto, offset, length = unix.NFPROTO_IPV4, 16, 4
 	}
-	return []expr.Any{
+	exprs := []expr.Any{
 		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{proto}},
 		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: offset, Len: length},
@@ -98,9 +100,15 @@ func dropUntranslated(set *nftables.Set, v4 bool) []expr.Any {
 		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
 			Mask: binaryutil.NativeEndian.PutUint32(dstNAT), Xor: binaryutil.NativeEndian.PutUint32(0)},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(0)},
-		&expr.Counter{},
-		&expr.Verdict{Kind: expr.VerdictDrop},
 	}
+	if exempt != 0 {
+		exprs = append(exprs,
+			&expr.Ct{Register: 1, Key: expr.CtKeyMARK},
+			&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
+				Mask: binaryutil.NativeEndian.PutUint32(exempt), Xor: binaryutil.NativeEndian.PutUint32(0)},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(0)})
+	}
+	return append(exprs, &expr.Counter{}, &expr.Verdict{Kind: expr.VerdictDrop})
 }
 
 // Add guards the addresses (before the node announces them); those already guarded cost nothing.

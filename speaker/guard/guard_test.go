@@ -124,7 +124,7 @@ func TestGuardLetsRetransmissionsBeTranslated(t *testing.T) {
 	lb := newLab(t)
 	var g *guard.Guard
 	if err := netlab.In(lb.node.NS, func() (err error) {
-		g, err = guard.Open()
+		g, err = guard.Open(0)
 		return err
 	}); err != nil {
 		t.Fatal(err)
@@ -169,7 +169,7 @@ func TestOpenReplacesALeftover(t *testing.T) {
 	lb := newLab(t)
 	var reopened string
 	err := netlab.In(lb.node.NS, func() error {
-		first, err := guard.Open()
+		first, err := guard.Open(0)
 		if err != nil {
 			return err
 		}
@@ -180,7 +180,7 @@ func TestOpenReplacesALeftover(t *testing.T) {
 			return errors.New("the first table lacks the address it was given, so the test cannot tell a leftover:\n" + out)
 		}
 		// The first speaker dies without Close; the next one opens the table again.
-		second, err := guard.Open()
+		second, err := guard.Open(0)
 		if err != nil {
 			return err
 		}
@@ -207,7 +207,7 @@ func TestTableAsNftReadsIt(t *testing.T) {
 	lb := newLab(t)
 	v6 := netip.MustParseAddr("2001:db8::200")
 	err := netlab.In(lb.node.NS, func() error {
-		g, err := guard.Open()
+		g, err := guard.Open(0)
 		if err != nil {
 			return err
 		}

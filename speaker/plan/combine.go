@@ -36,11 +36,11 @@ func (pl *Planner) combineAddress(ip netip.Addr) (mineChanged, routedChanged boo
 	// A peer an earlier node sends the address to for any of its Services hears it from there.
 	routed.FirstTo = slices.DeleteFunc(first, func(p string) bool { return slices.Contains(sentEarlier, p) })
 	var claim Claim
-	mine, problem := false, ""
+	mine, problem, owner := false, "", ""
 	if len(ss) > 0 {
 		e := rules.L2Owner(ip, ss, pl.w.Subnets, pl.w.Holders[ip])
 		pl.place(ip, &election.Placement{IP: ip, Nodes: e.Electable, Owner: e.Owner, Holders: pl.w.Holders[ip]})
-		owner := e.Owner
+		owner = e.Owner
 		if m := pl.move; m != nil && m.IP == ip && m.From == owner {
 			owner = m.To
 		}
@@ -50,6 +50,12 @@ func (pl *Planner) combineAddress(ip netip.Addr) (mineChanged, routedChanged boo
 		}
 	} else {
 		pl.place(ip, nil)
+	}
+	pl.noteOwner(ip, owner)
+	if mine && !pl.started && pl.previous[ip] == "" {
+		// A starting speaker (a rolling update, a node joining) takes over from the node that
+		// answered while it was away: the owner elected without it.
+		pl.previous[ip] = ownerWithout(ip, ss, pl.me, pl.w.Subnets, pl.w.Holders[ip])
 	}
 	pl.setDerived(ip, problem)
 	old, had := pl.plan.Mine[ip]
@@ -69,8 +75,20 @@ func (pl *Planner) combineAddress(ip netip.Addr) (mineChanged, routedChanged boo
 	}
 	if len(pl.byAddr[ip]) == 0 {
 		delete(pl.byAddr, ip)
+		delete(pl.owners, ip)
+		delete(pl.previous, ip)
 	}
 	return mineChanged, routedChanged
+}
+
+// ownerWithout is the owner the Services sharing ip would have without node me.
+func ownerWithout(ip netip.Addr, ss []rules.L2Share, me string, subnets rules.Subnets, holders []election.Holder) string {
+	others := make([]rules.L2Share, len(ss))
+	for i, s := range ss {
+		s.Eligible = slices.DeleteFunc(slices.Clone(s.Eligible), func(n string) bool { return n == me })
+		others[i] = s
+	}
+	return rules.L2Owner(ip, others, subnets, holders).Owner
 }
 
 // combineRoute folds the Services' routes to one peer's prefix (in Service order, so every

@@ -43,6 +43,11 @@ type Planner struct {
 	graceAt       time.Time      // when the earliest drain grace ends (zero: none)
 	problems      map[string]int // every problem, with how many sources report it
 	plan          Plan
+	// owners is the L2 owner of each address (elected, whichever node), previous the owner it
+	// had before its latest change of owner: kept across Replans, so that the node taking an
+	// address over knows whose flows it takes (package handoff).
+	owners, previous map[netip.Addr]string
+	started          bool // the first Replan is done
 	// Planned counts the Services planned since the Planner was made (the tests read it).
 	Planned int
 }
@@ -108,7 +113,31 @@ func (ch Changes) Prefixes() []netip.Prefix {
 
 // NewPlanner is node me's Planner, empty until its first Replan.
 func NewPlanner(me, lbClass string) *Planner {
-	return &Planner{me: me, lbClass: lbClass}
+	return &Planner{me: me, lbClass: lbClass, owners: map[netip.Addr]string{}, previous: map[netip.Addr]string{}}
+}
+
+// Owner is the node that answers for ip over L2 in the current plan ("": none).
+func (pl *Planner) Owner(ip netip.Addr) string { return pl.owners[ip] }
+
+// PreviousOwner is the node that answered for ip over L2 before its latest change of owner, as
+// this Planner saw it; for an address this node owns from the first plan on, the owner elected
+// without it, which answered while this node's speaker was away ("": none).
+func (pl *Planner) PreviousOwner(ip netip.Addr) string { return pl.previous[ip] }
+
+// noteOwner records ip's owner now, keeping the one it replaces.
+func (pl *Planner) noteOwner(ip netip.Addr, owner string) {
+	was := pl.owners[ip]
+	if owner == was {
+		return
+	}
+	if was != "" {
+		pl.previous[ip] = was
+	}
+	if owner == "" {
+		delete(pl.owners, ip)
+	} else {
+		pl.owners[ip] = owner
+	}
 }
 
 // Plan is the current plan. Its maps belong to the Planner and change with the next Replan or
@@ -158,6 +187,13 @@ func (pl *Planner) Replan(w World, alive func(node string) bool) Changes {
 	pl.graceAt = replanAt
 	pl.plan = Plan{Mine: map[netip.Addr]Claim{}, BGP: pl.mine.desired(), Routed: map[netip.Addr]BGPClaim{}}
 	pl.update(services, eps, nil)
+	for ip := range pl.owners { // addresses no Service lists any more
+		if _, listed := pl.byAddr[ip]; !listed {
+			delete(pl.owners, ip)
+			delete(pl.previous, ip)
+		}
+	}
+	pl.started = true
 	pl.refreshProblems(true)
 	return Changes{All: true, Problems: true}
 }

@@ -215,3 +215,54 @@ func TestUpdatePlansTheChangedServicesOnly(t *testing.T) {
 		t.Errorf("the deleted Service's address is still routed")
 	}
 }
+
+// TestPreviousOwner: the Planner remembers, across Replans, which node answered for an address
+// before its owner changed, and forgets an address no Service lists. A starting node that owns
+// an address from its first plan on takes it over from the owner elected without it.
+func TestPreviousOwner(t *testing.T) {
+	w := plantest.World()
+	ip := netip.MustParseAddr("198.51.100.10")
+	w.Services = []corev1.Service{plantest.LBService("web", ip.String())}
+	first := plan.NewPlanner("node-a", v1alpha1.DefaultLoadBalancerClass)
+	first.Replan(w, plantest.AllAlive)
+	owner := first.Owner(ip)
+	without := plan.NewPlanner("node-a", v1alpha1.DefaultLoadBalancerClass)
+	without.Replan(w, func(n string) bool { return n != owner })
+	second := without.Owner(ip)
+	if owner == "" || second == "" || second == owner {
+		t.Fatalf("owners %q and, without it, %q: want two nodes", owner, second)
+	}
+	var other string // neither owner: it never owns the address
+	for _, n := range plantest.NodeNames {
+		if n != owner && n != second {
+			other = n
+		}
+	}
+	bystander := plan.NewPlanner(other, v1alpha1.DefaultLoadBalancerClass)
+	bystander.Replan(w, plantest.AllAlive)
+	if bystander.PreviousOwner(ip) != "" {
+		t.Errorf("%s's first plan: previous owner %q, want none", other, bystander.PreviousOwner(ip))
+	}
+
+	pl := plan.NewPlanner(owner, v1alpha1.DefaultLoadBalancerClass)
+	pl.Replan(w, plantest.AllAlive)
+	if pl.Owner(ip) != owner || pl.PreviousOwner(ip) != second {
+		t.Fatalf("%s starting: owner %q, previous %q; want %s and %s, which answered meanwhile", owner, pl.Owner(ip), pl.PreviousOwner(ip), owner, second)
+	}
+	pl.Replan(w, func(n string) bool { return n != second })
+	if pl.Owner(ip) != owner || pl.PreviousOwner(ip) != second {
+		t.Fatalf("%s gone: owner %q, previous %q; want them unchanged", second, pl.Owner(ip), pl.PreviousOwner(ip))
+	}
+	pl.Replan(w, func(n string) bool { return n != owner })
+	if pl.Owner(ip) != second || pl.PreviousOwner(ip) != owner {
+		t.Fatalf("%s gone: owner %q, previous %q; want %s and %s", owner, pl.Owner(ip), pl.PreviousOwner(ip), second, owner)
+	}
+	pl.Replan(w, plantest.AllAlive)
+	if pl.Owner(ip) != owner || pl.PreviousOwner(ip) != second {
+		t.Fatalf("%s back: owner %q, previous %q; want %s and %s", owner, pl.Owner(ip), pl.PreviousOwner(ip), owner, second)
+	}
+	pl.Update(nil, nil, []string{"ns/web"})
+	if pl.Owner(ip) != "" || pl.PreviousOwner(ip) != "" {
+		t.Fatalf("Service deleted: owner %q, previous %q; want none", pl.Owner(ip), pl.PreviousOwner(ip))
+	}
+}

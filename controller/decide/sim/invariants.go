@@ -28,9 +28,8 @@ import (
 //     Allocated; not an orphan kept), only a decision from a later edit may change them.
 //
 // A Service may share its addresses under any sharing key its spec named while it held them:
-// after a user edits the key, a Service whose new request cannot be met keeps what it has
-// (docs/controller.md), under the old key, and one whose request is met may keep its address
-// without a write (nothing in its status changes).
+// after a user edits the key, a Service holding an address alone keeps it under the new key,
+// and one that may no longer share it lets it go, but a write reaches the apiserver only later.
 // decision is what a controller's write was decided from: the Service's edit, whether it is the
 // allocation's write, every pool version the deciding replica's book was fed and the addresses
 // it restored from stored status.

@@ -19,7 +19,7 @@ var (
 	simSeed  = flag.Uint64("sim.seed", 0, "replay this seed alone, with its transcript (SIM_SEED)")
 	simFirst = flag.Uint64("sim.first", 0, "the first seed of a run (0: from the clock, printed)")
 	simFind  = flag.String("sim.find", "", "count only violations whose message matches this regular expression (SIM_FIND)")
-	simShare = flag.Bool("sim.sharing-edits", false, "users edit sharing keys too (SIM_SHARING_EDITS): a known problem, docs/reliability.md")
+	simShare = flag.Bool("sim.sharing-edits", false, "users edit sharing keys too (SIM_SHARING_EDITS; off in CI, docs/reliability.md)")
 	simHolds = flag.Bool("sim.holds", false, "pool home keeps deleted Services' addresses for them (SIM_HOLDS)")
 	simOld   = flag.String("sim.old", "", "run the controller before a fix (SIM_OLD): rule (the conflict rule), lease (no lease check) or both")
 )

@@ -1,0 +1,409 @@
+// Package handoff keeps the open TCP connections of an address that moved to this node over L2
+// alive: it passes the packets of flows this node has no connection-tracking state for to the
+// node that answered for the address before, whose state translates them as it did.
+//
+// When an address moves (a speaker's rolling update, a drain, a killed speaker on a live node),
+// the clients' next packets of their open connections reach the new owner, whose connection
+// tracking has never seen them. With nf_conntrack_tcp_loose (the default) it picks a mid-stream
+// segment up as a new flow, the service proxy translates it afresh (another source address,
+// maybe another backend) and the backend answers with a reset. The old owner's node still holds
+// each flow's entry: the speaker's exit does not touch the kernel.
+//
+// So, for a grace period after taking an address over, the new owner marks every flow to it
+// that starts with anything but a SYN (a connection it never saw open), gives it a null NAT
+// binding before the service proxy's DNAT chain (netfilter's NAT takes the first chain that
+// binds a flow, so the proxy's rules never see it), and routes it by the mark to the previous
+// owner: the packet arrives there unchanged, where the flow's entry translates it as before. The
+// backend's answers go back through the old owner (the proxy masqueraded the flow to that node's
+// address) straight to the client. New connections (a SYN) are the new owner's as usual.
+//
+// Kernel state: one nftables table (inet portico-handoff) whose maps hold the addresses taken
+// over and their previous owners, each element expiring after the grace period by itself; one
+// policy-routing rule per family (fwmark → table) and in that table one route per address, via
+// the previous owner. A flow once marked keeps its mark (conntrack) and so its way for as long
+// as it lives and the route is there; the element's timeout only ends the picking up of flows.
+// The state outlives the speaker (Release) and is bounded: at most one element and one route
+// per address.
+package handoff
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/binaryutil"
+	"github.com/google/nftables/expr"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// TableName is the inet table the hand-off owns.
+const TableName = "portico-handoff"
+
+// Config is where the hand-off's marks and routes live; the defaults suit a node whose other
+// networking does not use the same mark bit, routing table or rule priority.
+type Config struct {
+	// Mark is the one bit of the packet and connection mark that says "hand off"; it must not
+	// be one kube-proxy (0x4000, 0x8000) or the CNI uses.
+	Mark uint32
+	// RouteTable holds the routes to the previous owners; RulePriority is the policy-routing
+	// rule's, ahead of the main table's (32766).
+	RouteTable, RulePriority int
+}
+
+// Defaults: bit 13 of the mark, table and rule 3580.
+var Defaults = Config{Mark: 0x2000, RouteTable: 3580, RulePriority: 3580}
+
+// Entry is one address taken over and the node address its flows are handed to.
+type Entry struct {
+	Addr, Via netip.Addr
+	// Expires is when the kernel stops picking up flows for Addr (zero: it already has).
+	Expires time.Time
+}
+
+// Handoff holds the table, the rules and the routes. Its methods may be called from any
+// goroutine.
+type Handoff struct {
+	mu      sync.Mutex
+	cfg     Config
+	conn    *nftables.Conn
+	table   *nftables.Table
+	pickup  *nftables.Chain
+	maps    map[bool]*nftables.Set // by "is IPv4"
+	adopted []Entry                // what an earlier run left, read by Open
+}
+
+// Open creates the table and the rules, keeping the elements an earlier run left (with what is
+// left of their timeouts) and its routes, which Adopted lists: the caller keeps those still
+// true and removes the others. It needs CAP_NET_ADMIN in the node's network namespace.
+func Open(cfg Config) (*Handoff, error) {
+	if cfg.Mark == 0 || cfg.Mark&(cfg.Mark-1) != 0 {
+		return nil, fmt.Errorf("hand-off mark %#x is not a single bit", cfg.Mark)
+	}
+	conn, err := nftables.New(nftables.AsLasting())
+	if err != nil {
+		return nil, err
+	}
+	h := &Handoff{cfg: cfg, conn: conn, table: &nftables.Table{Name: TableName, Family: nftables.TableFamilyINet}}
+	h.maps = map[bool]*nftables.Set{
+		true:  {Table: h.table, Name: "previous4", KeyType: nftables.TypeIPAddr, DataType: nftables.TypeIPAddr, IsMap: true, HasTimeout: true},
+		false: {Table: h.table, Name: "previous6", KeyType: nftables.TypeIP6Addr, DataType: nftables.TypeIP6Addr, IsMap: true, HasTimeout: true},
+	}
+	left := h.leftElements()
+	if err := h.create(left); err != nil {
+		conn.CloseLasting()
+		return nil, err
+	}
+	routes, err := h.routes()
+	if err != nil {
+		conn.CloseLasting()
+		return nil, err
+	}
+	now := time.Now()
+	for _, r := range routes {
+		e := Entry{Addr: r.Addr, Via: r.Via}
+		if el, ok := left[r.Addr]; ok && el.Expires > 0 {
+			e.Expires = now.Add(el.Expires)
+		}
+		h.adopted = append(h.adopted, e)
+	}
+	if err := h.rules(true); err != nil {
+		conn.CloseLasting()
+		return nil, err
+	}
+	return h, nil
+}
+
+// Adopted lists the routes an earlier run left, with their elements' expiry.
+func (h *Handoff) Adopted() []Entry { return h.adopted }
+
+// leftElements reads the elements of an earlier run's maps, by address.
+func (h *Handoff) leftElements() map[netip.Addr]nftables.SetElement {
+	out := map[netip.Addr]nftables.SetElement{}
+	for _, set := range h.maps {
+		elems, err := h.conn.GetSetElements(set)
+		if err != nil {
+			continue // no table yet
+		}
+		for _, el := range elems {
+			if ip, ok := netip.AddrFromSlice(el.Key); ok {
+				out[ip] = el
+			}
+		}
+	}
+	return out
+}
+
+// create replaces the table with a fresh one holding elements left (their timeouts what was
+// left of them).
+func (h *Handoff) create(left map[netip.Addr]nftables.SetElement) error {
+	c := h.conn
+	c.AddTable(h.table)
+	c.DelTable(h.table)
+	c.AddTable(h.table)
+	h.pickup = c.AddChain(&nftables.Chain{Name: "pickup", Table: h.table, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityMangle})
+	bind := c.AddChain(&nftables.Chain{Name: "bind", Table: h.table, Type: nftables.ChainTypeNAT,
+		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityRef(*nftables.ChainPriorityNATDest - 10)})
+	for v4, set := range h.maps {
+		var elems []nftables.SetElement
+		for ip, el := range left {
+			if ip.Is4() == v4 && el.Expires > 0 {
+				elems = append(elems, nftables.SetElement{Key: el.Key, Val: el.Val, Timeout: el.Expires})
+			}
+		}
+		if err := c.AddSet(set, elems); err != nil {
+			return err
+		}
+		c.AddRule(&nftables.Rule{Table: h.table, Chain: h.pickup, Exprs: markMidStream(set, v4, h.cfg.Mark)})
+		c.AddRule(&nftables.Rule{Table: h.table, Chain: bind, Exprs: nullBinding(v4, h.cfg.Mark)})
+	}
+	c.AddRule(&nftables.Rule{Table: h.table, Chain: h.pickup, Exprs: markPacket(h.cfg.Mark)})
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("creating nftables table inet %s: %w", TableName, err)
+	}
+	return nil
+}
+
+// Set hands the flows of addr that this node has no state for to via for grace (a new
+// element), and routes the marked flows of addr to via.
+func (h *Handoff) Set(addr, via netip.Addr, grace time.Duration) error {
+	addr, via = addr.Unmap(), via.Unmap()
+	if addr.Is4() != via.Is4() {
+		return fmt.Errorf("handing %s off to %s: not the same family", addr, via)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err := netlink.RouteReplace(h.route(addr, via)); err != nil {
+		return fmt.Errorf("routing the flows of %s handed off to %s: %w", addr, via, err)
+	}
+	set := h.maps[addr.Is4()]
+	el := []nftables.SetElement{{Key: addr.AsSlice()}}
+	// Deleted first: an element added again keeps its old value and timeout.
+	_ = h.conn.SetDeleteElements(set, el)
+	_ = h.conn.Flush()
+	if err := h.conn.SetAddElements(set, []nftables.SetElement{{Key: addr.AsSlice(), Val: via.AsSlice(), Timeout: grace}}); err != nil {
+		return err
+	}
+	if err := h.conn.Flush(); err != nil {
+		return fmt.Errorf("handing %s off to %s: %w", addr, via, err)
+	}
+	return nil
+}
+
+// Remove stops handing addr's flows off: no new ones are picked up, and those marked lose their
+// route (they are the previous owner's no longer: it answers again, or is gone).
+func (h *Handoff) Remove(addr netip.Addr) error {
+	addr = addr.Unmap()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	_ = h.conn.SetDeleteElements(h.maps[addr.Is4()], []nftables.SetElement{{Key: addr.AsSlice()}})
+	_ = h.conn.Flush() // an element already expired is no error
+	err := netlink.RouteDel(h.route(addr, netip.Addr{}))
+	if err != nil && !errors.Is(err, unix.ESRCH) {
+		return fmt.Errorf("removing the hand-off route of %s: %w", addr, err)
+	}
+	return nil
+}
+
+// Counts reads the table's counters: the flows picked up and the packets handed off since the
+// table was made.
+func (h *Handoff) Counts() (flows, packets uint64, err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	rules, err := h.conn.GetRules(h.table, h.pickup)
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, r := range rules {
+		for _, e := range r.Exprs {
+			if n, ok := e.(*expr.Counter); ok && isMarkPacket(r.Exprs) {
+				packets += n.Packets
+			} else if ok {
+				flows += n.Packets
+			}
+		}
+	}
+	return flows, packets, nil
+}
+
+// Release lets the kernel state be: it is the node's, as the connection-tracking entries it
+// works with are, and must outlive the speaker for the same reason (a speaker restarted by a
+// rolling update would otherwise cut the flows it handed off, and they would loop between it
+// and the address's next owner). Its elements expire by themselves; its routes are the next
+// run's to adopt or remove (Adopted).
+func (h *Handoff) Release() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.conn.CloseLasting()
+}
+
+// Clear removes the table, the rules and the routes, and releases the socket: the hand-off is
+// switched off.
+func (h *Handoff) Clear() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var errs []error
+	h.conn.DelTable(h.table)
+	errs = append(errs, h.conn.Flush())
+	routes, err := h.routes()
+	errs = append(errs, err)
+	for _, r := range routes {
+		if err := netlink.RouteDel(h.route(r.Addr, netip.Addr{})); err != nil && !errors.Is(err, unix.ESRCH) {
+			errs = append(errs, err)
+		}
+	}
+	errs = append(errs, h.rules(false), h.conn.CloseLasting())
+	return errors.Join(errs...)
+}
+
+func (h *Handoff) route(addr, via netip.Addr) *netlink.Route {
+	r := &netlink.Route{Dst: netlinkPrefix(netip.PrefixFrom(addr, addr.BitLen())), Table: h.cfg.RouteTable}
+	if via.IsValid() {
+		r.Gw = via.AsSlice()
+	}
+	return r
+}
+
+// routes lists the routes in the hand-off's routing table.
+func (h *Handoff) routes() ([]Entry, error) {
+	var out []Entry
+	for _, family := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
+		rs, err := netlink.RouteListFiltered(family, &netlink.Route{Table: h.cfg.RouteTable}, netlink.RT_FILTER_TABLE)
+		if err != nil {
+			return nil, fmt.Errorf("listing routing table %d: %w", h.cfg.RouteTable, err)
+		}
+		for _, r := range rs {
+			if r.Dst == nil {
+				continue
+			}
+			addr, _ := netip.AddrFromSlice(r.Dst.IP)
+			via, _ := netip.AddrFromSlice(r.Gw)
+			out = append(out, Entry{Addr: addr.Unmap(), Via: via.Unmap()})
+		}
+	}
+	return out, nil
+}
+
+// rules adds (or removes) the policy-routing rule of each family: the marked packets look the
+// hand-off's table up first.
+func (h *Handoff) rules(add bool) error {
+	var errs []error
+	for _, family := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
+		r := netlink.NewRule()
+		r.Family = family
+		r.Mark = h.cfg.Mark
+		mask := h.cfg.Mark
+		r.Mask = &mask
+		r.Table = h.cfg.RouteTable
+		r.Priority = h.cfg.RulePriority
+		have, err := netlink.RuleListFiltered(family, r,
+			netlink.RT_FILTER_MARK|netlink.RT_FILTER_MASK|netlink.RT_FILTER_TABLE|netlink.RT_FILTER_PRIORITY)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("listing the routing rules: %w", err))
+			continue
+		}
+		if add && len(have) == 1 {
+			continue // an earlier run's, kept: the flows it hands off never miss it
+		}
+		for range have { // none doubled
+			_ = netlink.RuleDel(r)
+		}
+		if add {
+			if err := netlink.RuleAdd(r); err != nil {
+				errs = append(errs, fmt.Errorf("adding the hand-off's routing rule: %w", err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func netlinkPrefix(p netip.Prefix) *net.IPNet {
+	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
+}
+
+// markMidStream is `meta nfproto ipv4 meta l4proto tcp ct state new ct mark & MARK == 0 tcp
+// flags & (syn|ack) != syn ip daddr @previous4 ct mark set ct mark | MARK counter` (ip6 for
+// IPv6): a flow whose first packet this node sees is not a SYN, to an address taken over.
+// (Every packet of a handed-off flow is ct state new here, since its replies never pass this
+// node: the mark test makes the counter count flows.)
+func markMidStream(set *nftables.Set, v4 bool, mark uint32) []expr.Any {
+	proto, offset, length := byte(unix.NFPROTO_IPV6), uint32(24), uint32(16)
+	if v4 {
+		proto, offset, length = unix.NFPROTO_IPV4, 16, 4
+	}
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{proto}},
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_TCP}},
+		&expr.Ct{Register: 1, Key: expr.CtKeySTATE},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
+			Mask: binaryutil.NativeEndian.PutUint32(expr.CtStateBitNEW), Xor: binaryutil.NativeEndian.PutUint32(0)},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(0)},
+		&expr.Ct{Register: 1, Key: expr.CtKeyMARK},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
+			Mask: binaryutil.NativeEndian.PutUint32(mark), Xor: binaryutil.NativeEndian.PutUint32(0)},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(0)},
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 13, Len: 1},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 1, Mask: []byte{tcpSYN | tcpACK}, Xor: []byte{0}},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: []byte{tcpSYN}},
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: offset, Len: length},
+		&expr.Lookup{SourceRegister: 1, SetName: set.Name, SetID: set.ID},
+		&expr.Ct{Register: 1, Key: expr.CtKeyMARK},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
+			Mask: binaryutil.NativeEndian.PutUint32(^mark), Xor: binaryutil.NativeEndian.PutUint32(mark)},
+		&expr.Ct{Register: 1, Key: expr.CtKeyMARK, SourceRegister: true},
+		&expr.Counter{},
+	}
+}
+
+// markPacket is `ct mark & MARK == MARK meta mark set meta mark | MARK counter`: every packet
+// of a handed-off flow carries the mark the routing rule looks at.
+func markPacket(mark uint32) []expr.Any {
+	return []expr.Any{
+		&expr.Ct{Register: 1, Key: expr.CtKeyMARK},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
+			Mask: binaryutil.NativeEndian.PutUint32(mark), Xor: binaryutil.NativeEndian.PutUint32(0)},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(mark)},
+		&expr.Meta{Key: expr.MetaKeyMARK, Register: 1},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
+			Mask: binaryutil.NativeEndian.PutUint32(^mark), Xor: binaryutil.NativeEndian.PutUint32(mark)},
+		&expr.Meta{Key: expr.MetaKeyMARK, Register: 1, SourceRegister: true},
+		&expr.Counter{},
+	}
+}
+
+func isMarkPacket(exprs []expr.Any) bool {
+	m, ok := exprs[len(exprs)-2].(*expr.Meta)
+	return ok && m.Key == expr.MetaKeyMARK && m.SourceRegister
+}
+
+// nullBinding is `meta nfproto ipv4 meta mark & MARK == MARK dnat ip to ip daddr` (ip6 for
+// IPv6): a translation to the address the flow already has, which binds the flow so that no
+// later NAT chain (the service proxy's DNAT) translates it.
+func nullBinding(v4 bool, mark uint32) []expr.Any {
+	proto, offset, length, family := byte(unix.NFPROTO_IPV6), uint32(24), uint32(16), uint32(unix.NFPROTO_IPV6)
+	if v4 {
+		proto, offset, length, family = unix.NFPROTO_IPV4, 16, 4, unix.NFPROTO_IPV4
+	}
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{proto}},
+		&expr.Meta{Key: expr.MetaKeyMARK, Register: 1},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
+			Mask: binaryutil.NativeEndian.PutUint32(mark), Xor: binaryutil.NativeEndian.PutUint32(0)},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(mark)},
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: offset, Len: length},
+		&expr.NAT{Type: expr.NATTypeDestNAT, Family: family, RegAddrMin: 1, RegAddrMax: 1},
+	}
+}
+
+const (
+	tcpSYN = 0x02
+	tcpACK = 0x10
+)

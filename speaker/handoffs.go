@@ -1,0 +1,163 @@
+package speaker
+
+import (
+	"context"
+	"maps"
+	"net/netip"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/portico-lb/portico/api/v1alpha1"
+
+	"github.com/portico-lb/portico/rules"
+	"github.com/portico-lb/portico/speaker/handoff"
+)
+
+// Handoff passes the flows of an address this node took over, that it has no state for, to the
+// node that answered for it before (package handoff), so that the clients' open connections
+// survive the move. A nil Handoff leaves them to the service proxy, which resets them.
+type Handoff interface {
+	Set(addr, via netip.Addr, grace time.Duration) error
+	Remove(addr netip.Addr) error
+	Adopted() []handoff.Entry
+	Release() error
+}
+
+// handoffs is the speaker's side of the hand-off: which addresses this node hands off, and to
+// which node address. An entry is set when this node takes an address over from a node that is
+// still there (its Node exists and is not NotReady), and removed when that node answers for
+// the address again, or its Node is gone or NotReady, or no node answers for the address.
+type handoffs struct {
+	side    Handoff
+	grace   time.Duration
+	entries map[netip.Addr]handoffEntry
+}
+
+// handoffEntry is where one address's flows go: the previous owner's node and its address, and
+// until when new flows are picked up (zero: unknown, or over).
+type handoffEntry struct {
+	via   netip.Addr
+	node  string
+	until time.Time
+}
+
+// handOff brings the entries up to date after a plan: before the node answers for the
+// addresses it gains (touched), so that their first handed-off packets find the entry.
+func (s *Speaker) handOff(ctx context.Context, touched []netip.Addr) {
+	h := s.handoffs
+	if h == nil {
+		return
+	}
+	var gained []netip.Addr
+	for _, ip := range touched {
+		if prev := s.planner.PreviousOwner(ip); s.planner.Owner(ip) == s.Node && prev != "" && prev != s.Node {
+			gained = append(gained, ip)
+		}
+	}
+	if len(gained) == 0 && len(h.entries) == 0 {
+		return
+	}
+	var nodes corev1.NodeList
+	if err := s.Cache.List(ctx, &nodes); err != nil {
+		s.Log.Error(err, "reading the Nodes for the hand-off")
+		return
+	}
+	byName := map[string]*corev1.Node{}
+	byIP := map[netip.Addr]string{}
+	for i := range nodes.Items {
+		n := &nodes.Items[i]
+		if f := rules.FitnessOf(n); f.NotReady || f.NetworkUnavailable {
+			continue // its conntrack entries may be gone with it, or unreachable
+		}
+		byName[n.Name] = n
+		for _, ip := range rules.InternalIPs(n) {
+			byIP[ip] = n.Name
+		}
+	}
+	for ip, e := range h.entries {
+		node, there := byIP[e.via]
+		if owner := s.planner.Owner(ip); there && owner != "" && owner != node {
+			e.node = node // adopted entries come without it
+			h.entries[ip] = e
+			continue
+		}
+		if err := h.side.Remove(ip); err != nil {
+			s.Log.Error(err, "ending a hand-off", "ip", ip, "to", e.via)
+			continue
+		}
+		delete(h.entries, ip)
+		s.Log.Info("no longer handing off flows", "ip", ip, "to", e.via, "node", node)
+	}
+	subnets, _ := s.ownSubnets()
+	for _, ip := range gained {
+		prev := s.planner.PreviousOwner(ip)
+		n, ok := byName[prev]
+		if !ok || h.entries[ip].node == prev {
+			continue // gone or unfit, or handed off to it already
+		}
+		via, ok := nodeAddressFor(ip, rules.InternalIPs(n), subnets)
+		if !ok {
+			s.Log.Info("not handing off flows: the previous owner has no InternalIP of the address's family", "ip", ip, "node", prev)
+			continue
+		}
+		if err := h.side.Set(ip, via, h.grace); err != nil {
+			s.Log.Error(err, "handing off flows", "ip", ip, "to", via, "node", prev)
+			continue
+		}
+		h.entries[ip] = handoffEntry{via: via, node: prev, until: time.Now().Add(h.grace)}
+		s.Metrics.handoffs.Inc()
+		s.Log.Info("handing off the flows this node has no state for", "ip", ip, "to", via, "node", prev, "for", h.grace)
+	}
+	s.Metrics.handoffEntries.Set(float64(len(h.entries)))
+}
+
+// nodeAddressFor is the address of a node, among ips, to hand ip's flows to: of ip's family,
+// on one of this node's subnets when one is (the route's next hop must be on the link).
+func nodeAddressFor(ip netip.Addr, ips []netip.Addr, subnets []netip.Prefix) (netip.Addr, bool) {
+	ips = slices.DeleteFunc(slices.Clone(ips), func(a netip.Addr) bool { return a.Is4() != ip.Is4() })
+	for _, a := range ips {
+		if slices.ContainsFunc(subnets, func(p netip.Prefix) bool { return p.Contains(a) }) {
+			return a, true
+		}
+	}
+	if len(ips) == 0 {
+		return netip.Addr{}, false
+	}
+	return ips[0], true
+}
+
+// newHandoffs adopts the entries an earlier run left; the first plan keeps those still true.
+func newHandoffs(side Handoff, grace time.Duration) *handoffs {
+	if side == nil {
+		return nil
+	}
+	h := &handoffs{side: side, grace: grace, entries: map[netip.Addr]handoffEntry{}}
+	for _, e := range side.Adopted() {
+		h.entries[e.Addr] = handoffEntry{via: e.Via, until: e.Expires}
+	}
+	return h
+}
+
+// status lists the entries for the Speaker status, sorted by address (nil: none, or no
+// hand-off).
+func (h *handoffs) status() []v1alpha1.Handoff {
+	if h == nil || len(h.entries) == 0 {
+		return nil
+	}
+	out := make([]v1alpha1.Handoff, 0, len(h.entries))
+	for _, ip := range slices.SortedFunc(maps.Keys(h.entries), netip.Addr.Compare) {
+		e := h.entries[ip]
+		st := v1alpha1.Handoff{IP: ip.String(), Node: e.node, Via: e.via.String()}
+		if !e.until.IsZero() {
+			st.PickupUntil = &metav1.Time{Time: e.until.Truncate(time.Second)}
+		}
+		out = append(out, st)
+	}
+	return out[:min(len(out), maxHandoffsListed)]
+}
+
+// maxHandoffsListed is the API's bound on status.handoffs.
+const maxHandoffsListed = 1024
