@@ -87,13 +87,30 @@ func (e *l2Env) l2Listed(node string) []string {
 // seen each other join: the restarted one plans right after its join.
 func (e *l2Env) restartAndJoin(node string) {
 	e.t.Helper()
-	logged := map[string]int{node: len(e.speakerLog(node))}
+	logged := e.logOffsets()
+	e.startSpeaker(node)
+	e.waitJoined(node, logged)
+}
+
+// logOffsets are the lengths of every node's speaker log now.
+func (e *l2Env) logOffsets() map[string]int {
+	logged := map[string]int{}
+	for _, n := range e.Nodes {
+		logged[n.Name] = len(e.speakerLog(n.Name))
+	}
+	return logged
+}
+
+// waitJoined waits until node's speaker, started since logged (logOffsets), and every other
+// running speaker have seen each other join.
+func (e *l2Env) waitJoined(node string, logged map[string]int) {
+	e.t.Helper()
 	var others []string
 	for name := range e.speakers {
-		logged[name] = len(e.speakerLog(name))
-		others = append(others, name)
+		if name != node {
+			others = append(others, name)
+		}
 	}
-	e.startSpeaker(node)
 	sawJoin := func(log, member string) bool {
 		for _, line := range strings.Split(log, "\n") {
 			if strings.Contains(line, `"membership changed"`) && strings.Contains(line, fmt.Sprintf(`"member":%q`, member)) && strings.Contains(line, `"alive":true`) {
