@@ -54,6 +54,9 @@ type Speaker struct {
 	IgnoreExcludeLabel bool
 	// IgnoreClassless leaves Services without a loadBalancerClass to another load balancer.
 	IgnoreClassless bool
+	// L2BalanceSettle is how long every speaker must have been alive and every L2 address held
+	// where it is before one moves for balance (election.Balance); zero balances nothing.
+	L2BalanceSettle time.Duration
 	// DrainGrace is how long a cordoned node advertises its routes with GRACEFUL_SHUTDOWN
 	// before it withdraws them (drain.go); zero withdraws at once.
 	DrainGrace time.Duration
@@ -152,7 +155,7 @@ func (s *Speaker) Start(ctx context.Context) error {
 			return err
 		}
 	}
-	if err := s.Cache.AddEventHandler(&v1alpha1.Speaker{}, s.subnetsHandler()); err != nil {
+	if err := s.Cache.AddEventHandler(&v1alpha1.Speaker{}, s.speakersHandler()); err != nil {
 		return err
 	}
 	if s.WatchLinks {
@@ -247,6 +250,7 @@ func (s *Speaker) shutdown() {
 	if err := s.Announce.Close(); err != nil {
 		s.Log.Error(err, "closing responders")
 	}
+	s.reporter.unlistL2()
 	s.dropLease()
 	if s.Handoff != nil {
 		if err := s.Handoff.Release(); err != nil {
