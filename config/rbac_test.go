@@ -226,6 +226,11 @@ func TestRBACLimits(t *testing.T) {
 		ask{speakerSA, "update", "coordination.k8s.io", "leases", systemNamespace, "", true},
 		ask{speakerSA, "update", "coordination.k8s.io", "leases", "kube-system", "", false},
 		ask{speakerSA, "list", "coordination.k8s.io", "leases", systemNamespace, "", false},
+		// A speaker reads its own DaemonSet as it stops, and no other.
+		ask{speakerSA, "get", "apps", "daemonsets", systemNamespace, "portico-speaker", true},
+		ask{speakerSA, "get", "apps", "daemonsets", systemNamespace, "portico-controller", false},
+		ask{speakerSA, "list", "apps", "daemonsets", systemNamespace, "", false},
+		ask{speakerSA, "update", "apps", "daemonsets", systemNamespace, "portico-speaker", false},
 		ask{controllerSA, "watch", "coordination.k8s.io", "leases", systemNamespace, "", true},
 		ask{controllerSA, "watch", "coordination.k8s.io", "leases", "", "", false},
 	)

@@ -64,11 +64,12 @@ func (l *speakerLiveness) leaseList() (leases []coordinationv1.Lease, ok bool) {
 }
 
 // count sets f's Speakers to those the conditions count at now (rules.CountedSpeakers), and
-// what it says of the others, and the subnets they can answer on.
+// what it says of the others, the subnets they can answer on and the addresses they hold.
 func (l *speakerLiveness) count(f *decide.HealthFacts, speakers []porticov1.Speaker, now time.Time) {
 	leases, _ := l.leaseList()
 	f.Speakers, f.Stale = rules.CountedSpeakers(speakers, leases, now)
 	f.Subnets = rules.SubnetsOf(f.Speakers)
+	f.Holders = rules.HoldersOf(f.Speakers)
 	f.LastRenewed = rules.LastRenewed(leases)
 }
 

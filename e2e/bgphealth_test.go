@@ -10,7 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/portico-lb/portico/api/v1alpha1"
 	"github.com/portico-lb/portico/internal/netlab"
 )
 
@@ -75,11 +74,7 @@ func TestBGPNodeHealth(t *testing.T) {
 		b := startBird(t, bird, birdConfig(e.Routers[0].IPv4.Addr(), e.Nodes, clusterASN, ""))
 		e.createObject(bgpPeer("tor", netip.MustParseAddr("198.51.100.3"), clusterASN, routerASN))
 		e.waitEstablished("tor", 30*time.Second, all...)
-		e.createObject(&v1alpha1.BGPAdvertisement{ObjectMeta: metav1.ObjectMeta{Name: "all"}})
-		ip := netip.MustParseAddr("203.0.113.10")
-		route := netip.PrefixFrom(ip, 32)
-		e.createService("web", []netip.Prefix{netip.MustParsePrefix("203.0.113.0/28")}, false, ip)
-		e.expectRoute(bird, route, e.nodeIPs(false, all...), 10*time.Second)
+		route := e.advertiseWeb(bird, all)
 		nodeB := e.nodeIPs(false, "node-b")[0]
 
 		e.setNode("node-b", false, func(n *corev1.Node) { n.Spec.Unschedulable = true })

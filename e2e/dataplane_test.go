@@ -276,7 +276,7 @@ func TestDataplane(t *testing.T) {
 				return err == nil && netlab.Neighbour(e.Client.NS, ip) == e.macOf(next)
 			})
 			heal()
-			e.settle(ip, owner)
+			e.settle(ip, next) // the owner back takes nothing back
 			e.reach(url, 10*time.Second)
 		})
 

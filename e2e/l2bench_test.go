@@ -148,11 +148,11 @@ func (e *l2Env) neighWatch(ip netip.Addr, mac string) (got <-chan time.Time, sto
 	return ch, stop
 }
 
-// timedFailover hurts ip's owner, times the client's entry moving to the next owner, heals and
-// waits for the owner to take the address back. It also returns the mean of the new owner's
+// timedFailover hurts ip's owner (the node holding it: each run's heal leaves it with the node
+// that took over), times the client's entry moving to the next owner and heals. It also returns the mean of the new owner's
 // failover histogram for this run (seconds; -1 when it recorded nothing).
 func (e *l2Env) timedFailover(ip netip.Addr, blow string) (time.Duration, float64) {
-	owner, next := ownerAndNext(ip)
+	owner, next := e.heldBy(ip)
 	e.settle(ip, owner)
 	sum0, n0 := e.histogram(next)
 	got, stop := e.neighWatch(ip, e.macOf(next))

@@ -16,7 +16,7 @@ import (
 // partitionHeal cuts the owner off until the next node answers, heals, and returns how long
 // after the heal two MACs still answered.
 func (e *l2Env) partitionHeal(ip netip.Addr) time.Duration {
-	owner, next := ownerAndNext(ip)
+	owner, next := e.heldBy(ip)
 	e.settle(ip, owner)
 	port := e.node(owner).Port
 	run(e.t, "ip", "-n", e.Switch, "link", "set", port, "down")
@@ -83,7 +83,8 @@ func (e *l2Env) hogCPU(ctx context.Context) (wait func()) {
 func (e *l2Env) falseLossesUnderLoad(d time.Duration) (int, string) {
 	// Wait until the group is whole again after the restart or the last failover.
 	ip := netip.MustParseAddr("198.51.100.220")
-	e.settle(ip, hashOwner(ip, "node-a", "node-b", "node-c"))
+	owner, _ := e.heldBy(ip) // whoever holds it since the last failover
+	e.settle(ip, owner)
 	before := 0.0
 	logged := map[string]int{}
 	for _, n := range e.Nodes {

@@ -63,8 +63,9 @@ func TestAnnouncedCountsLiveSpeakers(t *testing.T) {
 				t.Logf("%s: Announced names %s alone %v after the client's entry moved from %s", tc.name, next, took.Round(time.Millisecond), owner)
 				tc.heal(e, owner)
 				healed = true
-				e.settle(ip, owner)
-				e.waitAnnounced(t, name, ip.String()+" from node "+owner+" on ")
+				// The owner back takes nothing back: the node that took over keeps it.
+				e.settle(ip, next)
+				e.waitAnnounced(t, name, ip.String()+" from node "+next+" on ")
 			})
 		}
 	})

@@ -25,6 +25,11 @@ type Cluster struct {
 	IgnoreExcludeLabel bool
 	// Subnets are where each node can answer (L2Owner elects among those that can).
 	Subnets Subnets
+	// Holders are the nodes answering for each address, from the Speakers' statuses (L2Owner
+	// keeps an address with them).
+	Holders Holders
+	// Speakers are the nodes that run a speaker (have a Speaker): L2Rollout reads them.
+	Speakers []string
 }
 
 // Candidates describes every node for election under the L2Advertisements ads, and the

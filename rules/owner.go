@@ -53,20 +53,36 @@ func (sel Selectors) L2ShareOf(c *Cluster, ads []*v1alpha1.L2Advertisement, svc 
 	return s
 }
 
+// L2Election is who answers for an address over L2 and among which nodes (L2Owner).
+type L2Election struct {
+	// Owner is the node elected, "" when no node may answer.
+	Owner string
+	// Nodes are the nodes eligible for every Service listing the address (for any, on a
+	// Conflict) with an up interface in its subnet, or all of them when none has one
+	// (OffSubnet); Electable are the heaviest preferred of those, whom the owner is elected
+	// among.
+	Nodes, Electable []string
+	// Conflict says that no node may answer for every Service sharing the address; OffSubnet,
+	// that the owner may answer where nobody hears it.
+	Conflict  string
+	OffSubnet bool
+}
+
 // L2Owner elects the node that answers for ip over L2 from the shares of every Service listing
 // it. Services sharing an address have one owner, or two nodes would answer and clients would
 // flap between them: it is elected among the nodes eligible for every one of them, or, when no
 // node is (their advertisements or endpoints pick different nodes), among those eligible for
-// any, which conflict then describes. Only the heaviest preferred of those nodes (the shares'
+// any, which Conflict then describes. Only the heaviest preferred of those nodes (the shares'
 // weights add up) take part, and of those only the ones with an up interface in ip's subnet
-// (subnets) unless none has one: offSubnet then says the owner may answer where nobody hears
-// it. nodes are the nodes it was elected among; owner is "" when there are none. The order of
+// (subnets) unless none has one. Among them a node holding ip keeps it (election.Sticky:
+// holders are the nodes whose Speaker status lists it), else the hash picks. The order of
 // shares does not matter.
-func L2Owner(ip netip.Addr, shares []L2Share, subnets Subnets) (owner string, nodes []string, conflict string, offSubnet bool) {
+func L2Owner(ip netip.Addr, shares []L2Share, subnets Subnets, holders []election.Holder) L2Election {
+	var e L2Election
 	if len(shares) == 0 {
-		return "", nil, "", false
+		return e
 	}
-	nodes = slices.Clone(shares[0].Eligible)
+	nodes := slices.Clone(shares[0].Eligible)
 	var all []string
 	for _, s := range shares {
 		nodes = slices.DeleteFunc(nodes, func(n string) bool { return !slices.Contains(s.Eligible, n) })
@@ -80,12 +96,13 @@ func L2Owner(ip netip.Addr, shares []L2Share, subnets Subnets) (owner string, no
 			names = append(names, s.Service)
 		}
 		slices.Sort(names)
-		conflict = fmt.Sprintf("%s is shared by %s, but no node may answer for all of them (their L2Advertisements or endpoints pick different nodes); a node one of them allows answers",
+		e.Conflict = fmt.Sprintf("%s is shared by %s, but no node may answer for all of them (their L2Advertisements or endpoints pick different nodes); a node one of them allows answers",
 			ip, strings.Join(slices.Compact(names), ", "))
 	}
-	nodes, offSubnet = subnets.reaching(ip, nodes)
-	owner, _ = election.Owner(ip, election.Preferred(nodes, weightsOf(shares)))
-	return owner, nodes, conflict, offSubnet
+	e.Nodes, e.OffSubnet = subnets.reaching(ip, nodes)
+	e.Electable = election.Preferred(e.Nodes, weightsOf(shares))
+	e.Owner, _ = election.Sticky(ip, e.Electable, holders)
+	return e
 }
 
 // weightsOf adds up the shares' preferences: a node every Service prefers comes first.
@@ -130,8 +147,9 @@ type L2Eligibility struct {
 }
 
 // L2EligibilityOf says which node answers for ip of svc over L2, and why none does: svc's share
-// and those of the Services in c.Services that list ip, their owner elected by L2Owner. alive
-// says whether a node runs a live speaker.
+// and those of the Services in c.Services that list ip, their owner elected by L2Owner (c.Holders
+// keeping it where it is). alive says whether a node runs a live speaker. A move for balance
+// (election.Balance) is not told: it needs every address, and lasts until the new owner holds it.
 func L2EligibilityOf(c Cluster, svc *corev1.Service, ip netip.Addr, alive func(node string) bool) L2Eligibility {
 	var e L2Eligibility
 	sel := Selectors{}
@@ -165,7 +183,8 @@ func L2EligibilityOf(c Cluster, svc *corev1.Service, ip netip.Addr, alive func(n
 			}
 		}
 	}
-	e.Owner, e.Eligible, e.Conflict, e.OffSubnet = L2Owner(ip, shares, c.Subnets)
+	el := L2Owner(ip, shares, c.Subnets, c.Holders[ip])
+	e.Owner, e.Eligible, e.Conflict, e.OffSubnet = el.Owner, el.Nodes, el.Conflict, el.OffSubnet
 	for _, s := range shares {
 		e.Sharers = append(e.Sharers, s.Service)
 	}

@@ -10,7 +10,7 @@ import (
 // TrimForCache drops what the speaker never reads from an object before the informer cache keeps
 // it: every object's managedFields and kubectl's last-applied-configuration annotation (a copy
 // of the whole object as applied, often most of a Service's size), and a Node's list of
-// container images (tens of KiB on a busy node), and all of a Speaker's status but its subnets. Every speaker caches every Service and Node of
+// container images (tens of KiB on a busy node), and all of a Speaker's status but its subnets and L2 addresses (trimSpeaker). Every speaker caches every Service and Node of
 // the cluster, so this is paid per object, on every node.
 func TrimForCache(obj any) (any, error) {
 	if m, err := meta.Accessor(obj); err == nil {

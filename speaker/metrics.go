@@ -21,6 +21,7 @@ type Metrics struct {
 	keyChanges     prometheus.Counter
 	reconcile      prometheus.Histogram
 	probes         *prometheus.CounterVec // self-check outcomes (selfcheck.go)
+	bgpStop        *prometheus.GaugeVec   // what a stop would do with the BGP routes (bgpstop.go)
 	events         events.Metrics
 	// handoffs and handoffEntries are the hand-off's (handoffs.go).
 	handoffs       prometheus.Counter
@@ -56,12 +57,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.reconcile = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "portico_speaker_reconcile_seconds",
 		Help:    "Time one reaction to a change takes: reading the cache, planning, and applying the plan to the L2 responders and the BGP sessions.",
 		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}})
+	m.bgpStop = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "portico_bgp_stop_keeps_routes",
+		Help: "1 when a stop of this speaker now is a restart whose BGP routes the routers keep (graceful restart), 0 when it withdraws them at once; reason says why (restart, cordoned, not-ready, excluded, node-deleting, node-leaving, node-gone)."},
+		[]string{"reason"})
 	m.handoffs = prometheus.NewCounter(prometheus.CounterOpts{Name: "portico_l2_handoffs_total",
 		Help: "Addresses this node took over while their previous owner's node stayed, whose flows it hands off to that node."})
 	m.handoffEntries = prometheus.NewGauge(prometheus.GaugeOpts{Name: "portico_l2_handoff_entries",
 		Help: "Addresses whose flows this node hands off to their previous owner now."})
 	reg.MustRegister(m.requests, m.replies, m.gratuitous, m.ownerChanges, m.failover, m.announced, m.membersLost, m.reconcile,
-		m.membersRefused, m.keys, m.keyChanges, m.handoffs, m.handoffEntries)
+		m.membersRefused, m.keys, m.keyChanges, m.handoffs, m.handoffEntries, m.bgpStop)
 	m.probes = newProbeCounter(reg)
 	m.events = events.NewMetrics(reg)
 	return m
@@ -72,6 +76,16 @@ func RegisterGuardDrops(reg prometheus.Registerer, dropped func() (uint64, error
 	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "portico_speaker_guard_dropped_packets_total",
 		Help: "Packets to addresses this node announces that nothing on the node translated (no service proxy rule for them yet), dropped instead of routed back out."},
 		func() float64 { n, _ := dropped(); return float64(n) }))
+}
+
+// bgpStopping records what a stop does (or would do now) with the BGP routes.
+func (m *Metrics) bgpStopping(stop bgpStop) {
+	keep := 0.0
+	if stop.keep {
+		keep = 1
+	}
+	m.bgpStop.Reset()
+	m.bgpStop.WithLabelValues(stop.reason).Set(keep)
 }
 
 // RegisterHandoffCounts registers the hand-off's kernel counters, read at each scrape: the

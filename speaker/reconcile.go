@@ -60,9 +60,10 @@ func (s *Speaker) reconcile(ctx context.Context) {
 		handoffs: s.handoffs.status()})
 }
 
-// replan brings the plan up to date: the changed Services, or everything.
+// replan brings the plan up to date: the addresses whose holders changed and the changed
+// Services, or everything.
 func (s *Speaker) replan(ctx context.Context) (plan.Changes, error) {
-	keys, all := s.pending.take()
+	keys, reheld, all := s.pending.take()
 	if all || s.planner == nil {
 		w, err := s.world(ctx)
 		if err != nil {
@@ -73,20 +74,41 @@ func (s *Speaker) replan(ctx context.Context) (plan.Changes, error) {
 			s.planner = plan.NewPlanner(s.Node, s.LBClass)
 		}
 		ch := s.planner.Replan(w, s.Group.IsAlive)
-		s.cordons.wakeAt(s.planner.Plan().ReplanAt, func() { s.replanAll("drain-grace") })
+		s.wakeForReplan()
 		return ch, nil
 	}
+	var held plan.Changes
+	if reheld {
+		var speakers v1alpha1.SpeakerList
+		if err := s.Cache.List(ctx, &speakers); err != nil {
+			s.pending.reheld()
+			return plan.Changes{}, err
+		}
+		held = s.planner.Rehold(rules.HoldersOf(speakers.Items))
+	}
 	if len(keys) == 0 {
-		return plan.Changes{}, nil
+		s.wakeForReplan()
+		return held, nil
 	}
 	svcs, eps, err := s.changedServices(ctx, keys)
 	if err != nil {
-		for _, k := range keys {
-			s.pending.service(k)
-		}
+		s.pending.everything() // the holders' changes are in the planner, not yet applied
 		return plan.Changes{}, err
 	}
-	return s.planner.Update(svcs, eps, keys), nil
+	ch := s.planner.Update(svcs, eps, keys)
+	ch.Mine = append(ch.Mine, held.Mine...)
+	slices.SortFunc(ch.Mine, netip.Addr.Compare)
+	ch.Mine = slices.Compact(ch.Mine)
+	ch.Problems = ch.Problems || held.Problems
+	s.wakeForReplan()
+	return ch, nil
+}
+
+// wakeForReplan plans everything again when the plan says it changes with nothing else
+// changing: a drain grace ends, or the cluster will have settled for balance.
+func (s *Speaker) wakeForReplan() {
+	p := s.planner.Plan()
+	s.cordons.wakeAt(p.ReplanAt, func() { s.replanAll(p.ReplanFor) })
 }
 
 // world lists everything the plan reads from the cache, and the BGPPeers' password Secrets.
@@ -108,11 +130,16 @@ func (s *Speaker) world(ctx context.Context) (plan.World, error) {
 			return w, err
 		}
 	}
+	s.noteBGPStop(nodes.Items)
 	subnets := rules.SubnetsOf(speakers.Items)
+	names := make([]string, 0, len(speakers.Items))
+	for i := range speakers.Items {
+		names = append(names, speakers.Items[i].Name)
+	}
 	if mine, ok := s.ownSubnets(); ok {
 		subnets[s.Node] = mine // fresher than this node's own status
 	}
-	return plan.World{Subnets: subnets, Services: svcs.Items, EndpointSlices: eps.Items, Nodes: nodes.Items, Advertisements: ads.Items, Pools: pools.Items,
+	return plan.World{Subnets: subnets, Holders: rules.HoldersOf(speakers.Items), Speakers: names, BalanceSettle: s.L2BalanceSettle, Services: svcs.Items, EndpointSlices: eps.Items, Nodes: nodes.Items, Advertisements: ads.Items, Pools: pools.Items,
 		BGPPeers: peers.Items, BGPAds: bgpAds.Items, BFDProfiles: bfdProfiles.Items, Secrets: s.secrets.read(ctx, s.Client, s.Log, secretRefs(peers.Items, bfdProfiles.Items)), IgnoreExcludeLabel: s.IgnoreExcludeLabel, IgnoreClassless: s.IgnoreClassless,
 		VRFs: s.vrfs(peers.Items), Now: now, CordonedSince: s.cordons.observe(nodes.Items, now), DrainGrace: s.DrainGrace}, nil
 }

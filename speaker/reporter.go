@@ -95,7 +95,7 @@ type reconciled struct {
 
 // report queues the status of a reconcile, replacing any report not yet written.
 func (r *reporter) report(rc reconciled) {
-	r.view.Update(rc.plan, rc.answered, rc.mine, rc.routed, rc.prefixes, rc.all)
+	r.view.Update(rc.plan, rc.answered, rc.mine, rc.routed, rc.prefixes, rc.all, time.Now())
 	rep := r.view.Report(rc.plan, rc.problems)
 	// Reading every link costs more than planning a change, so it is done at most once a
 	// second, and once more a second after a change that found them fresh.
@@ -196,6 +196,28 @@ func (r *reporter) writeStatuses(ctx context.Context) {
 			case <-t.C:
 			}
 		}
+	}
+}
+
+// unlistL2 clears the L2 announcements from the Speaker status as the speaker stops in order:
+// its addresses are taken over at once (it left the group), and a claim left behind would
+// only be beaten by the takers' later ones (rules.L2Owner), or, should this node come back
+// before they are written, take its addresses back. Tried once, within a second: a killed
+// speaker leaves its status as it was anyway.
+func (r *reporter) unlistL2() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	sp := &v1alpha1.Speaker{}
+	if err := r.client.Get(ctx, types.NamespacedName{Name: r.node}, sp); err != nil {
+		if !apierrors.IsNotFound(err) {
+			r.log.Error(err, "reading the Speaker to clear its L2 announcements")
+		}
+		return
+	}
+	sp.Status.Announcements = slices.DeleteFunc(sp.Status.Announcements, func(a v1alpha1.Announcement) bool { return a.Protocol == v1alpha1.ProtocolL2 })
+	sp.Status.L2Announcements = 0
+	if err := r.client.UpdateStatus(ctx, sp); err != nil {
+		r.log.Error(err, "clearing the Speaker's L2 announcements")
 	}
 }
 

@@ -54,6 +54,9 @@ type Speaker struct {
 	IgnoreExcludeLabel bool
 	// IgnoreClassless leaves Services without a loadBalancerClass to another load balancer.
 	IgnoreClassless bool
+	// L2BalanceSettle is how long every speaker must have been alive and every L2 address held
+	// where it is before one moves for balance (election.Balance); zero balances nothing.
+	L2BalanceSettle time.Duration
 	// DrainGrace is how long a cordoned node advertises its routes with GRACEFUL_SHUTDOWN
 	// before it withdraws them (drain.go); zero withdraws at once.
 	DrainGrace time.Duration
@@ -69,6 +72,9 @@ type Speaker struct {
 	// holds a Lease.
 	LeaseNamespace string
 	LeaseRenew     time.Duration
+	// DaemonSet names the speakers' DaemonSet, read at shutdown: deleted, it is an uninstall,
+	// whose BGP routes are withdrawn at once (bgpstop.go); zero: not read.
+	DaemonSet types.NamespacedName
 	// WatchLinks follows this node's links for the subnets it can answer on (subnets.go);
 	// false (a recording Announcer) reports none, and the others take it to answer anywhere.
 	WatchLinks bool
@@ -149,7 +155,7 @@ func (s *Speaker) Start(ctx context.Context) error {
 			return err
 		}
 	}
-	if err := s.Cache.AddEventHandler(&v1alpha1.Speaker{}, s.subnetsHandler()); err != nil {
+	if err := s.Cache.AddEventHandler(&v1alpha1.Speaker{}, s.speakersHandler()); err != nil {
 		return err
 	}
 	if s.WatchLinks {
@@ -232,9 +238,9 @@ func (s *Speaker) trigger(cause string) {
 }
 
 func (s *Speaker) shutdown() {
-	// Withdraw over BGP first: routers drop this node's routes as soon as they get the
-	// withdrawals and the NOTIFICATION that closes each session.
-	s.BGP.Close()
+	// BGP first: for good, routers drop this node's routes as soon as they get the withdrawals
+	// and the NOTIFICATION that closes each session; for a restart they keep them (bgpstop.go).
+	s.stopBGP()
 	// Silent first, then the goodbye, then the sockets closed: closing them takes milliseconds
 	// (Responder.Silence), and the others take over as soon as they hear the goodbye.
 	s.Announce.Silence()
@@ -244,6 +250,7 @@ func (s *Speaker) shutdown() {
 	if err := s.Announce.Close(); err != nil {
 		s.Log.Error(err, "closing responders")
 	}
+	s.reporter.unlistL2()
 	s.dropLease()
 	if s.Handoff != nil {
 		if err := s.Handoff.Release(); err != nil {

@@ -6,9 +6,6 @@ import (
 	"slices"
 	"time"
 
-	toolscache "k8s.io/client-go/tools/cache"
-
-	"github.com/portico-lb/portico/api/v1alpha1"
 	"github.com/portico-lb/portico/speaker/l2"
 )
 
@@ -78,43 +75,6 @@ func (s *Speaker) subnetStrings() []string {
 		out = append(out, n.String())
 	}
 	return out
-}
-
-// subnetsHandler plans everything again when another node's reported subnets change; its
-// Speaker status changes far more often for other reasons, which do not matter here. This
-// node's own come from its links (watchSubnets), not from its status.
-func (s *Speaker) subnetsHandler() toolscache.ResourceEventHandlerFuncs {
-	subnetsOf := func(o any) (string, []string, bool) {
-		if t, ok := o.(toolscache.DeletedFinalStateUnknown); ok {
-			o = t.Obj
-		}
-		sp, ok := o.(*v1alpha1.Speaker)
-		if !ok {
-			return "", nil, false
-		}
-		return sp.Name, sp.Status.Subnets, sp.Status.Subnets != nil
-	}
-	replan := func(o any) {
-		if name, _, _ := subnetsOf(o); name != s.Node {
-			s.replanAll("subnets")
-		}
-	}
-	return toolscache.ResourceEventHandlerFuncs{
-		AddFunc: replan,
-		UpdateFunc: func(old, o any) {
-			name, before, hadBefore := subnetsOf(old)
-			_, after, hasAfter := subnetsOf(o)
-			if name != s.Node && (hadBefore != hasAfter || !slices.Equal(before, after)) {
-				s.replanAll("subnets")
-			}
-		},
-		DeleteFunc: replan,
-	}
-}
-
-// trimSpeaker keeps only what a speaker reads of another's Speaker: its subnets.
-func trimSpeaker(sp *v1alpha1.Speaker) {
-	sp.Status = v1alpha1.SpeakerStatus{Subnets: sp.Status.Subnets}
 }
 
 // ownSubnets are this node's subnets as its links say, when they are followed.

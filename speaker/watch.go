@@ -15,10 +15,11 @@ import (
 // Services that changed (a Service or one of its EndpointSlices), or everything (any other
 // object, the members, the BGP passwords). The informers' handlers fill it; the loop takes it.
 type pendingReplan struct {
-	mu     sync.Mutex
-	all    bool
-	keys   map[string]bool
-	slices map[string]map[string]bool // EndpointSlice names by Service key: a Service's slices without listing all
+	mu      sync.Mutex
+	all     bool
+	holders bool // the Speakers' L2 announcements changed (Planner.Rehold)
+	keys    map[string]bool
+	slices  map[string]map[string]bool // EndpointSlice names by Service key: a Service's slices without listing all
 }
 
 func (p *pendingReplan) everything() {
@@ -27,13 +28,21 @@ func (p *pendingReplan) everything() {
 	p.all = true
 }
 
-// take returns the Services changed since the last take, sorted, or all: plan everything.
-func (p *pendingReplan) take() (keys []string, all bool) {
+// take returns the Services changed since the last take, sorted, whether the holders changed,
+// or all: plan everything.
+func (p *pendingReplan) take() (keys []string, holders, all bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	keys = slices.Sorted(maps.Keys(p.keys))
-	all, p.all, p.keys = p.all, false, nil
-	return keys, all
+	all, holders, p.all, p.holders, p.keys = p.all, p.holders, false, false, nil
+	return keys, holders, all
+}
+
+// reheld notes that the Speakers' L2 announcements changed.
+func (p *pendingReplan) reheld() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.holders = true
 }
 
 func (p *pendingReplan) service(key string) {

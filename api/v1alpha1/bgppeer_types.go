@@ -35,6 +35,7 @@ const (
 // +kubebuilder:validation:XValidation:rule="(has(self.peerAddress) ? 1 : 0) + (has(self.interface) ? 1 : 0) == 1",message="set exactly one of peerAddress and interface"
 // +kubebuilder:validation:XValidation:rule="!has(self.interface) || (!has(self.sourceAddress) && !has(self.ebgpMultiHop))",message="an interface peer is directly connected: no sourceAddress, no ebgpMultiHop"
 // +kubebuilder:validation:XValidation:rule="!has(self.interface) || !has(self.vrf)",message="vrf is not supported with an interface (unnumbered) peer"
+// +kubebuilder:validation:XValidation:rule="!has(self.gracefulRestartTime) || (has(self.enableGracefulRestart) && self.enableGracefulRestart)",message="gracefulRestartTime needs enableGracefulRestart: true",fieldPath=".gracefulRestartTime"
 type BGPPeerSpec struct {
 	// MyASN is the speaker's autonomous system number for this session (each BGPPeer may
 	// use another).
@@ -152,9 +153,22 @@ type BGPPeerSpec struct {
 	// +optional
 	EBGPMultiHop bool `json:"ebgpMultiHop,omitempty"`
 
-	// EnableGracefulRestart keeps the router's routes while a speaker restarts.
+	// EnableGracefulRestart (RFC 4724) keeps the router's routes while a speaker restarts: a
+	// planned restart on a node that stays (a DaemonSet rolling update, the speaker pod deleted)
+	// and a crash. A stop for good (the node cordoned or drained, excluded, not Ready or being
+	// deleted, the DaemonSet deleted) withdraws them at once all the same.
 	// +optional
 	EnableGracefulRestart bool `json:"enableGracefulRestart,omitempty"`
+
+	// GracefulRestartTime is the restart time announced to the router: how long it keeps this
+	// node's routes, stale, waiting for the session to come back. Default 120s; at most 4095s
+	// (12 bits). Needs enableGracefulRestart.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s') && duration(self) <= duration('4095s')",message="gracefulRestartTime must be between 1s and 4095s (RFC 4724: 12 bits of seconds)"
+	// +optional
+	GracefulRestartTime *metav1.Duration `json:"gracefulRestartTime,omitempty"`
 
 	// BFDProfile names a BFDProfile: each node then runs a BFD session with the router, and the
 	// BGP session is reset (its routes withdrawn) as soon as BFD declares the path down. Single

@@ -28,6 +28,11 @@ type Announcement struct {
 	// +listType=atomic
 	// +optional
 	Peers []string `json:"peers,omitempty"`
+	// Since is when this node began answering for the address (L2), kept while it goes on
+	// answering: the L2 owner of an address stays the node holding it, and of two nodes
+	// listing it the later one holds it (docs/speaker-l2.md, "Placement").
+	// +optional
+	Since *metav1.Time `json:"since,omitempty"`
 }
 
 // PeerSession is this node's session with one BGPPeer.

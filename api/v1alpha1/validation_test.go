@@ -179,6 +179,10 @@ var invalidCases = []invalidCase{
 		[]string{"spec.holdTime", "should match"}},
 	{"peer: keepalive not below holdTime", cel, "BGPPeer", "myASN: 64512\npeerASN: 64501\npeerAddress: 198.51.100.1\nholdTime: 9s\nkeepaliveTime: 10s",
 		[]string{"spec.keepaliveTime", "keepaliveTime must be shorter than holdTime"}},
+	{"peer: gracefulRestartTime without graceful restart", cel, "BGPPeer", "myASN: 64512\npeerASN: 64501\npeerAddress: 198.51.100.1\ngracefulRestartTime: 60s",
+		[]string{"spec.gracefulRestartTime", "gracefulRestartTime needs enableGracefulRestart: true"}},
+	{"peer: gracefulRestartTime beyond 12 bits", cel, "BGPPeer", "myASN: 64512\npeerASN: 64501\npeerAddress: 198.51.100.1\nenableGracefulRestart: true\ngracefulRestartTime: 2h",
+		[]string{"spec.gracefulRestartTime", "gracefulRestartTime must be between 1s and 4095s"}},
 	{"peer: IPv6 routerID", cel, "BGPPeer", "myASN: 64512\npeerASN: 64501\npeerAddress: 198.51.100.1\nrouterID: \"2001:db8::1\"",
 		[]string{"spec.routerID", "routerID must be an IPv4 address"}},
 	{"peer: password in plain text", strict, "BGPPeer", "myASN: 64512\npeerASN: 64501\npeerAddress: 198.51.100.1\npassword: hunter2",
@@ -290,6 +294,8 @@ func TestEdgeValuesAreAccepted(t *testing.T) {
 		{"BGPPeer", "myASN: 64512\ndynamicASN: internal\npeerAddress: 198.51.100.1"},
 		{"BGPPeer", "myASN: 64512\npeerASN: 64501\npeerAddress: 192.0.2.1\nvrf: vrf-fifteen-chr"},
 		{"BGPPeer", "myASN: 64512\npeerASNFromNodeLabel: example.com/leaf-asn\npeerAddress: 198.51.100.1"},
+		{"BGPPeer", "myASN: 64512\npeerASN: 64501\npeerAddress: 198.51.100.1\nenableGracefulRestart: true\ngracefulRestartTime: 4095s"},
+		{"BGPPeer", "myASN: 64512\npeerASN: 64501\npeerAddress: 198.51.100.1\nenableGracefulRestart: true\ngracefulRestartTime: 1s"},
 	}
 	c := client.WithFieldValidation(cp.Client, "Strict")
 	for i, tc := range cases {

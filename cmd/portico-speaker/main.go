@@ -58,8 +58,10 @@ type options struct {
 	handoffMark                uint
 	routesUpWait               time.Duration
 	drainGrace                 time.Duration
+	l2BalanceSettle            time.Duration
 	bgpMemoryLimitMiB          int64
 	leaseNamespace             string
+	daemonSet                  string
 	leaseRenew                 time.Duration
 }
 
@@ -78,6 +80,7 @@ func main() {
 	flag.StringVar(&o.probeAddr, "health-probe-bind-address", ":7475", "address the /healthz (main loop alive) and /readyz (synced, joined, BGP sessions up) endpoints bind to: a port alone binds to this node's address (which the kubelet probes: a host-network pod's IP is its node's), 0.0.0.0:7475 to every interface; 0 disables them")
 	flag.DurationVar(&o.routesUpWait, "bgp-ready-wait", speaker.DefaultRoutesUpWait, "how long after the start readiness waits for the BGP sessions that carry this node's routes, so that a rolling update replaces the next node only once this one's routes are back; 0 does not wait")
 	flag.DurationVar(&o.drainGrace, "bgp-drain-grace", speaker.DefaultDrainGrace, "how long a cordoned node (kubectl cordon or drain) advertises its routes with the GRACEFUL_SHUTDOWN community (65535:0) before it withdraws them, so that routers move traffic away while the routes still exist; 0 withdraws at once")
+	flag.DurationVar(&o.l2BalanceSettle, "l2-balance-settle", rules.DefaultL2BalanceSettle, "an L2 address stays on the node answering for it; once every speaker has been alive, no node cordoned and no address moved for this long, one address moves from a node holding more than 1.25 × the mean to its hash's choice, then one per this interval (every speaker must run with the same value; 0 never balances)")
 	flag.Int64Var(&o.bgpMemoryLimitMiB, "bgp-memory-limit-mib", 128, "the BGP side (GoBGP and BFD) runs in a child process, restarted when it fails; it is killed and restarted when its anonymous resident memory (heap and runtime, not the binary's pages) goes above this many MiB (0: no limit)")
 	flag.StringVar(&o.pprofAddr, "pprof-bind-address", "0", "address Go's /debug/pprof endpoints bind to, for memory and CPU profiles (a port alone: this node's address); 0 disables them")
 	flag.StringVar(&o.bindAddr, "memberlist-bind-address", os.Getenv("HOST_IP"),
@@ -96,6 +99,7 @@ func main() {
 		"leave Services with no spec.loadBalancerClass to another load balancer, handling only --load-balancer-class (the controller needs the same flag)")
 	flag.BoolVar(&o.forwardGuard, "forward-guard", true,
 		"drop packets to the addresses this node announces that nothing on the node translated (nftables table inet portico; needs CAP_NET_ADMIN), so that clients arriving before the service proxy's rule connect on their next retransmission instead of being routed back out")
+	flag.StringVar(&o.daemonSet, "daemonset", "", "the speakers' DaemonSet in --namespace, read when this speaker stops: gone or being deleted (an uninstall), the BGP routes are withdrawn at once rather than left to the routers' graceful restart; empty: not read")
 	flag.DurationVar(&o.handoffGrace, "l2-handoff-grace", 10*time.Minute,
 		"for this long after taking an L2 address over from a node that stays up, pass the packets of connections this node has no state for (opened through that node) on to that node, so they survive the move (nftables table inet portico-handoff, a policy-routing rule and table; needs CAP_NET_ADMIN); 0 switches it off and removes what an earlier run left")
 	flag.UintVar(&o.handoffMark, "l2-handoff-mark", uint(handoff.Defaults.Mark),
@@ -163,13 +167,19 @@ func run(o options) error {
 			speaker.RegisterGuardDrops(reg, g.Dropped)
 		}
 	}
+	if o.daemonSet != "" && o.leaseNamespace == "" {
+		return fmt.Errorf("--daemonset %q needs --namespace (default $POD_NAMESPACE), where the DaemonSet is", o.daemonSet)
+	}
 	s := &speaker.Speaker{
 		Node: o.node, LBClass: o.lbClass, Cache: cache, Client: cl, MLPort: o.port,
 		Announce: l2.NewAnnouncer(log.WithName("l2"), metrics), BGP: bgpSide, Guard: fwd,
 		Handoff: handing, HandoffGrace: o.handoffGrace,
 		Metrics: metrics, Log: log, SelfCheck: o.selfCheck, Conflicts: o.conflicts, KeyRefresh: o.keyRefresh,
 		IgnoreExcludeLabel: o.ignoreExcludeLabel, IgnoreClassless: o.ignoreClassless, RoutesUpWait: o.routesUpWait,
-		DrainGrace: o.drainGrace, LeaseNamespace: o.leaseNamespace, LeaseRenew: o.leaseRenew, WatchLinks: true,
+		DrainGrace: o.drainGrace, L2BalanceSettle: o.l2BalanceSettle, LeaseNamespace: o.leaseNamespace, LeaseRenew: o.leaseRenew, WatchLinks: true,
+	}
+	if o.daemonSet != "" {
+		s.DaemonSet = types.NamespacedName{Namespace: o.leaseNamespace, Name: o.daemonSet}
 	}
 	var keys membership.Keys
 	if o.secret != "" {

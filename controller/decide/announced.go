@@ -84,7 +84,7 @@ func bgpUnfit(f HealthFacts) string {
 // the cluster's objects and the Speakers (for tests that compare it with the speakers' plans;
 // the controller and the speaker never import each other).
 func AnnouncedConditionOf(svc *corev1.Service, c rules.Cluster, speakers []porticov1.Speaker) metav1.Condition {
-	c.Subnets = rules.SubnetsOf(speakers)
+	c.Subnets, c.Holders = rules.SubnetsOf(speakers), rules.HoldersOf(speakers)
 	return announcedCondition(svc, HealthFacts{Cluster: c, Speakers: speakers})
 }
 

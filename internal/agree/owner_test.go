@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -30,11 +31,13 @@ var (
 )
 
 // cluster is one random cluster: the objects both sides read, which nodes run a live speaker,
-// and the subnets each reports in its Speaker status (absent: reports none).
+// and the subnets each reports in its Speaker status (absent: reports none) and the addresses
+// it lists there as answered over L2 (the holders the owner rule keeps an address with).
 type cluster struct {
 	w       plan.World
 	alive   map[string]bool
 	subnets map[string][]string
+	held    map[string][]v1alpha1.Announcement
 }
 
 // subnets are the LANs a node may have an up interface on; addrs fall in the first three.
@@ -44,7 +47,7 @@ var subnets = []string{"198.51.100.0/24", "203.0.113.0/28", "2001:db8::/64", "19
 // L2Advertisements (pool, node and Service selectors, preferred nodes, interfaces) and
 // Services that share a few addresses (some externalTrafficPolicy Local, with endpoints).
 func randomCluster(r *rand.Rand) cluster {
-	c := cluster{alive: map[string]bool{}, subnets: map[string][]string{}}
+	c := cluster{alive: map[string]bool{}, subnets: map[string][]string{}, held: map[string][]v1alpha1.Announcement{}}
 	w := &c.w
 	one := func(n int) bool { return r.IntN(n) == 0 }
 	for _, name := range nodeNames[:1+r.IntN(len(nodeNames))] {
@@ -72,7 +75,18 @@ func randomCluster(r *rand.Rand) cluster {
 			c.subnets[name] = on
 		}
 	}
+	for _, n := range w.Nodes {
+		for _, ip := range addrs {
+			if one(4) {
+				// Listed for a Service of its own, so the controller does not take it for an
+				// announcement of the Service asked about; the owner rule reads every one.
+				since := metav1.NewTime(time.Date(2026, 1, 1, 0, r.IntN(3), 0, 0, time.UTC))
+				c.held[n.Name] = append(c.held[n.Name], v1alpha1.Announcement{IP: ip, Service: "other/held", Protocol: v1alpha1.ProtocolL2, Since: &since})
+			}
+		}
+	}
 	w.Subnets = rules.SubnetsOf(c.speakers())
+	w.Holders = rules.HoldersOf(c.speakers())
 	w.Pools = []v1alpha1.IPAddressPool{
 		{ObjectMeta: metav1.ObjectMeta{Name: "pool-a", Labels: map[string]string{"l2": "yes"}},
 			Spec: v1alpha1.IPAddressPoolSpec{Addresses: []v1alpha1.AddressRange{"198.51.100.0/29", "2001:db8::/125"}}},
@@ -150,7 +164,7 @@ func (c cluster) speakers() []v1alpha1.Speaker {
 	for _, n := range c.w.Nodes {
 		if c.alive[n.Name] {
 			out = append(out, v1alpha1.Speaker{ObjectMeta: metav1.ObjectMeta{Name: n.Name},
-				Status: v1alpha1.SpeakerStatus{Subnets: c.subnets[n.Name]}})
+				Status: v1alpha1.SpeakerStatus{Subnets: c.subnets[n.Name], Announcements: c.held[n.Name]}})
 		}
 	}
 	return out
@@ -161,7 +175,7 @@ func (c cluster) speakers() []v1alpha1.Speaker {
 func (c cluster) named(svc *corev1.Service) (string, metav1.Condition) {
 	rc := c.w.Cluster()
 	rc.Services = c.w.Services
-	rc.Subnets = nil                                           // the controller reads them from the Speakers
+	rc.Subnets, rc.Holders = nil, nil                          // the controller reads them from the Speakers
 	cond := decide.AnnouncedConditionOf(svc, rc, c.speakers()) // every live speaker has reported, announcing nothing yet
 	if m := elected.FindStringSubmatch(cond.Message); m != nil {
 		return m[1], cond
@@ -212,7 +226,7 @@ func TestControllerNamesTheNodeThatAnswers(t *testing.T) {
 func describe(c cluster) string {
 	var b strings.Builder
 	for _, n := range c.w.Nodes {
-		fmt.Fprintf(&b, "node %s alive=%v labels=%v unschedulable=%v conditions=%v subnets=%v\n", n.Name, c.alive[n.Name], n.Labels, n.Spec.Unschedulable, n.Status.Conditions, c.subnets[n.Name])
+		fmt.Fprintf(&b, "node %s alive=%v labels=%v unschedulable=%v conditions=%v subnets=%v held=%v\n", n.Name, c.alive[n.Name], n.Labels, n.Spec.Unschedulable, n.Status.Conditions, c.subnets[n.Name], c.held[n.Name])
 	}
 	for _, ad := range c.w.Advertisements {
 		fmt.Fprintf(&b, "L2Advertisement %s %+v\n", ad.Name, ad.Spec)

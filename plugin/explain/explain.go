@@ -90,7 +90,7 @@ func Run(ctx context.Context, e *plugin.Env, name string) error {
 	}
 	live, liveNote := liveSpeakers(ctx, e.Client, speakers.Items, time.Now())
 	liveItems := slices.DeleteFunc(slices.Clone(speakers.Items), func(s porticov1.Speaker) bool { return !live(s.Name) })
-	elected, err := electedLines(ctx, e.Client, &svc, live, rules.IgnoreExcludeLabel(liveItems), rules.SubnetsOf(liveItems))
+	elected, err := electedLines(ctx, e.Client, &svc, live, rules.IgnoreExcludeLabel(liveItems), rules.SubnetsOf(liveItems), rules.HoldersOf(liveItems))
 	if err != nil {
 		elected = []string{"who answers not computed: " + err.Error()}
 	}

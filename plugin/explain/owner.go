@@ -15,6 +15,7 @@ import (
 
 	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
 	"github.com/portico-lb/portico/rules"
+	"github.com/portico-lb/portico/rules/election"
 )
 
 // liveSpeakers are the nodes whose Speaker counts, as the controller counts them
@@ -42,13 +43,13 @@ func liveSpeakers(ctx context.Context, c client.Client, speakers []porticov1.Spe
 // electedLines say, by the rule every speaker runs (rules.L2EligibilityOf), which node
 // answers for each of the Service's addresses over L2, or why none does; ignoreExclude is the
 // live speakers' --ignore-exclude-lb-label (rules.IgnoreExcludeLabel), subnets where they can
-// answer (rules.SubnetsOf).
-func electedLines(ctx context.Context, c client.Client, svc *corev1.Service, live func(string) bool, ignoreExclude bool, subnets rules.Subnets) ([]string, error) {
+// answer (rules.SubnetsOf), holders the addresses they answer for (rules.HoldersOf).
+func electedLines(ctx context.Context, c client.Client, svc *corev1.Service, live func(string) bool, ignoreExclude bool, subnets rules.Subnets, holders rules.Holders) ([]string, error) {
 	ips := porticov1.IngressAddrs(svc)
 	if len(ips) == 0 {
 		return nil, nil
 	}
-	cl := rules.Cluster{IgnoreExcludeLabel: ignoreExclude, Subnets: subnets}
+	cl := rules.Cluster{IgnoreExcludeLabel: ignoreExclude, Subnets: subnets, Holders: holders}
 	var nodes corev1.NodeList
 	var pools porticov1.IPAddressPoolList
 	var ads porticov1.L2AdvertisementList
@@ -85,6 +86,13 @@ func electedLines(ctx context.Context, c client.Client, svc *corev1.Service, liv
 			line = "no node may answer: " + e.WhyNone
 		default:
 			line = fmt.Sprintf("node %s answers over L2 (elected among %s)", e.Owner, strings.Join(e.Eligible, ","))
+			if i := slices.IndexFunc(holders[ip], func(h election.Holder) bool { return h.Node == e.Owner }); i >= 0 {
+				since := ""
+				if at := holders[ip][i].Since; !at.IsZero() {
+					since = " since " + at.UTC().Format(time.RFC3339)
+				}
+				line += fmt.Sprintf("; it has answered for it%s and keeps it while it may answer (placement is sticky)", since)
+			}
 			if len(e.Sharers) > 1 {
 				line += "; one owner for " + strings.Join(e.Sharers, ", ")
 			}

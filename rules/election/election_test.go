@@ -2,10 +2,13 @@ package election
 
 import (
 	"fmt"
+	"maps"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/datadriven"
 )
@@ -15,30 +18,19 @@ import (
 //	owner ip=IP nodes=(a,b,c) [prefer=(a:100,b:50)]
 //	                             the owner of IP among the nodes, the heaviest preferred
 //	eligible [local]             one candidate per input line: NAME [dead] [unselected] [excluded] [endpoint]
+//	sticky ip=IP nodes=(a,b,c) [prefer=(a:100)] [holders=(a@10,b@20)]
+//	                             the owner among the (preferred) nodes, given the holders and the
+//	                             second they took the address at
+//	balance [now=S] [settle=S]   one address per input line: IP nodes=(a,b,c) [holders=(a@10)];
+//	                             each owner is elected by Sticky, then the move Balance picks
 func TestTranscripts(t *testing.T) {
 	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
 		datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
 			switch d.Cmd {
 			case "owner":
 				var ipArg string
-				var nodes []string
 				d.ScanArgs(t, "ip", &ipArg)
-				weights := map[string]int32{}
-				for _, a := range d.CmdArgs {
-					switch a.Key {
-					case "nodes":
-						nodes = a.Vals
-					case "prefer":
-						for _, v := range a.Vals {
-							node, w, _ := strings.Cut(v, ":")
-							n, err := strconv.Atoi(w)
-							if err != nil {
-								t.Fatalf("%s: prefer %q: %v", d.Pos, v, err)
-							}
-							weights[node] = int32(n)
-						}
-					}
-				}
+				nodes, weights := argVals(d.CmdArgs, "nodes"), weightsArg(t, argVals(d.CmdArgs, "prefer"))
 				ip, err := netip.ParseAddr(ipArg)
 				if err != nil {
 					return "error " + err.Error()
@@ -48,6 +40,21 @@ func TestTranscripts(t *testing.T) {
 					return "none"
 				}
 				return owner
+			case "sticky":
+				var ipArg string
+				d.ScanArgs(t, "ip", &ipArg)
+				ip, err := netip.ParseAddr(ipArg)
+				if err != nil {
+					return "error " + err.Error()
+				}
+				nodes := Preferred(argVals(d.CmdArgs, "nodes"), weightsArg(t, argVals(d.CmdArgs, "prefer")))
+				owner, ok := Sticky(ip, nodes, holdersArg(t, argVals(d.CmdArgs, "holders")))
+				if !ok {
+					return "none"
+				}
+				return owner
+			case "balance":
+				return balanceTranscript(t, d)
 			case "eligible":
 				var cands []Candidate
 				for _, line := range strings.Split(strings.TrimSpace(d.Input), "\n") {
@@ -89,6 +96,109 @@ func TestTranscripts(t *testing.T) {
 			}
 		})
 	})
+}
+
+// epoch is second 0 of the transcripts' clock.
+var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func argVals(args []datadriven.CmdArg, key string) []string {
+	for _, a := range args {
+		if a.Key == key {
+			return a.Vals
+		}
+	}
+	return nil
+}
+
+func seconds(t *testing.T, s string) time.Time {
+	t.Helper()
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatalf("%q: want seconds: %v", s, err)
+	}
+	return epoch.Add(time.Duration(n) * time.Second)
+}
+
+func weightsArg(t *testing.T, vals []string) map[string]int32 {
+	weights := map[string]int32{}
+	for _, v := range vals {
+		node, w, _ := strings.Cut(v, ":")
+		n, err := strconv.Atoi(w)
+		if err != nil {
+			t.Fatalf("prefer %q: %v", v, err)
+		}
+		weights[node] = int32(n)
+	}
+	return weights
+}
+
+// holdersArg reads node@second entries.
+func holdersArg(t *testing.T, vals []string) []Holder {
+	var out []Holder
+	for _, v := range vals {
+		node, at, ok := strings.Cut(v, "@")
+		if !ok {
+			t.Fatalf("holder %q: want node@second", v)
+		}
+		out = append(out, Holder{Node: node, Since: seconds(t, at)})
+	}
+	return out
+}
+
+// balanceTranscript elects each input line's owner (Sticky) and prints the load and the move.
+func balanceTranscript(t *testing.T, d *datadriven.TestData) string {
+	now, settle := epoch.Add(1000*time.Second), 60*time.Second
+	for _, a := range d.CmdArgs {
+		switch a.Key {
+		case "now":
+			now = seconds(t, a.Vals[0])
+		case "settle":
+			settle = seconds(t, a.Vals[0]).Sub(epoch)
+		}
+	}
+	var ps []Placement
+	load := map[string]int{}
+	for _, line := range strings.Split(strings.TrimSpace(d.Input), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			continue
+		}
+		ip, err := netip.ParseAddr(f[0])
+		if err != nil {
+			t.Fatalf("%s: %v", d.Pos, err)
+		}
+		p := Placement{IP: ip}
+		for _, kv := range f[1:] {
+			k, v, _ := strings.Cut(kv, "=")
+			list := strings.Split(strings.Trim(v, "()"), ",")
+			switch k {
+			case "nodes":
+				p.Nodes = list
+			case "holders":
+				p.Holders = holdersArg(t, list)
+			default:
+				t.Fatalf("%s: unknown %q", d.Pos, k)
+			}
+		}
+		p.Owner, _ = Sticky(ip, p.Nodes, p.Holders)
+		load[p.Owner]++
+		ps = append(ps, p)
+	}
+	var b strings.Builder
+	b.WriteString("owners:")
+	for _, n := range slices.Sorted(maps.Keys(load)) {
+		fmt.Fprintf(&b, " %s=%d", n, load[n])
+	}
+	b.WriteString("\n")
+	switch m, ok, at := Balance(ps, now, settle); {
+	case ok:
+		fmt.Fprintf(&b, "move %s from %s to %s\n", m.IP, m.From, m.To)
+	case !at.IsZero():
+		fmt.Fprintf(&b, "none until second %d\n", int(at.Sub(epoch)/time.Second))
+	default:
+		b.WriteString("none\n")
+	}
+	return b.String()
 }
 
 func addrs(first string, n int) []netip.Addr {

@@ -13,7 +13,7 @@ import (
 // TestPasswordReachesGoBGP: the password a Peer never prints goes to GoBGP as it is.
 func TestPasswordReachesGoBGP(t *testing.T) {
 	p := plan.Peer{Name: "tor", Address: netip.MustParseAddr("198.51.100.1"), Password: "s3cret"}
-	if string(apiPeer(p, p.Address).Conf.AuthPassword) != "s3cret" {
+	if string(apiPeer(p, p.Address, false).Conf.AuthPassword) != "s3cret" {
 		t.Fatal("the password does not reach GoBGP")
 	}
 }
@@ -62,11 +62,11 @@ func TestLinkBandwidthCommunity(t *testing.T) {
 // (SO_BINDTODEVICE); none without.
 func TestVRFBindsTheSession(t *testing.T) {
 	p := plan.Peer{Name: "red", Address: netip.MustParseAddr("192.0.2.1"), VRF: "vrf-red"}
-	if got := apiPeer(p, p.Address).Transport.BindInterface; got != "vrf-red" {
+	if got := apiPeer(p, p.Address, false).Transport.BindInterface; got != "vrf-red" {
 		t.Fatalf("bound to %q, want vrf-red", got)
 	}
 	p.VRF = ""
-	if got := apiPeer(p, p.Address).Transport.BindInterface; got != "" {
+	if got := apiPeer(p, p.Address, false).Transport.BindInterface; got != "" {
 		t.Fatalf("a peer without vrf bound to %q", got)
 	}
 }

@@ -31,11 +31,25 @@ func familyOf(a netip.Addr) bgp.Family {
 
 func seconds(d time.Duration) uint64 { return uint64(d / time.Second) }
 
+// restartDeferral is how long a restarting session (apiPeer's restarting) waits for the
+// router's End-of-RIB before it sends this node's routes anyway: the speaker selects no route
+// from what the router sends, so there is nothing to wait for beyond the router's first burst.
+const restartDeferral = 1 // seconds
+
 // apiPeer is the GoBGP neighbour for p at addr (p.Address, or the link-local router found on
 // p.Interface, zone included: GoBGP then opens the session from the interface's own
 // link-local address). Both unicast families are enabled on every session, so IPv6 prefixes
 // travel over an IPv4 session and the reverse (MP-BGP).
-func apiPeer(p plan.Peer, addr netip.Addr) *api.Peer {
+//
+// restarting, with graceful restart on, opens the session as a restarting speaker (RFC 4724
+// §4.1): its OPEN sets the Restart State bit and, per family, the Forwarding State bit, so a
+// router still holding this node's routes from before (stale, after a planned restart or a
+// crash) keeps them until the End-of-RIB that follows this session's routes, then sweeps those
+// not sent again. Without the Forwarding State bit it drops them as the session opens and takes
+// them back from the UPDATE that follows (bird: its kernel ECMP route lost the node for 1.1 ms,
+// enough to rehash flows). The bit is true: the node's forwarding (kube-proxy) never stopped,
+// only the speaker did.
+func apiPeer(p plan.Peer, addr netip.Addr, restarting bool) *api.Peer {
 	ap := &api.Peer{
 		Conf: &api.PeerConf{NeighborAddress: addr.String(), PeerAsn: p.PeerASN, LocalAsn: p.MyASN,
 			AuthPassword: string(p.Password), Description: p.Name},
@@ -63,7 +77,8 @@ func apiPeer(p plan.Peer, addr netip.Addr) *api.Peer {
 		ap.AfiSafis = append(ap.AfiSafis, as)
 	}
 	if p.GracefulRestart {
-		ap.GracefulRestart = &api.GracefulRestart{Enabled: true, RestartTime: 120}
+		ap.GracefulRestart = &api.GracefulRestart{Enabled: true, RestartTime: uint32(seconds(p.GracefulRestartTime)),
+			LocalRestarting: restarting, DeferralTime: restartDeferral}
 	}
 	return ap
 }

@@ -117,6 +117,30 @@ func (s *Sessions) Close() {
 	}
 }
 
+// Leave closes every session for a planned restart of the speaker on a node that stays. A
+// session with graceful restart on ends without withdrawing and without a NOTIFICATION (its TCP
+// connection just closes), so a router that negotiated graceful restart keeps this node's
+// routes, stale, for the restart time, and the next speaker's session (opened as restarting,
+// apiPeer) refreshes them; a router that did not negotiate it gets a Cease and drops them (GoBGP
+// sends one where graceful restart was not negotiated). Any other session is closed as by
+// Close. It returns the names of the sessions left for graceful restart.
+func (s *Sessions) Leave() (kept []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for name, ss := range s.running {
+		delete(s.running, name)
+		if !ss.peer.GracefulRestart {
+			_ = ss.sync(nil)
+			s.stop(ss)
+			continue
+		}
+		s.stopGracefully(ss)
+		kept = append(kept, name)
+	}
+	slices.Sort(kept)
+	return kept
+}
+
 // States lists the sessions' states by peer name.
 func (s *Sessions) States() map[string]State {
 	s.mu.Lock()
@@ -156,7 +180,7 @@ func (s *Sessions) start(ctx context.Context, p plan.Peer) (*session, error) {
 	case err == nil && p.Interface != "":
 		go s.dialUnnumbered(wctx, ss) // the router's address is not known yet
 	case err == nil:
-		err = srv.AddPeer(ctx, &api.AddPeerRequest{Peer: apiPeer(p, p.Address)})
+		err = srv.AddPeer(ctx, &api.AddPeerRequest{Peer: apiPeer(p, p.Address, true)})
 	}
 	if err != nil {
 		cancel()
@@ -208,7 +232,7 @@ func (s *Sessions) redial(ss *session) {
 	defer cancel()
 	err := ss.srv.DeletePeer(ctx, &api.DeletePeerRequest{Address: ss.addr.String()})
 	if err == nil {
-		err = ss.srv.AddPeer(ctx, &api.AddPeerRequest{Peer: apiPeer(ss.peer, ss.addr)})
+		err = ss.srv.AddPeer(ctx, &api.AddPeerRequest{Peer: apiPeer(ss.peer, ss.addr, false)})
 	}
 	if err != nil {
 		s.Log.Error(err, "re-creating a dropped BGP neighbour", "peer", ss.peer.Name)
@@ -235,11 +259,29 @@ func (s *Sessions) refuseInternal(ss *session) {
 
 // stop closes the session (a NOTIFICATION Cease) and ends its server's goroutines.
 func (s *Sessions) stop(ss *session) {
+	s.end(ss, func() { ss.srv.Stop() }) // logs its own failure through the session's logger
+}
+
+// stopGracefully closes the session without a NOTIFICATION where graceful restart was
+// negotiated (GoBGP sends a Cease where it was not) and ends its server's goroutines.
+func (s *Sessions) stopGracefully(ss *session) {
+	s.end(ss, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := ss.srv.StopBgp(ctx, &api.StopBgpRequest{AllowGracefulRestart: true}); err != nil {
+			s.Log.Error(err, "leaving a BGP session for graceful restart", "peer", ss.peer.Name)
+		}
+	})
+}
+
+// end stops the session's BFD (which tells the router AdminDown) and its state watch, then the
+// server with stopServer.
+func (s *Sessions) end(ss *session, stopServer func()) {
 	if ss.bfd != nil {
 		ss.bfd.Stop()
 	}
 	ss.cancel()
-	ss.srv.Stop() // logs its own failure through the session's logger
+	stopServer()
 }
 
 // sync makes the session's RIB hold exactly want.

@@ -106,7 +106,7 @@ func (s *Sessions) addUnnumbered(ctx context.Context, ss *session, addr netip.Ad
 	if ctx.Err() != nil || s.running[ss.peer.Name] != ss {
 		return true
 	}
-	if err := ss.srv.AddPeer(ctx, &api.AddPeerRequest{Peer: apiPeer(ss.peer, addr)}); err != nil {
+	if err := ss.srv.AddPeer(ctx, &api.AddPeerRequest{Peer: apiPeer(ss.peer, addr, true)}); err != nil {
 		ss.state.Message = fmt.Sprintf("adding the router %s found on %s: %v", addr, ss.peer.Interface, err)
 		return false
 	}

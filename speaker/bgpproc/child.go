@@ -89,6 +89,10 @@ func serve(conn net.Conn, sessions *bgp.Sessions, gather prometheus.Gatherer, si
 			sessions.Close()
 			_ = s.send(snapshot(r.ID, answer{}))
 			return nil
+		case r.Leave:
+			kept := sessions.Leave()
+			_ = s.send(snapshot(r.ID, answer{Kept: kept}))
+			return nil
 		case r.Ping:
 			// States takes the sessions' lock: a process stuck inside GoBGP with it held does
 			// not answer.

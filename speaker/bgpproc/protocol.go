@@ -11,11 +11,14 @@ import (
 )
 
 // request is one message from the speaker to its BGP process; exactly one of Apply, Close,
-// Ping and Metrics is set.
+// Leave, Ping and Metrics is set.
 type request struct {
-	ID      uint64
-	Apply   *plan.BGP
-	Close   bool // withdraw every route and close every session, then answer
+	ID    uint64
+	Apply *plan.BGP
+	Close bool // withdraw every route and close every session, then answer
+	// Leave: close every session for a planned restart (bgp.Sessions.Leave: routers keep the
+	// routes of those with graceful restart), then answer.
+	Leave   bool
 	Ping    bool
 	Metrics bool
 }
@@ -27,6 +30,7 @@ type answer struct {
 	ID      uint64
 	Errors  []string // what Apply reported
 	Metrics []byte   // the process's metric families, protobuf-delimited
+	Kept    []string // the sessions Leave left for graceful restart
 	States  map[string]bgp.State
 }
 

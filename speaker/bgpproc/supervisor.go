@@ -127,20 +127,30 @@ func (s *Supervisor) Apply(ctx context.Context, d plan.BGP) []error {
 
 // Close withdraws every route and closes every session (the process's Close), then ends the
 // process; no other starts.
-func (s *Supervisor) Close() {
+func (s *Supervisor) Close() { s.end(request{Close: true}) }
+
+// Leave closes every session for a planned restart of the speaker (bgp.Sessions.Leave: the
+// routers keep the routes of the sessions with graceful restart, stale, until the next
+// speaker's sessions refresh them), then ends the process; no other starts. It returns the
+// sessions left for graceful restart.
+func (s *Supervisor) Leave() (kept []string) { return s.end(request{Leave: true}) }
+
+// end hands the process its last request (Close or Leave) and waits for it to exit.
+func (s *Supervisor) end(last request) (kept []string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed || !s.started {
 		s.closed = true
-		return
+		return nil
 	}
 	s.closed = true
 	close(s.stop)
 	p := s.running.Swap(nil)
 	if p == nil {
-		return
+		return nil
 	}
-	if _, err := p.call(request{Close: true}, closeWait); err != nil {
+	a, err := p.call(last, closeWait)
+	if err != nil {
 		s.Log.Error(err, "closing the BGP sessions")
 	}
 	select {
@@ -149,6 +159,7 @@ func (s *Supervisor) Close() {
 		p.kill("stuck", "killed: it did not exit after closing its sessions")
 		<-p.done
 	}
+	return a.Kept
 }
 
 // States lists the sessions' states by peer name, as the process last reported them.

@@ -202,6 +202,34 @@ func TestCloseEndsTheProcess(t *testing.T) {
 	}
 }
 
+// TestLeaveEndsTheProcess: Leave ends the sessions through the process for a planned restart,
+// naming those left for graceful restart, and the process exits and is not started again.
+func TestLeaveEndsTheProcess(t *testing.T) {
+	w := supervised(t)
+	d := onePeer()
+	tor := d.Peers["tor"]
+	tor.GracefulRestart, tor.GracefulRestartTime = true, 30*time.Second
+	d.Peers["tor"] = tor
+	other := tor
+	other.Name, other.GracefulRestart = "plain", false
+	d.Peers["plain"], d.Routes["plain"] = other, d.Routes["tor"]
+	if errs := w.Apply(context.Background(), d); len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	p := w.running.Load()
+	if kept := w.Leave(); !slices.Equal(kept, []string{"tor"}) {
+		t.Errorf("left for graceful restart: %v, want [tor] (plain has none)", kept)
+	}
+	select {
+	case <-p.done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the process still runs after Leave")
+	}
+	if errs := w.Apply(context.Background(), onePeer()); len(errs) != 1 || w.child() != 0 {
+		t.Fatalf("after Leave: errors %v, process %d", errs, w.child())
+	}
+}
+
 func TestRestartDelay(t *testing.T) {
 	for _, c := range []struct{ prev, lived, want time.Duration }{
 		{0, time.Hour, 0},                             // a crash after a long run: at once

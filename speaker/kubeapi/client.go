@@ -9,6 +9,7 @@ package kubeapi
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"reflect"
 	"strings"
@@ -73,7 +74,7 @@ func New(cfg *rest.Config) (*Client, error) {
 	}
 	codecs := serializer.NewCodecFactory(c.scheme).WithoutConversion()
 	for _, gv := range []schema.GroupVersion{corev1.SchemeGroupVersion, discoveryv1.SchemeGroupVersion, eventsv1.SchemeGroupVersion,
-		coordinationv1.SchemeGroupVersion, v1alpha1.GroupVersion} {
+		coordinationv1.SchemeGroupVersion, v1alpha1.GroupVersion, appsV1} {
 		gc := rest.CopyConfig(cfg)
 		gc.GroupVersion = &gv
 		gc.APIPath = "/apis"
@@ -81,7 +82,7 @@ func New(cfg *rest.Config) (*Client, error) {
 			gc.APIPath = "/api"
 		}
 		gc.NegotiatedSerializer = codecs
-		if gv != v1alpha1.GroupVersion && gc.ContentType == "" {
+		if gv != v1alpha1.GroupVersion && gv != appsV1 && gc.ContentType == "" {
 			// Kubernetes' own kinds travel as protobuf (as controller-runtime's client sends
 			// them): smaller than JSON and faster to decode, for every Service,
 			// EndpointSlice and Node change on every node. Custom resources have only JSON.
@@ -137,6 +138,20 @@ func (c *Client) Get(ctx context.Context, key types.NamespacedName, obj runtime.
 		return err
 	}
 	return into(r.at(r.client.Get(), key.Namespace).Name(key.Name).Do(ctx), obj)
+}
+
+// appsV1 is read for one object's metadata alone (DaemonSetMeta): its types stay out of the scheme.
+var appsV1 = schema.GroupVersion{Group: "apps", Version: "v1"}
+
+// DaemonSetMeta reads the metadata of the DaemonSet named by key: the speaker asks for its own
+// at shutdown, to tell an uninstall (gone, or being deleted) from a rolling update.
+func (c *Client) DaemonSetMeta(ctx context.Context, key types.NamespacedName) (metav1.ObjectMeta, error) {
+	var ds metav1.PartialObjectMetadata
+	raw, err := c.groups[appsV1].Get().Namespace(key.Namespace).Resource("daemonsets").Name(key.Name).Do(ctx).Raw()
+	if err == nil {
+		err = json.Unmarshal(raw, &ds)
+	}
+	return ds.ObjectMeta, err
 }
 
 // Create creates obj and reads back what the apiserver stored.

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -30,7 +31,7 @@ func start(t *testing.T) (*controlplane.ControlPlane, *kubeapi.Client) {
 // TestClient writes and reads a cluster-scoped kind with its status subresource and a
 // namespaced one, against a real apiserver.
 func TestClient(t *testing.T) {
-	_, c := start(t)
+	cp, c := start(t)
 	ctx := context.Background()
 
 	sp := &v1alpha1.Speaker{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}}
@@ -73,6 +74,23 @@ func TestClient(t *testing.T) {
 	}
 	if err := c.Get(ctx, types.NamespacedName{Namespace: "default", Name: "x"}, &corev1.ConfigMap{}); err == nil {
 		t.Error("a ConfigMap, which the speaker does not use, was read")
+	}
+
+	// The speaker's DaemonSet, whose metadata alone it reads at shutdown.
+	dsKey := types.NamespacedName{Namespace: "default", Name: "portico-speaker"}
+	if _, err := c.DaemonSetMeta(ctx, dsKey); !apierrors.IsNotFound(err) {
+		t.Errorf("a missing DaemonSet: got %v, want NotFound", err)
+	}
+	labels := map[string]string{"app": "speaker"}
+	ds := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Namespace: dsKey.Namespace, Name: dsKey.Name}, Spec: appsv1.DaemonSetSpec{
+		Selector: &metav1.LabelSelector{MatchLabels: labels},
+		Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "speaker", Image: "portico"}}}}}}
+	if err := cp.Client.Create(ctx, ds); err != nil {
+		t.Fatal(err)
+	}
+	if meta, err := c.DaemonSetMeta(ctx, dsKey); err != nil || meta.UID != ds.UID || meta.DeletionTimestamp != nil {
+		t.Errorf("the DaemonSet's metadata: %+v, %v; want UID %s, not being deleted", meta, err, ds.UID)
 	}
 }
 

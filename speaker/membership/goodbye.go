@@ -12,9 +12,9 @@ import (
 // memberlist's own leave: that one is gossiped on the next round (up to GossipInterval later),
 // and the SIGTERM failover should cost a packet, not a round. Goodbyes and heartbeats name the
 // sender's life (a random ID it publishes as its node metadata), so a message that arrives
-// after the node restarted says nothing of the new process. With keys set the packets are
-// encrypted and authenticated like all gossip; a member holding the key could equally gossip
-// a death.
+// after the node restarted says nothing of the new process (the life ends with directMark:
+// heartbeat.go). With keys set the packets are encrypted and authenticated like all gossip; a
+// member holding the key could equally gossip a death.
 
 // Message kinds; other user messages are ignored.
 var (
@@ -23,11 +23,11 @@ var (
 	deathPrefix     = []byte("portico-dead\x00") // names the dead member, not the sender (ring.go)
 )
 
-// newLife is this process's life ID.
+// newLife is this process's life ID: 8 random bytes and directMark.
 func newLife() []byte {
-	life := make([]byte, 8)
+	life := make([]byte, lifeRandom)
 	_, _ = rand.Read(life)
-	return life
+	return append(life, directMark)
 }
 
 func message(kind []byte, name string, life []byte) []byte {
@@ -78,14 +78,17 @@ func (g *Group) heardGoodbye(name, life string) {
 }
 
 // delegate publishes the life and hears goodbyes, heartbeats and death notices. Only NodeMeta and NotifyMsg
-// do anything.
+// do anything. Heartbeats come this way from members that take no direct ones (heartbeat.go):
+// one that names a life that does was recorded and sent again, and is ignored.
 type delegate struct{ g *Group }
 
 func (d delegate) NodeMeta(int) []byte { return d.g.life }
 
 func (d delegate) NotifyMsg(msg []byte) {
 	if name, life, ok := parseMessage(heartbeatPrefix, msg); ok {
-		d.g.heardHeartbeat(name, life)
+		if !takesDirect(life) {
+			d.g.heardHeartbeat(name, life, 0, time.Now())
+		}
 	} else if name, life, ok := parseMessage(goodbyePrefix, msg); ok {
 		d.g.heardGoodbye(name, life)
 	} else if name, life, ok := parseMessage(deathPrefix, msg); ok {

@@ -19,6 +19,7 @@ type member struct {
 	saidBye   string             // the life that said goodbye
 	foundDead string             // the life the fast path found dead
 	heard     time.Time          // its last heartbeat; zero: it sends none, so it is not watched
+	seq       uint64             // its last direct heartbeat's sequence number (heartbeat.go)
 	beating   bool               // its heartbeats arrive: alive even if memberlist dropped it
 	checking  bool               // a check of its kernel is under way
 }
@@ -39,7 +40,10 @@ func (m *member) wantsHeartbeats(now time.Time) bool {
 }
 
 func (m *member) listed(n *memberlist.Node) {
-	m.inList, m.life, m.to = true, string(n.Meta), memberlist.Address{Addr: n.Address(), Name: n.Name}
+	if life := string(n.Meta); life != m.life {
+		m.life, m.seq = life, 0
+	}
+	m.inList, m.to = true, memberlist.Address{Addr: n.Address(), Name: n.Name}
 	if addr, ok := netip.AddrFromSlice(n.Addr); ok {
 		m.gossip = netip.AddrPortFrom(addr.Unmap(), n.Port)
 	}

@@ -82,10 +82,14 @@ type Group struct {
 	life      []byte // this process's life: see goodbye.go
 	heartbeat time.Duration
 	resumed   func(netip.Addr) // Config.Resumed
+	seal      sealer           // direct heartbeats (heartbeat.go)
+	seq       uint64           // the last direct heartbeat's sequence number; the watch loop's alone
+	beats     *heartbeatSocket // where direct heartbeats arrive; nil: at the transport. The watch loop's alone
 
 	mu      sync.Mutex
 	members map[string]*member
-	stop    chan struct{} // closed by stopWatching: the fast path ends
+	stop    chan struct{}  // closed by stopWatching: the fast path ends
+	watched sync.WaitGroup // the watch loop
 	stopped sync.Once
 	checks  atomic.Int64 // checks the fast path started (tests wait on it)
 
@@ -127,24 +131,36 @@ func Start(cfg Config) (*Group, error) {
 	}
 	mc.Logger = log.New(out, "memberlist ", log.LstdFlags)
 	g := &Group{changes: make(chan Change, 1024), self: cfg.Name, life: newLife(), heartbeat: d.Heartbeat, resumed: cfg.Resumed,
-		members: map[string]*member{}, stop: make(chan struct{})}
+		keyring: mc.Keyring, members: map[string]*member{}, stop: make(chan struct{})}
+	if g.keyring != nil {
+		g.seal.keys = g.keyring.GetKeys
+	}
 	mc.Events = events{g}
 	mc.Delegate = delegate{g}
 	if cfg.Admit != nil {
 		mc.Alive = admission{self: cfg.Name, admit: cfg.Admit}
 	}
-	t, err := listen(cfg.BindAddr, cfg.BindPort, mc.Logger)
+	t, err := listen(cfg.BindAddr, cfg.BindPort, mc.Logger, g.heardDirect)
 	if err != nil {
 		return nil, err
 	}
 	mc.Transport = t
+	if g.heartbeat > 0 {
+		if g.beats, err = listenHeartbeats(t.udp); err != nil {
+			mc.Logger.Printf("[WARN] portico: %v; direct heartbeats go through the gossip socket's reader", err)
+		}
+	}
 	ml, err := memberlist.Create(mc)
 	if err != nil {
 		_ = t.Shutdown()
+		if g.beats != nil {
+			g.beats.close()
+		}
 		return nil, fmt.Errorf("membership: %w", err)
 	}
-	g.ml, g.net, g.keyring = ml, t, mc.Keyring
+	g.ml, g.net = ml, t
 	if g.heartbeat > 0 {
+		g.watched.Add(1)
 		go g.watch()
 	}
 	return g, nil

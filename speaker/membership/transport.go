@@ -2,10 +2,12 @@ package membership
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"log"
 	"net"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,7 +18,8 @@ import (
 // transport is memberlist's NetTransport on one address, but for the packets it reads: the
 // NetTransport reads each one into a fresh 64 KiB buffer, and at 40 heartbeats a second those
 // buffers were an idle speaker's garbage and most of its CPU (the collector's). This one reads
-// into one buffer and hands memberlist a copy of the packet's own size.
+// into one buffer and hands memberlist a copy of the packet's own size; direct heartbeats
+// (heartbeat.go) it hands to the fast path itself.
 type transport struct {
 	tcp     *net.TCPListener
 	udp     *net.UDPConn
@@ -25,6 +28,7 @@ type transport struct {
 	closing atomic.Bool
 	done    sync.WaitGroup
 	log     *log.Logger
+	direct  func(packet []byte, at time.Time) // takes each direct heartbeat; it must not keep the packet
 
 	sent, received atomic.Int64 // UDP packets
 }
@@ -34,8 +38,10 @@ var _ memberlist.NodeAwareTransport = (*transport)(nil)
 // maxPacket is the largest UDP payload there is.
 const maxPacket = 65536
 
-// listen binds TCP and UDP on addr (a specific address) and port (0: one free for both).
-func listen(addr string, port int, logger *log.Logger) (*transport, error) {
+// listen binds TCP and UDP on addr (a specific address) and port (0: one free for both);
+// direct takes the direct heartbeats that reach it (all of them when the heartbeats' socket,
+// heartsock.go, could not be bound beside it).
+func listen(addr string, port int, logger *log.Logger, direct func(packet []byte, at time.Time)) (*transport, error) {
 	ip := net.ParseIP(addr)
 	if ip == nil || ip.IsUnspecified() {
 		return nil, fmt.Errorf("membership: bind address %q is not one address", addr)
@@ -44,18 +50,21 @@ func listen(addr string, port int, logger *log.Logger) (*transport, error) {
 	if err != nil {
 		return nil, fmt.Errorf("membership: %w", err)
 	}
-	udp, err := net.ListenUDP("udp", &net.UDPAddr{IP: ip, Port: tcp.Addr().(*net.TCPAddr).Port})
+	udpAt := net.JoinHostPort(ip.String(), fmt.Sprint(tcp.Addr().(*net.TCPAddr).Port))
+	conn, err := (&net.ListenConfig{Control: reusePort}).ListenPacket(context.Background(), "udp", udpAt)
 	if err != nil {
 		tcp.Close()
 		return nil, fmt.Errorf("membership: %w", err)
 	}
+	udp := conn.(*net.UDPConn)
 	// memberlist's receive window: bursts of gossip wait in the kernel, not dropped.
 	for size := 2 << 20; size > 0; size /= 2 {
 		if udp.SetReadBuffer(size) == nil {
 			break
 		}
 	}
-	t := &transport{tcp: tcp, udp: udp, packets: make(chan *memberlist.Packet), streams: make(chan net.Conn), log: logger}
+	t := &transport{tcp: tcp, udp: udp, packets: make(chan *memberlist.Packet), streams: make(chan net.Conn), log: logger,
+		direct: direct}
 	t.done.Add(2)
 	go t.accept()
 	go t.read()
@@ -79,6 +88,13 @@ func (t *transport) WriteToAddress(b []byte, a memberlist.Address) (time.Time, e
 	_, err = t.udp.WriteTo(b, to)
 	t.sent.Add(1)
 	return time.Now(), err
+}
+
+// writeDirect sends a direct heartbeat.
+func (t *transport) writeDirect(b []byte, to netip.AddrPort) error {
+	_, err := t.udp.WriteToUDPAddrPort(b, to)
+	t.sent.Add(1)
+	return err
 }
 
 func (t *transport) PacketCh() <-chan *memberlist.Packet { return t.packets }
@@ -114,7 +130,9 @@ func (t *transport) read() {
 			continue
 		}
 		t.received.Add(1)
-		if n > 0 {
+		if n > 0 && buf[0] == heartbeatMagic {
+			t.direct(buf[:n], at)
+		} else if n > 0 {
 			t.packets <- &memberlist.Packet{Buf: bytes.Clone(buf[:n]), From: from, Timestamp: at}
 		}
 	}

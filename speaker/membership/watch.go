@@ -17,7 +17,7 @@ import (
 // the process is starved: a TCP connection to the member's gossip port is accepted by the kernel
 // while the process lives (however slow it is), refused once the process is gone (a killed
 // speaker on a live node), and unanswered when the node or its link is down. So each member
-// sends its watchers (ring.go) a heartbeat (a memberlist user message) each Heartbeat, and a
+// sends its watchers (ring.go) a heartbeat (heartbeat.go) each Heartbeat, and a
 // watched member silent for two heartbeats is checked:
 //
 //	accepted            → alive (starved, or losing packets): left to memberlist;
@@ -33,14 +33,21 @@ import (
 // path turned off there) are not watched.
 
 func (g *Group) watch() {
+	defer g.watched.Done()
 	tick := time.NewTicker(g.heartbeat)
 	defer tick.Stop()
+	if g.beats != nil {
+		defer g.beats.close()
+	}
 	last := time.Now()
 	for {
 		select {
 		case <-g.stop:
 			return
 		case <-tick.C:
+		}
+		if g.beats != nil {
+			g.beats.readAll(g.heardDirect)
 		}
 		now := time.Now()
 		g.sendHeartbeats(now)
@@ -67,19 +74,59 @@ func (g *Group) ringLocked() ring {
 // sendHeartbeats sends this node's heartbeat to its watchers, and to the members that want
 // heartbeats but are not counted alive: a partition that heals is seen at their first one.
 func (g *Group) sendHeartbeats(now time.Time) {
+	var direct []netip.AddrPort
 	var to []memberlist.Address
 	g.mu.Lock()
 	watchers := g.ringLocked().after(g.self)
 	for name, m := range g.members {
-		if name != g.self && m.wantsHeartbeats(now) && (!m.alive() || slices.Contains(watchers, name)) {
-			to = append(to, m.to)
+		if name == g.self || !m.wantsHeartbeats(now) || (m.alive() && !slices.Contains(watchers, name)) {
+			continue
+		}
+		if takesDirect(m.life) {
+			direct = append(direct, m.gossip)
+		} else {
+			to = append(to, m.to) // a member from before direct heartbeats
 		}
 	}
 	g.mu.Unlock()
-	g.send(to, message(heartbeatPrefix, g.self, g.life))
+	if len(to) > 0 {
+		g.send(to, message(heartbeatPrefix, g.self, g.life))
+	}
+	if len(direct) == 0 {
+		return
+	}
+	g.seq++
+	packet, err := g.seal.seal(heartbeatBody(g.seq, g.self, g.life))
+	if err != nil {
+		return // the keys were validated: this is the random source failing, and the next tick tries again
+	}
+	for _, addr := range direct {
+		// A lost heartbeat is what the fast path is made for.
+		if g.beats != nil {
+			_ = g.beats.send(packet, addr)
+			g.net.sent.Add(1)
+		} else {
+			_ = g.net.writeDirect(packet, addr)
+		}
+	}
 }
 
-func (g *Group) stopWatching() { g.stopped.Do(func() { close(g.stop) }) }
+// heardDirect takes a direct heartbeat (heartbeat.go) that arrived at that time.
+func (g *Group) heardDirect(packet []byte, at time.Time) {
+	body, ok := g.seal.open(packet)
+	if !ok {
+		return
+	}
+	if seq, name, life, ok := parseHeartbeatBody(body); ok && seq > 0 && takesDirect(life) {
+		g.heardHeartbeat(name, life, seq, at)
+	}
+}
+
+// stopWatching ends the watch loop, and with it the heartbeats' socket.
+func (g *Group) stopWatching() {
+	g.stopped.Do(func() { close(g.stop) })
+	g.watched.Wait()
+}
 
 // forgive restarts every member's silence: this process was not running to hear them.
 func (g *Group) forgive(now time.Time) {
@@ -180,18 +227,20 @@ func (g *Group) heardOfDeath(name, life string) {
 // heardHeartbeat notes a heartbeat from the member's current life, which is alive whatever a
 // check found, and tells Config.Resumed when it ends a silence: of the sender, and of this
 // node's watchers, whose entries in this node's kernel may wait to be resolved as well (its
-// own link may be the one that was down).
-func (g *Group) heardHeartbeat(name, life string) {
+// own link may be the one that was down). seq is a direct heartbeat's sequence number, which
+// must be past the last one's (0: a memberlist user message, which has none); at is when it
+// arrived.
+func (g *Group) heardHeartbeat(name, life string, seq uint64, at time.Time) {
 	var resumed []netip.Addr
 	g.update(name, "heartbeat", func(m *member) {
-		if m.life != life {
+		if m.life != life || (seq > 0 && seq <= m.seq) || at.Before(m.heard) {
 			return
 		}
-		now := time.Now()
-		if !m.heard.IsZero() && now.Sub(m.heard) > 2*g.heartbeat {
+		m.seq = max(m.seq, seq)
+		if !m.heard.IsZero() && at.Sub(m.heard) > 2*g.heartbeat {
 			resumed = append(resumed, m.gossip.Addr())
 		}
-		m.heard, m.beating, m.foundDead = now, true, ""
+		m.heard, m.beating, m.foundDead = at, true, ""
 	})
 	if len(resumed) == 0 || g.resumed == nil {
 		return

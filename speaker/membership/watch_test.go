@@ -88,7 +88,9 @@ func TestFastPathFindsAStoppedMember(t *testing.T) {
 	if ch := lastChange(t, a, "b"); ch.Joined || !strings.Contains(ch.How, "refused a connection") {
 		t.Fatalf("b's loss was told as %+v, want the refused connection", ch)
 	}
-	a.heardHeartbeat("b", string(b.life))
+	packet, err := b.seal.seal(heartbeatBody(1<<40, "b", b.life))
+	must(t, err)
+	a.heardDirect(packet, time.Now())
 	if !a.IsAlive("b") {
 		t.Fatal("a heartbeat from b's life did not bring it back")
 	}

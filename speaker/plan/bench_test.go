@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"slices"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -47,7 +48,7 @@ func BenchmarkPlanChange(b *testing.B) {
 				pl := plan.NewPlanner(node, v1alpha1.DefaultLoadBalancerClass)
 				pl.Replan(w, plantest.AllAlive)
 				v := &status.View{}
-				v.Update(pl.Plan(), nil, slices.SortedFunc(maps.Keys(pl.Plan().Mine), netip.Addr.Compare), slices.SortedFunc(maps.Keys(pl.Plan().Routed), netip.Addr.Compare), nil, true)
+				v.Update(pl.Plan(), nil, slices.SortedFunc(maps.Keys(pl.Plan().Mine), netip.Addr.Compare), slices.SortedFunc(maps.Keys(pl.Plan().Routed), netip.Addr.Compare), nil, true, time.Time{})
 				svc := w.Services[n/2]
 				key := []string{svc.Namespace + "/" + svc.Name}
 				addrs := []string{svc.Status.LoadBalancer.Ingress[0].IP, "198.51.200.1"}
@@ -57,7 +58,7 @@ func BenchmarkPlanChange(b *testing.B) {
 					i++
 					svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: addrs[i%2]}}
 					ch := pl.Update([]corev1.Service{svc}, nil, key)
-					v.Update(pl.Plan(), nil, ch.Mine, ch.Routed, ch.Prefixes(), false)
+					v.Update(pl.Plan(), nil, ch.Mine, ch.Routed, ch.Prefixes(), false, time.Time{})
 					if len(ch.Routed) != 2 {
 						b.Fatalf("%d routed addresses changed, want 2", len(ch.Routed))
 					}

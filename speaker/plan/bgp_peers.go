@@ -18,6 +18,8 @@ const (
 	defaultBGPPort     = 179
 	defaultHoldTime    = 90 * time.Second
 	defaultConnectTime = 5 * time.Second
+	// defaultRestartTime is the graceful restart time announced by default, as by FRR and BIRD.
+	defaultRestartTime = 120 * time.Second
 )
 
 // bgpNode is what the BGP plan needs of one node: the sessions it holds (BGPPeers whose
@@ -170,6 +172,12 @@ func resolvePeer(bp *v1alpha1.BGPPeer, labels map[string]string, mine map[netip.
 	}
 	if s.HoldTime != nil {
 		peer.HoldTime = s.HoldTime.Duration
+	}
+	if peer.GracefulRestart {
+		peer.GracefulRestartTime = defaultRestartTime
+		if s.GracefulRestartTime != nil {
+			peer.GracefulRestartTime = s.GracefulRestartTime.Duration
+		}
 	}
 	peer.KeepaliveTime = peer.HoldTime / 3
 	if s.KeepaliveTime != nil {

@@ -39,7 +39,10 @@ type Peer struct {
 	ConnectTime     time.Duration
 	EBGPMultiHop    bool
 	GracefulRestart bool
-	Password        Password
+	// GracefulRestartTime is the restart time announced when GracefulRestart is on: how long
+	// the router keeps this node's routes, stale, waiting for the session to return.
+	GracefulRestartTime time.Duration
+	Password            Password
 	// BFD: the BFD session that watches this one; zero (DetectMult 0) for none.
 	BFD bfdprofile.Config
 }
@@ -124,7 +127,7 @@ func (d BGP) String() string {
 			b.WriteString(", multihop")
 		}
 		if p.GracefulRestart {
-			b.WriteString(", graceful-restart")
+			fmt.Fprintf(&b, ", graceful-restart %v", p.GracefulRestartTime)
 		}
 		if p.Password != "" {
 			b.WriteString(", md5")

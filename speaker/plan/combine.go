@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/portico-lb/portico/rules"
+	"github.com/portico-lb/portico/rules/election"
 )
 
 // combineAddress decides ip again from the Services that list it: its owner over L2 (Services
@@ -37,16 +38,24 @@ func (pl *Planner) combineAddress(ip netip.Addr) (mineChanged, routedChanged boo
 	var claim Claim
 	mine, problem, owner := false, "", ""
 	if len(ss) > 0 {
-		owner, _, problem, _ = rules.L2Owner(ip, ss, pl.w.Subnets)
+		e := rules.L2Owner(ip, ss, pl.w.Subnets, pl.w.Holders[ip])
+		pl.place(ip, &election.Placement{IP: ip, Nodes: e.Electable, Owner: e.Owner, Holders: pl.w.Holders[ip]})
+		owner = e.Owner
+		if m := pl.move; m != nil && m.IP == ip && m.From == owner {
+			owner = m.To
+		}
+		problem = e.Conflict
 		if mine = owner == pl.me; mine {
 			claim = claimOf(ss)
 		}
+	} else {
+		pl.place(ip, nil)
 	}
 	pl.noteOwner(ip, owner)
 	if mine && !pl.started && pl.previous[ip] == "" {
 		// A starting speaker (a rolling update, a node joining) takes over from the node that
 		// answered while it was away: the owner elected without it.
-		pl.previous[ip] = ownerWithout(ip, ss, pl.me, pl.w.Subnets)
+		pl.previous[ip] = ownerWithout(ip, ss, pl.me, pl.w.Subnets, pl.w.Holders[ip])
 	}
 	pl.setDerived(ip, problem)
 	old, had := pl.plan.Mine[ip]
@@ -73,14 +82,13 @@ func (pl *Planner) combineAddress(ip netip.Addr) (mineChanged, routedChanged boo
 }
 
 // ownerWithout is the owner the Services sharing ip would have without node me.
-func ownerWithout(ip netip.Addr, ss []rules.L2Share, me string, subnets rules.Subnets) string {
+func ownerWithout(ip netip.Addr, ss []rules.L2Share, me string, subnets rules.Subnets, holders []election.Holder) string {
 	others := make([]rules.L2Share, len(ss))
 	for i, s := range ss {
 		s.Eligible = slices.DeleteFunc(slices.Clone(s.Eligible), func(n string) bool { return n == me })
 		others[i] = s
 	}
-	owner, _, _, _ := rules.L2Owner(ip, others, subnets)
-	return owner
+	return rules.L2Owner(ip, others, subnets, holders).Owner
 }
 
 // combineRoute folds the Services' routes to one peer's prefix (in Service order, so every

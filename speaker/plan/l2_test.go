@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/datadriven"
 
@@ -45,6 +46,7 @@ type l2Transcript struct {
 // plan plans as every running speaker would and prints what each writes.
 func (s *l2Transcript) plan() string {
 	var b strings.Builder
+	s.Clock = s.Clock.Add(time.Second)
 	w := s.World()
 	answered := map[netip.Addr][]string{}
 	for _, n := range slices.Sorted(maps.Keys(s.Nodes)) {
@@ -88,6 +90,7 @@ func (s *l2Transcript) plan() string {
 		}
 	}
 	s.answered, s.planned = answered, true
+	s.Wrote(answered)
 	return b.String()
 }
 

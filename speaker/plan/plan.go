@@ -42,6 +42,14 @@ type World struct {
 	// Subnets are where each node can answer over L2 (rules.Subnets): from the Speakers'
 	// status, and this node's own links as the speaker last read them.
 	Subnets rules.Subnets
+	// Holders are the nodes answering for each address over L2, from the Speakers' status
+	// (rules.HoldersOf): an address stays with its holder (rules.L2Owner). Speakers are the
+	// nodes that have a Speaker, and BalanceSettle how long all of them must have been alive
+	// and every address held where it is before one moves for balance (election.Balance;
+	// zero balances nothing).
+	Holders       rules.Holders
+	Speakers      []string
+	BalanceSettle time.Duration
 
 	selectors rules.Selectors // filled while one plan is made
 }
@@ -49,7 +57,7 @@ type World struct {
 // Cluster is what the shared L2 rules read of the world.
 func (w World) Cluster() rules.Cluster {
 	return rules.Cluster{Nodes: w.Nodes, EndpointSlices: w.EndpointSlices, L2Advertisements: w.Advertisements, Pools: w.Pools,
-		IgnoreExcludeLabel: w.IgnoreExcludeLabel, Subnets: w.Subnets}
+		IgnoreExcludeLabel: w.IgnoreExcludeLabel, Subnets: w.Subnets, Holders: w.Holders, Speakers: w.Speakers}
 }
 
 // Claim is one address this node answers for.
@@ -66,14 +74,16 @@ type Plan struct {
 	BGP      BGP
 	Routed   map[netip.Addr]BGPClaim // addresses this node advertises over BGP
 	Problems []string
-	// ReplanAt is when a cordoned node's grace ends, so that the plan changes with no change
-	// to the cluster: the speaker plans everything again then (zero: no such time).
-	ReplanAt time.Time
+	// ReplanAt is when a cordoned node's grace ends or the cluster will have settled for
+	// balance (ReplanFor says which), so that the plan changes with no change to the cluster:
+	// the speaker plans everything again then (zero: no such time).
+	ReplanAt  time.Time
+	ReplanFor string
 }
 
 // Make decides, from the cluster's objects and the live members, which addresses node me
-// answers for and advertises. Every speaker plans on the same inputs and election.Owner makes
-// them agree. It is a Planner's first plan: the speaker keeps the Planner and plans again only
+// answers for and advertises. Every speaker plans on the same inputs and the shared rules
+// (rules.L2Owner, election.Balance) make them agree. It is a Planner's first plan: the speaker keeps the Planner and plans again only
 // what changes.
 func Make(w World, me, lbClass string, alive func(node string) bool) Plan {
 	pl := NewPlanner(me, lbClass)

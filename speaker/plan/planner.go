@@ -3,12 +3,15 @@ package plan
 import (
 	"fmt"
 	"net/netip"
+	"slices"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 
 	"github.com/portico-lb/portico/api/v1alpha1"
 	"github.com/portico-lb/portico/rules"
+	"github.com/portico-lb/portico/rules/election"
 )
 
 // Planner keeps one node's plan between changes. Replan plans every Service again (what a
@@ -27,11 +30,19 @@ type Planner struct {
 
 	scratch  map[*bgpNode]*Plan // one node's routes for one Service, cleared for each
 	services map[string]*servicePlan
-	byAddr   map[netip.Addr][]string // the Services listing each address, sorted
-	byRoute  map[routeKey][]string   // the Services routed to each peer's prefix, sorted
-	derived  map[any][]string        // problems found combining an address (netip.Addr) or a route (routeKey)
-	problems map[string]int          // every problem, with how many sources report it
-	plan     Plan
+	byAddr   map[netip.Addr][]string           // the Services listing each address, sorted
+	byRoute  map[routeKey][]string             // the Services routed to each peer's prefix, sorted
+	derived  map[any][]string                  // problems found combining an address (netip.Addr) or a route (routeKey)
+	placed   map[netip.Addr]election.Placement // every L2 address: its electable nodes, owner and holders
+	inFlight int                               // of those, how many are moving (election.Placement.InFlight)
+	// placedChanged: a placement changed since the balance was last decided; rollout is
+	// rules.L2Rollout at the latest Replan.
+	placedChanged bool
+	rollout       string
+	move          *election.Move // the address moving for balance, if any
+	graceAt       time.Time      // when the earliest drain grace ends (zero: none)
+	problems      map[string]int // every problem, with how many sources report it
+	plan          Plan
 	// owners is the L2 owner of each address (elected, whichever node), previous the owner it
 	// had before its latest change of owner: kept across Replans, so that the node taking an
 	// address over knows whose flows it takes (package handoff).
@@ -145,6 +156,8 @@ func (pl *Planner) Replan(w World, alive func(node string) bool) Changes {
 	}
 	pl.services, pl.byAddr, pl.byRoute = map[string]*servicePlan{}, map[netip.Addr][]string{}, map[routeKey][]string{}
 	pl.derived, pl.problems, pl.scratch = map[any][]string{}, map[string]int{}, map[*bgpNode]*Plan{}
+	pl.placed, pl.move, pl.inFlight, pl.placedChanged = map[netip.Addr]election.Placement{}, nil, 0, true
+	pl.rollout = rolloutOf(&pl.w, pl.alive)
 	pl.global = nil
 	pl.pools, pl.global = rules.ParsePools(w.Pools)
 	fitNodes := fitBGPNodes(&pl.w, pl.alive)
@@ -171,7 +184,8 @@ func (pl *Planner) Replan(w World, alive func(node string) bool) Changes {
 		}
 	}
 	pl.count(pl.global, 1)
-	pl.plan = Plan{Mine: map[netip.Addr]Claim{}, BGP: pl.mine.desired(), Routed: map[netip.Addr]BGPClaim{}, ReplanAt: replanAt}
+	pl.graceAt = replanAt
+	pl.plan = Plan{Mine: map[netip.Addr]Claim{}, BGP: pl.mine.desired(), Routed: map[netip.Addr]BGPClaim{}}
 	pl.update(services, eps, nil)
 	for ip := range pl.owners { // addresses no Service lists any more
 		if _, listed := pl.byAddr[ip]; !listed {
@@ -230,6 +244,11 @@ func (pl *Planner) update(svcs []corev1.Service, eps []discoveryv1.EndpointSlice
 		if routed {
 			ch.Routed = append(ch.Routed, ip)
 		}
+	}
+	if moved := pl.rebalance(); len(moved) > 0 {
+		ch.Mine = append(ch.Mine, moved...)
+		slices.SortFunc(ch.Mine, netip.Addr.Compare)
+		ch.Mine = slices.Compact(ch.Mine)
 	}
 	for rk := range dirtyRoutes {
 		if pl.combineRoute(rk) {

@@ -2,11 +2,13 @@ package plan_test
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net/netip"
 	"reflect"
 	"slices"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -14,6 +16,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/portico-lb/portico/api/v1alpha1"
+	"github.com/portico-lb/portico/rules"
+	"github.com/portico-lb/portico/rules/election"
 	"github.com/portico-lb/portico/speaker/plan"
 	"github.com/portico-lb/portico/speaker/plan/plantest"
 	"github.com/portico-lb/portico/speaker/status"
@@ -77,13 +81,50 @@ func randomService(r *rand.Rand, i int) (*corev1.Service, *discoveryv1.EndpointS
 // pool), each node's Planner.Update gives the plan Make gives from scratch, and its
 // status lists the same announcements, with one node dead.
 func TestUpdateIsMakePlan(t *testing.T) {
+	checkUpdateIsMakePlan(t, planWorld, func(n string) bool { return n != "node-b" }, nil)
+}
+
+// TestUpdateIsMakePlanWhileBalancing: the same with every speaker alive, the L2 addresses held
+// (sticky) and the balance on, so that Services changing start and end moves for balance; and
+// now and then the holders change (Planner.Rehold), as the Speakers' statuses do.
+func TestUpdateIsMakePlanWhileBalancing(t *testing.T) {
+	epoch := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	addrs := []string{"198.51.100.10", "198.51.100.11", "198.51.100.12", "198.51.100.13", "198.51.100.14", "198.51.100.15", "2001:db8:1::", "2001:db8:1::1", "2001:db8:1::2"}
+	held := rules.Holders{}
+	for _, ip := range addrs {
+		held[netip.MustParseAddr(ip)] = []election.Holder{{Node: "node-a", Since: epoch}}
+	}
+	world := func() plan.World {
+		w := planWorld()
+		w.Speakers, w.Now, w.BalanceSettle = plantest.NodeNames, epoch.Add(time.Hour), time.Minute
+		w.Holders = maps.Clone(held)
+		return w
+	}
+	rehold := func(r *rand.Rand) rules.Holders {
+		held = maps.Clone(held)
+		ip := netip.MustParseAddr(addrs[r.IntN(len(addrs))])
+		switch r.IntN(3) {
+		case 0:
+			delete(held, ip)
+		case 1: // taken over, within the settle window or long ago
+			held[ip] = []election.Holder{{Node: plantest.NodeNames[r.IntN(len(plantest.NodeNames))], Since: epoch.Add(time.Duration(r.IntN(2)) * 59 * time.Minute)}}
+		default: // two claims
+			held[ip] = append(slices.Clone(held[ip]), election.Holder{Node: plantest.NodeNames[r.IntN(len(plantest.NodeNames))], Since: epoch.Add(time.Minute)})
+		}
+		return maps.Clone(held)
+	}
+	checkUpdateIsMakePlan(t, world, plantest.AllAlive, rehold)
+}
+
+// checkUpdateIsMakePlan runs the random Service changes; rehold, when not nil, gives new
+// holders at some steps, handed to the planners with Rehold.
+func checkUpdateIsMakePlan(t *testing.T, world func() plan.World, alive func(string) bool, rehold func(*rand.Rand) rules.Holders) {
 	r := rand.New(rand.NewPCG(17, 4))
 	const services = 8
 	svcs := map[int]*corev1.Service{}
 	eps := map[int]*discoveryv1.EndpointSlice{}
-	alive := func(n string) bool { return n != "node-b" }
 	current := func() plan.World {
-		w := planWorld()
+		w := world()
 		for i := range services {
 			if svcs[i] != nil {
 				w.Services = append(w.Services, *svcs[i])
@@ -117,14 +158,25 @@ func TestUpdateIsMakePlan(t *testing.T) {
 				changedSlices = append(changedSlices, *eps[i])
 			}
 		}
+		var reheld rules.Holders
+		if rehold != nil && r.IntN(3) == 0 {
+			reheld = rehold(r)
+		}
 		w := current()
 		for _, n := range plantest.NodeNames {
+			var before plan.Changes
+			if reheld != nil {
+				before = planners[n].Rehold(maps.Clone(reheld))
+			}
 			ch := planners[n].Update(changed, changedSlices, sortedKeys)
+			ch.Mine = append(ch.Mine, before.Mine...)
+			slices.SortFunc(ch.Mine, netip.Addr.Compare)
+			ch.Mine = slices.Compact(ch.Mine)
 			got, want := planners[n].Plan(), plan.Make(w, n, v1alpha1.DefaultLoadBalancerClass, alive)
 			if !reflect.DeepEqual(got, want) {
 				t.Fatalf("step %d, node %s: Update gives\n%+v\nMake gives\n%+v", step, n, got, want)
 			}
-			views[n].Update(got, nil, ch.Mine, ch.Routed, ch.Prefixes(), false)
+			views[n].Update(got, nil, ch.Mine, ch.Routed, ch.Prefixes(), false, time.Time{})
 			st := views[n].Report(got, got.Problems)
 			st.Status.BGP = status.BGPPeers(got.BGP, nil)
 			views[n].Fill(&st.Status)

@@ -63,7 +63,7 @@ type View struct {
 // transcripts print exactly what a node writes.
 func OfPlan(p plan.Plan, answered map[netip.Addr][]string) Report {
 	var v View
-	v.Update(p, answered, sortedAddrs(p.Mine), sortedAddrs(p.Routed), nil, true)
+	v.Update(p, answered, sortedAddrs(p.Mine), sortedAddrs(p.Routed), nil, true, time.Time{})
 	r := v.Report(p, p.Problems)
 	r.Status.BGP = BGPPeers(p.BGP, nil)
 	r.Listed = v.Fill(&r.Status)
@@ -71,8 +71,10 @@ func OfPlan(p plan.Plan, answered map[netip.Addr][]string) Report {
 }
 
 // Update rewrites the entries of the addresses in mine (L2) and routed (BGP) and of the routes
-// (see updateRoutes); the generation moves when an entry changed.
-func (v *View) Update(p plan.Plan, answered map[netip.Addr][]string, mine, routed []netip.Addr, prefixes []netip.Prefix, all bool) {
+// (see updateRoutes); the generation moves when an entry changed. An L2 address this node
+// begins answering for at now is listed since now (none when now is zero), one it goes on
+// answering for keeps its since: the owner rule keeps an address with its latest taker.
+func (v *View) Update(p plan.Plan, answered map[netip.Addr][]string, mine, routed []netip.Addr, prefixes []netip.Prefix, all bool, now time.Time) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if v.l2 == nil {
@@ -84,8 +86,14 @@ func (v *View) Update(p plan.Plan, answered map[netip.Addr][]string, mine, route
 	// One entry per Service: Services sharing an address each find themselves.
 	for _, ip := range mine {
 		var entries []v1alpha1.Announcement
+		var since *metav1.Time
+		if old := v.l2[ip]; len(old) > 0 {
+			since = old[0].Since
+		} else if !now.IsZero() {
+			since = &metav1.Time{Time: now.Truncate(time.Second)}
+		}
 		for _, svc := range p.Mine[ip].Services {
-			entries = append(entries, v1alpha1.Announcement{IP: ip.String(), Service: svc, Protocol: v1alpha1.ProtocolL2, Interfaces: answered[ip]})
+			entries = append(entries, v1alpha1.Announcement{IP: ip.String(), Service: svc, Protocol: v1alpha1.ProtocolL2, Interfaces: answered[ip], Since: since})
 		}
 		setEntries(v, v.l2, ip, entries)
 	}

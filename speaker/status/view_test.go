@@ -32,7 +32,7 @@ func TestRoutesListing(t *testing.T) {
 	// And it sends 198.51.100.3 to both: not listed here.
 	p.Routed[netip.MustParseAddr("198.51.100.3")] = plan.BGPClaim{Peers: []string{"a", "b"}}
 	v := View{}
-	v.Update(p, nil, nil, sortedAddrs(p.Routed), nil, true)
+	v.Update(p, nil, nil, sortedAddrs(p.Routed), nil, true, time.Time{})
 	st := v1alpha1.SpeakerStatus{BGP: &v1alpha1.SpeakerBGP{}}
 	v.Fill(&st)
 	routes, omitted := st.BGP.Routes, st.BGP.OmittedRoutes
@@ -62,19 +62,19 @@ func TestRoutesListing(t *testing.T) {
 func TestAListChangeIsWritten(t *testing.T) {
 	var v View
 	p := plan.Plan{Mine: map[netip.Addr]plan.Claim{}, Routed: map[netip.Addr]plan.BGPClaim{}}
-	v.Update(p, nil, nil, nil, nil, false)
+	v.Update(p, nil, nil, nil, nil, false, time.Time{})
 	written := v.Report(p, nil)
 	written.Listed = v.Fill(&written.Status)
 	ip := netip.MustParseAddr("203.0.113.10")
 	p.Routed[ip] = plan.BGPClaim{Services: []string{"default/web"}, Peers: []string{"tor"}, Teller: true}
-	v.Update(p, nil, nil, []netip.Addr{ip}, nil, false)
+	v.Update(p, nil, nil, []netip.Addr{ip}, nil, false, time.Time{})
 	r := v.Report(p, nil)
 	if Same(written, r) {
 		t.Fatalf("a new announcement is not written")
 	}
 	// The same address again without a change is no news.
 	r.Listed = v.Fill(&r.Status)
-	v.Update(p, nil, nil, []netip.Addr{ip}, nil, false)
+	v.Update(p, nil, nil, []netip.Addr{ip}, nil, false, time.Time{})
 	if again := v.Report(p, nil); !Same(r, again) {
 		t.Errorf("an unchanged list is written again")
 	}
@@ -94,5 +94,40 @@ func TestWritePause(t *testing.T) {
 	big.Announcements = make([]v1alpha1.Announcement, 20000)
 	if got := WritePause(big); got != maxWriteInterval {
 		t.Errorf("20 000 announcements wait %v, want the cap %v", got, maxWriteInterval)
+	}
+}
+
+// TestSinceKeptWhileAnswering: an L2 address is listed since the node began answering for it;
+// a change to its claim (a Service sharing it) keeps that time, and an address answered again
+// after a gap gets a new one.
+func TestSinceKeptWhileAnswering(t *testing.T) {
+	ip := netip.MustParseAddr("10.0.0.200")
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	since := func(v *View) []time.Time {
+		var st v1alpha1.SpeakerStatus
+		v.Fill(&st)
+		var out []time.Time
+		for _, a := range st.Announcements {
+			if a.Since == nil {
+				t.Fatalf("%s listed with no since", a.Service)
+			}
+			out = append(out, a.Since.Time)
+		}
+		return out
+	}
+	v := &View{}
+	p := plan.Plan{Mine: map[netip.Addr]plan.Claim{ip: {Services: []string{"default/web"}}}}
+	v.Update(p, nil, []netip.Addr{ip}, nil, nil, false, t0)
+	p.Mine[ip] = plan.Claim{Services: []string{"default/ssh", "default/web"}}
+	v.Update(p, nil, []netip.Addr{ip}, nil, nil, false, t0.Add(time.Minute))
+	if got := since(v); !slices.Equal(got, []time.Time{t0, t0}) {
+		t.Fatalf("since %v after the claim changed, want %v for both Services", got, t0)
+	}
+	delete(p.Mine, ip)
+	v.Update(p, nil, []netip.Addr{ip}, nil, nil, false, t0.Add(2*time.Minute))
+	p.Mine[ip] = plan.Claim{Services: []string{"default/web"}}
+	v.Update(p, nil, []netip.Addr{ip}, nil, nil, false, t0.Add(3*time.Minute))
+	if got := since(v); !slices.Equal(got, []time.Time{t0.Add(3 * time.Minute)}) {
+		t.Fatalf("since %v after answering again, want %v", got, t0.Add(3*time.Minute))
 	}
 }

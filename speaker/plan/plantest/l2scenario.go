@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/cockroachdb/datadriven"
 	corev1 "k8s.io/api/core/v1"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/portico-lb/portico/api/v1alpha1"
 	"github.com/portico-lb/portico/rules"
+	"github.com/portico-lb/portico/rules/election"
 	"github.com/portico-lb/portico/speaker/plan"
 )
 
@@ -30,13 +32,26 @@ type L2Scenario struct {
 	Down     map[string]bool // speakers not running
 	Side     map[string]bool // nodes cut off with the partitioned side
 	Subnets  rules.Subnets   // what each node's speaker reports it can answer on
+	// Holders are what the Speakers' statuses list: what each running speaker answered at the
+	// latest plan all, and the stale claims of those killed (SIGKILL) since.
+	Holders rules.Holders
+	// Clock is the time of the latest plan all (each moves it a second on; tick more);
+	// Settle the speakers' --l2-balance-settle.
+	Clock  time.Time
+	Settle time.Duration
+
+	answered map[netip.Addr][]string // who answered what at the latest plan all
 }
+
+// ScenarioEpoch is when an L2 scenario's clock starts.
+var ScenarioEpoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // NewL2Scenario is an empty cluster.
 func NewL2Scenario() *L2Scenario {
 	return &L2Scenario{Nodes: map[string]*corev1.Node{}, Pools: map[string]*v1alpha1.IPAddressPool{},
 		Ads: map[string]*v1alpha1.L2Advertisement{}, Services: map[string]*corev1.Service{},
-		Slices: map[string]*discoveryv1.EndpointSlice{}, Down: map[string]bool{}, Side: map[string]bool{}, Subnets: rules.Subnets{}}
+		Slices: map[string]*discoveryv1.EndpointSlice{}, Down: map[string]bool{}, Side: map[string]bool{}, Subnets: rules.Subnets{},
+		Holders: rules.Holders{}, Clock: ScenarioEpoch, Settle: rules.DefaultL2BalanceSettle}
 }
 
 // Run applies one command of the language (plan all changes nothing: the caller prints).
@@ -57,6 +72,15 @@ func (s *L2Scenario) Run(d *datadriven.TestData) error {
 			return fmt.Errorf("no node %q", name)
 		}
 		n.Spec.Unschedulable = d.Cmd == "cordon"
+	case "notready", "ready":
+		n, ok := s.Nodes[name]
+		if !ok {
+			return fmt.Errorf("no node %q", name)
+		}
+		n.Status.Conditions = nil
+		if d.Cmd == "notready" {
+			n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionFalse}}
+		}
 	case "label", "unlabel":
 		n, ok := s.Nodes[name]
 		if !ok {
@@ -107,7 +131,16 @@ func (s *L2Scenario) Run(d *datadriven.TestData) error {
 		s.Slices[key] = endpointSlice(s.Services[key], Bare(args))
 	case "delete":
 		return s.delete(name, args)
-	case "kill", "start", "partition":
+	case "tick":
+		if len(d.CmdArgs) != 1 {
+			return fmt.Errorf("tick DURATION")
+		}
+		by, err := time.ParseDuration(d.CmdArgs[0].Key)
+		if err != nil {
+			return err
+		}
+		s.Clock = s.Clock.Add(by)
+	case "kill", "stop", "start", "partition":
 		if d.Cmd == "partition" {
 			clear(s.Side)
 		}
@@ -116,8 +149,11 @@ func (s *L2Scenario) Run(d *datadriven.TestData) error {
 				return fmt.Errorf("no node %q", a.Key)
 			}
 			switch d.Cmd {
-			case "kill":
+			case "kill": // SIGKILL: its Speaker status keeps what it answered for
 				s.Down[a.Key] = true
+			case "stop": // SIGTERM: its last status write lists no L2 address
+				s.Down[a.Key] = true
+				s.dropHeld(a.Key)
 			case "start":
 				delete(s.Down, a.Key)
 			case "partition":
@@ -215,7 +251,43 @@ func (s *L2Scenario) delete(kind string, args []datadriven.CmdArg) error {
 // World lists the objects as the speaker's cache would, sorted by name.
 func (s *L2Scenario) World() plan.World {
 	return plan.World{Nodes: sortedByName(s.Nodes), Pools: sortedByName(s.Pools), Advertisements: sortedByName(s.Ads),
-		Services: sortedByName(s.Services), EndpointSlices: sortedByName(s.Slices), Subnets: maps.Clone(s.Subnets)}
+		Services: sortedByName(s.Services), EndpointSlices: sortedByName(s.Slices), Subnets: maps.Clone(s.Subnets),
+		Holders: maps.Clone(s.Holders), Speakers: slices.Sorted(maps.Keys(s.Nodes)), Now: s.Clock, BalanceSettle: s.Settle}
+}
+
+// Wrote records what the running speakers answered for at a plan all, as their Speaker
+// statuses list it: a node keeps its since while it keeps answering (from one plan all to the
+// next). A speaker that is down wrote nothing: its claims stay as they were.
+func (s *L2Scenario) Wrote(answered map[netip.Addr][]string) {
+	defer func() { s.answered = answered }()
+	held := rules.Holders{}
+	for ip, hs := range s.Holders {
+		for _, h := range hs {
+			if s.Down[h.Node] {
+				held[ip] = append(held[ip], h)
+			}
+		}
+	}
+	for ip, nodes := range answered {
+		for _, n := range nodes {
+			h := election.Holder{Node: n, Since: s.Clock}
+			if i := slices.IndexFunc(s.Holders[ip], func(o election.Holder) bool { return o.Node == n }); i >= 0 && slices.Contains(s.answered[ip], n) {
+				h.Since = s.Holders[ip][i].Since
+			}
+			held[ip] = append(held[ip], h)
+		}
+	}
+	s.Holders = held
+}
+
+// dropHeld clears what node's status lists, as a speaker stopping in order does.
+func (s *L2Scenario) dropHeld(node string) {
+	for ip, hs := range s.Holders {
+		s.Holders[ip] = slices.DeleteFunc(hs, func(h election.Holder) bool { return h.Node == node })
+		if len(s.Holders[ip]) == 0 {
+			delete(s.Holders, ip)
+		}
+	}
 }
 
 // Alive is node me's view of the gossip group: running speakers on its side of a partition.
