@@ -34,7 +34,7 @@ spec: {addresses: [%[1]s], autoAssign: false}
 apiVersion: portico.dev/v1alpha1
 kind: BGPPeer
 metadata: {name: router}
-spec: {myASN: 64513, peerASN: 64512, peerAddress: %[2]s, holdTime: 9s, keepaliveTime: 3s, connectTime: 1s}
+spec: {myASN: 64513, peerASN: 64512, peerAddress: %[2]s, holdTime: 9s, keepaliveTime: 3s, connectTime: 1s, enableGracefulRestart: true}
 ---
 apiVersion: portico.dev/v1alpha1
 kind: BGPAdvertisement
@@ -52,7 +52,8 @@ spec:
 
 // routerConfig is bird2 at routerIP peering with every node, their routes merged into one
 // ECMP route in the kernel; a path carrying GRACEFUL_SHUTDOWN gets local-pref 0 (RFC 8326),
-// so it leaves the ECMP set while it still exists. Timers are short so sessions come back within seconds.
+// so it leaves the ECMP set while it still exists, and a speaker restarting gracefully keeps
+// its paths (graceful restart on both sides, as docs/speaker-bgp.md asks of a router). Timers are short so sessions come back within seconds.
 func routerConfig(e *labEnv) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, `log stderr all;
@@ -62,6 +63,7 @@ protocol kernel { ipv4 { import none; export all; }; merge paths on; }
 template bgp nodes {
   local %[1]s as 64512;
   hold time 9; keepalive time 3; connect retry time 1; error wait time 1, 10;
+  graceful restart on;
   ipv4 { import filter { if (65535,0) ~ bgp_community then bgp_local_pref = 0; accept; }; export none; };
 }
 `, routerIP.Addr())
