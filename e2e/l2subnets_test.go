@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"net/netip"
 	"os/exec"
@@ -8,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/portico-lb/portico/api/v1alpha1"
 	"github.com/portico-lb/portico/internal/netlab"
 )
 
@@ -35,9 +37,9 @@ func (e *l2Env) plugSecondLAN(t *testing.T, ns, name, mac, addr string) string {
 // TestL2Subnets: with two subnets on two segments, an address of the second is answered by a
 // node with an up interface on it, never by node-c, which the hash alone would pick; when that
 // interface goes down (admin down, or its carrier lost) while the node stays a member, the
-// address moves to the other node on the subnet; it comes back once the link is up again
-// (after the speakers' 2 s hold-down). The time from the cut to the client's entry naming the
-// new owner is logged (median of the rounds), not asserted.
+// address moves to the other node on the subnet, and stays there once the link is up again
+// (sticky placement). Each round cuts the node answering. The time from the cut to the client's
+// entry naming the new owner is logged (median of the rounds), not asserted.
 func TestL2Subnets(t *testing.T) {
 	inLab(t, func(t *testing.T, e *l2Env) {
 		ip := netip.MustParseAddr("192.0.2.200") // the hash: node-c among all three, node-a among a and b
@@ -57,39 +59,51 @@ func TestL2Subnets(t *testing.T) {
 		e.create(scenario{name: "subnets", ip: ip})
 		waitFor(t, "node-a (on "+secondLAN+") alone answers "+ip.String()+" on it", 20*time.Second, func() bool { return answeredBy("node-a") })
 
-		cuts := []struct {
-			how      string
-			down, up []string
-		}{
-			{"admin down", []string{"-n", e.node("node-a").NS, "link", "set", "eth1", "down"}, []string{"-n", e.node("node-a").NS, "link", "set", "eth1", "up"}},
-			{"carrier lost", []string{"-n", e.Switch, "link", "set", ports["node-a"], "down"}, []string{"-n", e.Switch, "link", "set", ports["node-a"], "up"}},
+		// Each round cuts the link of the node answering, so the address goes back and forth.
+		cut := func(how, node string) (down, up []string) {
+			if how == "admin down" {
+				return []string{"-n", e.node(node).NS, "link", "set", "eth1", "down"}, []string{"-n", e.node(node).NS, "link", "set", "eth1", "up"}
+			}
+			return []string{"-n", e.Switch, "link", "set", ports[node], "down"}, []string{"-n", e.Switch, "link", "set", ports[node], "up"}
 		}
+		hows := []string{"admin down", "carrier lost"}
 		took := map[string][]time.Duration{}
+		owner, other := "node-a", "node-b"
 		for round := range 6 {
-			cut := cuts[round%len(cuts)]
-			waitFor(t, "client resolves "+ip.String()+" to node-a", 10*time.Second, func() bool {
-				return netlab.Resolve(e.Client.NS, ip) == macs["node-a"]
+			how := hows[round/2%len(hows)]
+			down, up := cut(how, owner)
+			waitFor(t, "client resolves "+ip.String()+" to "+owner, 10*time.Second, func() bool {
+				return netlab.Resolve(e.Client.NS, ip) == macs[owner]
 			})
-			got, stop := e.neighWatch(ip, macs["node-b"])
+			got, stop := e.neighWatch(ip, macs[other])
 			t0 := time.Now()
-			run(t, "ip", cut.down...)
+			run(t, "ip", down...)
 			select {
 			case at := <-got:
-				took[cut.how] = append(took[cut.how], at.Sub(t0))
+				took[how] = append(took[how], at.Sub(t0))
 			case <-time.After(10 * time.Second):
 				stop()
-				t.Fatalf("round %d (%s): the client's entry for %v never moved to node-b; announcers %v", round, cut.how, ip, e.announcers(ip))
+				t.Fatalf("round %d (%s): the client's entry for %v never moved to %s; announcers %v", round, how, ip, other, e.announcers(ip))
 			}
 			stop()
-			waitFor(t, "node-b alone answers "+ip.String(), 10*time.Second, func() bool { return answeredBy("node-b") })
+			waitFor(t, other+" alone answers "+ip.String(), 10*time.Second, func() bool { return answeredBy(other) })
 			select {
-			case <-e.speakers["node-a"].done:
-				t.Fatalf("node-a's speaker exited")
+			case <-e.speakers[owner].done:
+				t.Fatalf("%s's speaker exited", owner)
 			default:
 			}
-			run(t, "ip", cut.up...)
-			back := waitFor(t, "node-a answers "+ip.String()+" again", 20*time.Second, func() bool { return answeredBy("node-a") })
-			t.Logf("round %d, %s: moved after %v; back on node-a %v after the link came up", round, cut.how, took[cut.how][len(took[cut.how])-1], back)
+			run(t, "ip", up...)
+			// Placement is sticky: once the cut node reports the subnet again, and so may answer
+			// for the address, the node that took it over keeps it.
+			waitFor(t, owner+" reports "+secondLAN+" again", 20*time.Second, func() bool {
+				var sp v1alpha1.Speaker
+				return e.c.Get(context.Background(), clientKey(owner), &sp) == nil && slices.Contains(sp.Status.Subnets, secondLAN)
+			})
+			if !answeredBy(other) {
+				t.Fatalf("round %d (%s): once %s's link was back, %v is answered by %v, not %s alone: it moved back", round, how, owner, ip, e.announcers(ip), other)
+			}
+			t.Logf("round %d, %s: moved from %s after %v; stays on %s once the link is back", round, how, owner, took[how][len(took[how])-1], other)
+			owner, other = other, owner
 		}
 		for how, ds := range took {
 			t.Logf("%s: median %v over %d cuts (%v)", how, median(ds), len(ds), ds)
