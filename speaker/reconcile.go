@@ -109,11 +109,8 @@ func (s *Speaker) world(ctx context.Context) (plan.World, error) {
 		}
 	}
 	s.noteBGPStop(nodes.Items)
-	subnets := rules.SubnetsOf(speakers.Items)
-	if mine, ok := s.ownSubnets(); ok {
-		subnets[s.Node] = mine // fresher than this node's own status
-	}
-	return plan.World{Subnets: subnets, Services: svcs.Items, EndpointSlices: eps.Items, Nodes: nodes.Items, Advertisements: ads.Items, Pools: pools.Items,
+	// This node's subnets too come from its status, as the others read them (subnetsHandler).
+	return plan.World{Subnets: rules.SubnetsOf(speakers.Items), Services: svcs.Items, EndpointSlices: eps.Items, Nodes: nodes.Items, Advertisements: ads.Items, Pools: pools.Items,
 		BGPPeers: peers.Items, BGPAds: bgpAds.Items, BFDProfiles: bfdProfiles.Items, Secrets: s.secrets.read(ctx, s.Client, s.Log, secretRefs(peers.Items, bfdProfiles.Items)), IgnoreExcludeLabel: s.IgnoreExcludeLabel, IgnoreClassless: s.IgnoreClassless,
 		VRFs: s.vrfs(peers.Items), Now: now, CordonedSince: s.cordons.observe(nodes.Items, now), DrainGrace: s.DrainGrace}, nil
 }

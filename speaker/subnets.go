@@ -6,9 +6,11 @@ import (
 	"slices"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
 
 	"github.com/portico-lb/portico/api/v1alpha1"
+	"github.com/portico-lb/portico/rules"
 	"github.com/portico-lb/portico/speaker/l2"
 )
 
@@ -19,8 +21,9 @@ const subnetHold = 2 * time.Second
 
 // watchSubnets keeps the subnets this node can answer on (l2.Subnets, held down) up to date from
 // the kernel's link and address updates, until ctx ends: a link that loses its carrier or is
-// set down takes its subnets away within milliseconds, and the plan is made again, here and,
-// through the Speaker status, on every node. The first reading is made before Start plans.
+// set down takes its subnets away within milliseconds, and the Speaker status says so; every
+// node, this one included, plans again when it reads that status. The first reading is made
+// before Start plans.
 func (s *Speaker) watchSubnets(ctx context.Context, hold *l2.HoldDown) {
 	changed := make(chan struct{}, 1)
 	go func() {
@@ -57,13 +60,23 @@ func (s *Speaker) readSubnets(hold *l2.HoldDown) time.Time {
 		s.Log.Error(err, "reading the links for the subnets this node answers on")
 		return time.Time{}
 	}
-	now, at := hold.Update(time.Now(), l2.Subnets(links))
+	now, at := hold.Update(time.Now(), l2.Subnets(links), s.reportedSubnets())
 	if before := s.subnets.Load(); before == nil || !slices.Equal(*before, now) {
 		s.subnets.Store(&now)
 		s.Log.Info("subnets this node answers on", "subnets", now)
 		s.replanAll("links")
 	}
 	return at
+}
+
+// reportedSubnets are this node's subnets as its Speaker status in the cache lists them, what
+// every node plans with (nil: it lists none, or the cache has not read it yet).
+func (s *Speaker) reportedSubnets() []netip.Prefix {
+	var sp v1alpha1.Speaker
+	if s.Cache.Get(context.Background(), types.NamespacedName{Name: s.Node}, &sp) != nil || sp.Status.Subnets == nil {
+		return nil
+	}
+	return rules.ParseSubnets(sp.Status.Subnets)
 }
 
 // subnetStrings are the subnets for the Speaker status: nil when they are not followed (a
@@ -80,31 +93,27 @@ func (s *Speaker) subnetStrings() []string {
 	return out
 }
 
-// subnetsHandler plans everything again when another node's reported subnets change; its
-// Speaker status changes far more often for other reasons, which do not matter here. This
-// node's own come from its links (watchSubnets), not from its status.
+// subnetsHandler plans everything again when a node's reported subnets change, this node's
+// own included; a Speaker status changes far more often for other reasons, which do not matter
+// here. Every node plans with the subnets the Speakers report, its own too (not its links as it
+// reads them now, which the others learn only once its status is written): so all agree on
+// where each node can answer, and a node whose link came back does not answer before the others
+// read that it can and stop, nor stop while they still elect it.
 func (s *Speaker) subnetsHandler() toolscache.ResourceEventHandlerFuncs {
-	subnetsOf := func(o any) (string, []string, bool) {
-		if t, ok := o.(toolscache.DeletedFinalStateUnknown); ok {
-			o = t.Obj
-		}
+	subnetsOf := func(o any) ([]string, bool) {
 		sp, ok := o.(*v1alpha1.Speaker)
 		if !ok {
-			return "", nil, false
+			return nil, false
 		}
-		return sp.Name, sp.Status.Subnets, sp.Status.Subnets != nil
+		return sp.Status.Subnets, sp.Status.Subnets != nil
 	}
-	replan := func(o any) {
-		if name, _, _ := subnetsOf(o); name != s.Node {
-			s.replanAll("subnets")
-		}
-	}
+	replan := func(any) { s.replanAll("subnets") }
 	return toolscache.ResourceEventHandlerFuncs{
 		AddFunc: replan,
 		UpdateFunc: func(old, o any) {
-			name, before, hadBefore := subnetsOf(old)
-			_, after, hasAfter := subnetsOf(o)
-			if name != s.Node && (hadBefore != hasAfter || !slices.Equal(before, after)) {
+			before, hadBefore := subnetsOf(old)
+			after, hasAfter := subnetsOf(o)
+			if hadBefore != hasAfter || !slices.Equal(before, after) {
 				s.replanAll("subnets")
 			}
 		},
