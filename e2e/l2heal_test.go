@@ -47,9 +47,13 @@ func TestL2HealAgreement(t *testing.T) {
 			// Probe until every Speaker reports the subnet and a second more, and a second
 			// beyond the speakers' 2 s hold-down, so a late change of mind is seen.
 			var dual, reported, silent time.Duration
+			var heard []answered // who answered, each time it changed
 			unanswered := 0
 			for reported == 0 || time.Since(heal) < max(reported, 2*time.Second)+time.Second {
 				macs := prober.ask(ip, 20*time.Millisecond)
+				if who := e.nodesByMAC(macs); len(heard) == 0 || heard[len(heard)-1].who != who {
+					heard = append(heard, answered{time.Since(heal), who})
+				}
 				if len(macs) > 1 {
 					dual = time.Since(heal)
 				}
@@ -68,8 +72,8 @@ func TestL2HealAgreement(t *testing.T) {
 			prober.close()
 			e.settle(ip, owner)
 			duals = append(duals, dual)
-			t.Logf("round %d: two MACs answered until %v after the heal; every Speaker reported %s after %v",
-				round, dual.Round(time.Millisecond), subnet, reported.Round(time.Millisecond))
+			t.Logf("round %d: two MACs answered until %v after the heal; every Speaker reported %s after %v; answered by %v",
+				round, dual.Round(time.Millisecond), subnet, reported.Round(time.Millisecond), heard)
 			changes := map[string][]string{}
 			for _, n := range e.Nodes {
 				changes[n.Name] = answeringChanges(e.speakerLog(n.Name)[logged[n.Name]:], ip)
@@ -89,6 +93,24 @@ func TestL2HealAgreement(t *testing.T) {
 		}
 		t.Logf("two MACs after a heal: median %v of %v", median(duals), duals)
 	})
+}
+
+// answered is who answered ARP (node names, comma-separated; "" nobody) from when after the heal.
+type answered struct {
+	at  time.Duration
+	who string
+}
+
+func (a answered) String() string { return fmt.Sprintf("%v %q", a.at.Round(time.Millisecond), a.who) }
+
+// nodesByMAC names the nodes with these MACs, sorted and comma-separated.
+func (e *l2Env) nodesByMAC(macs []string) string {
+	var names []string
+	for _, m := range macs {
+		names = append(names, e.nodeByMAC(m))
+	}
+	slices.Sort(names)
+	return strings.Join(names, ",")
 }
 
 // allReport says whether every node's Speaker status lists subnet.
