@@ -131,13 +131,11 @@ func (s *Speaker) world(ctx context.Context) (plan.World, error) {
 		}
 	}
 	s.noteBGPStop(nodes.Items)
+	// This node's subnets too come from its status, as the others read them (speakersHandler).
 	subnets := rules.SubnetsOf(speakers.Items)
 	names := make([]string, 0, len(speakers.Items))
 	for i := range speakers.Items {
 		names = append(names, speakers.Items[i].Name)
-	}
-	if mine, ok := s.ownSubnets(); ok {
-		subnets[s.Node] = mine // fresher than this node's own status
 	}
 	return plan.World{Subnets: subnets, Holders: rules.HoldersOf(speakers.Items), Speakers: names, BalanceSettle: s.L2BalanceSettle, Services: svcs.Items, EndpointSlices: eps.Items, Nodes: nodes.Items, Advertisements: ads.Items, Pools: pools.Items,
 		BGPPeers: peers.Items, BGPAds: bgpAds.Items, BFDProfiles: bfdProfiles.Items, Secrets: s.secrets.read(ctx, s.Client, s.Log, secretRefs(peers.Items, bfdProfiles.Items)), IgnoreExcludeLabel: s.IgnoreExcludeLabel, IgnoreClassless: s.IgnoreClassless,

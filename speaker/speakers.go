@@ -12,12 +12,15 @@ import (
 // addresses every node answers for over L2 and since when, for the owner rule that keeps an
 // address where it is (rules.HoldersOf) and the balance (election.Balance).
 
-// speakersHandler plans everything again when a Speaker comes or goes or another node's
-// reported subnets change, and elects again the addresses whose holders changed when any
-// node's L2 announcements (their addresses or since) change, this node's own among them (the
-// balance waits for them). Its Speaker status changes far more often for other reasons
-// (self-checks, sessions), which do not matter here. This node's own subnets come from its
-// links (watchSubnets), not from its status.
+// speakersHandler plans everything again when a Speaker comes or goes or a node's reported
+// subnets change (this node's own included), and elects again the addresses whose holders
+// changed when any node's L2 announcements (their addresses or since) change, this node's own
+// among them (the balance waits for them). A Speaker status changes far more often for other
+// reasons (self-checks, sessions), which do not matter here. Every node plans with the subnets
+// the Speakers report, its own too (not its links as it reads them now, which the others learn
+// only once its status is written): so all agree on where each node can answer, and a node
+// whose link came back does not answer before the others read that it can, nor stop while
+// they still elect it.
 func (s *Speaker) speakersHandler() toolscache.ResourceEventHandlerFuncs {
 	speakerOf := func(o any) *v1alpha1.Speaker {
 		if t, ok := o.(toolscache.DeletedFinalStateUnknown); ok {
@@ -38,8 +41,8 @@ func (s *Speaker) speakersHandler() toolscache.ResourceEventHandlerFuncs {
 			if before == nil || after == nil {
 				return
 			}
-			subnetsChanged := after.Name != s.Node && ((before.Status.Subnets == nil) != (after.Status.Subnets == nil) ||
-				!slices.Equal(before.Status.Subnets, after.Status.Subnets))
+			subnetsChanged := (before.Status.Subnets == nil) != (after.Status.Subnets == nil) ||
+				!slices.Equal(before.Status.Subnets, after.Status.Subnets)
 			switch {
 			case subnetsChanged:
 				s.replanAll("speakers")

@@ -6,6 +6,10 @@ import (
 	"slices"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/portico-lb/portico/api/v1alpha1"
+	"github.com/portico-lb/portico/rules"
 	"github.com/portico-lb/portico/speaker/l2"
 )
 
@@ -16,8 +20,9 @@ const subnetHold = 2 * time.Second
 
 // watchSubnets keeps the subnets this node can answer on (l2.Subnets, held down) up to date from
 // the kernel's link and address updates, until ctx ends: a link that loses its carrier or is
-// set down takes its subnets away within milliseconds, and the plan is made again, here and,
-// through the Speaker status, on every node. The first reading is made before Start plans.
+// set down takes its subnets away within milliseconds, and the Speaker status says so; every
+// node, this one included, plans again when it reads that status. The first reading is made
+// before Start plans.
 func (s *Speaker) watchSubnets(ctx context.Context, hold *l2.HoldDown) {
 	changed := make(chan struct{}, 1)
 	go func() {
@@ -54,13 +59,23 @@ func (s *Speaker) readSubnets(hold *l2.HoldDown) time.Time {
 		s.Log.Error(err, "reading the links for the subnets this node answers on")
 		return time.Time{}
 	}
-	now, at := hold.Update(time.Now(), l2.Subnets(links))
+	now, at := hold.Update(time.Now(), l2.Subnets(links), s.reportedSubnets())
 	if before := s.subnets.Load(); before == nil || !slices.Equal(*before, now) {
 		s.subnets.Store(&now)
 		s.Log.Info("subnets this node answers on", "subnets", now)
 		s.replanAll("links")
 	}
 	return at
+}
+
+// reportedSubnets are this node's subnets as its Speaker status in the cache lists them, what
+// every node plans with (nil: it lists none, or the cache has not read it yet).
+func (s *Speaker) reportedSubnets() []netip.Prefix {
+	var sp v1alpha1.Speaker
+	if s.Cache.Get(context.Background(), types.NamespacedName{Name: s.Node}, &sp) != nil || sp.Status.Subnets == nil {
+		return nil
+	}
+	return rules.ParseSubnets(sp.Status.Subnets)
 }
 
 // subnetStrings are the subnets for the Speaker status: nil when they are not followed (a

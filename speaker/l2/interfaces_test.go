@@ -54,8 +54,9 @@ func TestInterfaces(t *testing.T) {
 	})
 }
 
-// TestHoldDown runs testdata/holddown.txt: "seen at=DURATION" takes the subnets seen, one a
-// line, and prints those published and when to look again.
+// TestHoldDown runs testdata/holddown.txt: "seen at=DURATION [reported=PREFIX,...]" takes the
+// subnets seen, one a line, and those the node's Speaker status lists, and prints those
+// published and when to look again.
 func TestHoldDown(t *testing.T) {
 	h := &HoldDown{Hold: 2 * time.Second}
 	start := time.Unix(0, 0)
@@ -73,7 +74,15 @@ func TestHoldDown(t *testing.T) {
 		for _, f := range strings.Fields(d.Input) {
 			seen = append(seen, netip.MustParsePrefix(f))
 		}
-		published, again := h.Update(start.Add(at), seen)
+		var reported []netip.Prefix
+		if d.HasArg("reported") {
+			var list string
+			d.ScanArgs(t, "reported", &list)
+			for _, f := range strings.Split(list, ",") {
+				reported = append(reported, netip.MustParsePrefix(f))
+			}
+		}
+		published, again := h.Update(start.Add(at), seen, reported)
 		var b strings.Builder
 		fmt.Fprintf(&b, "published: %v\n", published)
 		if !again.IsZero() {

@@ -22,7 +22,11 @@ func Subnets(links []Link) []netip.Prefix {
 
 // HoldDown publishes the subnets a node can answer on: one that goes (its link lost carrier or
 // was set down) goes at once, so its addresses move; one that comes (back) only once it has
-// stayed for Hold, so a flapping link does not move addresses back and forth.
+// stayed for Hold, so a flapping link does not move addresses back and forth. One the others
+// never saw go (the node's Speaker status still lists it: its link came back before the status
+// could be written, as when the link that was down also carried its way to the apiserver)
+// comes back at once: no address moved for it, and holding it back would have this node
+// disagree with the others about where it can answer.
 type HoldDown struct {
 	Hold      time.Duration
 	published []netip.Prefix
@@ -30,18 +34,20 @@ type HoldDown struct {
 	started   bool
 }
 
-// Update takes the subnets seen at now and returns those published, and when to call again for
+// Update takes the subnets seen at now and those the others read for this node (reported: its
+// Speaker status; nil when it has none) and returns those published, and when to call again for
 // a subnet still held down (zero: none is). The first call publishes what it sees: at start
 // there is nothing to flap back from.
-func (h *HoldDown) Update(now time.Time, seen []netip.Prefix) (published []netip.Prefix, again time.Time) {
+func (h *HoldDown) Update(now time.Time, seen, reported []netip.Prefix) (published []netip.Prefix, again time.Time) {
 	if !h.started {
 		h.started, h.published, h.since = true, slices.Clone(seen), map[netip.Prefix]time.Time{}
 		return slices.Clone(h.published), time.Time{}
 	}
 	kept := []netip.Prefix{}
 	for _, p := range seen {
-		if slices.Contains(h.published, p) {
+		if slices.Contains(h.published, p) || slices.Contains(reported, p) {
 			kept = append(kept, p)
+			delete(h.since, p)
 			continue
 		}
 		first, ok := h.since[p]

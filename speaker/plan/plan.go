@@ -40,7 +40,7 @@ type World struct {
 	CordonedSince map[string]time.Time
 	DrainGrace    time.Duration
 	// Subnets are where each node can answer over L2 (rules.Subnets): from the Speakers'
-	// status, and this node's own links as the speaker last read them.
+	// status, this node's own included, so that every node plans with the same.
 	Subnets rules.Subnets
 	// Holders are the nodes answering for each address over L2, from the Speakers' status
 	// (rules.HoldersOf): an address stays with its holder (rules.L2Owner). Speakers are the
