@@ -245,7 +245,7 @@ func (a *Allocator) Follow(req Request) error {
 		return nil
 	}
 	if err := a.follow(cur, req); err != nil {
-		return err
+		return err // not a nil *Error in an error
 	}
 	return nil
 }
@@ -266,12 +266,9 @@ func (a *Allocator) sharingBroken(cur *assignment, req *Request) *Error {
 		if !a.sharedWithOthers(h, req.Service) {
 			continue
 		}
+		// Another Service holds ip, so usable judges the key too.
 		if err := a.usable(ip, req); err != nil {
 			return err
-		}
-		if h.key != req.SharingKey {
-			// usable lets a key change pass when every other user left: not the case here.
-			return fail(RequestedIPInUse, "%s is shared under sharing key %s", ip, h.key)
 		}
 	}
 	return nil
