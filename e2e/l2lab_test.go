@@ -318,8 +318,8 @@ func must(t testing.TB, err error) {
 	}
 }
 
-// parallel lets a lab test run beside the other lab tests (go test's -parallel, GOMAXPROCS by
-// default): each lab has its own namespaces, bridge, control plane and routers' run
+// parallel lets a lab test run beside the other lab tests (go test's -parallel: make test
+// passes 4, GOMAXPROCS by default): each lab has its own namespaces, bridge, control plane and routers' run
 // directories, and most of a lab test's time is waiting on timers (BGP connect retries, hold
 // and detection times), not the CPU. Benchmarks run alone: their timings are the figures.
 func parallel(t testing.TB) {
