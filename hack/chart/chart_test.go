@@ -332,3 +332,16 @@ func TestForwardGuardValue(t *testing.T) {
 		}
 	}
 }
+
+// TestSpeakerTuningValues: the speakers' balance settle time, drain grace and BGP memory limit
+// are chart values that reach their flags.
+func TestSpeakerTuningValues(t *testing.T) {
+	c := container(t, render(t, map[string]any{"speaker": map[string]any{
+		"l2BalanceSettle": "5m", "bgpDrainGrace": "0s", "bgpMemoryLimitMiB": 0,
+	}})["DaemonSet/"+namespace+"/portico-speaker"])
+	for _, arg := range []string{"--l2-balance-settle=5m", "--bgp-drain-grace=0s", "--bgp-memory-limit-mib=0"} {
+		if !slices.Contains(c["args"].([]any), any(arg)) {
+			t.Errorf("args %v lack %s", c["args"], arg)
+		}
+	}
+}
