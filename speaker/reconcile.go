@@ -20,7 +20,8 @@ import (
 
 // reconcile is one pass of the loop: it reads what changed from the cache, brings the plan up
 // to date, and hands it to the sides: the forwarding guard first, the L2 hand-off, the L2
-// answers, the BGP routes, the guard again for what was withdrawn, and the Speaker status last.
+// answers, the flow sharing and the BGP routes, the guard again for what was withdrawn, and
+// the Speaker status last.
 func (s *Speaker) reconcile(ctx context.Context) {
 	start := time.Now()
 	defer func() { s.Metrics.reconcile.Observe(time.Since(start).Seconds()) }()
@@ -43,7 +44,15 @@ func (s *Speaker) reconcile(ctx context.Context) {
 	}
 	s.answerer.ownersChanged(ctx, p, mine, cause)
 	s.Metrics.announced.Set(float64(len(p.Mine)))
+	// Before this node's place in its addresses' ECMP sets changes, and once more after it (the
+	// flows opened meanwhile), the members share their flows (flowsharing.go).
+	shared := flowsToShare(s.advertiser.standing, p.Standing, s.advertiser.routed, p.Routed)
+	s.shareFlows(ctx, shared, "bgp-standing")
 	routed := s.advertiser.apply(ctx, p, ch, bgpTouched, cause)
+	s.advertiser.standing = p.Standing
+	if len(shared) > 0 {
+		go s.shareFlows(ctx, shared, "bgp-standing-changed")
+	}
 	s.planned.Store(true)      // after startedAt, which RoutesUp reads once it sees this
 	s.guard(touched, p, false) // once withdrawn
 	problems := slices.Clone(p.Problems)

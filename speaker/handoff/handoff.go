@@ -50,13 +50,17 @@ type Config struct {
 	// Mark is the one bit of the packet and connection mark that says "hand off"; it must not
 	// be one kube-proxy (0x4000, 0x8000) or the CNI uses.
 	Mark uint32
-	// RouteTable holds the routes to the previous owners; RulePriority is the policy-routing
-	// rule's, ahead of the main table's (32766).
+	// SlotMask holds the slot of a flow handed off by flow (flows.go): contiguous bits, none
+	// of them Mark's; its values are also the number of node addresses flows can go to.
+	SlotMask uint32
+	// RouteTable holds the routes to the previous owners, RouteTable + slot each slot's route;
+	// RulePriority is the policy-routing rules', ahead of the main table's (32766).
 	RouteTable, RulePriority int
 }
 
-// Defaults: bit 13 of the mark, table and rule 3580.
-var Defaults = Config{Mark: 0x2000, RouteTable: 3580, RulePriority: 3580}
+// Defaults: bit 13 of the mark, bits 16-23 for the slots (255 node addresses), table and rule
+// 3580, slots' tables 3581-3835.
+var Defaults = Config{Mark: 0x2000, SlotMask: 0x00ff0000, RouteTable: 3580, RulePriority: 3580}
 
 // Entry is one address taken over and the node address its flows are handed to.
 type Entry struct {
@@ -75,6 +79,10 @@ type Handoff struct {
 	pickup  *nftables.Chain
 	maps    map[bool]*nftables.Set // by "is IPv4"
 	adopted []Entry                // what an earlier run left, read by Open
+
+	flowMaps map[bool]*nftables.Set // flows4, flows6 (flows.go)
+	slotMap  *nftables.Set          // slot mark → its chain
+	slots    []slot
 }
 
 // Open creates the table and the rules, keeping the elements an earlier run left (with what is
@@ -83,6 +91,9 @@ type Handoff struct {
 func Open(cfg Config) (*Handoff, error) {
 	if cfg.Mark == 0 || cfg.Mark&(cfg.Mark-1) != 0 {
 		return nil, fmt.Errorf("hand-off mark %#x is not a single bit", cfg.Mark)
+	}
+	if err := cfg.checkSlotMask(); err != nil {
+		return nil, err
 	}
 	conn, err := nftables.New(nftables.AsLasting())
 	if err != nil {
@@ -93,7 +104,13 @@ func Open(cfg Config) (*Handoff, error) {
 		true:  {Table: h.table, Name: "previous4", KeyType: nftables.TypeIPAddr, DataType: nftables.TypeIPAddr, IsMap: true, HasTimeout: true},
 		false: {Table: h.table, Name: "previous6", KeyType: nftables.TypeIP6Addr, DataType: nftables.TypeIP6Addr, IsMap: true, HasTimeout: true},
 	}
+	h.flowMaps = map[bool]*nftables.Set{true: flowMapOf(h.table, true), false: flowMapOf(h.table, false)}
+	h.slotMap = &nftables.Set{Table: h.table, Name: "slots", KeyType: nftables.TypeMark, DataType: nftables.TypeVerdict, IsMap: true}
 	left := h.leftElements()
+	if h.slots, err = h.leftSlots(); err != nil {
+		conn.CloseLasting()
+		return nil, err
+	}
 	if err := h.create(left); err != nil {
 		conn.CloseLasting()
 		return nil, err
@@ -114,6 +131,12 @@ func Open(cfg Config) (*Handoff, error) {
 	if err := h.rules(true); err != nil {
 		conn.CloseLasting()
 		return nil, err
+	}
+	for _, s := range h.slots { // an earlier run's, kept: the flows it hands off keep their way
+		if err := h.routeSlot(s); err != nil {
+			conn.CloseLasting()
+			return nil, err
+		}
 	}
 	return h, nil
 }
@@ -160,9 +183,24 @@ func (h *Handoff) create(left map[netip.Addr]nftables.SetElement) error {
 			return err
 		}
 		c.AddRule(&nftables.Rule{Table: h.table, Chain: h.pickup, Exprs: markMidStream(set, v4, h.cfg.Mark)})
-		c.AddRule(&nftables.Rule{Table: h.table, Chain: bind, Exprs: nullBinding(v4, h.cfg.Mark)})
+		c.AddRule(&nftables.Rule{Table: h.table, Chain: bind, Exprs: nullBinding(v4, h.cfg.Mark|h.cfg.SlotMask)})
+	}
+	// The flows handed off by slot (flows.go): their maps start empty (the flows are shared
+	// again at the next change), their slots' chains are those of the slots left.
+	if err := c.AddSet(h.slotMap, nil); err != nil {
+		return err
+	}
+	for _, s := range h.slots {
+		h.addSlotChain(s)
+	}
+	for v4, set := range h.flowMaps {
+		if err := c.AddSet(set, nil); err != nil {
+			return err
+		}
+		c.AddRule(&nftables.Rule{Table: h.table, Chain: h.pickup, Exprs: pickUpFlow(set, v4, h.cfg.Mark|h.cfg.SlotMask), UserData: tagFlows})
 	}
 	c.AddRule(&nftables.Rule{Table: h.table, Chain: h.pickup, Exprs: markPacket(h.cfg.Mark)})
+	c.AddRule(&nftables.Rule{Table: h.table, Chain: h.pickup, Exprs: markSlotPacket(h.slotMap, h.cfg.SlotMask), UserData: tagPackets})
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("creating nftables table inet %s: %w", TableName, err)
 	}
@@ -220,6 +258,9 @@ func (h *Handoff) Counts() (flows, packets uint64, err error) {
 		return 0, 0, err
 	}
 	for _, r := range rules {
+		if len(r.UserData) > 0 {
+			continue // the flows handed off by slot: FlowCounts
+		}
 		for _, e := range r.Exprs {
 			if n, ok := e.(*expr.Counter); ok && isMarkPacket(r.Exprs) {
 				packets += n.Packets
@@ -257,7 +298,7 @@ func (h *Handoff) Clear() error {
 			errs = append(errs, err)
 		}
 	}
-	errs = append(errs, h.rules(false), h.conn.CloseLasting())
+	errs = append(errs, h.clearSlots(), h.rules(false), h.conn.CloseLasting())
 	return errors.Join(errs...)
 }
 
@@ -383,10 +424,11 @@ func isMarkPacket(exprs []expr.Any) bool {
 	return ok && m.Key == expr.MetaKeyMARK && m.SourceRegister
 }
 
-// nullBinding is `meta nfproto ipv4 meta mark & MARK == MARK dnat ip to ip daddr` (ip6 for
+// nullBinding is `meta nfproto ipv4 meta mark & MARKS != 0 dnat ip to ip daddr` (ip6 for
 // IPv6): a translation to the address the flow already has, which binds the flow so that no
-// later NAT chain (the service proxy's DNAT) translates it.
-func nullBinding(v4 bool, mark uint32) []expr.Any {
+// later NAT chain (the service proxy's DNAT) translates it. MARKS are the hand-off bit and the
+// slots' bits.
+func nullBinding(v4 bool, marks uint32) []expr.Any {
 	proto, offset, length, family := byte(unix.NFPROTO_IPV6), uint32(24), uint32(16), uint32(unix.NFPROTO_IPV6)
 	if v4 {
 		proto, offset, length, family = unix.NFPROTO_IPV4, 16, 4, unix.NFPROTO_IPV4
@@ -396,8 +438,8 @@ func nullBinding(v4 bool, mark uint32) []expr.Any {
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{proto}},
 		&expr.Meta{Key: expr.MetaKeyMARK, Register: 1},
 		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
-			Mask: binaryutil.NativeEndian.PutUint32(mark), Xor: binaryutil.NativeEndian.PutUint32(0)},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(mark)},
+			Mask: binaryutil.NativeEndian.PutUint32(marks), Xor: binaryutil.NativeEndian.PutUint32(0)},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(0)},
 		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: offset, Len: length},
 		&expr.NAT{Type: expr.NATTypeDestNAT, Family: family, RegAddrMin: 1, RegAddrMax: 1},
 	}

@@ -1,0 +1,139 @@
+package e2e
+
+import (
+	"context"
+	"net/netip"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/portico-lb/portico/internal/netlab"
+)
+
+// TestBGPDrainKeepsConnections: every node advertises the address to bird, whose kernel route
+// spreads flows over the three next hops by their ports (fib_multipath_hash_policy 1, plain
+// hash-threshold ECMP, no resilient hashing); 24 long-lived connections from the router, each
+// echoing every 10 ms, land on all three nodes, whose service proxy (nftables, as
+// TestL2ConnectionsSurviveMove's) DNATs them to one pod and masquerades them. node-c is
+// cordoned until its path is withdrawn, then uncordoned until it is back: each change of the
+// ECMP set remaps flows to nodes with no conntrack entry for them, which a node must pass on to
+// the node that has it. No connection may break.
+func TestBGPDrainKeepsConnections(t *testing.T) {
+	vip := netip.MustParseAddr("203.0.113.10")
+	inHandoffLabWith(t, 1, vip, func(t *testing.T, e *l2Env, pod labPod) {
+		stop, err := netlab.ServeEcho(pod.NS, echoPort)
+		must(t, err)
+		t.Cleanup(func() { _ = stop() })
+		all := []string{"node-a", "node-b", "node-c"}
+		// A short drain grace: the withdrawal follows the cordon within the test's patience.
+		e.extraArgs = []string{"--bgp-drain-grace=3s"}
+		for _, n := range all {
+			e.kill(n, syscall.SIGTERM)
+			e.startSpeaker(n)
+		}
+		router := e.Routers[0].NS
+		// A router forwards (so it takes no ICMP redirect from a node that passes a flow on) and
+		// hashes flows by their ports.
+		run(t, "ip", "netns", "exec", router, "sysctl", "-qw", "net.ipv4.ip_forward=1", "net.ipv4.fib_multipath_hash_policy=1")
+		startBird(t, router, birdConfig(e.Routers[0].IPv4.Addr(), e.Nodes, clusterASN, ""))
+		e.createObject(bgpPeer("tor", e.Routers[0].IPv4.Addr(), clusterASN, routerASN))
+		e.waitEstablished("tor", 30*time.Second, all...)
+		route := e.advertiseWeb(router, all)
+		if route.Addr() != vip {
+			t.Fatalf("advertiseWeb advertises %v, not %v", route, vip)
+		}
+
+		const connections = 24
+		s := openStreams(t, router, netip.AddrPortFrom(vip, echoPort), connections)
+		s.after(t, "50 echoes per connection before the drain")
+		landed := map[string]int{}
+		for _, n := range all {
+			landed[n] = establishedTo(t, e.node(n).NS, vip)
+		}
+		t.Logf("connections per node before the drain: %v", landed)
+		for _, n := range all {
+			if landed[n] == 0 {
+				t.Fatalf("no connection landed on %s (%v): the router does not spread them", n, landed)
+			}
+		}
+
+		uncordoned := false
+		e.setNode("node-c", false, func(n *corev1.Node) { n.Spec.Unschedulable = true })
+		t.Cleanup(func() {
+			if !uncordoned {
+				e.setNode("node-c", false, func(n *corev1.Node) { n.Spec.Unschedulable = false })
+			}
+		})
+		e.expectRoute(router, route, e.nodeIPs(false, "node-a", "node-b"), 30*time.Second)
+		sent, resets, errs, worst := s.after(t, "50 echoes per connection after node-c's path was withdrawn")
+		t.Logf("drained: %d echoes, %d resets, %d broken connections, longest echo %v", sent, resets, len(errs), worst.Round(time.Millisecond))
+		if len(errs) > 0 {
+			t.Errorf("%d of %d connections broke when node-c was drained: %v", len(errs), connections, errs)
+		}
+
+		e.setNode("node-c", false, func(n *corev1.Node) { n.Spec.Unschedulable = false })
+		uncordoned = true
+		e.expectRoute(router, route, e.nodeIPs(false, all...), 30*time.Second)
+		sent, resets, errs, worst = s.after(t, "50 echoes per connection after node-c's path came back")
+		t.Logf("uncordoned: %d echoes, %d resets, %d broken connections, longest echo %v", sent, resets, len(errs), worst.Round(time.Millisecond))
+		if len(errs) > 0 {
+			t.Errorf("%d of %d connections broke when node-c was uncordoned: %v", len(errs), connections, errs)
+		}
+		s.stop()
+
+		// The mechanism, not luck: node-c asked before each change and every ack came, and the
+		// nodes passed flows on.
+		if shares := sharesBy(t, e, "node-c", "complete"); shares < 2 {
+			t.Errorf("node-c's flow-sharing rounds that got every ack: %.0f, want one before the drain and one before the uncordon at least", shares)
+		}
+		handedOff := 0.0
+		for _, n := range all {
+			m, err := scrapeMetrics(context.Background(), e.node(n).IPv4.Addr().String()+":7474")
+			must(t, err)
+			flows, packets := sum(m, "portico_bgp_flow_handoff_flows_total", nil), sum(m, "portico_bgp_flow_handoff_packets_total", nil)
+			// The forwarding guard lets the flows passed on through (it would hold each one up
+			// by a retransmission: their NAT binding translates nothing).
+			if dropped := sum(m, "portico_speaker_guard_dropped_packets_total", nil); dropped > 0 {
+				t.Errorf("%s's forwarding guard dropped %.0f packets", n, dropped)
+			}
+			t.Logf("%s: listed %.0f flows of the others, passed %.0f flows (%.0f packets) on, shares asked %.0f complete, %.0f incomplete",
+				n, sum(m, "portico_bgp_flows_listed_total", nil), flows, packets, sharesBy(t, e, n, "complete"), sharesBy(t, e, n, "incomplete"))
+			handedOff += flows
+		}
+		if handedOff == 0 {
+			t.Error("no node passed a flow on to its holder")
+		}
+		for _, line := range strings.Split(e.speakerLog("node-c"), "\n") {
+			if strings.Contains(line, "flows") {
+				t.Log(line)
+			}
+		}
+	})
+}
+
+// sharesBy is node's count of flow-sharing rounds with result.
+func sharesBy(t *testing.T, e *l2Env, node, result string) float64 {
+	m, err := scrapeMetrics(context.Background(), e.node(node).IPv4.Addr().String()+":7474")
+	must(t, err)
+	return sum(m, "portico_bgp_flow_shares_total", map[string]string{"result": result})
+}
+
+// establishedTo counts the established connections to ip:echoPort in ns's connection tracking
+// that the node translated itself (not those it passes on to another node).
+func establishedTo(t *testing.T, ns string, ip netip.Addr) int {
+	t.Helper()
+	out, err := exec.Command("ip", "netns", "exec", ns, "cat", "/proc/net/nf_conntrack").Output()
+	must(t, err)
+	n := 0
+	for _, line := range strings.Split(string(out), "\n") {
+		if strings.Contains(line, "ESTABLISHED") && strings.Contains(line, "dst="+ip.String()+" ") &&
+			strings.Contains(line, "dport=7000 ") && strings.Contains(line, "[ASSURED]") {
+			n++
+		}
+	}
+	return n
+}
