@@ -243,3 +243,68 @@ func run(ns string, args ...string) string {
 	out, _ := exec.Command("ip", append([]string{"netns", "exec", ns}, args...)...).CombinedOutput()
 	return string(out)
 }
+
+// TestFlowHandoff: the flows the old node holds (HeldFlows), listed at the new node for the
+// old one (SetFlows), survive the client's move to the new node: the per-flow hand-off flow
+// sharing uses over BGP, where one address's flows go to different nodes.
+func TestFlowHandoff(t *testing.T) {
+	for _, v6 := range []bool{false, true} {
+		t.Run(map[bool]string{false: "IPv4", true: "IPv6"}[v6], func(t *testing.T) { testFlowHandoff(t, v6) })
+	}
+}
+
+func testFlowHandoff(t *testing.T, v6 bool) {
+	lb := newLab(t, v6)
+	conns := lb.dial(t, 5)
+	if errs := exchange(conns, 0); len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	old := open(t, lb.old.NS)
+	var held map[netip.Addr][]handoff.Flow
+	in(t, lb.old.NS, func() (err error) { held, err = old.HeldFlows([]netip.Addr{lb.vip}, 100); return err })
+	if len(held[lb.vip]) != 5 {
+		t.Fatalf("the old node holds %v, want the 5 connections to %v", held, lb.vip)
+	}
+	h := open(t, lb.new.NS)
+	var listed int
+	in(t, lb.new.NS, func() (err error) { listed, err = h.SetFlows(lb.oldAddr(), held[lb.vip], time.Minute); return err })
+	if listed != 5 {
+		t.Fatalf("listed %d flows, want 5", listed)
+	}
+	lb.answer(lb.new)
+	for round := 1; round <= 3; round++ {
+		if errs := exchange(conns, round); len(errs) > 0 {
+			t.Log(run(lb.new.NS, "nft", "list", "ruleset"), run(lb.new.NS, "ip", "rule"), run(lb.new.NS, "ip", "route", "show", "table", "all"))
+			t.Fatalf("round %d: %v", round, errs)
+		}
+	}
+	fresh := lb.dial(t, 1) // a new connection is the new node's own
+	if errs := exchange(fresh, 0); len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	var flows, packets uint64
+	in(t, lb.new.NS, func() (err error) { flows, packets, err = h.FlowCounts(); return err })
+	if flows != 5 || packets < 15 {
+		t.Errorf("counted %d flows and %d packets handed off, want 5 and at least 15", flows, packets)
+	}
+
+	// The speaker stops and its successor starts: the flows go on by their slot.
+	in(t, lb.new.NS, h.Release)
+	h = open(t, lb.new.NS)
+	if slots := h.Slots(); len(slots) != 1 || slots[1] != lb.oldAddr() {
+		t.Fatalf("the successor adopted slots %v, want 1: %v", slots, lb.oldAddr())
+	}
+	if errs := exchange(conns, 4); len(errs) > 0 {
+		t.Fatalf("after the successor's start: %v", errs)
+	}
+
+	in(t, lb.new.NS, h.Clear)
+	for what, out := range map[string]string{
+		"table": run(lb.new.NS, "nft", "list", "tables"), "rule": run(lb.new.NS, "ip", "rule"),
+		"IPv6 rule": run(lb.new.NS, "ip", "-6", "rule"), "route": run(lb.new.NS, "ip", "route", "show", "table", "3581"),
+		"IPv6 route": run(lb.new.NS, "ip", "-6", "route", "show", "table", "3581")} {
+		if strings.Contains(out, "portico-handoff") || strings.Contains(out, "3581") || strings.Contains(out, "via") {
+			t.Errorf("%s left after Clear: %s", what, out)
+		}
+	}
+}

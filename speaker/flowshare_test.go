@@ -1,0 +1,69 @@
+package speaker
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/cockroachdb/datadriven"
+
+	"github.com/portico-lb/portico/rules"
+	"github.com/portico-lb/portico/speaker/plan"
+)
+
+// TestFlowShareTranscripts runs testdata/flowshare: when a node shares (standing, routed
+// addresses before and after), the acks a round awaits, and the messages it refuses.
+func TestFlowShareTranscripts(t *testing.T) {
+	standings := map[string]rules.BGPStanding{"advertise": rules.BGPAdvertise, "graceful-shutdown": rules.BGPGracefulShutdown, "withdraw": rules.BGPWithdraw}
+	datadriven.Walk(t, "testdata/flowshare", func(t *testing.T, path string) {
+		var r *shareRound
+		awaiting := func() string {
+			select {
+			case <-r.done:
+				return "done"
+			default:
+				return "awaiting " + strings.Join(r.missing(), " ")
+			}
+		}
+		datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
+			arg := func(key string) string {
+				for _, a := range d.CmdArgs {
+					if a.Key == key {
+						return strings.Join(a.Vals, ",")
+					}
+				}
+				return ""
+			}
+			routed := func(key string) map[netip.Addr]plan.BGPClaim {
+				out := map[netip.Addr]plan.BGPClaim{}
+				for _, s := range strings.FieldsFunc(arg(key), func(r rune) bool { return r == ',' }) {
+					out[netip.MustParseAddr(s)] = plan.BGPClaim{}
+				}
+				return out
+			}
+			switch d.Cmd {
+			case "share":
+				addrs := flowsToShare(standings[arg("before")], standings[arg("after")], routed("routed-before"), routed("routed-after"))
+				return fmt.Sprint(addrs)
+			case "round":
+				r = newShareRound(strings.Split(arg("members"), ","))
+				return awaiting()
+			case "ack":
+				r.acked(arg("receiver"), arg("holder"))
+				return awaiting()
+			case "drop":
+				r.drop(arg("member"))
+				return awaiting()
+			case "decode":
+				m, err := decodeFlowMessage([]byte(d.Input))
+				if err != nil {
+					return err.Error()
+				}
+				return fmt.Sprintf("%s round %d asked by %s, from %s: addrs %v members %v flows %v holder %q", m.Kind, m.Round, m.Asker, m.From, m.Addrs, m.Members, m.Flows, m.Holder)
+			}
+			t.Fatalf("%s: unknown command %q", d.Pos, d.Cmd)
+			return ""
+		})
+	})
+}
