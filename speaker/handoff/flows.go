@@ -253,9 +253,9 @@ func flowMapOf(table *nftables.Table, v4 bool) *nftables.Set {
 // ip saddr . tcp sport . ip daddr . tcp dport vmap @flows4` (ip6 for IPv6): a flow whose first
 // packet here is not a SYN, listed for another node: its slot's chain marks it.
 func pickUpFlow(set *nftables.Set, v4 bool, marks uint32) []expr.Any {
-	proto, saddr, daddr, length := byte(unix.NFPROTO_IPV6), uint32(8), uint32(24), uint32(16)
+	saddr, daddr, length := uint32(8), uint32(24), uint32(16)
 	if v4 {
-		proto, saddr, daddr, length = unix.NFPROTO_IPV4, 12, 16, 4
+		saddr, daddr, length = 12, 16, 4
 	}
 	regs := length / 4
 	load := []expr.Any{ // registers 8 and up: the 32-bit ones a concatenation is read from
@@ -264,23 +264,7 @@ func pickUpFlow(set *nftables.Set, v4 bool, marks uint32) []expr.Any {
 		&expr.Payload{DestRegister: 9 + regs, Base: expr.PayloadBaseNetworkHeader, Offset: daddr, Len: length},
 		&expr.Payload{DestRegister: 9 + 2*regs, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
 	}
-	out := []expr.Any{
-		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{proto}},
-		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_TCP}},
-		&expr.Ct{Register: 1, Key: expr.CtKeySTATE},
-		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
-			Mask: binaryutil.NativeEndian.PutUint32(expr.CtStateBitNEW), Xor: binaryutil.NativeEndian.PutUint32(0)},
-		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(0)},
-		&expr.Ct{Register: 1, Key: expr.CtKeyMARK},
-		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
-			Mask: binaryutil.NativeEndian.PutUint32(marks), Xor: binaryutil.NativeEndian.PutUint32(0)},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(0)},
-		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 13, Len: 1},
-		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 1, Mask: []byte{tcpSYN | tcpACK}, Xor: []byte{0}},
-		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: []byte{tcpSYN}},
-	}
+	out := midStream(v4, marks)
 	out = append(out, load...)
 	out = append(out, &expr.Lookup{SourceRegister: 8, SetName: set.Name, SetID: set.ID}, &expr.Counter{})
 	return append(out, &expr.Lookup{SourceRegister: 8, SetName: set.Name, SetID: set.ID, IsDestRegSet: true, DestRegister: 0})

@@ -373,9 +373,28 @@ func netlinkPrefix(p netip.Prefix) *net.IPNet {
 // (Every packet of a handed-off flow is ct state new here, since its replies never pass this
 // node: the mark test makes the counter count flows.)
 func markMidStream(set *nftables.Set, v4 bool, mark uint32) []expr.Any {
-	proto, offset, length := byte(unix.NFPROTO_IPV6), uint32(24), uint32(16)
+	offset, length := uint32(24), uint32(16)
 	if v4 {
-		proto, offset, length = unix.NFPROTO_IPV4, 16, 4
+		offset, length = 16, 4
+	}
+	return append(midStream(v4, mark),
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: offset, Len: length},
+		&expr.Lookup{SourceRegister: 1, SetName: set.Name, SetID: set.ID},
+		&expr.Ct{Register: 1, Key: expr.CtKeyMARK},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
+			Mask: binaryutil.NativeEndian.PutUint32(^mark), Xor: binaryutil.NativeEndian.PutUint32(mark)},
+		&expr.Ct{Register: 1, Key: expr.CtKeyMARK, SourceRegister: true},
+		&expr.Counter{},
+	)
+}
+
+// midStream is `meta nfproto ipv4 meta l4proto tcp ct state new ct mark & MARKS == 0 tcp flags
+// & (syn|ack) != syn` (ipv6 for IPv6): a TCP flow whose first packet here is not a SYN, not
+// marked by a hand-off yet.
+func midStream(v4 bool, marks uint32) []expr.Any {
+	proto := byte(unix.NFPROTO_IPV6)
+	if v4 {
+		proto = unix.NFPROTO_IPV4
 	}
 	return []expr.Any{
 		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
@@ -388,18 +407,11 @@ func markMidStream(set *nftables.Set, v4 bool, mark uint32) []expr.Any {
 		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(0)},
 		&expr.Ct{Register: 1, Key: expr.CtKeyMARK},
 		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
-			Mask: binaryutil.NativeEndian.PutUint32(mark), Xor: binaryutil.NativeEndian.PutUint32(0)},
+			Mask: binaryutil.NativeEndian.PutUint32(marks), Xor: binaryutil.NativeEndian.PutUint32(0)},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(0)},
 		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 13, Len: 1},
 		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 1, Mask: []byte{tcpSYN | tcpACK}, Xor: []byte{0}},
 		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: []byte{tcpSYN}},
-		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: offset, Len: length},
-		&expr.Lookup{SourceRegister: 1, SetName: set.Name, SetID: set.ID},
-		&expr.Ct{Register: 1, Key: expr.CtKeyMARK},
-		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
-			Mask: binaryutil.NativeEndian.PutUint32(^mark), Xor: binaryutil.NativeEndian.PutUint32(mark)},
-		&expr.Ct{Register: 1, Key: expr.CtKeyMARK, SourceRegister: true},
-		&expr.Counter{},
 	}
 }
 

@@ -228,14 +228,7 @@ func testHandoff(t *testing.T, v6 bool) {
 
 		// Cleared (the hand-off switched off), nothing is left.
 		in(t, lb.new.NS, h.Clear)
-		for what, out := range map[string]string{
-			"table": run(lb.new.NS, "nft", "list", "tables"), "rule": run(lb.new.NS, "ip", "rule"),
-			"IPv6 rule": run(lb.new.NS, "ip", "-6", "rule"), "route": run(lb.new.NS, "ip", "route", "show", "table", "3580"),
-			"IPv6 route": run(lb.new.NS, "ip", "-6", "route", "show", "table", "3580")} {
-			if strings.Contains(out, "portico-handoff") || strings.Contains(out, "3580") || strings.Contains(out, lb.vip.String()) {
-				t.Errorf("%s left after Clear: %s", what, out)
-			}
-		}
+		leftNothing(t, lb.new.NS, "3580", lb.vip.String())
 	})
 }
 
@@ -299,12 +292,19 @@ func testFlowHandoff(t *testing.T, v6 bool) {
 	}
 
 	in(t, lb.new.NS, h.Clear)
-	for what, out := range map[string]string{
-		"table": run(lb.new.NS, "nft", "list", "tables"), "rule": run(lb.new.NS, "ip", "rule"),
-		"IPv6 rule": run(lb.new.NS, "ip", "-6", "rule"), "route": run(lb.new.NS, "ip", "route", "show", "table", "3581"),
-		"IPv6 route": run(lb.new.NS, "ip", "-6", "route", "show", "table", "3581")} {
-		if strings.Contains(out, "portico-handoff") || strings.Contains(out, "3581") || strings.Contains(out, "via") {
-			t.Errorf("%s left after Clear: %s", what, out)
+	leftNothing(t, lb.new.NS, "3581", "via")
+}
+
+// leftNothing fails t if ns has the hand-off's table, a rule or route of routing table table,
+// or a route with what in it, after Clear.
+func leftNothing(t *testing.T, ns, table, what string) {
+	t.Helper()
+	for name, out := range map[string]string{
+		"table": run(ns, "nft", "list", "tables"), "rule": run(ns, "ip", "rule"),
+		"IPv6 rule": run(ns, "ip", "-6", "rule"), "route": run(ns, "ip", "route", "show", "table", table),
+		"IPv6 route": run(ns, "ip", "-6", "route", "show", "table", table)} {
+		if strings.Contains(out, "portico-handoff") || strings.Contains(out, table) || strings.Contains(out, what) {
+			t.Errorf("%s left after Clear: %s", name, out)
 		}
 	}
 }
