@@ -104,18 +104,20 @@ func (m *Metrics) bgpStopping(stop bgpStop) {
 // (l2) and by flow sharing (flows).
 func RegisterHandoffCounts(reg prometheus.Registerer, l2, flows func() (flows, packets uint64, err error)) {
 	for _, c := range []struct {
-		name, flowsHelp, packetsHelp string
-		counts                       func() (uint64, uint64, error)
+		flows, packets prometheus.CounterOpts
+		counts         func() (uint64, uint64, error)
 	}{
-		{"portico_l2_handoff", "Flows to addresses this node took over whose first packet here was not a SYN (a connection opened through the previous owner), handed off to that node.",
-			"Packets of handed-off flows routed on to the address's previous owner.", l2},
-		{"portico_bgp_flow_handoff", "Flows another node shared (it holds their state) whose first packet here was not a SYN (the router moved them here), handed off to that node.",
-			"Packets of those flows routed on to the node that holds them.", flows},
+		{prometheus.CounterOpts{Name: "portico_l2_handoff_flows_total",
+			Help: "Flows to addresses this node took over whose first packet here was not a SYN (a connection opened through the previous owner), handed off to that node."},
+			prometheus.CounterOpts{Name: "portico_l2_handoff_packets_total",
+				Help: "Packets of handed-off flows routed on to the address's previous owner."}, l2},
+		{prometheus.CounterOpts{Name: "portico_bgp_flow_handoff_flows_total",
+			Help: "Flows another node shared (it holds their state) whose first packet here was not a SYN (the router moved them here), handed off to that node."},
+			prometheus.CounterOpts{Name: "portico_bgp_flow_handoff_packets_total",
+				Help: "Packets of those flows routed on to the node that holds them."}, flows},
 	} {
-		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: c.name + "_flows_total", Help: c.flowsHelp},
-			func() float64 { n, _, _ := c.counts(); return float64(n) }))
-		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: c.name + "_packets_total", Help: c.packetsHelp},
-			func() float64 { _, n, _ := c.counts(); return float64(n) }))
+		reg.MustRegister(prometheus.NewCounterFunc(c.flows, func() float64 { n, _, _ := c.counts(); return float64(n) }))
+		reg.MustRegister(prometheus.NewCounterFunc(c.packets, func() float64 { _, n, _ := c.counts(); return float64(n) }))
 	}
 }
 
