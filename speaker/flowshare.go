@@ -6,6 +6,8 @@ import (
 	"net/netip"
 	"slices"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/portico-lb/portico/rules"
 	"github.com/portico-lb/portico/speaker/handoff"
 	"github.com/portico-lb/portico/speaker/plan"
@@ -31,6 +33,29 @@ func flowsToShare(before, after rules.BGPStanding, routedBefore, routedAfter map
 		return nil
 	}
 	return keysOf(routedBefore, routedAfter)
+}
+
+// staleSlots are the node addresses of slots (the hand-off's, by slot) that are no Node's
+// InternalIP, sorted; none when no Node is known (a cache not read yet is no reason to cut the
+// flows passed on).
+func staleSlots(slots map[int]netip.Addr, nodes []corev1.Node) []netip.Addr {
+	if len(nodes) == 0 {
+		return nil
+	}
+	known := map[netip.Addr]bool{}
+	for i := range nodes {
+		for _, ip := range rules.InternalIPs(&nodes[i]) {
+			known[ip] = true
+		}
+	}
+	var out []netip.Addr
+	for _, via := range slots {
+		if !known[via] {
+			out = append(out, via)
+		}
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return out
 }
 
 // Kinds of flow-sharing message.

@@ -7,13 +7,16 @@ import (
 	"testing"
 
 	"github.com/cockroachdb/datadriven"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/portico-lb/portico/rules"
 	"github.com/portico-lb/portico/speaker/plan"
 )
 
 // TestFlowShareTranscripts runs testdata/flowshare: when a node shares (standing, routed
-// addresses before and after), the acks a round awaits, and the messages it refuses.
+// addresses before and after), the acks a round awaits, the messages it refuses, and the
+// hand-off slots it gives back.
 func TestFlowShareTranscripts(t *testing.T) {
 	standings := map[string]rules.BGPStanding{"advertise": rules.BGPAdvertise, "graceful-shutdown": rules.BGPGracefulShutdown, "withdraw": rules.BGPWithdraw}
 	datadriven.Walk(t, "testdata/flowshare", func(t *testing.T, path string) {
@@ -55,6 +58,18 @@ func TestFlowShareTranscripts(t *testing.T) {
 			case "drop":
 				r.drop(arg("member"))
 				return awaiting()
+			case "stale":
+				slots := map[int]netip.Addr{}
+				for i, via := range strings.FieldsFunc(arg("slots"), func(r rune) bool { return r == ',' }) {
+					slots[i+1] = netip.MustParseAddr(via)
+				}
+				var nodes []corev1.Node
+				for _, n := range strings.FieldsFunc(arg("nodes"), func(r rune) bool { return r == ',' }) {
+					name, ip, _ := strings.Cut(n, "=")
+					nodes = append(nodes, corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name},
+						Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip}}}})
+				}
+				return fmt.Sprint(staleSlots(slots, nodes))
 			case "decode":
 				m, err := decodeFlowMessage([]byte(d.Input))
 				if err != nil {

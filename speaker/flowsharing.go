@@ -194,3 +194,19 @@ func (s *Speaker) listFlows(m flowMessage) {
 		s.Log.Info("could not ack a member's flows", "asker", m.Asker, "error", err.Error())
 	}
 }
+
+// pruneFlowSlots gives back the hand-off's slots of node addresses no Node has any more
+// (staleSlots), so that they do not run out as nodes come and go. A slot that listed flows
+// still refer to stays until they expire, and goes at a later full plan.
+func (s *Speaker) pruneFlowSlots(nodes []corev1.Node) {
+	if s.Handoff == nil {
+		return
+	}
+	for _, via := range staleSlots(s.Handoff.Slots(), nodes) {
+		if err := s.Handoff.RemoveSlot(via); err != nil {
+			s.Log.V(1).Info("keeping the slot of a node address no Node has, for now", "via", via, "error", err.Error())
+			continue
+		}
+		s.Log.Info("gave back the hand-off slot of a node address no Node has", "via", via)
+	}
+}

@@ -84,6 +84,7 @@ func (s *Speaker) replan(ctx context.Context) (plan.Changes, error) {
 		}
 		ch := s.planner.Replan(w, s.Group.IsAlive)
 		s.wakeForReplan()
+		s.pruneFlowSlots(w.Nodes)
 		return ch, nil
 	}
 	var held plan.Changes

@@ -140,11 +140,7 @@ func (h *Handoff) slotFor(via netip.Addr) (slot, error) {
 
 // routeSlot adds slot s's route (default via its node) and routing rule.
 func (h *Handoff) routeSlot(s slot) error {
-	def := netip.PrefixFrom(netip.IPv6Unspecified(), 0)
-	if s.via.Is4() {
-		def = netip.PrefixFrom(netip.IPv4Unspecified(), 0)
-	}
-	r := &netlink.Route{Dst: netlinkPrefix(def), Gw: s.via.AsSlice(), Table: h.cfg.slotTable(s.n)}
+	r := &netlink.Route{Dst: netlinkPrefix(defaultRoute(s.via)), Gw: s.via.AsSlice(), Table: h.cfg.slotTable(s.n)}
 	if err := netlink.RouteReplace(r); err != nil {
 		return fmt.Errorf("routing the flows handed off to %s: %w", s.via, err)
 	}
@@ -189,6 +185,30 @@ func (h *Handoff) addSlotChain(s slot) {
 
 func slotChain(n int) string { return fmt.Sprintf("slot%d", n) }
 
+// RemoveSlot gives via's slot back (its chain, map element, rule and route), when the node is
+// gone. It fails, changing nothing, while a listed flow still refers to the slot: the flows
+// listed expire after their grace, and a later call succeeds. Flows passed on by the slot
+// lose their way, as they would with their node gone.
+func (h *Handoff) RemoveSlot(via netip.Addr) error {
+	via = via.Unmap()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	i := slices.IndexFunc(h.slots, func(s slot) bool { return s.via == via })
+	if i < 0 {
+		return nil
+	}
+	s := h.slots[i]
+	if err := h.conn.SetDeleteElements(h.slotMap, []nftables.SetElement{{Key: binaryutil.NativeEndian.PutUint32(h.cfg.slotValue(s.n))}}); err != nil {
+		return err
+	}
+	h.conn.DelChain(&nftables.Chain{Name: slotChain(s.n), Table: h.table})
+	if err := h.conn.Flush(); err != nil { // one batch: the element stays if the chain does
+		return fmt.Errorf("removing the chain of the flows handed off to %s (listed flows still refer to it): %w", via, err)
+	}
+	h.slots = slices.Delete(h.slots, i, i+1)
+	return h.unrouteSlot(s)
+}
+
 // leftSlots reads the slots an earlier run left from the routing tables.
 func (h *Handoff) leftSlots() ([]slot, error) {
 	var out []slot
@@ -213,17 +233,27 @@ func (h *Handoff) leftSlots() ([]slot, error) {
 func (h *Handoff) clearSlots() error {
 	var errs []error
 	for _, s := range h.slots {
-		_ = netlink.RuleDel(h.slotRule(s.n, s.via.Is4()))
-		def := netip.PrefixFrom(netip.IPv6Unspecified(), 0)
-		if s.via.Is4() {
-			def = netip.PrefixFrom(netip.IPv4Unspecified(), 0)
-		}
-		if err := netlink.RouteDel(&netlink.Route{Dst: netlinkPrefix(def), Table: h.cfg.slotTable(s.n)}); err != nil && !errors.Is(err, unix.ESRCH) {
-			errs = append(errs, err)
-		}
+		errs = append(errs, h.unrouteSlot(s))
 	}
 	h.slots = nil
 	return errors.Join(errs...)
+}
+
+// unrouteSlot removes slot s's rule and route.
+func (h *Handoff) unrouteSlot(s slot) error {
+	_ = netlink.RuleDel(h.slotRule(s.n, s.via.Is4()))
+	if err := netlink.RouteDel(&netlink.Route{Dst: netlinkPrefix(defaultRoute(s.via)), Table: h.cfg.slotTable(s.n)}); err != nil && !errors.Is(err, unix.ESRCH) {
+		return fmt.Errorf("removing the route of the flows handed off to %s: %w", s.via, err)
+	}
+	return nil
+}
+
+// defaultRoute is the default route of via's family.
+func defaultRoute(via netip.Addr) netip.Prefix {
+	if via.Is4() {
+		return netip.PrefixFrom(netip.IPv4Unspecified(), 0)
+	}
+	return netip.PrefixFrom(netip.IPv6Unspecified(), 0)
 }
 
 // flowKey is f as the flows map's key: client address . client port . address . port, each

@@ -291,6 +291,41 @@ func testFlowHandoff(t *testing.T, v6 bool) {
 		t.Fatalf("after the successor's start: %v", errs)
 	}
 
+	// A slot goes back only once no listed flow refers to it: the successor's maps start empty,
+	// so the old node's flows listed again, and a second node address (the client's, for the
+	// test) with one flow listed for a second.
+	in(t, lb.new.NS, func() error { _, err := h.SetFlows(lb.oldAddr(), held[lb.vip], time.Minute); return err })
+	clientAddr := lb.client.IPv4.Addr()
+	if v6 {
+		clientAddr = lb.client.IPv6.Addr()
+	}
+	gone := handoff.Flow{Client: netip.AddrPortFrom(clientAddr, 9), Service: netip.AddrPortFrom(lb.vip, port)}
+	in(t, lb.new.NS, func() error { _, err := h.SetFlows(clientAddr, []handoff.Flow{gone}, time.Second); return err })
+	in(t, lb.new.NS, func() error {
+		if err := h.RemoveSlot(lb.oldAddr()); err == nil {
+			return fmt.Errorf("gave back the slot of %v while 5 listed flows refer to it", lb.oldAddr())
+		}
+		return nil
+	})
+	netlab.WaitFor(t, "the second slot given back once its flow expired", 30*time.Second, func() bool {
+		var err error
+		in(t, lb.new.NS, func() error { err = h.RemoveSlot(clientAddr); return nil })
+		return err == nil
+	})
+	if slots := h.Slots(); len(slots) != 1 || slots[1] != lb.oldAddr() {
+		t.Fatalf("slots %v after giving the second back, want 1: %v", slots, lb.oldAddr())
+	}
+	family := "-4"
+	if v6 {
+		family = "-6"
+	}
+	if out := run(lb.new.NS, "ip", family, "rule") + run(lb.new.NS, "ip", family, "route", "show", "table", "3582"); strings.Contains(out, "3582") || strings.Contains(out, "via") {
+		t.Errorf("the second slot's rule or route left:\n%s", out)
+	}
+	if errs := exchange(conns, 5); len(errs) > 0 {
+		t.Fatalf("after the second slot went: %v", errs)
+	}
+
 	in(t, lb.new.NS, h.Clear)
 	leftNothing(t, lb.new.NS, "3581", "via")
 }
