@@ -313,33 +313,10 @@ func markSlotPacket(slots *nftables.Set, mask uint32) []expr.Any {
 	}
 }
 
-// Rule tags (UserData), which Counts reads the counters by.
-var (
-	tagFlows   = []byte("flows")
-	tagPackets = []byte("flow-packets")
-)
-
 // FlowCounts reads the counters of the flows handed off by slot: the flows picked up and their
 // packets since the table was made.
 func (h *Handoff) FlowCounts() (flows, packets uint64, err error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	rules, err := h.conn.GetRules(h.table, h.pickup)
-	if err != nil {
-		return 0, 0, err
-	}
-	for _, r := range rules {
-		for _, e := range r.Exprs {
-			n, ok := e.(*expr.Counter)
-			switch {
-			case ok && slices.Equal(r.UserData, tagFlows):
-				flows += n.Packets
-			case ok && slices.Equal(r.UserData, tagPackets):
-				packets += n.Packets
-			}
-		}
-	}
-	return flows, packets, nil
+	return h.counts(tagFlows, tagPackets)
 }
 
 // Conntrack states of a TCP flow that still carries data (netfilter's tcp_conntrack: SYN_SENT

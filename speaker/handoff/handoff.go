@@ -31,6 +31,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 
@@ -182,7 +183,7 @@ func (h *Handoff) create(left map[netip.Addr]nftables.SetElement) error {
 		if err := c.AddSet(set, elems); err != nil {
 			return err
 		}
-		c.AddRule(&nftables.Rule{Table: h.table, Chain: h.pickup, Exprs: markMidStream(set, v4, h.cfg.Mark)})
+		c.AddRule(&nftables.Rule{Table: h.table, Chain: h.pickup, Exprs: markMidStream(set, v4, h.cfg.Mark), UserData: tagL2Flows})
 		c.AddRule(&nftables.Rule{Table: h.table, Chain: bind, Exprs: nullBinding(v4, h.cfg.Mark|h.cfg.SlotMask)})
 	}
 	// The flows handed off by slot (flows.go): their maps start empty (the flows are shared
@@ -199,7 +200,7 @@ func (h *Handoff) create(left map[netip.Addr]nftables.SetElement) error {
 		}
 		c.AddRule(&nftables.Rule{Table: h.table, Chain: h.pickup, Exprs: pickUpFlow(set, v4, h.cfg.Mark|h.cfg.SlotMask), UserData: tagFlows})
 	}
-	c.AddRule(&nftables.Rule{Table: h.table, Chain: h.pickup, Exprs: markPacket(h.cfg.Mark)})
+	c.AddRule(&nftables.Rule{Table: h.table, Chain: h.pickup, Exprs: markPacket(h.cfg.Mark), UserData: tagL2Packets})
 	c.AddRule(&nftables.Rule{Table: h.table, Chain: h.pickup, Exprs: markSlotPacket(h.slotMap, h.cfg.SlotMask), UserData: tagPackets})
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("creating nftables table inet %s: %w", TableName, err)
@@ -251,6 +252,19 @@ func (h *Handoff) Remove(addr netip.Addr) error {
 // Counts reads the table's counters: the flows picked up and the packets handed off since the
 // table was made.
 func (h *Handoff) Counts() (flows, packets uint64, err error) {
+	return h.counts(tagL2Flows, tagL2Packets)
+}
+
+// Rule tags (UserData), which counts reads the counters by.
+var (
+	tagL2Flows   = []byte("l2-flows")
+	tagL2Packets = []byte("l2-packets")
+	tagFlows     = []byte("flows")
+	tagPackets   = []byte("flow-packets")
+)
+
+// counts sums the counters of the pick-up chain's rules tagged flowsTag and packetsTag.
+func (h *Handoff) counts(flowsTag, packetsTag []byte) (flows, packets uint64, err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	rules, err := h.conn.GetRules(h.table, h.pickup)
@@ -258,14 +272,13 @@ func (h *Handoff) Counts() (flows, packets uint64, err error) {
 		return 0, 0, err
 	}
 	for _, r := range rules {
-		if len(r.UserData) > 0 {
-			continue // the flows handed off by slot: FlowCounts
-		}
 		for _, e := range r.Exprs {
-			if n, ok := e.(*expr.Counter); ok && isMarkPacket(r.Exprs) {
-				packets += n.Packets
-			} else if ok {
+			n, ok := e.(*expr.Counter)
+			switch {
+			case ok && slices.Equal(r.UserData, flowsTag):
 				flows += n.Packets
+			case ok && slices.Equal(r.UserData, packetsTag):
+				packets += n.Packets
 			}
 		}
 	}
@@ -429,11 +442,6 @@ func markPacket(mark uint32) []expr.Any {
 		&expr.Meta{Key: expr.MetaKeyMARK, Register: 1, SourceRegister: true},
 		&expr.Counter{},
 	}
-}
-
-func isMarkPacket(exprs []expr.Any) bool {
-	m, ok := exprs[len(exprs)-2].(*expr.Meta)
-	return ok && m.Key == expr.MetaKeyMARK && m.SourceRegister
 }
 
 // nullBinding is `meta nfproto ipv4 meta mark & MARKS != 0 dnat ip to ip daddr` (ip6 for

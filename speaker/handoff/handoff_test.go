@@ -194,16 +194,7 @@ func testHandoff(t *testing.T, v6 bool) {
 				t.Fatalf("round %d: %v", round, errs)
 			}
 		}
-		// A new connection is the new node's own.
-		fresh := lb.dial(t, 1)
-		if errs := exchange(fresh, 0); len(errs) > 0 {
-			t.Fatal(errs)
-		}
-		var flows, packets uint64
-		in(t, lb.new.NS, func() (err error) { flows, packets, err = h.Counts(); return err })
-		if flows != 5 || packets < 15 {
-			t.Errorf("counted %d flows and %d packets handed off, want 5 and at least 15", flows, packets)
-		}
+		lb.freshIsNewNodes(t, h.Counts)
 
 		// The speaker stops (a rolling update) and its successor starts: the flows go on, and
 		// the successor finds the entry.
@@ -271,15 +262,7 @@ func testFlowHandoff(t *testing.T, v6 bool) {
 			t.Fatalf("round %d: %v", round, errs)
 		}
 	}
-	fresh := lb.dial(t, 1) // a new connection is the new node's own
-	if errs := exchange(fresh, 0); len(errs) > 0 {
-		t.Fatal(errs)
-	}
-	var flows, packets uint64
-	in(t, lb.new.NS, func() (err error) { flows, packets, err = h.FlowCounts(); return err })
-	if flows != 5 || packets < 15 {
-		t.Errorf("counted %d flows and %d packets handed off, want 5 and at least 15", flows, packets)
-	}
+	lb.freshIsNewNodes(t, h.FlowCounts)
 
 	// The speaker stops and its successor starts: the flows go on by their slot.
 	in(t, lb.new.NS, h.Release)
@@ -328,6 +311,21 @@ func testFlowHandoff(t *testing.T, v6 bool) {
 
 	in(t, lb.new.NS, h.Clear)
 	leftNothing(t, lb.new.NS, "3581", "via")
+}
+
+// freshIsNewNodes checks that a new connection is the new node's own (answered), and that
+// counts, read at the new node, counted the 5 connections handed off and 3 rounds of their
+// packets at least, not the new one.
+func (lb *lab) freshIsNewNodes(t *testing.T, counts func() (flows, packets uint64, err error)) {
+	t.Helper()
+	if errs := exchange(lb.dial(t, 1), 0); len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	var flows, packets uint64
+	in(t, lb.new.NS, func() (err error) { flows, packets, err = counts(); return err })
+	if flows != 5 || packets < 15 {
+		t.Errorf("counted %d flows and %d packets handed off, want 5 and at least 15", flows, packets)
+	}
 }
 
 // leftNothing fails t if ns has the hand-off's table, a rule or route of routing table table,
