@@ -19,9 +19,11 @@ import (
 // hash-threshold ECMP, no resilient hashing); 24 long-lived connections from the router, each
 // echoing every 10 ms, land on all three nodes, whose service proxy (nftables, as
 // TestL2ConnectionsSurviveMove's) DNATs them to one pod and masquerades them. node-c is
-// cordoned until its path is withdrawn, then uncordoned until it is back: each change of the
-// ECMP set remaps flows to nodes with no conntrack entry for them, which a node must pass on to
-// the node that has it. No connection may break.
+// cordoned until its path is withdrawn, then uncordoned until it is back; then, with 24 more
+// connections opened since, its speaker is stopped and started again (the router does no
+// graceful restart, so its path goes and comes back). Each change of the ECMP set remaps flows
+// to nodes with no conntrack entry for them, which a node must pass on to the node that has
+// it. No connection may break.
 func TestBGPDrainKeepsConnections(t *testing.T) {
 	vip := netip.MustParseAddr("203.0.113.10")
 	inHandoffLabWith(t, 1, vip, func(t *testing.T, e *l2Env, pod labPod) {
@@ -61,29 +63,32 @@ func TestBGPDrainKeepsConnections(t *testing.T) {
 			}
 		}
 
+		// change applies a change of node-c's place in the ECMP set, waits for the router's route
+		// via the nodes named, and fails t if a connection broke meanwhile.
+		open := []*streams{s}
+		change := func(what string, do func(), via ...string) {
+			do()
+			e.expectRoute(router, route, e.nodeIPs(false, via...), 30*time.Second)
+			for i, s := range open {
+				sent, resets, errs, worst := s.after(t, "50 echoes per connection after "+what)
+				t.Logf("%s, connections opened %s: %d echoes, %d resets, %d broken connections, longest echo %v",
+					what, []string{"first", "after the uncordon"}[i], sent, resets, len(errs), worst.Round(time.Millisecond))
+				if len(errs) > 0 {
+					t.Errorf("%d of %d connections broke when %s: %v", len(errs), connections, what, errs)
+				}
+			}
+		}
 		uncordoned := false
-		e.setNode("node-c", false, func(n *corev1.Node) { n.Spec.Unschedulable = true })
 		t.Cleanup(func() {
 			if !uncordoned {
 				e.setNode("node-c", false, func(n *corev1.Node) { n.Spec.Unschedulable = false })
 			}
 		})
-		e.expectRoute(router, route, e.nodeIPs(false, "node-a", "node-b"), 30*time.Second)
-		sent, resets, errs, worst := s.after(t, "50 echoes per connection after node-c's path was withdrawn")
-		t.Logf("drained: %d echoes, %d resets, %d broken connections, longest echo %v", sent, resets, len(errs), worst.Round(time.Millisecond))
-		if len(errs) > 0 {
-			t.Errorf("%d of %d connections broke when node-c was drained: %v", len(errs), connections, errs)
-		}
-
-		e.setNode("node-c", false, func(n *corev1.Node) { n.Spec.Unschedulable = false })
-		uncordoned = true
-		e.expectRoute(router, route, e.nodeIPs(false, all...), 30*time.Second)
-		sent, resets, errs, worst = s.after(t, "50 echoes per connection after node-c's path came back")
-		t.Logf("uncordoned: %d echoes, %d resets, %d broken connections, longest echo %v", sent, resets, len(errs), worst.Round(time.Millisecond))
-		if len(errs) > 0 {
-			t.Errorf("%d of %d connections broke when node-c was uncordoned: %v", len(errs), connections, errs)
-		}
-		s.stop()
+		change("node-c was drained", func() { e.setNode("node-c", false, func(n *corev1.Node) { n.Spec.Unschedulable = true }) }, "node-a", "node-b")
+		change("node-c was uncordoned", func() {
+			e.setNode("node-c", false, func(n *corev1.Node) { n.Spec.Unschedulable = false })
+			uncordoned = true
+		}, all...)
 
 		// The mechanism, not luck: node-c asked before each change and every ack came, and the
 		// nodes passed flows on.
@@ -107,10 +112,28 @@ func TestBGPDrainKeepsConnections(t *testing.T) {
 		if handedOff == 0 {
 			t.Error("no node passed a flow on to its holder")
 		}
-		for _, line := range strings.Split(e.speakerLog("node-c"), "\n") {
+
+		// A speaker restarted where the router does no graceful restart takes the node's routes
+		// away and back, the same changes: it shares as it stops, and as it starts. Connections
+		// opened since the last share are listed nowhere yet.
+		s2 := openStreams(t, router, netip.AddrPortFrom(vip, echoPort), connections)
+		s2.after(t, "50 echoes per new connection")
+		open = append(open, s2)
+		change("node-c's speaker stopped", func() { e.kill("node-c", syscall.SIGTERM) }, "node-a", "node-b")
+		change("node-c's speaker started again", func() { e.startSpeaker("node-c") }, all...)
+		s.stop()
+		s2.stop()
+		log := e.speakerLog("node-c")
+		for _, line := range strings.Split(log, "\n") {
 			if strings.Contains(line, "flows") {
 				t.Log(line)
 			}
+		}
+		if !strings.Contains(log, `"msg":"members shared their flows","node":"node-c","why":"stopping-restart"`) {
+			t.Error("node-c's speaker did not log that the members shared their flows as it stopped")
+		}
+		if shares := sharesBy(t, e, "node-c", "complete"); shares < 1 {
+			t.Error("node-c's new speaker had no flow-sharing round with every ack before it advertised")
 		}
 	})
 }

@@ -26,8 +26,10 @@ import (
 
 // flowsToShare are the addresses whose ECMP set this plan changes by changing this node's place
 // in it: when its standing changes (cordoned: GRACEFUL_SHUTDOWN; its grace over: withdrawn;
-// uncordoned: advertised again), every address it advertised before or advertises now. Other
-// changes (a Service added or deleted) change every node's routes alike, or none's.
+// uncordoned: advertised again; unknownStanding to any: the speaker's first plan, which
+// advertises the node's routes after a start), every address it advertised before or
+// advertises now. Other changes (a Service added or deleted) change every node's routes alike,
+// or none's.
 func flowsToShare(before, after rules.BGPStanding, routedBefore, routedAfter map[netip.Addr]plan.BGPClaim) []netip.Addr {
 	if before == after {
 		return nil
@@ -56,6 +58,23 @@ func staleSlots(slots map[int]netip.Addr, nodes []corev1.Node) []netip.Addr {
 	}
 	slices.SortFunc(out, netip.Addr.Compare)
 	return out
+}
+
+// unknownStanding is the standing before a speaker's first plan.
+const unknownStanding rules.BGPStanding = -1
+
+// stopShares reports whether a stop of the BGP side changes the ECMP sets: a stop for good
+// withdraws every route, a restart those of sessions without graceful restart.
+func stopShares(keep bool, peers map[string]plan.Peer) bool {
+	if !keep {
+		return true
+	}
+	for _, p := range peers {
+		if !p.GracefulRestart {
+			return true
+		}
+	}
+	return false
 }
 
 // Kinds of flow-sharing message.

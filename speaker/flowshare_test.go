@@ -15,10 +15,11 @@ import (
 )
 
 // TestFlowShareTranscripts runs testdata/flowshare: when a node shares (standing, routed
-// addresses before and after), the acks a round awaits, the messages it refuses, and the
+// addresses before and after; a stop), the acks a round awaits, the messages it refuses, and the
 // hand-off slots it gives back.
 func TestFlowShareTranscripts(t *testing.T) {
-	standings := map[string]rules.BGPStanding{"advertise": rules.BGPAdvertise, "graceful-shutdown": rules.BGPGracefulShutdown, "withdraw": rules.BGPWithdraw}
+	standings := map[string]rules.BGPStanding{"advertise": rules.BGPAdvertise, "graceful-shutdown": rules.BGPGracefulShutdown,
+		"withdraw": rules.BGPWithdraw, "unknown": unknownStanding}
 	datadriven.Walk(t, "testdata/flowshare", func(t *testing.T, path string) {
 		var r *shareRound
 		awaiting := func() string {
@@ -49,6 +50,12 @@ func TestFlowShareTranscripts(t *testing.T) {
 			case "share":
 				addrs := flowsToShare(standings[arg("before")], standings[arg("after")], routed("routed-before"), routed("routed-after"))
 				return fmt.Sprint(addrs)
+			case "stop":
+				peers := map[string]plan.Peer{}
+				for i, p := range strings.FieldsFunc(arg("peers"), func(r rune) bool { return r == ',' }) {
+					peers[fmt.Sprint(i)] = plan.Peer{GracefulRestart: p == "gr"}
+				}
+				return fmt.Sprint(stopShares(arg("keep") == "true", peers))
 			case "round":
 				r = newShareRound(strings.Split(arg("members"), ","))
 				return awaiting()

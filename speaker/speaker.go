@@ -142,7 +142,7 @@ func (s *Speaker) Start(ctx context.Context) error {
 	s.handoffs = newHandoffs(s.Handoff, s.HandoffGrace)
 	s.answerer = &answerer{announce: s.Announce, node: s.Node, metrics: s.Metrics, log: s.Log, tell: s.reporter,
 		owned: map[netip.Addr]plan.Claim{}}
-	s.advertiser = &advertiser{router: s.BGP, node: s.Node, log: s.Log, tell: s.reporter, trigger: s.trigger,
+	s.advertiser = &advertiser{router: s.BGP, node: s.Node, log: s.Log, tell: s.reporter, trigger: s.trigger, standing: unknownStanding,
 		routed: map[netip.Addr]plan.BGPClaim{}}
 	onChange := func(before, after bgp.State) { s.advertiser.sessionChanged(ctx, before, after) }
 	switch r := s.BGP.(type) {
