@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/portico-lb/portico/api/v1alpha1"
 	"github.com/portico-lb/portico/internal/netlab"
 )
 
@@ -112,6 +113,14 @@ func TestBGPDrainKeepsConnections(t *testing.T) {
 		if handedOff == 0 {
 			t.Error("no node passed a flow on to its holder")
 		}
+		waitFor(t, "node-c's Speaker status shows its latest flow-sharing round, complete among 3", 10*time.Second, func() bool {
+			var sp v1alpha1.Speaker
+			if e.c.Get(context.Background(), clientKey("node-c"), &sp) != nil {
+				return false
+			}
+			f := sp.Status.FlowShare
+			return f != nil && f.Complete && f.Members == 3 && f.Reason == "bgp-standing"
+		})
 
 		// A speaker restarted where the router does no graceful restart takes the node's routes
 		// away and back, the same changes: it shares as it stops, and as it starts. Connections

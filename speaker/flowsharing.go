@@ -9,8 +9,10 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/portico-lb/portico/api/v1alpha1"
 	"github.com/portico-lb/portico/rules"
 	"github.com/portico-lb/portico/speaker/handoff"
 )
@@ -27,18 +29,19 @@ type flowRounds struct {
 }
 
 // shareFlows asks every live member to share its flows of addrs with the others, and waits for
-// their acks, at most flowShareWait (flowshare.go). It does nothing without a hand-off or with
-// flow sharing switched off, or alone in the group.
-func (s *Speaker) shareFlows(ctx context.Context, addrs []netip.Addr, why string) {
+// their acks, at most flowShareWait (flowshare.go), and returns how the round went for the
+// Speaker status. It does nothing (nil) without a hand-off or with flow sharing switched off,
+// or alone in the group.
+func (s *Speaker) shareFlows(ctx context.Context, addrs []netip.Addr, why string) *v1alpha1.FlowShare {
 	if s.Handoff == nil || !s.ShareFlows || len(addrs) == 0 {
-		return
+		return nil
 	}
 	members := s.Group.Alive()
 	if !slices.Contains(members, s.Node) {
 		members = append(members, s.Node)
 	}
 	if len(members) < 2 {
-		return
+		return nil
 	}
 	start := time.Now()
 	r := newShareRound(members)
@@ -80,15 +83,22 @@ func (s *Speaker) shareFlows(ctx context.Context, addrs []netip.Addr, why string
 	fr.mu.Lock()
 	missing := r.missing()
 	fr.mu.Unlock()
+	took := time.Since(start)
 	s.Metrics.flowShares.WithLabelValues(shareResult(complete)).Inc()
 	if !complete {
 		s.Log.Info("changing this node's place in the ECMP sets without every member's flows", "why", why,
-			"addresses", len(addrs), "missing", missing, "waited", time.Since(start).Round(time.Millisecond))
-		return
+			"addresses", len(addrs), "missing", missing, "waited", took.Round(time.Millisecond))
+	} else {
+		s.Log.Info("members shared their flows", "why", why, "addresses", len(addrs), "members", len(members),
+			"took", took.Round(time.Millisecond))
 	}
-	s.Log.Info("members shared their flows", "why", why, "addresses", len(addrs), "members", len(members),
-		"took", time.Since(start).Round(time.Millisecond))
+	return &v1alpha1.FlowShare{At: metav1.NewTime(start.Truncate(time.Second)), Reason: why, Complete: complete,
+		Missing: missing[:min(len(missing), maxMissingListed)], Members: int32(len(members)),
+		Took: metav1.Duration{Duration: took.Round(time.Millisecond)}}
 }
+
+// maxMissingListed is the API's bound on status.flowShare.missing.
+const maxMissingListed = 16
 
 func shareResult(complete bool) string {
 	if complete {

@@ -47,7 +47,9 @@ func (s *Speaker) reconcile(ctx context.Context) {
 	// Before this node's place in its addresses' ECMP sets changes, and once more after it (the
 	// flows opened meanwhile), the members share their flows (flowsharing.go).
 	shared := flowsToShare(s.advertiser.standing, p.Standing, s.advertiser.routed, p.Routed)
-	s.shareFlows(ctx, shared, "bgp-standing")
+	if round := s.shareFlows(ctx, shared, "bgp-standing"); round != nil {
+		s.flowShare = round
+	}
 	routed := s.advertiser.apply(ctx, p, ch, bgpTouched, cause)
 	s.advertiser.standing = p.Standing
 	if len(shared) > 0 {
@@ -66,7 +68,7 @@ func (s *Speaker) reconcile(ctx context.Context) {
 	slices.Sort(problems)
 	s.reporter.report(reconciled{plan: p, problems: problems, answered: s.answerer.ifaces, interfaces: s.Announce.Interfaces(),
 		subnets: s.subnetStrings(), mine: mine, routed: routed, prefixes: ch.Prefixes(), all: ch.All, sessions: s.BGP.States(),
-		handoffs: s.handoffs.status()})
+		handoffs: s.handoffs.status(), flowShare: s.flowShare})
 }
 
 // replan brings the plan up to date: the addresses whose holders changed and the changed

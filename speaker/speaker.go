@@ -96,13 +96,14 @@ type Speaker struct {
 	joining    atomic.Bool
 	pending    pendingReplan
 	planner    *plan.Planner
-	secrets    secretCache  // the BGPPeers' password Secrets (secrets.go)
-	vrfAbsent  atomic.Bool  // a BGPPeer names a VRF device this node lacks (vrfs.go)
-	cordons    cordons      // when each cordoned node was first seen cordoned (drain.go)
-	flowRounds flowRounds   // the flow-sharing rounds this node awaits acks of (flowsharing.go)
-	loopAt     atomic.Int64 // unix nanos of the main loop's latest turn; 0 until it starts (probes.go)
-	startedAt  time.Time    // when Start began (RoutesUp)
-	planned    atomic.Bool  // the first plan has been applied (RoutesUp)
+	secrets    secretCache         // the BGPPeers' password Secrets (secrets.go)
+	vrfAbsent  atomic.Bool         // a BGPPeer names a VRF device this node lacks (vrfs.go)
+	cordons    cordons             // when each cordoned node was first seen cordoned (drain.go)
+	flowRounds flowRounds          // the flow-sharing rounds this node awaits acks of (flowsharing.go)
+	flowShare  *v1alpha1.FlowShare // the latest round asked before a change, for the status; the loop's alone
+	loopAt     atomic.Int64        // unix nanos of the main loop's latest turn; 0 until it starts (probes.go)
+	startedAt  time.Time           // when Start began (RoutesUp)
+	planned    atomic.Bool         // the first plan has been applied (RoutesUp)
 
 	subnets    atomic.Pointer[[]netip.Prefix] // where this node can answer (watchSubnets); nil: not followed
 	synced     atomic.Bool                    // the cache has synced: Admit can check claims
