@@ -46,6 +46,12 @@ const echoPort = 7000
 // inHandoffLab builds the lab in the root process and runs body in the control plane's
 // namespace with the control plane and a speaker on every node.
 func inHandoffLab(t *testing.T, body func(t *testing.T, e *l2Env, pod labPod)) {
+	inHandoffLabWith(t, 0, handoffVIP, body)
+}
+
+// inHandoffLabWith is inHandoffLab with routers (r1, ...: as inBGPLab's) on the LAN, and the
+// service proxy's rules for vip.
+func inHandoffLabWith(t *testing.T, routers int, vip netip.Addr, body func(t *testing.T, e *l2Env, pod labPod)) {
 	if raw := os.Getenv(handoffEnv); raw != "" {
 		var lab handoffLab
 		if err := json.Unmarshal([]byte(raw), &lab); err != nil {
@@ -54,10 +60,15 @@ func inHandoffLab(t *testing.T, body func(t *testing.T, e *l2Env, pod labPod)) {
 		body(t, startEnv(t, &lab.l2Lab), lab.Pod)
 		return
 	}
-	netlab.Require(t, "arping", "setpriv", "nft")
+	tools := []string{"arping", "setpriv", "nft"}
+	if routers > 0 {
+		tools = append(tools, "bird", "birdc")
+	}
+	netlab.Require(t, tools...)
 	parallel(t)
 	l := netlab.New(t)
 	lab := handoffLab{l2Lab: newL2Lab(t, l, 3)}
+	lab.addRouters(l, routers)
 	var hosts []netlab.Host
 	var cidrs []netip.Prefix
 	for i, n := range lab.Nodes {
@@ -71,7 +82,7 @@ func inHandoffLab(t *testing.T, body func(t *testing.T, e *l2Env, pod labPod)) {
 	rules := fmt.Sprintf(`table ip kubeproxy {
 	chain prerouting { type nat hook prerouting priority dstnat; ip daddr %s tcp dport %d dnat to %s:%d; }
 	chain postrouting { type nat hook postrouting priority srcnat; ct status dnat masquerade; }
-}`, handoffVIP, echoPort, lab.Pod.IP, echoPort)
+}`, vip, echoPort, lab.Pod.IP, echoPort)
 	for _, n := range lab.Nodes {
 		l.MustRun("ip", "netns", "exec", n.NS, "sh", "-c", "echo '"+rules+"' | nft -f -")
 	}

@@ -82,10 +82,7 @@ func inLabWith[T testing.TB](t T, nodes, routers int, lan []string, body func(t 
 	parallel(t)
 	l := netlab.New(t)
 	lab := newL2Lab(t, l, nodes)
-	for i := 0; i < routers; i++ {
-		lab.Routers = append(lab.Routers, l.AddHost(fmt.Sprintf("r%d", i+1), fmt.Sprintf("02:00:00:00:01:%02x", i+1),
-			fmt.Sprintf("198.51.100.%d/24", 3+i), fmt.Sprintf("2001:db8:1::%d/64", 3+i)))
-	}
+	lab.addRouters(l, routers)
 	for i, role := range lan {
 		lab.LAN = append(lab.LAN, l.AddHost(role, fmt.Sprintf("52:54:00:00:05:%02x", i+1),
 			fmt.Sprintf("198.51.100.%d/24", 5+i), fmt.Sprintf("2001:db8:1::%d/64", 5+i)))
@@ -109,6 +106,14 @@ func newL2Lab(t testing.TB, l *netlab.Lab, n int) l2Lab {
 			fmt.Sprintf("198.51.100.%d/24", 11+i), fmt.Sprintf("2001:db8:1::%d/64", 11+i))})
 	}
 	return lab
+}
+
+// addRouters adds n routers (r1, r2, ... at 198.51.100.3, .4, ...) to the LAN.
+func (lab *l2Lab) addRouters(l *netlab.Lab, n int) {
+	for i := range n {
+		lab.Routers = append(lab.Routers, l.AddHost(fmt.Sprintf("r%d", i+1), fmt.Sprintf("02:00:00:00:01:%02x", i+1),
+			fmt.Sprintf("198.51.100.%d/24", 3+i), fmt.Sprintf("2001:db8:1::%d/64", 3+i)))
+	}
 }
 
 // reexecIn runs the current test (or benchmark) again in namespace ns, handing it lab through

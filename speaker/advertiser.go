@@ -8,6 +8,7 @@ import (
 
 	"github.com/go-logr/logr"
 
+	"github.com/portico-lb/portico/rules"
 	"github.com/portico-lb/portico/speaker/bgp"
 	"github.com/portico-lb/portico/speaker/plan"
 )
@@ -22,7 +23,8 @@ type advertiser struct {
 	tell     *reporter
 	trigger  func(cause string) // the loop's: a session's change refreshes the Speaker status
 	routed   map[netip.Addr]plan.BGPClaim
-	problems []error // what the latest Apply reported; a change after a problem applies every route
+	standing rules.BGPStanding // this node's, as last applied (flowsToShare)
+	problems []error           // what the latest Apply reported; a change after a problem applies every route
 }
 
 // touched are the addresses whose BGP claim the changes may start or stop.

@@ -2,6 +2,7 @@ package speaker
 
 import (
 	"context"
+	"net/netip"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -105,6 +106,10 @@ func (s *Speaker) stopBGP() {
 	}
 	s.Metrics.bgpStopping(stop)
 	l, ok := s.BGP.(leaver)
+	if s.advertiser != nil && s.planner != nil && stopShares(stop.keep && ok, s.planner.Plan().BGP.Peers) {
+		// The withdrawal changes the ECMP sets as a drain does: the members share first.
+		s.shareFlows(context.Background(), keysOf(s.advertiser.routed, map[netip.Addr]bool(nil)), "stopping-"+stop.reason)
+	}
 	if !stop.keep || !ok {
 		s.BGP.Close()
 		s.Log.Info("stopping for good: every BGP route withdrawn, every session closed", "reason", stop.reason)

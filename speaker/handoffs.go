@@ -24,6 +24,13 @@ type Handoff interface {
 	Remove(addr netip.Addr) error
 	Adopted() []handoff.Entry
 	Release() error
+	// HeldFlows and SetFlows are flow sharing's (flowsharing.go): the flows this node holds,
+	// and those another node holds, listed to be handed to it.
+	HeldFlows(addrs []netip.Addr, max int) (map[netip.Addr][]handoff.Flow, error)
+	SetFlows(via netip.Addr, flows []handoff.Flow, grace time.Duration) (int, error)
+	// Slots and RemoveSlot: the node addresses flows are handed to, one given back.
+	Slots() map[int]netip.Addr
+	RemoveSlot(via netip.Addr) error
 }
 
 // handoffs is the speaker's side of the hand-off: which addresses this node hands off, and to

@@ -26,6 +26,10 @@ type Metrics struct {
 	// handoffs and handoffEntries are the hand-off's (handoffs.go).
 	handoffs       prometheus.Counter
 	handoffEntries prometheus.Gauge
+	// flowShares, flowsShared and flowsListed are flow sharing's (flowsharing.go).
+	flowShares  *prometheus.CounterVec
+	flowsShared prometheus.Counter
+	flowsListed prometheus.Counter
 }
 
 // NewMetrics creates the series and registers them with reg.
@@ -64,8 +68,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Help: "Addresses this node took over while their previous owner's node stayed, whose flows it hands off to that node."})
 	m.handoffEntries = prometheus.NewGauge(prometheus.GaugeOpts{Name: "portico_l2_handoff_entries",
 		Help: "Addresses whose flows this node hands off to their previous owner now."})
+	m.flowShares = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "portico_bgp_flow_shares_total",
+		Help: "Times this node asked the members to share their flows before changing its place in its addresses' ECMP sets (a drain, an uncordon), by result: complete (every ack came) or incomplete (it went ahead after waiting)."},
+		[]string{"result"})
+	m.flowsShared = prometheus.NewCounter(prometheus.CounterOpts{Name: "portico_bgp_flows_shared_total",
+		Help: "Flows this node held and sent to the other members when asked to share them."})
+	m.flowsListed = prometheus.NewCounter(prometheus.CounterOpts{Name: "portico_bgp_flows_listed_total",
+		Help: "Flows other members hold that this node listed, to hand them off to their holder if they reach it."})
 	reg.MustRegister(m.requests, m.replies, m.gratuitous, m.ownerChanges, m.failover, m.announced, m.membersLost, m.reconcile,
-		m.membersRefused, m.keys, m.keyChanges, m.handoffs, m.handoffEntries, m.bgpStop)
+		m.membersRefused, m.keys, m.keyChanges, m.handoffs, m.handoffEntries, m.bgpStop, m.flowShares, m.flowsShared, m.flowsListed)
 	m.probes = newProbeCounter(reg)
 	m.events = events.NewMetrics(reg)
 	return m
@@ -89,14 +100,25 @@ func (m *Metrics) bgpStopping(stop bgpStop) {
 }
 
 // RegisterHandoffCounts registers the hand-off's kernel counters, read at each scrape: the
-// flows picked up (their first packet was not a SYN) and every packet handed off.
-func RegisterHandoffCounts(reg prometheus.Registerer, counts func() (flows, packets uint64, err error)) {
-	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "portico_l2_handoff_flows_total",
-		Help: "Flows to addresses this node took over whose first packet here was not a SYN (a connection opened through the previous owner), handed off to that node."},
-		func() float64 { n, _, _ := counts(); return float64(n) }))
-	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "portico_l2_handoff_packets_total",
-		Help: "Packets of handed-off flows routed on to the address's previous owner."},
-		func() float64 { _, n, _ := counts(); return float64(n) }))
+// flows picked up (their first packet was not a SYN) and every packet handed off, over L2
+// (l2) and by flow sharing (flows).
+func RegisterHandoffCounts(reg prometheus.Registerer, l2, flows func() (flows, packets uint64, err error)) {
+	for _, c := range []struct {
+		flows, packets prometheus.CounterOpts
+		counts         func() (uint64, uint64, error)
+	}{
+		{prometheus.CounterOpts{Name: "portico_l2_handoff_flows_total",
+			Help: "Flows to addresses this node took over whose first packet here was not a SYN (a connection opened through the previous owner), handed off to that node."},
+			prometheus.CounterOpts{Name: "portico_l2_handoff_packets_total",
+				Help: "Packets of handed-off flows routed on to the address's previous owner."}, l2},
+		{prometheus.CounterOpts{Name: "portico_bgp_flow_handoff_flows_total",
+			Help: "Flows another node shared (it holds their state) whose first packet here was not a SYN (the router moved them here), handed off to that node."},
+			prometheus.CounterOpts{Name: "portico_bgp_flow_handoff_packets_total",
+				Help: "Packets of those flows routed on to the node that holds them."}, flows},
+	} {
+		reg.MustRegister(prometheus.NewCounterFunc(c.flows, func() float64 { n, _, _ := c.counts(); return float64(n) }))
+		reg.MustRegister(prometheus.NewCounterFunc(c.packets, func() float64 { _, n, _ := c.counts(); return float64(n) }))
+	}
 }
 
 // Request, Reply and Gratuitous make Metrics an l2.Counters.

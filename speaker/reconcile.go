@@ -20,7 +20,8 @@ import (
 
 // reconcile is one pass of the loop: it reads what changed from the cache, brings the plan up
 // to date, and hands it to the sides: the forwarding guard first, the L2 hand-off, the L2
-// answers, the BGP routes, the guard again for what was withdrawn, and the Speaker status last.
+// answers, the flow sharing and the BGP routes, the guard again for what was withdrawn, and
+// the Speaker status last.
 func (s *Speaker) reconcile(ctx context.Context) {
 	start := time.Now()
 	defer func() { s.Metrics.reconcile.Observe(time.Since(start).Seconds()) }()
@@ -43,7 +44,17 @@ func (s *Speaker) reconcile(ctx context.Context) {
 	}
 	s.answerer.ownersChanged(ctx, p, mine, cause)
 	s.Metrics.announced.Set(float64(len(p.Mine)))
+	// Before this node's place in its addresses' ECMP sets changes, and once more after it (the
+	// flows opened meanwhile), the members share their flows (flowsharing.go).
+	shared := flowsToShare(s.advertiser.standing, p.Standing, s.advertiser.routed, p.Routed)
+	if round := s.shareFlows(ctx, shared, "bgp-standing"); round != nil {
+		s.flowShare = round
+	}
 	routed := s.advertiser.apply(ctx, p, ch, bgpTouched, cause)
+	s.advertiser.standing = p.Standing
+	if len(shared) > 0 {
+		go s.shareFlows(ctx, shared, "bgp-standing-changed")
+	}
 	s.planned.Store(true)      // after startedAt, which RoutesUp reads once it sees this
 	s.guard(touched, p, false) // once withdrawn
 	problems := slices.Clone(p.Problems)
@@ -57,7 +68,7 @@ func (s *Speaker) reconcile(ctx context.Context) {
 	slices.Sort(problems)
 	s.reporter.report(reconciled{plan: p, problems: problems, answered: s.answerer.ifaces, interfaces: s.Announce.Interfaces(),
 		subnets: s.subnetStrings(), mine: mine, routed: routed, prefixes: ch.Prefixes(), all: ch.All, sessions: s.BGP.States(),
-		handoffs: s.handoffs.status()})
+		handoffs: s.handoffs.status(), flowShare: s.flowShare})
 }
 
 // replan brings the plan up to date: the addresses whose holders changed and the changed
@@ -75,6 +86,7 @@ func (s *Speaker) replan(ctx context.Context) (plan.Changes, error) {
 		}
 		ch := s.planner.Replan(w, s.Group.IsAlive)
 		s.wakeForReplan()
+		s.pruneFlowSlots(w.Nodes)
 		return ch, nil
 	}
 	var held plan.Changes

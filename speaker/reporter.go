@@ -91,6 +91,7 @@ type reconciled struct {
 	all          bool
 	sessions     map[string]bgp.State
 	handoffs     []v1alpha1.Handoff
+	flowShare    *v1alpha1.FlowShare
 }
 
 // report queues the status of a reconcile, replacing any report not yet written.
@@ -116,6 +117,7 @@ func (r *reporter) report(rc reconciled) {
 	rep.Status.Interfaces, rep.Status.OmittedInterfaces = interfaceStatus(rc.interfaces)
 	rep.Status.Subnets = rc.subnets
 	rep.Status.Handoffs = rc.handoffs
+	rep.Status.FlowShare = rc.flowShare
 	rep.StrictARP = strictARPCondition(rc.interfaces, "/proc/sys")
 	select {
 	case <-r.reports:

@@ -48,8 +48,12 @@ type Speaker struct {
 	// HandoffGrace after the move (handoffs.go); nil: none.
 	Handoff      Handoff
 	HandoffGrace time.Duration
-	Metrics      *Metrics
-	Log          logr.Logger
+	// ShareFlows: before this node changes its place in its BGP addresses' ECMP sets (a
+	// drain, an uncordon), the members share their flows through the hand-off
+	// (flowsharing.go); needs Handoff.
+	ShareFlows bool
+	Metrics    *Metrics
+	Log        logr.Logger
 	// IgnoreExcludeLabel lets nodes labelled exclude-from-external-load-balancers announce.
 	IgnoreExcludeLabel bool
 	// IgnoreClassless leaves Services without a loadBalancerClass to another load balancer.
@@ -85,19 +89,21 @@ type Speaker struct {
 	reporter   *reporter
 	handoffs   *handoffs
 
-	kick      chan struct{}
-	cause     atomic.Value // string: why the next reconcile runs
-	lostAt    atomic.Int64 // unix nanos of the latest member loss not yet acted upon
-	joined    atomic.Bool  // a member joined since the latest reconcile
-	joining   atomic.Bool
-	pending   pendingReplan
-	planner   *plan.Planner
-	secrets   secretCache  // the BGPPeers' password Secrets (secrets.go)
-	vrfAbsent atomic.Bool  // a BGPPeer names a VRF device this node lacks (vrfs.go)
-	cordons   cordons      // when each cordoned node was first seen cordoned (drain.go)
-	loopAt    atomic.Int64 // unix nanos of the main loop's latest turn; 0 until it starts (probes.go)
-	startedAt time.Time    // when Start began (RoutesUp)
-	planned   atomic.Bool  // the first plan has been applied (RoutesUp)
+	kick       chan struct{}
+	cause      atomic.Value // string: why the next reconcile runs
+	lostAt     atomic.Int64 // unix nanos of the latest member loss not yet acted upon
+	joined     atomic.Bool  // a member joined since the latest reconcile
+	joining    atomic.Bool
+	pending    pendingReplan
+	planner    *plan.Planner
+	secrets    secretCache         // the BGPPeers' password Secrets (secrets.go)
+	vrfAbsent  atomic.Bool         // a BGPPeer names a VRF device this node lacks (vrfs.go)
+	cordons    cordons             // when each cordoned node was first seen cordoned (drain.go)
+	flowRounds flowRounds          // the flow-sharing rounds this node awaits acks of (flowsharing.go)
+	flowShare  *v1alpha1.FlowShare // the latest round asked before a change, for the status; the loop's alone
+	loopAt     atomic.Int64        // unix nanos of the main loop's latest turn; 0 until it starts (probes.go)
+	startedAt  time.Time           // when Start began (RoutesUp)
+	planned    atomic.Bool         // the first plan has been applied (RoutesUp)
 
 	subnets    atomic.Pointer[[]netip.Prefix] // where this node can answer (watchSubnets); nil: not followed
 	synced     atomic.Bool                    // the cache has synced: Admit can check claims
@@ -137,7 +143,7 @@ func (s *Speaker) Start(ctx context.Context) error {
 	s.handoffs = newHandoffs(s.Handoff, s.HandoffGrace)
 	s.answerer = &answerer{announce: s.Announce, node: s.Node, metrics: s.Metrics, log: s.Log, tell: s.reporter,
 		owned: map[netip.Addr]plan.Claim{}}
-	s.advertiser = &advertiser{router: s.BGP, node: s.Node, log: s.Log, tell: s.reporter, trigger: s.trigger,
+	s.advertiser = &advertiser{router: s.BGP, node: s.Node, log: s.Log, tell: s.reporter, trigger: s.trigger, standing: unknownStanding,
 		routed: map[netip.Addr]plan.BGPClaim{}}
 	onChange := func(before, after bgp.State) { s.advertiser.sessionChanged(ctx, before, after) }
 	switch r := s.BGP.(type) {

@@ -190,6 +190,11 @@ type SpeakerStatus struct {
 	// +listType=atomic
 	// +optional
 	Handoffs []Handoff `json:"handoffs,omitempty"`
+	// FlowShare is the latest round this node asked the members to share their flows in,
+	// before changing its place in its BGP addresses' ECMP sets (docs/speaker-bgp.md, "What
+	// survives which move").
+	// +optional
+	FlowShare *FlowShare `json:"flowShare,omitempty"`
 	// OmittedInterfaces counts the interfaces left out of interfaces.
 	// +kubebuilder:validation:Minimum=0
 	// +optional
@@ -218,6 +223,24 @@ type Handoff struct {
 	// connections it picked up go on after it.
 	// +optional
 	PickupUntil *metav1.Time `json:"pickupUntil,omitempty"`
+}
+
+// FlowShare is one flow-sharing round this node asked for.
+type FlowShare struct {
+	// At is when it began; Reason why: bgp-standing (cordoned, the drain grace over,
+	// uncordoned, the speaker's first plan).
+	At     metav1.Time `json:"at"`
+	Reason string      `json:"reason"`
+	// Complete: every member acked every other member's flows within the bound; Missing lists
+	// the acks that did not come ("receiver<-holder"), at most 16.
+	Complete bool `json:"complete"`
+	// +kubebuilder:validation:MaxItems=16
+	// +listType=atomic
+	// +optional
+	Missing []string `json:"missing,omitempty"`
+	// Members is how many members shared; Took how long the round took.
+	Members int32           `json:"members"`
+	Took    metav1.Duration `json:"took"`
 }
 
 // Speaker is one node's report of what it announces; its name is the node's name.

@@ -56,6 +56,8 @@ type options struct {
 	forwardGuard               bool
 	handoffGrace               time.Duration
 	handoffMark                uint
+	handoffSlotMask            uint
+	shareFlows                 bool
 	routesUpWait               time.Duration
 	drainGrace                 time.Duration
 	l2BalanceSettle            time.Duration
@@ -104,6 +106,10 @@ func main() {
 		"for this long after taking an L2 address over from a node that stays up, pass the packets of connections this node has no state for (opened through that node) on to that node, so they survive the move (nftables table inet portico-handoff, a policy-routing rule and table; needs CAP_NET_ADMIN); 0 switches it off and removes what an earlier run left")
 	flag.UintVar(&o.handoffMark, "l2-handoff-mark", uint(handoff.Defaults.Mark),
 		"the bit of the packet and connection mark that the hand-off marks its flows with; must not be one that kube-proxy (0x4000, 0x8000) or the CNI uses")
+	flag.BoolVar(&o.shareFlows, "bgp-share-flows", true,
+		"before this node's BGP routes change for a drain or an uncordon, which makes routers with per-flow ECMP move flows between nodes, have every node share the connections it holds, so that a node a flow reaches without its state passes it on to the node that has it (through the hand-off: needs --l2-handoff-grace > 0, which is also how long a shared flow is listed); false shares nothing")
+	flag.UintVar(&o.handoffSlotMask, "handoff-slot-mask", uint(handoff.Defaults.SlotMask),
+		"the contiguous bits of the packet and connection mark that say which node a shared flow is passed on to (one value per node address, and policy-routing tables 3581 onwards); must not overlap kube-proxy's or the CNI's marks")
 	flag.StringVar(&o.leaseNamespace, "namespace", os.Getenv("POD_NAMESPACE"),
 		"the speakers' namespace, where this speaker renews its Lease (default $POD_NAMESPACE, from the downward API); empty renews none")
 	flag.DurationVar(&o.leaseRenew, "lease-renew-interval", speaker.DefaultLeaseRenew,
@@ -155,8 +161,8 @@ func run(o options) error {
 	var handing speaker.Handoff
 	var exempt uint32
 	if h, err := openHandoff(o, log); err == nil && h != nil {
-		handing, exempt = h, uint32(o.handoffMark)
-		speaker.RegisterHandoffCounts(reg, h.Counts)
+		handing, exempt = h, uint32(o.handoffMark|o.handoffSlotMask)
+		speaker.RegisterHandoffCounts(reg, h.Counts, h.FlowCounts)
 	}
 	var fwd speaker.Guard
 	if o.forwardGuard {
@@ -173,7 +179,7 @@ func run(o options) error {
 	s := &speaker.Speaker{
 		Node: o.node, LBClass: o.lbClass, Cache: cache, Client: cl, MLPort: o.port,
 		Announce: l2.NewAnnouncer(log.WithName("l2"), metrics), BGP: bgpSide, Guard: fwd,
-		Handoff: handing, HandoffGrace: o.handoffGrace,
+		Handoff: handing, HandoffGrace: o.handoffGrace, ShareFlows: o.shareFlows,
 		Metrics: metrics, Log: log, SelfCheck: o.selfCheck, Conflicts: o.conflicts, KeyRefresh: o.keyRefresh,
 		IgnoreExcludeLabel: o.ignoreExcludeLabel, IgnoreClassless: o.ignoreClassless, RoutesUpWait: o.routesUpWait,
 		DrainGrace: o.drainGrace, L2BalanceSettle: o.l2BalanceSettle, LeaseNamespace: o.leaseNamespace, LeaseRenew: o.leaseRenew, WatchLinks: true,
@@ -205,7 +211,7 @@ func run(o options) error {
 		}
 	}
 	s.Group, err = membership.Start(membership.Config{Name: o.node, BindAddr: bind.String(), BindPort: o.port, Keys: keys,
-		Detection: o.detection, Admit: s.Admit, Resumed: s.Resumed})
+		Detection: o.detection, Admit: s.Admit, Resumed: s.Resumed, Message: s.FlowMessage})
 	if err != nil {
 		return err
 	}
@@ -260,7 +266,7 @@ func bindAddress(r *kubeapi.Client, node, flagValue string) (netip.Addr, error) 
 // earlier run left); a failure is logged, and the speaker runs on without it.
 func openHandoff(o options, log logr.Logger) (*handoff.Handoff, error) {
 	cfg := handoff.Defaults
-	cfg.Mark = uint32(o.handoffMark)
+	cfg.Mark, cfg.SlotMask = uint32(o.handoffMark), uint32(o.handoffSlotMask)
 	h, err := handoff.Open(cfg)
 	if err != nil {
 		if o.handoffGrace > 0 {

@@ -75,6 +75,7 @@ func Run(ctx context.Context, e *plugin.Env) error {
 	tw.Flush()
 
 	printHandoffs(e, speakers.Items)
+	printFlowShares(e, speakers.Items)
 
 	if sessions == 0 {
 		return nil
@@ -154,6 +155,29 @@ func printHandoffs(e *plugin.Env, speakers []porticov1.Speaker) {
 	}
 	printSection(e, "L2 HAND-OFFS (connections opened through the previous owner, passed on to it)", rows,
 		"NODE", "ADDRESS", "FROM", "VIA", "PICKUP-UNTIL")
+}
+
+// printFlowShares lists the latest round each node asked the members to share their flows in,
+// before changing its place in its BGP addresses' ECMP sets (docs/speaker-bgp.md, "What
+// survives which move").
+func printFlowShares(e *plugin.Env, speakers []porticov1.Speaker) {
+	var rows [][]any
+	for _, s := range speakers {
+		f := s.Status.FlowShare
+		if f == nil {
+			continue
+		}
+		result, missing := "complete", "-"
+		if !f.Complete {
+			result = "incomplete"
+		}
+		if len(f.Missing) > 0 {
+			missing = strings.Join(f.Missing, ",")
+		}
+		rows = append(rows, []any{s.Name, f.At.UTC().Format(time.RFC3339), f.Reason, f.Members, result, f.Took.Duration, missing})
+	}
+	printSection(e, "BGP FLOW SHARING (the latest round each node asked for before its routes changed)", rows,
+		"NODE", "AT", "REASON", "MEMBERS", "RESULT", "TOOK", "MISSING")
 }
 
 // printSection prints a titled table of rows, or nothing when there are none.

@@ -69,3 +69,33 @@ node-b  10.0.0.201  -       10.0.0.13  over
 		t.Errorf("no hand-offs: got %q", out.String())
 	}
 }
+
+// TestPrintFlowShares: the flow-sharing section lists each Speaker's latest round, what was
+// missing from an incomplete one, and is left out when no speaker asked for one.
+func TestPrintFlowShares(t *testing.T) {
+	at := metav1.NewTime(time.Date(2026, 12, 3, 14, 10, 0, 0, time.UTC))
+	speakers := []porticov1.Speaker{
+		{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "node-b"}, Status: porticov1.SpeakerStatus{FlowShare: &porticov1.FlowShare{
+			At: at, Reason: "bgp-standing", Complete: false, Missing: []string{"node-a<-node-c", "node-c<-node-a"}, Members: 3,
+			Took: metav1.Duration{Duration: 2 * time.Second}}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "node-c"}, Status: porticov1.SpeakerStatus{FlowShare: &porticov1.FlowShare{
+			At: at, Reason: "bgp-standing", Complete: true, Members: 3, Took: metav1.Duration{Duration: 31 * time.Millisecond}}}},
+	}
+	var out bytes.Buffer
+	printFlowShares(&plugin.Env{Out: &out}, speakers)
+	want := `
+BGP FLOW SHARING (the latest round each node asked for before its routes changed)
+NODE    AT                    REASON        MEMBERS  RESULT      TOOK  MISSING
+node-b  2026-12-03T14:10:00Z  bgp-standing  3        incomplete  2s    node-a<-node-c,node-c<-node-a
+node-c  2026-12-03T14:10:00Z  bgp-standing  3        complete    31ms  -
+`
+	if out.String() != want {
+		t.Errorf("got\n%s\nwant\n%s", out.String(), want)
+	}
+	out.Reset()
+	printFlowShares(&plugin.Env{Out: &out}, speakers[:1])
+	if out.Len() != 0 {
+		t.Errorf("no rounds: got %q", out.String())
+	}
+}

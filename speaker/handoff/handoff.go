@@ -52,13 +52,17 @@ type Config struct {
 	// Mark is the one bit of the packet and connection mark that says "hand off"; it must not
 	// be one kube-proxy (0x4000, 0x8000) or the CNI uses.
 	Mark uint32
-	// RouteTable holds the routes to the previous owners; RulePriority is the policy-routing
-	// rule's, ahead of the main table's (32766).
+	// SlotMask holds the slot of a flow handed off by flow (flows.go): contiguous bits, none
+	// of them Mark's; its values are also the number of node addresses flows can go to.
+	SlotMask uint32
+	// RouteTable holds the routes to the previous owners, RouteTable + slot each slot's route;
+	// RulePriority is the policy-routing rules', ahead of the main table's (32766).
 	RouteTable, RulePriority int
 }
 
-// Defaults: bit 13 of the mark, table and rule 3580.
-var Defaults = Config{Mark: 0x2000, RouteTable: 3580, RulePriority: 3580}
+// Defaults: bit 13 of the mark, bits 16-23 for the slots (255 node addresses), table and rule
+// 3580, slots' tables 3581-3835.
+var Defaults = Config{Mark: 0x2000, SlotMask: 0x00ff0000, RouteTable: 3580, RulePriority: 3580}
 
 // Entry is one address taken over and the node address its flows are handed to.
 type Entry struct {
@@ -77,6 +81,10 @@ type Handoff struct {
 	pickup  *nftables.Chain
 	maps    map[bool]*nftables.Set // by "is IPv4"
 	adopted []Entry                // what an earlier run left, read by Open
+
+	flowMaps map[bool]*nftables.Set // flows4, flows6 (flows.go)
+	slotMap  *nftables.Set          // slot mark → its chain
+	slots    []slot
 }
 
 // Open creates the table and the rules, keeping the elements an earlier run left (with what is
@@ -85,6 +93,9 @@ type Handoff struct {
 func Open(cfg Config) (*Handoff, error) {
 	if cfg.Mark == 0 || cfg.Mark&(cfg.Mark-1) != 0 {
 		return nil, fmt.Errorf("hand-off mark %#x is not a single bit", cfg.Mark)
+	}
+	if err := cfg.checkSlotMask(); err != nil {
+		return nil, err
 	}
 	conn, err := nftables.New(nftables.AsLasting())
 	if err != nil {
@@ -95,7 +106,13 @@ func Open(cfg Config) (*Handoff, error) {
 		true:  {Table: h.table, Name: "previous4", KeyType: nftables.TypeIPAddr, DataType: nftables.TypeIPAddr, IsMap: true, HasTimeout: true},
 		false: {Table: h.table, Name: "previous6", KeyType: nftables.TypeIP6Addr, DataType: nftables.TypeIP6Addr, IsMap: true, HasTimeout: true},
 	}
+	h.flowMaps = map[bool]*nftables.Set{true: flowMapOf(h.table, true), false: flowMapOf(h.table, false)}
+	h.slotMap = &nftables.Set{Table: h.table, Name: "slots", KeyType: nftables.TypeMark, DataType: nftables.TypeVerdict, IsMap: true}
 	left := h.leftElements()
+	if h.slots, err = h.leftSlots(); err != nil {
+		conn.CloseLasting()
+		return nil, err
+	}
 	if err := h.create(left); err != nil {
 		conn.CloseLasting()
 		return nil, err
@@ -116,6 +133,12 @@ func Open(cfg Config) (*Handoff, error) {
 	if err := h.rules(true); err != nil {
 		conn.CloseLasting()
 		return nil, err
+	}
+	for _, s := range h.slots { // an earlier run's, kept: the flows it hands off keep their way
+		if err := h.routeSlot(s); err != nil {
+			conn.CloseLasting()
+			return nil, err
+		}
 	}
 	return h, nil
 }
@@ -161,10 +184,25 @@ func (h *Handoff) create(left map[netip.Addr]nftables.SetElement) error {
 		if err := c.AddSet(set, elems); err != nil {
 			return err
 		}
-		c.AddRule(&nftables.Rule{Table: h.table, Chain: h.pickup, Exprs: markMidStream(set, v4, h.cfg.Mark)})
-		c.AddRule(&nftables.Rule{Table: h.table, Chain: bind, Exprs: nullBinding(v4, h.cfg.Mark)})
+		c.AddRule(&nftables.Rule{Table: h.table, Chain: h.pickup, Exprs: markMidStream(set, v4, h.cfg.Mark), UserData: tagL2Flows})
+		c.AddRule(&nftables.Rule{Table: h.table, Chain: bind, Exprs: nullBinding(v4, h.cfg.Mark|h.cfg.SlotMask)})
 	}
-	c.AddRule(&nftables.Rule{Table: h.table, Chain: h.pickup, Exprs: markPacket(h.cfg.Mark)})
+	// The flows handed off by slot (flows.go): their maps start empty (the flows are shared
+	// again at the next change), their slots' chains are those of the slots left.
+	if err := c.AddSet(h.slotMap, nil); err != nil {
+		return err
+	}
+	for _, s := range h.slots {
+		h.addSlotChain(s)
+	}
+	for v4, set := range h.flowMaps {
+		if err := c.AddSet(set, nil); err != nil {
+			return err
+		}
+		c.AddRule(&nftables.Rule{Table: h.table, Chain: h.pickup, Exprs: pickUpFlow(set, v4, h.cfg.Mark|h.cfg.SlotMask), UserData: tagFlows})
+	}
+	c.AddRule(&nftables.Rule{Table: h.table, Chain: h.pickup, Exprs: markPacket(h.cfg.Mark), UserData: tagL2Packets})
+	c.AddRule(&nftables.Rule{Table: h.table, Chain: h.pickup, Exprs: markSlotPacket(h.slotMap, h.cfg.SlotMask), UserData: tagPackets})
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("creating nftables table inet %s: %w", TableName, err)
 	}
@@ -224,6 +262,19 @@ func (h *Handoff) Remove(addr netip.Addr) error {
 // Counts reads the table's counters: the flows picked up and the packets handed off since the
 // table was made.
 func (h *Handoff) Counts() (flows, packets uint64, err error) {
+	return h.counts(tagL2Flows, tagL2Packets)
+}
+
+// Rule tags (UserData), which counts reads the counters by.
+var (
+	tagL2Flows   = []byte("l2-flows")
+	tagL2Packets = []byte("l2-packets")
+	tagFlows     = []byte("flows")
+	tagPackets   = []byte("flow-packets")
+)
+
+// counts sums the counters of the pick-up chain's rules tagged flowsTag and packetsTag.
+func (h *Handoff) counts(flowsTag, packetsTag []byte) (flows, packets uint64, err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	rules, err := h.conn.GetRules(h.table, h.pickup)
@@ -232,10 +283,12 @@ func (h *Handoff) Counts() (flows, packets uint64, err error) {
 	}
 	for _, r := range rules {
 		for _, e := range r.Exprs {
-			if n, ok := e.(*expr.Counter); ok && isMarkPacket(r.Exprs) {
-				packets += n.Packets
-			} else if ok {
+			n, ok := e.(*expr.Counter)
+			switch {
+			case ok && slices.Equal(r.UserData, flowsTag):
 				flows += n.Packets
+			case ok && slices.Equal(r.UserData, packetsTag):
+				packets += n.Packets
 			}
 		}
 	}
@@ -268,7 +321,7 @@ func (h *Handoff) Clear() error {
 			errs = append(errs, err)
 		}
 	}
-	errs = append(errs, h.rules(false), h.conn.CloseLasting())
+	errs = append(errs, h.clearSlots(), h.rules(false), h.conn.CloseLasting())
 	return errors.Join(errs...)
 }
 
@@ -343,9 +396,28 @@ func netlinkPrefix(p netip.Prefix) *net.IPNet {
 // (Every packet of a handed-off flow is ct state new here, since its replies never pass this
 // node: the mark test makes the counter count flows.)
 func markMidStream(set *nftables.Set, v4 bool, mark uint32) []expr.Any {
-	proto, offset, length := byte(unix.NFPROTO_IPV6), uint32(24), uint32(16)
+	offset, length := uint32(24), uint32(16)
 	if v4 {
-		proto, offset, length = unix.NFPROTO_IPV4, 16, 4
+		offset, length = 16, 4
+	}
+	return append(midStream(v4, mark),
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: offset, Len: length},
+		&expr.Lookup{SourceRegister: 1, SetName: set.Name, SetID: set.ID},
+		&expr.Ct{Register: 1, Key: expr.CtKeyMARK},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
+			Mask: binaryutil.NativeEndian.PutUint32(^mark), Xor: binaryutil.NativeEndian.PutUint32(mark)},
+		&expr.Ct{Register: 1, Key: expr.CtKeyMARK, SourceRegister: true},
+		&expr.Counter{},
+	)
+}
+
+// midStream is `meta nfproto ipv4 meta l4proto tcp ct state new ct mark & MARKS == 0 tcp flags
+// & (syn|ack) != syn` (ipv6 for IPv6): a TCP flow whose first packet here is not a SYN, not
+// marked by a hand-off yet.
+func midStream(v4 bool, marks uint32) []expr.Any {
+	proto := byte(unix.NFPROTO_IPV6)
+	if v4 {
+		proto = unix.NFPROTO_IPV4
 	}
 	return []expr.Any{
 		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
@@ -358,18 +430,11 @@ func markMidStream(set *nftables.Set, v4 bool, mark uint32) []expr.Any {
 		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(0)},
 		&expr.Ct{Register: 1, Key: expr.CtKeyMARK},
 		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
-			Mask: binaryutil.NativeEndian.PutUint32(mark), Xor: binaryutil.NativeEndian.PutUint32(0)},
+			Mask: binaryutil.NativeEndian.PutUint32(marks), Xor: binaryutil.NativeEndian.PutUint32(0)},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(0)},
 		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 13, Len: 1},
 		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 1, Mask: []byte{tcpSYN | tcpACK}, Xor: []byte{0}},
 		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: []byte{tcpSYN}},
-		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: offset, Len: length},
-		&expr.Lookup{SourceRegister: 1, SetName: set.Name, SetID: set.ID},
-		&expr.Ct{Register: 1, Key: expr.CtKeyMARK},
-		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
-			Mask: binaryutil.NativeEndian.PutUint32(^mark), Xor: binaryutil.NativeEndian.PutUint32(mark)},
-		&expr.Ct{Register: 1, Key: expr.CtKeyMARK, SourceRegister: true},
-		&expr.Counter{},
 	}
 }
 
@@ -389,15 +454,11 @@ func markPacket(mark uint32) []expr.Any {
 	}
 }
 
-func isMarkPacket(exprs []expr.Any) bool {
-	m, ok := exprs[len(exprs)-2].(*expr.Meta)
-	return ok && m.Key == expr.MetaKeyMARK && m.SourceRegister
-}
-
-// nullBinding is `meta nfproto ipv4 meta mark & MARK == MARK dnat ip to ip daddr` (ip6 for
+// nullBinding is `meta nfproto ipv4 meta mark & MARKS != 0 dnat ip to ip daddr` (ip6 for
 // IPv6): a translation to the address the flow already has, which binds the flow so that no
-// later NAT chain (the service proxy's DNAT) translates it.
-func nullBinding(v4 bool, mark uint32) []expr.Any {
+// later NAT chain (the service proxy's DNAT) translates it. MARKS are the hand-off bit and the
+// slots' bits.
+func nullBinding(v4 bool, marks uint32) []expr.Any {
 	proto, offset, length, family := byte(unix.NFPROTO_IPV6), uint32(24), uint32(16), uint32(unix.NFPROTO_IPV6)
 	if v4 {
 		proto, offset, length, family = unix.NFPROTO_IPV4, 16, 4, unix.NFPROTO_IPV4
@@ -407,8 +468,8 @@ func nullBinding(v4 bool, mark uint32) []expr.Any {
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{proto}},
 		&expr.Meta{Key: expr.MetaKeyMARK, Register: 1},
 		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
-			Mask: binaryutil.NativeEndian.PutUint32(mark), Xor: binaryutil.NativeEndian.PutUint32(0)},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(mark)},
+			Mask: binaryutil.NativeEndian.PutUint32(marks), Xor: binaryutil.NativeEndian.PutUint32(0)},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(0)},
 		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: offset, Len: length},
 		&expr.NAT{Type: expr.NATTypeDestNAT, Family: family, RegAddrMin: 1, RegAddrMax: 1},
 	}

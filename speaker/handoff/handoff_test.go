@@ -194,16 +194,7 @@ func testHandoff(t *testing.T, v6 bool) {
 				t.Fatalf("round %d: %v", round, errs)
 			}
 		}
-		// A new connection is the new node's own.
-		fresh := lb.dial(t, 1)
-		if errs := exchange(fresh, 0); len(errs) > 0 {
-			t.Fatal(errs)
-		}
-		var flows, packets uint64
-		in(t, lb.new.NS, func() (err error) { flows, packets, err = h.Counts(); return err })
-		if flows != 5 || packets < 15 {
-			t.Errorf("counted %d flows and %d packets handed off, want 5 and at least 15", flows, packets)
-		}
+		lb.freshIsNewNodes(t, h.Counts)
 
 		// The speaker stops (a rolling update) and its successor starts: the flows go on, and
 		// the successor finds the entry.
@@ -228,18 +219,125 @@ func testHandoff(t *testing.T, v6 bool) {
 
 		// Cleared (the hand-off switched off), nothing is left.
 		in(t, lb.new.NS, h.Clear)
-		for what, out := range map[string]string{
-			"table": run(lb.new.NS, "nft", "list", "tables"), "rule": run(lb.new.NS, "ip", "rule"),
-			"IPv6 rule": run(lb.new.NS, "ip", "-6", "rule"), "route": run(lb.new.NS, "ip", "route", "show", "table", "3580"),
-			"IPv6 route": run(lb.new.NS, "ip", "-6", "route", "show", "table", "3580")} {
-			if strings.Contains(out, "portico-handoff") || strings.Contains(out, "3580") || strings.Contains(out, lb.vip.String()) {
-				t.Errorf("%s left after Clear: %s", what, out)
-			}
-		}
+		leftNothing(t, lb.new.NS, "3580", lb.vip.String())
 	})
 }
 
 func run(ns string, args ...string) string {
 	out, _ := exec.Command("ip", append([]string{"netns", "exec", ns}, args...)...).CombinedOutput()
 	return string(out)
+}
+
+// TestFlowHandoff: the flows the old node holds (HeldFlows), listed at the new node for the
+// old one (SetFlows), survive the client's move to the new node: the per-flow hand-off flow
+// sharing uses over BGP, where one address's flows go to different nodes.
+func TestFlowHandoff(t *testing.T) {
+	for _, v6 := range []bool{false, true} {
+		t.Run(map[bool]string{false: "IPv4", true: "IPv6"}[v6], func(t *testing.T) { testFlowHandoff(t, v6) })
+	}
+}
+
+func testFlowHandoff(t *testing.T, v6 bool) {
+	lb := newLab(t, v6)
+	conns := lb.dial(t, 5)
+	if errs := exchange(conns, 0); len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	old := open(t, lb.old.NS)
+	var held map[netip.Addr][]handoff.Flow
+	in(t, lb.old.NS, func() (err error) { held, err = old.HeldFlows([]netip.Addr{lb.vip}, 100); return err })
+	if len(held[lb.vip]) != 5 {
+		t.Fatalf("the old node holds %v, want the 5 connections to %v", held, lb.vip)
+	}
+	h := open(t, lb.new.NS)
+	var listed int
+	in(t, lb.new.NS, func() (err error) { listed, err = h.SetFlows(lb.oldAddr(), held[lb.vip], time.Minute); return err })
+	if listed != 5 {
+		t.Fatalf("listed %d flows, want 5", listed)
+	}
+	lb.answer(lb.new)
+	for round := 1; round <= 3; round++ {
+		if errs := exchange(conns, round); len(errs) > 0 {
+			t.Log(run(lb.new.NS, "nft", "list", "ruleset"), run(lb.new.NS, "ip", "rule"), run(lb.new.NS, "ip", "route", "show", "table", "all"))
+			t.Fatalf("round %d: %v", round, errs)
+		}
+	}
+	lb.freshIsNewNodes(t, h.FlowCounts)
+
+	// The speaker stops and its successor starts: the flows go on by their slot.
+	in(t, lb.new.NS, h.Release)
+	h = open(t, lb.new.NS)
+	if slots := h.Slots(); len(slots) != 1 || slots[1] != lb.oldAddr() {
+		t.Fatalf("the successor adopted slots %v, want 1: %v", slots, lb.oldAddr())
+	}
+	if errs := exchange(conns, 4); len(errs) > 0 {
+		t.Fatalf("after the successor's start: %v", errs)
+	}
+
+	// A slot goes back only once no listed flow refers to it: the successor's maps start empty,
+	// so the old node's flows listed again, and a second node address (the client's, for the
+	// test) with one flow listed for a second.
+	in(t, lb.new.NS, func() error { _, err := h.SetFlows(lb.oldAddr(), held[lb.vip], time.Minute); return err })
+	clientAddr := lb.client.IPv4.Addr()
+	if v6 {
+		clientAddr = lb.client.IPv6.Addr()
+	}
+	gone := handoff.Flow{Client: netip.AddrPortFrom(clientAddr, 9), Service: netip.AddrPortFrom(lb.vip, port)}
+	in(t, lb.new.NS, func() error { _, err := h.SetFlows(clientAddr, []handoff.Flow{gone}, time.Second); return err })
+	in(t, lb.new.NS, func() error {
+		if err := h.RemoveSlot(lb.oldAddr()); err == nil {
+			return fmt.Errorf("gave back the slot of %v while 5 listed flows refer to it", lb.oldAddr())
+		}
+		return nil
+	})
+	netlab.WaitFor(t, "the second slot given back once its flow expired", 30*time.Second, func() bool {
+		var err error
+		in(t, lb.new.NS, func() error { err = h.RemoveSlot(clientAddr); return nil })
+		return err == nil
+	})
+	if slots := h.Slots(); len(slots) != 1 || slots[1] != lb.oldAddr() {
+		t.Fatalf("slots %v after giving the second back, want 1: %v", slots, lb.oldAddr())
+	}
+	family := "-4"
+	if v6 {
+		family = "-6"
+	}
+	if out := run(lb.new.NS, "ip", family, "rule") + run(lb.new.NS, "ip", family, "route", "show", "table", "3582"); strings.Contains(out, "3582") || strings.Contains(out, "via") {
+		t.Errorf("the second slot's rule or route left:\n%s", out)
+	}
+	if errs := exchange(conns, 5); len(errs) > 0 {
+		t.Fatalf("after the second slot went: %v", errs)
+	}
+
+	in(t, lb.new.NS, h.Clear)
+	leftNothing(t, lb.new.NS, "3581", "via")
+}
+
+// freshIsNewNodes checks that a new connection is the new node's own (answered), and that
+// counts, read at the new node, counted the 5 connections handed off and 3 rounds of their
+// packets at least, not the new one.
+func (lb *lab) freshIsNewNodes(t *testing.T, counts func() (flows, packets uint64, err error)) {
+	t.Helper()
+	if errs := exchange(lb.dial(t, 1), 0); len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	var flows, packets uint64
+	in(t, lb.new.NS, func() (err error) { flows, packets, err = counts(); return err })
+	if flows != 5 || packets < 15 {
+		t.Errorf("counted %d flows and %d packets handed off, want 5 and at least 15", flows, packets)
+	}
+}
+
+// leftNothing fails t if ns has the hand-off's table, a rule or route of routing table table,
+// or a route with what in it, after Clear.
+func leftNothing(t *testing.T, ns, table, what string) {
+	t.Helper()
+	for name, out := range map[string]string{
+		"table": run(ns, "nft", "list", "tables"), "rule": run(ns, "ip", "rule"),
+		"IPv6 rule": run(ns, "ip", "-6", "rule"), "route": run(ns, "ip", "route", "show", "table", table),
+		"IPv6 route": run(ns, "ip", "-6", "route", "show", "table", table)} {
+		if strings.Contains(out, "portico-handoff") || strings.Contains(out, table) || strings.Contains(out, what) {
+			t.Errorf("%s left after Clear: %s", name, out)
+		}
+	}
 }

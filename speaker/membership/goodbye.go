@@ -77,7 +77,7 @@ func (g *Group) heardGoodbye(name, life string) {
 	g.update(name, "goodbye", func(m *member) { m.saidBye = life })
 }
 
-// delegate publishes the life and hears goodbyes, heartbeats and death notices. Only NodeMeta and NotifyMsg
+// delegate publishes the life and hears goodbyes, heartbeats, death notices and user messages. Only NodeMeta and NotifyMsg
 // do anything. Heartbeats come this way from members that take no direct ones (heartbeat.go):
 // one that names a life that does was recorded and sent again, and is ignored.
 type delegate struct{ g *Group }
@@ -93,6 +93,8 @@ func (d delegate) NotifyMsg(msg []byte) {
 		d.g.heardGoodbye(name, life)
 	} else if name, life, ok := parseMessage(deathPrefix, msg); ok {
 		d.g.heardOfDeath(name, life)
+	} else if rest, ok := bytes.CutPrefix(msg, userPrefix); ok {
+		d.g.heardMessage(rest)
 	}
 }
 

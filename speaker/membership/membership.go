@@ -39,6 +39,10 @@ type Config struct {
 	// the kernel to resolve the member's address; it is then called with the addresses of this
 	// node's watchers (ring.go) too. It must not block.
 	Resumed func(addr netip.Addr)
+	// Message, when set, receives what another member sent with Send (its sender is for the
+	// message to say). It is called on memberlist's goroutine for that stream, one at a time
+	// per stream.
+	Message func(msg []byte)
 }
 
 // Detection is the failure-detection timing. A member that stops answering is probed within
@@ -82,6 +86,7 @@ type Group struct {
 	life      []byte // this process's life: see goodbye.go
 	heartbeat time.Duration
 	resumed   func(netip.Addr) // Config.Resumed
+	message   func([]byte)     // Config.Message
 	seal      sealer           // direct heartbeats (heartbeat.go)
 	seq       uint64           // the last direct heartbeat's sequence number; the watch loop's alone
 	beats     *heartbeatSocket // where direct heartbeats arrive; nil: at the transport. The watch loop's alone
@@ -130,7 +135,7 @@ func Start(cfg Config) (*Group, error) {
 		out = io.Discard
 	}
 	mc.Logger = log.New(out, "memberlist ", log.LstdFlags)
-	g := &Group{changes: make(chan Change, 1024), self: cfg.Name, life: newLife(), heartbeat: d.Heartbeat, resumed: cfg.Resumed,
+	g := &Group{changes: make(chan Change, 1024), self: cfg.Name, life: newLife(), heartbeat: d.Heartbeat, resumed: cfg.Resumed, message: cfg.Message,
 		keyring: mc.Keyring, members: map[string]*member{}, stop: make(chan struct{})}
 	if g.keyring != nil {
 		g.seal.keys = g.keyring.GetKeys

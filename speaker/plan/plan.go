@@ -79,6 +79,9 @@ type Plan struct {
 	// the speaker plans everything again then (zero: no such time).
 	ReplanAt  time.Time
 	ReplanFor string
+	// Standing is what this node's fitness lets it do with its BGP routes (drains: a change
+	// of it changes the node's place in its addresses' ECMP sets).
+	Standing rules.BGPStanding
 }
 
 // Make decides, from the cluster's objects and the live members, which addresses node me

@@ -186,6 +186,9 @@ func (pl *Planner) Replan(w World, alive func(node string) bool) Changes {
 	pl.count(pl.global, 1)
 	pl.graceAt = replanAt
 	pl.plan = Plan{Mine: map[netip.Addr]Claim{}, BGP: pl.mine.desired(), Routed: map[netip.Addr]BGPClaim{}}
+	if pl.mine != nil {
+		pl.plan.Standing = pl.mine.standing
+	}
 	pl.update(services, eps, nil)
 	for ip := range pl.owners { // addresses no Service lists any more
 		if _, listed := pl.byAddr[ip]; !listed {

@@ -1,0 +1,222 @@
+package speaker
+
+import (
+	"context"
+	"maps"
+	"net/netip"
+	"slices"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/portico-lb/portico/api/v1alpha1"
+	"github.com/portico-lb/portico/rules"
+	"github.com/portico-lb/portico/speaker/handoff"
+)
+
+// flowShareWait bounds how long a node waits for every member's acks before it changes its
+// place in the ECMP sets anyway (and counts the round as incomplete).
+const flowShareWait = 2 * time.Second
+
+// flowRounds are the rounds this node asked for and still awaits acks of.
+type flowRounds struct {
+	mu     sync.Mutex
+	next   uint64
+	rounds map[uint64]*shareRound
+}
+
+// shareFlows asks every live member to share its flows of addrs with the others, and waits for
+// their acks, at most flowShareWait (flowshare.go), and returns how the round went for the
+// Speaker status. It does nothing (nil) without a hand-off or with flow sharing switched off,
+// or alone in the group.
+func (s *Speaker) shareFlows(ctx context.Context, addrs []netip.Addr, why string) *v1alpha1.FlowShare {
+	if s.Handoff == nil || !s.ShareFlows || len(addrs) == 0 {
+		return nil
+	}
+	members := s.Group.Alive()
+	if !slices.Contains(members, s.Node) {
+		members = append(members, s.Node)
+	}
+	if len(members) < 2 {
+		return nil
+	}
+	start := time.Now()
+	r := newShareRound(members)
+	fr := &s.flowRounds
+	fr.mu.Lock()
+	fr.next++
+	round := uint64(start.UnixNano()) + fr.next // unique across this node's restarts too
+	if fr.rounds == nil {
+		fr.rounds = map[uint64]*shareRound{}
+	}
+	fr.rounds[round] = r
+	fr.mu.Unlock()
+	defer func() {
+		fr.mu.Lock()
+		delete(fr.rounds, round)
+		fr.mu.Unlock()
+	}()
+	ask := flowMessage{Kind: kindAsk, Round: round, Asker: s.Node, From: s.Node, Addrs: addrs, Members: members}
+	for _, m := range members {
+		if m == s.Node {
+			continue
+		}
+		if err := s.Group.Send(m, ask.encode()); err != nil {
+			s.Log.Info("could not ask a member for its flows", "member", m, "error", err.Error())
+			s.flowAck(round, "", m)
+		}
+	}
+	go s.sendFlows(ask) // this node's own share
+	wait := time.NewTimer(flowShareWait)
+	defer wait.Stop()
+	complete := true
+	select {
+	case <-r.done:
+	case <-wait.C:
+		complete = false
+	case <-ctx.Done():
+		complete = false
+	}
+	fr.mu.Lock()
+	missing := r.missing()
+	fr.mu.Unlock()
+	took := time.Since(start)
+	s.Metrics.flowShares.WithLabelValues(shareResult(complete)).Inc()
+	if !complete {
+		s.Log.Info("changing this node's place in the ECMP sets without every member's flows", "why", why,
+			"addresses", len(addrs), "missing", missing, "waited", took.Round(time.Millisecond))
+	} else {
+		s.Log.Info("members shared their flows", "why", why, "addresses", len(addrs), "members", len(members),
+			"took", took.Round(time.Millisecond))
+	}
+	return &v1alpha1.FlowShare{At: metav1.NewTime(start.Truncate(time.Second)), Reason: why, Complete: complete,
+		Missing: missing[:min(len(missing), maxMissingListed)], Members: int32(len(members)),
+		Took: metav1.Duration{Duration: took.Round(time.Millisecond)}}
+}
+
+// maxMissingListed is the API's bound on status.flowShare.missing.
+const maxMissingListed = 16
+
+func shareResult(complete bool) string {
+	if complete {
+		return "complete"
+	}
+	return "incomplete"
+}
+
+// flowAck records an ack of round (an empty receiver: drop the member holder, unreachable).
+func (s *Speaker) flowAck(round uint64, receiver, holder string) {
+	s.flowRounds.mu.Lock()
+	defer s.flowRounds.mu.Unlock()
+	r := s.flowRounds.rounds[round]
+	switch {
+	case r == nil: // late, or another life's
+	case receiver == "":
+		r.drop(holder)
+	default:
+		r.acked(receiver, holder)
+	}
+}
+
+// FlowMessage is membership's Config.Message: a flow-sharing message from another member.
+func (s *Speaker) FlowMessage(b []byte) {
+	m, err := decodeFlowMessage(b)
+	if err != nil {
+		s.Log.Info("ignored a flow-sharing message", "error", err.Error())
+		return
+	}
+	if s.Handoff == nil || !s.ShareFlows {
+		return // its asker gives up waiting on this node after flowShareWait
+	}
+	switch m.Kind {
+	case kindAsk:
+		go s.sendFlows(m)
+	case kindFlows:
+		s.listFlows(m)
+	case kindAck:
+		s.flowAck(m.Round, m.From, m.Holder)
+	}
+}
+
+// sendFlows sends the flows this node holds to every other member of ask.
+func (s *Speaker) sendFlows(ask flowMessage) {
+	held, err := s.Handoff.HeldFlows(ask.Addrs, maxSharedFlows)
+	if err != nil {
+		s.Log.Error(err, "reading this node's flows to share")
+	}
+	out := flowMessage{Kind: kindFlows, Round: ask.Round, Asker: ask.Asker, From: s.Node}
+	for _, ip := range slices.SortedFunc(maps.Keys(held), netip.Addr.Compare) {
+		room := maxSharedFlows - len(out.Flows)
+		out.Truncated = out.Truncated || len(held[ip]) > room
+		out.Flows = append(out.Flows, held[ip][:min(room, len(held[ip]))]...)
+	}
+	if out.Truncated {
+		s.Log.Info("sharing only some of this node's flows", "sent", len(out.Flows), "bound", maxSharedFlows)
+	}
+	s.Metrics.flowsShared.Add(float64(len(out.Flows)))
+	msg := out.encode()
+	for _, to := range ask.Members {
+		if to == s.Node {
+			continue
+		}
+		if err := s.Group.Send(to, msg); err != nil {
+			s.Log.Info("could not share this node's flows with a member", "member", to, "error", err.Error())
+		}
+	}
+}
+
+// listFlows lists the flows another member holds in the hand-off, routed to that member's node
+// address of each flow's family, and acks to the asker.
+func (s *Speaker) listFlows(m flowMessage) {
+	listed := 0
+	var node corev1.Node
+	if err := s.Cache.Get(context.Background(), types.NamespacedName{Name: m.From}, &node); err != nil {
+		s.Log.Info("not listing a member's flows: its Node cannot be read", "member", m.From, "error", err.Error())
+	} else {
+		subnets, _ := s.ownSubnets()
+		for _, v4 := range []bool{true, false} {
+			flows := slices.DeleteFunc(slices.Clone(m.Flows), func(f handoff.Flow) bool { return f.Service.Addr().Is4() != v4 })
+			if len(flows) == 0 {
+				continue
+			}
+			via, ok := nodeAddressFor(flows[0].Service.Addr(), rules.InternalIPs(&node), subnets)
+			if !ok {
+				s.Log.Info("not listing a member's flows: its Node has no InternalIP of their family", "member", m.From)
+				continue
+			}
+			n, err := s.Handoff.SetFlows(via, flows, s.HandoffGrace)
+			if err != nil {
+				s.Log.Error(err, "listing a member's flows", "member", m.From, "via", via)
+			}
+			listed += n
+		}
+	}
+	s.Metrics.flowsListed.Add(float64(listed))
+	ack := flowMessage{Kind: kindAck, Round: m.Round, Asker: m.Asker, From: s.Node, Holder: m.From}
+	if m.Asker == s.Node {
+		s.flowAck(m.Round, s.Node, m.From)
+		return
+	}
+	if err := s.Group.Send(m.Asker, ack.encode()); err != nil {
+		s.Log.Info("could not ack a member's flows", "asker", m.Asker, "error", err.Error())
+	}
+}
+
+// pruneFlowSlots gives back the hand-off's slots of node addresses no Node has any more
+// (staleSlots), so that they do not run out as nodes come and go. A slot that listed flows
+// still refer to stays until they expire, and goes at a later full plan.
+func (s *Speaker) pruneFlowSlots(nodes []corev1.Node) {
+	if s.Handoff == nil {
+		return
+	}
+	for _, via := range staleSlots(s.Handoff.Slots(), nodes) {
+		if err := s.Handoff.RemoveSlot(via); err != nil {
+			s.Log.V(1).Info("keeping the slot of a node address no Node has, for now", "via", via, "error", err.Error())
+			continue
+		}
+		s.Log.Info("gave back the hand-off slot of a node address no Node has", "via", via)
+	}
+}
