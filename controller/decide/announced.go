@@ -196,8 +196,10 @@ func bgpAdvertised(svc *corev1.Service, pool string, f HealthFacts) bool {
 }
 
 // noLiveSpeaker says that Speaker objects exist but none of their speakers renews its Lease:
-// frozen, cut off from the apiserver, or gone without deleting it.
+// frozen, cut off from the apiserver, or gone without deleting it. The names are sorted: the
+// message must not change (and cost a status write) with the order they were listed in.
 func noLiveSpeaker(stale []string, lastRenewed time.Time) string {
+	stale = slices.Sorted(slices.Values(stale))
 	objects := "1 Speaker object"
 	if len(stale) > 1 {
 		objects = fmt.Sprintf("%d Speaker objects, all", len(stale))
