@@ -2,6 +2,7 @@ package speaker
 
 import (
 	"context"
+	"errors"
 	"maps"
 	"net/netip"
 	"slices"
@@ -213,7 +214,10 @@ func (s *Speaker) pruneFlowSlots(nodes []corev1.Node) {
 		return
 	}
 	for _, via := range staleSlots(s.Handoff.Slots(), nodes) {
-		if err := s.Handoff.RemoveSlot(via); err != nil {
+		if err := s.Handoff.RemoveSlot(via); errors.Is(err, handoff.ErrEntriesLeft) {
+			s.Log.Error(err, "gave back the hand-off slot of a node address no Node has", "via", via)
+			continue
+		} else if err != nil {
 			s.Log.V(1).Info("keeping the slot of a node address no Node has, for now", "via", via, "error", err.Error())
 			continue
 		}

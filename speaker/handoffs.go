@@ -2,6 +2,7 @@ package speaker
 
 import (
 	"context"
+	"errors"
 	"maps"
 	"net/netip"
 	"slices"
@@ -93,7 +94,9 @@ func (s *Speaker) handOff(ctx context.Context, touched []netip.Addr) {
 		}
 		if err := h.side.Remove(ip); err != nil {
 			s.Log.Error(err, "ending a hand-off", "ip", ip, "to", e.via)
-			continue
+			if !errors.Is(err, handoff.ErrEntriesLeft) {
+				continue // tried again at the next plan
+			}
 		}
 		delete(h.entries, ip)
 		s.Log.Info("no longer handing off flows", "ip", ip, "to", e.via, "node", node)

@@ -206,7 +206,8 @@ func (h *Handoff) RemoveSlot(via netip.Addr) error {
 		return fmt.Errorf("removing the chain of the flows handed off to %s (listed flows still refer to it): %w", via, err)
 	}
 	h.slots = slices.Delete(h.slots, i, i+1)
-	return h.unrouteSlot(s)
+	v := h.cfg.slotValue(s.n)
+	return errors.Join(h.unrouteSlot(s), forget(func(f *netlink.ConntrackFlow) bool { return f.Mark&h.cfg.SlotMask == v }))
 }
 
 // leftSlots reads the slots an earlier run left from the routing tables.

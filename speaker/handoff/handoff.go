@@ -256,8 +256,37 @@ func (h *Handoff) Remove(addr netip.Addr) error {
 	if err != nil && !errors.Is(err, unix.ESRCH) {
 		return fmt.Errorf("removing the hand-off route of %s: %w", addr, err)
 	}
-	return nil
+	return forget(func(f *netlink.ConntrackFlow) bool {
+		return f.Mark&h.cfg.Mark != 0 && f.Forward.DstIP.Equal(addr.AsSlice())
+	})
 }
+
+// forget deletes this node's connection-tracking entries that match: those of flows picked up
+// for a hand-off that has ended. Such an entry saw only the client's side of its connection, so
+// it outlives the connection by minutes (FIN_WAIT, or ESTABLISHED for one cut short), its mark
+// with it; a new connection from the same client port (busy clients run through their ports in
+// that time) would follow the mark to a route that is no more, and its SYNs go nowhere (seen on
+// the kubelet cluster: new connections failing with 1 s gaps long after a move). Without the
+// entry, such a SYN is a new connection like any other. vishvananda/netlink reads the whole
+// table and deletes the matches; ended hand-offs are rare.
+func forget(match func(*netlink.ConntrackFlow) bool) error {
+	var errs []error
+	for _, family := range []netlink.InetFamily{unix.AF_INET, unix.AF_INET6} {
+		if _, err := netlink.ConntrackDeleteFilters(netlink.ConntrackTable, family, flowMatch(match)); err != nil {
+			errs = append(errs, fmt.Errorf("%w: %w", ErrEntriesLeft, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// ErrEntriesLeft says that the connection-tracking entries of an ended hand-off could not be
+// deleted; the rest of it is undone.
+var ErrEntriesLeft = errors.New("the connection-tracking entries of an ended hand-off are left")
+
+// flowMatch is a func as netlink's conntrack filter.
+type flowMatch func(*netlink.ConntrackFlow) bool
+
+func (m flowMatch) MatchConntrackFlow(f *netlink.ConntrackFlow) bool { return m(f) }
 
 // Counts reads the table's counters: the flows picked up and the packets handed off since the
 // table was made.
@@ -322,6 +351,7 @@ func (h *Handoff) Clear() error {
 		}
 	}
 	errs = append(errs, h.clearSlots(), h.rules(false), h.conn.CloseLasting())
+	errs = append(errs, forget(func(f *netlink.ConntrackFlow) bool { return f.Mark&(h.cfg.Mark|h.cfg.SlotMask) != 0 }))
 	return errors.Join(errs...)
 }
 

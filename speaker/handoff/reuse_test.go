@@ -1,0 +1,76 @@
+package handoff_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/netip"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/portico-lb/portico/internal/netlab"
+)
+
+// TestPortReusedAfterTheHandoff: the new node's entry of a flow it picked up and handed off saw
+// only the client's side of it, and outlives the connection by minutes (FIN_WAIT, or
+// ESTABLISHED for a flow cut short), its hand-off mark with it. Once the hand-off has ended
+// (its route gone), a new connection from the same client port must not follow that entry to
+// the route that is no more: it connects, as any new connection does.
+func TestPortReusedAfterTheHandoff(t *testing.T) {
+	lb := newLab(t, false)
+	// The client may reuse its port while its side of the first connection is in TIME_WAIT,
+	// as clients busy enough to run through their ports do.
+	lb.l.MustRun("ip", "netns", "exec", lb.client.NS, "sysctl", "-qw", "net.ipv4.tcp_tw_reuse=1")
+	const clientPort = 40001
+	first, err := lb.dialFrom(clientPort, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if errs := exchange([]net.Conn{first}, 0); len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	h := open(t, lb.new.NS)
+	in(t, lb.new.NS, func() error { return h.Set(lb.vip, lb.oldAddr(), time.Minute) })
+	lb.answer(lb.new)
+	if errs := exchange([]net.Conn{first}, 1); len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	first.Close()
+	in(t, lb.new.NS, func() error { return h.Remove(lb.vip) })
+	t.Cleanup(func() { in(t, lb.new.NS, h.Clear) })
+
+	// TIME_WAIT lets the port be reused a second after the close at the earliest: until then
+	// the dial fails at once (EADDRNOTAVAIL); a dial whose SYNs go nowhere times out.
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		c, err := lb.dialFrom(clientPort, 3*time.Second)
+		if err == nil {
+			defer c.Close()
+			if errs := exchange([]net.Conn{c}, 2); len(errs) > 0 {
+				t.Fatal(errs)
+			}
+			return
+		}
+		if !errors.Is(err, syscall.EADDRNOTAVAIL) || time.Now().After(deadline) {
+			t.Log(run(lb.new.NS, "nft", "list", "ruleset"), run(lb.new.NS, "ip", "route", "show", "table", "all"))
+			t.Fatalf("a new connection from port %d after the hand-off ended: %v", clientPort, err)
+		}
+	}
+}
+
+// dialFrom connects from the client's port to the address.
+func (lb *lab) dialFrom(port int, timeout time.Duration) (net.Conn, error) {
+	var c net.Conn
+	err := netlab.In(lb.client.NS, func() (err error) {
+		d := net.Dialer{Timeout: timeout, LocalAddr: net.TCPAddrFromAddrPort(netip.AddrPortFrom(lb.client.IPv4.Addr(), uint16(port))),
+			Control: func(_, _ string, rc syscall.RawConn) error {
+				var serr error
+				err := rc.Control(func(fd uintptr) { serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_REUSEADDR, 1) })
+				return errors.Join(err, serr)
+			}}
+		c, err = d.DialContext(context.Background(), "tcp", netip.AddrPortFrom(lb.vip, 7000).String())
+		return err
+	})
+	return c, err
+}
