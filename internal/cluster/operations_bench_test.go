@@ -282,14 +282,17 @@ func deleteSpeakerPod(e *labEnv, owner *cluster.Node) {
 
 // killSpeaker kills the owner's speaker container with SIGKILL and waits until its kubelet
 // has started it again: the node, its kube-proxy and its conntrack stay, the speaker leaves
-// no goodbye, so the others find it gone by failure detection.
+// no goodbye, so the others find it gone by failure detection. The kubelet restarts a
+// container at once the first time, then after a back-off that doubles from 10 s up to
+// 5 min (CrashLoopBackOff): the same pod killed again in a later run stays down longer.
 func killSpeaker(e *labEnv, owner *cluster.Node) {
 	pod := speakerOn(e, owner.Name)
 	speaker := containerStatus(pod, "speaker")
 	if err := e.c.KillContainer(owner, strings.TrimPrefix(speaker.ContainerID, "containerd://")); err != nil {
 		e.t.Fatal(err)
 	}
-	waitFor(e.t, pod.Name+"'s speaker restarted", 2*time.Minute, func() (bool, string) {
+	e.t.Logf("%s killed after %d restarts", pod.Name, speaker.RestartCount)
+	waitFor(e.t, pod.Name+"'s speaker restarted", 6*time.Minute, func() (bool, string) {
 		now := containerStatus(speakerOn(e, owner.Name), "speaker")
 		return now.RestartCount > speaker.RestartCount && now.State.Running != nil, fmt.Sprintf("%d restarts", now.RestartCount)
 	})
