@@ -291,11 +291,14 @@ func killSpeaker(e *labEnv, owner *cluster.Node) {
 	if err := e.c.KillContainer(owner, strings.TrimPrefix(speaker.ContainerID, "containerd://")); err != nil {
 		e.t.Fatal(err)
 	}
-	e.t.Logf("%s killed after %d restarts", pod.Name, speaker.RestartCount)
+	killed := time.Now()
+	var now corev1.ContainerStatus
 	waitFor(e.t, pod.Name+"'s speaker restarted", 6*time.Minute, func() (bool, string) {
-		now := containerStatus(speakerOn(e, owner.Name), "speaker")
+		now = containerStatus(speakerOn(e, owner.Name), "speaker")
 		return now.RestartCount > speaker.RestartCount && now.State.Running != nil, fmt.Sprintf("%d restarts", now.RestartCount)
 	})
+	e.t.Logf("%s killed after %d restarts, running again %s later", pod.Name, speaker.RestartCount,
+		now.State.Running.StartedAt.Sub(killed).Round(time.Second))
 }
 
 // containerStatus is the status of pod's container named name.
