@@ -242,7 +242,7 @@ bench-dataplane: controlplane
 
 ## bench-cluster (BENCH_CLUSTER_RUNS, default 3): on `make cluster`'s cluster with Portico
 ## installed from its manifests (root), the client's view of the operations users do (delete the
-## owning speaker's pod, stop the owner's kubelet and containerd, cut its link, drain it, delete the
+## owning speaker's pod, kill it with SIGKILL, stop the owner's kubelet and containerd, cut its link, drain it, delete the
 ## controller leader's pod, rolling upgrades over L2, and the upgrades and the drain again over BGP): failed requests and the longest gap,
 ## a GET every 10 ms on a new connection; failed requests and reset connections of 50 keep-alive connections
 ## (BENCH_CLUSTER_CONNS) each sending a GET every 10 ms; how often each address moved (L2: who answers

@@ -43,6 +43,15 @@ func (c *Cluster) SetLink(n *Node, up bool) error {
 	return nil
 }
 
+// KillContainer sends SIGKILL to a container's process on the node, as a crash or the
+// out-of-memory killer ends it: it gets no chance to say goodbye, and its kubelet restarts it.
+func (c *Cluster) KillContainer(n *Node, id string) error {
+	if out, err := n.ctr("tasks", "kill", "--signal", "SIGKILL", id).CombinedOutput(); err != nil {
+		return fmt.Errorf("killing container %s on %s: %v\n%s", id, n.Name, err, out)
+	}
+	return nil
+}
+
 // TagImage gives image from the name to on every node, as pushing a new tag of the same image
 // to a registry would: the nodes cannot pull, so a rolling upgrade needs it there already.
 func (c *Cluster) TagImage(from, to string) error {

@@ -43,6 +43,7 @@ type operation struct {
 
 var operations = []operation{
 	{"delete-pod", "`kubectl delete pod` of the owning speaker", deleteSpeakerPod, nil},
+	{"kill-speaker", "the owning speaker killed with SIGKILL", killSpeaker, nil},
 	{"runtime-stop", "the owner's kubelet and containerd stopped", stopRuntime, startRuntime},
 	{"link-cut", "the owner's link cut", cutLink, healLink},
 	{"drain", "`kubectl drain` of the owner", drain, uncordon},
@@ -277,6 +278,37 @@ func deleteSpeakerPod(e *labEnv, owner *cluster.Node) {
 		err := e.c.CP.Client.Get(context.Background(), client.ObjectKey{Namespace: "portico-system", Name: victim}, &p)
 		return err != nil, fmt.Sprint(err)
 	})
+}
+
+// killSpeaker kills the owner's speaker container with SIGKILL and waits until its kubelet
+// has started it again: the node, its kube-proxy and its conntrack stay, the speaker leaves
+// no goodbye, so the others find it gone by failure detection. The kubelet restarts a
+// container at once the first time, then after a back-off that doubles from 10 s up to
+// 5 min (CrashLoopBackOff): the same pod killed again in a later run stays down longer.
+func killSpeaker(e *labEnv, owner *cluster.Node) {
+	pod := speakerOn(e, owner.Name)
+	speaker := containerStatus(pod, "speaker")
+	if err := e.c.KillContainer(owner, strings.TrimPrefix(speaker.ContainerID, "containerd://")); err != nil {
+		e.t.Fatal(err)
+	}
+	killed := time.Now()
+	var now corev1.ContainerStatus
+	waitFor(e.t, pod.Name+"'s speaker restarted", 6*time.Minute, func() (bool, string) {
+		now = containerStatus(speakerOn(e, owner.Name), "speaker")
+		return now.RestartCount > speaker.RestartCount && now.State.Running != nil, fmt.Sprintf("%d restarts", now.RestartCount)
+	})
+	e.t.Logf("%s killed after %d restarts, running again %s later", pod.Name, speaker.RestartCount,
+		now.State.Running.StartedAt.Sub(killed).Round(time.Second))
+}
+
+// containerStatus is the status of pod's container named name.
+func containerStatus(pod corev1.Pod, name string) corev1.ContainerStatus {
+	for _, s := range pod.Status.ContainerStatuses {
+		if s.Name == name {
+			return s
+		}
+	}
+	return corev1.ContainerStatus{}
 }
 
 // stopRuntime stops the owner's kubelet and containerd; its containers (its speaker) and
