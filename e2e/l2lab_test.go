@@ -217,7 +217,8 @@ func (e *l2Env) startSpeaker(name string) {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	args := append([]string{"--node-name", name, "--kubeconfig", e.kubeconfig,
+	// A hand-off linger the tests can wait out (a minute by default).
+	args := append([]string{"--node-name", name, "--kubeconfig", e.kubeconfig, "--l2-handoff-linger=5s",
 		"--memberlist-bind-address", n.IPv4.Addr().String(), "--metrics-bind-address", n.IPv4.Addr().String() + ":7474"}, e.extraArgs...)
 	cmd := exec.Command("ip", append([]string{"netns", "exec", n.NS}, e.Security.command(e.Speaker, args...)...)...)
 	cmd.Stdout, cmd.Stderr = logf, logf

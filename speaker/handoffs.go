@@ -36,21 +36,36 @@ type Handoff interface {
 
 // handoffs is the speaker's side of the hand-off: which addresses this node hands off, and to
 // which node address. An entry is set when this node takes an address over from a node that is
-// still there (its Node exists and is not NotReady), and removed when that node answers for
-// the address again, or its Node is gone or NotReady, or no node answers for the address.
+// still there (its Node exists and is not NotReady), and removed when its Node is gone or
+// NotReady, or no node answers for the address, or linger after that node answers for the
+// address again.
 type handoffs struct {
 	side    Handoff
 	grace   time.Duration
+	linger  time.Duration
 	entries map[netip.Addr]handoffEntry
+	wake    *time.Timer // the end of the earliest linger
 }
 
-// handoffEntry is where one address's flows go: the previous owner's node and its address, and
-// until when new flows are picked up (zero: unknown, or over).
+// handoffEntry is where one address's flows go: the previous owner's node and its address,
+// until when new flows are picked up (zero: unknown, or over), and since when that node has
+// answered for the address again (zero: it does not).
 type handoffEntry struct {
 	via   netip.Addr
 	node  string
 	until time.Time
+	back  time.Time
 }
+
+// DefaultHandoffLinger is how long an entry outlives its node's answering for the address again. The
+// clients' packets still come here until they learn the address's new MAC: at once from the
+// gratuitous ARP/NA for most, at their next neighbour probe for those that ignore it (Linux:
+// reachable for up to 45 s, then 5 s of delay and 3 s of probes); meanwhile the entry passes
+// the flows it handed off on to the node that holds them, which is where they belong again.
+// Removed at once, those packets found no entry and no pick-up, the service proxy took them
+// up afresh and the backend reset them (seen on the kubelet cluster: 48 of 50 connections
+// reset when a killed speaker came back and took its address again).
+const DefaultHandoffLinger = time.Minute
 
 // handOff brings the entries up to date after a plan: before the node answers for the
 // addresses it gains (touched), so that their first handed-off packets find the entry.
@@ -85,12 +100,27 @@ func (s *Speaker) handOff(ctx context.Context, touched []netip.Addr) {
 			byIP[ip] = n.Name
 		}
 	}
+	now := time.Now()
+	var lingerEnds time.Time
 	for ip, e := range h.entries {
 		node, there := byIP[e.via]
-		if owner := s.planner.Owner(ip); there && owner != "" && owner != node {
-			e.node = node // adopted entries come without it
+		owner := s.planner.Owner(ip)
+		if there && owner != "" && owner != node {
+			e.node, e.back = node, time.Time{} // adopted entries come without the node
 			h.entries[ip] = e
 			continue
+		}
+		if there && owner == node {
+			if e.back.IsZero() {
+				e.back = now
+				h.entries[ip] = e
+			}
+			if ends := e.back.Add(h.linger); now.Before(ends) {
+				if lingerEnds.IsZero() || ends.Before(lingerEnds) {
+					lingerEnds = ends
+				}
+				continue
+			}
 		}
 		if err := h.side.Remove(ip); err != nil {
 			s.Log.Error(err, "ending a hand-off", "ip", ip, "to", e.via)
@@ -122,6 +152,12 @@ func (s *Speaker) handOff(ctx context.Context, touched []netip.Addr) {
 		s.Log.Info("handing off the flows this node has no state for", "ip", ip, "to", via, "node", prev, "for", h.grace)
 	}
 	s.Metrics.handoffEntries.Set(float64(len(h.entries)))
+	if h.wake != nil {
+		h.wake.Stop()
+	}
+	if !lingerEnds.IsZero() {
+		h.wake = time.AfterFunc(time.Until(lingerEnds), func() { s.replanAll("handoff-linger") })
+	}
 }
 
 // nodeAddressFor is the address of a node, among ips, to hand ip's flows to: of ip's family,
@@ -140,11 +176,11 @@ func nodeAddressFor(ip netip.Addr, ips []netip.Addr, subnets []netip.Prefix) (ne
 }
 
 // newHandoffs adopts the entries an earlier run left; the first plan keeps those still true.
-func newHandoffs(side Handoff, grace time.Duration) *handoffs {
+func newHandoffs(side Handoff, grace, linger time.Duration) *handoffs {
 	if side == nil {
 		return nil
 	}
-	h := &handoffs{side: side, grace: grace, entries: map[netip.Addr]handoffEntry{}}
+	h := &handoffs{side: side, grace: grace, linger: linger, entries: map[netip.Addr]handoffEntry{}}
 	for _, e := range side.Adopted() {
 		h.entries[e.Addr] = handoffEntry{via: e.Via, until: e.Expires}
 	}

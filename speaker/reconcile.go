@@ -149,7 +149,7 @@ func (s *Speaker) world(ctx context.Context) (plan.World, error) {
 	for i := range speakers.Items {
 		names = append(names, speakers.Items[i].Name)
 	}
-	return plan.World{Subnets: subnets, Holders: rules.HoldersOf(speakers.Items), Speakers: names, BalanceSettle: s.L2BalanceSettle, Services: svcs.Items, EndpointSlices: eps.Items, Nodes: nodes.Items, Advertisements: ads.Items, Pools: pools.Items,
+	return plan.World{Subnets: subnets, Holders: rules.HoldersOf(speakers.Items), Speakers: names, BalanceSettle: s.L2BalanceSettle, MembersSince: time.Unix(0, s.joinedAt.Load()), Services: svcs.Items, EndpointSlices: eps.Items, Nodes: nodes.Items, Advertisements: ads.Items, Pools: pools.Items,
 		BGPPeers: peers.Items, BGPAds: bgpAds.Items, BFDProfiles: bfdProfiles.Items, Secrets: s.secrets.read(ctx, s.Client, s.Log, secretRefs(peers.Items, bfdProfiles.Items)), IgnoreExcludeLabel: s.IgnoreExcludeLabel, IgnoreClassless: s.IgnoreClassless,
 		VRFs: s.vrfs(peers.Items), Now: now, CordonedSince: s.cordons.observe(nodes.Items, now), DrainGrace: s.DrainGrace}, nil
 }

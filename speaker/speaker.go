@@ -1,6 +1,7 @@
 package speaker
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/netip"
@@ -45,9 +46,11 @@ type Speaker struct {
 	BGP        Router
 	Guard      Guard // nil: none
 	// Handoff passes the flows of addresses this node took over to their previous owner for
-	// HandoffGrace after the move (handoffs.go); nil: none.
-	Handoff      Handoff
-	HandoffGrace time.Duration
+	// HandoffGrace after the move, and for HandoffLinger after that owner answers again
+	// (handoffs.go; zero: DefaultHandoffLinger); nil: none.
+	Handoff       Handoff
+	HandoffGrace  time.Duration
+	HandoffLinger time.Duration
 	// ShareFlows: before this node changes its place in its BGP addresses' ECMP sets (a
 	// drain, an uncordon), the members share their flows through the hand-off
 	// (flowsharing.go); needs Handoff.
@@ -93,6 +96,7 @@ type Speaker struct {
 	cause      atomic.Value // string: why the next reconcile runs
 	lostAt     atomic.Int64 // unix nanos of the latest member loss not yet acted upon
 	joined     atomic.Bool  // a member joined since the latest reconcile
+	joinedAt   atomic.Int64 // unix nanos of the latest member's join, or this speaker's start (plan.World.MembersSince)
 	joining    atomic.Bool
 	pending    pendingReplan
 	planner    *plan.Planner
@@ -138,9 +142,10 @@ type Router interface {
 // speakers take over without waiting for failure detection.
 func (s *Speaker) Start(ctx context.Context) error {
 	s.startedAt = time.Now()
+	s.joinedAt.Store(s.startedAt.UnixNano())
 	s.kick = make(chan struct{}, 1)
 	s.reporter = newReporter(s)
-	s.handoffs = newHandoffs(s.Handoff, s.HandoffGrace)
+	s.handoffs = newHandoffs(s.Handoff, s.HandoffGrace, cmp.Or(s.HandoffLinger, DefaultHandoffLinger))
 	s.answerer = &answerer{announce: s.Announce, node: s.Node, metrics: s.Metrics, log: s.Log, tell: s.reporter,
 		owned: map[netip.Addr]plan.Claim{}}
 	s.advertiser = &advertiser{router: s.BGP, node: s.Node, log: s.Log, tell: s.reporter, trigger: s.trigger, standing: unknownStanding,
@@ -202,6 +207,7 @@ func (s *Speaker) Start(ctx context.Context) error {
 			s.Log.Info("membership changed", "member", ch.Name, "alive", ch.Joined, "how", ch.How)
 			if ch.Joined {
 				s.joined.Store(true)
+				s.joinedAt.Store(time.Now().UnixNano())
 				s.replanAll("member-joined")
 			} else {
 				s.Metrics.membersLost.Inc()

@@ -55,6 +55,7 @@ type options struct {
 	ignoreClassless            bool
 	forwardGuard               bool
 	handoffGrace               time.Duration
+	handoffLinger              time.Duration
 	handoffMark                uint
 	handoffSlotMask            uint
 	shareFlows                 bool
@@ -104,6 +105,8 @@ func main() {
 	flag.StringVar(&o.daemonSet, "daemonset", "", "the speakers' DaemonSet in --namespace, read when this speaker stops: gone or being deleted (an uninstall), the BGP routes are withdrawn at once rather than left to the routers' graceful restart; empty: not read")
 	flag.DurationVar(&o.handoffGrace, "l2-handoff-grace", 10*time.Minute,
 		"for this long after taking an L2 address over from a node that stays up, pass the packets of connections this node has no state for (opened through that node) on to that node, so they survive the move (nftables table inet portico-handoff, a policy-routing rule and table; needs CAP_NET_ADMIN); 0 switches it off and removes what an earlier run left")
+	flag.DurationVar(&o.handoffLinger, "l2-handoff-linger", speaker.DefaultHandoffLinger,
+		"after the node an L2 address was taken from answers for it again, go on passing the flows handed off to it for this long: clients that have not yet learnt the address's new MAC (those that ignore gratuitous ARP/NA until their next neighbour probe) still send here")
 	flag.UintVar(&o.handoffMark, "l2-handoff-mark", uint(handoff.Defaults.Mark),
 		"the bit of the packet and connection mark that the hand-off marks its flows with; must not be one that kube-proxy (0x4000, 0x8000) or the CNI uses")
 	flag.BoolVar(&o.shareFlows, "bgp-share-flows", true,
@@ -179,7 +182,7 @@ func run(o options) error {
 	s := &speaker.Speaker{
 		Node: o.node, LBClass: o.lbClass, Cache: cache, Client: cl, MLPort: o.port,
 		Announce: l2.NewAnnouncer(log.WithName("l2"), metrics), BGP: bgpSide, Guard: fwd,
-		Handoff: handing, HandoffGrace: o.handoffGrace, ShareFlows: o.shareFlows,
+		Handoff: handing, HandoffGrace: o.handoffGrace, HandoffLinger: o.handoffLinger, ShareFlows: o.shareFlows,
 		Metrics: metrics, Log: log, SelfCheck: o.selfCheck, Conflicts: o.conflicts, KeyRefresh: o.keyRefresh,
 		IgnoreExcludeLabel: o.ignoreExcludeLabel, IgnoreClassless: o.ignoreClassless, RoutesUpWait: o.routesUpWait,
 		DrainGrace: o.drainGrace, L2BalanceSettle: o.l2BalanceSettle, LeaseNamespace: o.leaseNamespace, LeaseRenew: o.leaseRenew, WatchLinks: true,

@@ -30,7 +30,7 @@ func (pl *Planner) place(ip netip.Addr, p *election.Placement) {
 
 // rebalance decides again, when a placement changed, which address moves for balance
 // (election.Balance over every L2 address; none during a rollout, rules.L2Rollout, read at the
-// Replan), combines again the addresses whose move starts or ends, and returns those whose claim
+// Replan, nor within the settle window after a speaker joined, World.MembersSince), combines again the addresses whose move starts or ends, and returns those whose claim
 // changed here. It sets the plan's ReplanAt to the earlier of the drain grace's end and the
 // moment the cluster will have settled. While an address is in flight (most changes: a new
 // address is held by nobody yet) it costs nothing; once settled, one pass over the addresses.
@@ -48,7 +48,9 @@ func (pl *Planner) rebalance() []netip.Addr {
 		}
 		var m election.Move
 		var ok bool
-		if m, ok, at = election.Balance(ps, pl.w.Now, pl.w.BalanceSettle); ok {
+		if joined := pl.w.MembersSince.Add(pl.w.BalanceSettle); pl.w.Now.Before(joined) {
+			at = joined
+		} else if m, ok, at = election.Balance(ps, pl.w.Now, pl.w.BalanceSettle); ok {
 			next = &m
 		}
 	}

@@ -46,10 +46,14 @@ type World struct {
 	// (rules.HoldersOf): an address stays with its holder (rules.L2Owner). Speakers are the
 	// nodes that have a Speaker, and BalanceSettle how long all of them must have been alive
 	// and every address held where it is before one moves for balance (election.Balance;
-	// zero balances nothing).
+	// zero balances nothing). MembersSince is when the latest speaker joined as this node saw
+	// it (its own start included): a speaker back from a crash takes nothing for balance until
+	// the settle window has passed since, so an address that just moved off it does not move
+	// straight back (a second move, with its flows handed off twice).
 	Holders       rules.Holders
 	Speakers      []string
 	BalanceSettle time.Duration
+	MembersSince  time.Time
 
 	selectors rules.Selectors // filled while one plan is made
 }

@@ -36,9 +36,11 @@ type L2Scenario struct {
 	// latest plan all, and the stale claims of those killed (SIGKILL) since.
 	Holders rules.Holders
 	// Clock is the time of the latest plan all (each moves it a second on; tick more);
-	// Settle the speakers' --l2-balance-settle.
+	// Settle the speakers' --l2-balance-settle; Joined when a speaker last started (every node
+	// sees it join at once here).
 	Clock  time.Time
 	Settle time.Duration
+	Joined time.Time
 
 	answered map[netip.Addr][]string // who answered what at the latest plan all
 }
@@ -156,6 +158,7 @@ func (s *L2Scenario) Run(d *datadriven.TestData) error {
 				s.dropHeld(a.Key)
 			case "start":
 				delete(s.Down, a.Key)
+				s.Joined = s.Clock
 			case "partition":
 				s.Side[a.Key] = true
 			}
@@ -252,7 +255,7 @@ func (s *L2Scenario) delete(kind string, args []datadriven.CmdArg) error {
 func (s *L2Scenario) World() plan.World {
 	return plan.World{Nodes: sortedByName(s.Nodes), Pools: sortedByName(s.Pools), Advertisements: sortedByName(s.Ads),
 		Services: sortedByName(s.Services), EndpointSlices: sortedByName(s.Slices), Subnets: maps.Clone(s.Subnets),
-		Holders: maps.Clone(s.Holders), Speakers: slices.Sorted(maps.Keys(s.Nodes)), Now: s.Clock, BalanceSettle: s.Settle}
+		Holders: maps.Clone(s.Holders), Speakers: slices.Sorted(maps.Keys(s.Nodes)), Now: s.Clock, BalanceSettle: s.Settle, MembersSince: s.Joined}
 }
 
 // Wrote records what the running speakers answered for at a plan all, as their Speaker
