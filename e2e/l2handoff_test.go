@@ -100,13 +100,25 @@ type streams struct {
 	sent    int
 	stopped chan struct{}
 	wg      sync.WaitGroup
+	// patience is how long a connection waits for an echo before it counts as broken.
+	patience time.Duration
 }
 
 func openStreams(t *testing.T, ns string, to netip.AddrPort, n int) *streams {
-	s := &streams{stopped: make(chan struct{})}
+	return openStreamsFrom(t, ns, to, make([]int, n), 15*time.Second)
+}
+
+// openStreamsFrom opens a stream from each of the client ports (0: any), each connection
+// broken once an echo takes longer than patience.
+func openStreamsFrom(t *testing.T, ns string, to netip.AddrPort, ports []int, patience time.Duration) *streams {
+	s := &streams{stopped: make(chan struct{}), patience: patience}
 	must(t, netlab.In(ns, func() error {
-		for range n {
-			c, err := net.DialTimeout("tcp4", to.String(), 5*time.Second)
+		for _, port := range ports {
+			d := net.Dialer{Timeout: 5 * time.Second}
+			if port != 0 {
+				d.LocalAddr = &net.TCPAddr{Port: port}
+			}
+			c, err := d.Dial("tcp4", to.String())
 			if err != nil {
 				return err
 			}
@@ -132,7 +144,7 @@ func (s *streams) run(i int, c net.Conn) {
 		case <-time.After(10 * time.Millisecond):
 		}
 		start := time.Now()
-		_ = c.SetDeadline(start.Add(15 * time.Second))
+		_ = c.SetDeadline(start.Add(s.patience))
 		msg := fmt.Sprintf("%d %d\n", i, seq)
 		_, err := c.Write([]byte(msg))
 		var line string

@@ -68,7 +68,8 @@ func (c Config) checkSlotMask() error {
 }
 
 // SetFlows hands the flows of via's family to via for grace: a packet of one of them that this
-// node has no state for goes to via. It returns how many flows it listed.
+// node has no state for goes to via. It returns how many flows it listed, and deletes this
+// node's closed entries of their ports (closedEarlier).
 func (h *Handoff) SetFlows(via netip.Addr, flows []Flow, grace time.Duration) (int, error) {
 	via = via.Unmap()
 	h.mu.Lock()
@@ -94,7 +95,36 @@ func (h *Handoff) SetFlows(via netip.Addr, flows []Flow, grace time.Duration) (i
 			return 0, fmt.Errorf("handing %d flows off to %s: %w", len(batch), via, err)
 		}
 	}
-	return len(elems), nil
+	if len(elems) == 0 {
+		return 0, nil
+	}
+	listed := map[Flow]bool{}
+	for _, f := range flows {
+		listed[Flow{Client: unmapPort(f.Client), Service: unmapPort(f.Service)}] = true
+	}
+	return len(elems), forget(func(e *netlink.ConntrackFlow) bool { return closedEarlier(e, listed) })
+}
+
+// closedEarlier reports whether e is a TCP entry of a listed flow's ports that is closed
+// (TIME_WAIT, CLOSE): an earlier connection's, since the client reused the ports for the one
+// listed, which is open and held by another node. Left there, that entry would catch the
+// listed flow's packets when a remap brings them here (they are not `ct state new`, so not
+// picked up): they would follow its old translation or, out of its window, be invalid and
+// untranslated, and go nowhere; the connection would stall until the entry expired (two
+// minutes in TIME_WAIT). Deleted, the next packet is picked up. An open entry of the same
+// ports is left: it may be this node's own connection (the list outlives the flows in it).
+func closedEarlier(e *netlink.ConntrackFlow, listed map[Flow]bool) bool {
+	tcp, ok := e.ProtoInfo.(*netlink.ProtoInfoTCP)
+	if e.Forward.Protocol != unix.IPPROTO_TCP || !ok || tcp.State < tcpTimeWait || tcp.State > tcpClose {
+		return false
+	}
+	src, ok1 := netip.AddrFromSlice(e.Forward.SrcIP)
+	dst, ok2 := netip.AddrFromSlice(e.Forward.DstIP)
+	return ok1 && ok2 && listed[Flow{Client: netip.AddrPortFrom(src.Unmap(), e.Forward.SrcPort), Service: netip.AddrPortFrom(dst.Unmap(), e.Forward.DstPort)}]
+}
+
+func unmapPort(ap netip.AddrPort) netip.AddrPort {
+	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
 }
 
 // Slots lists the node addresses flows are handed to, by slot.
@@ -321,10 +351,12 @@ func (h *Handoff) FlowCounts() (flows, packets uint64, err error) {
 }
 
 // Conntrack states of a TCP flow that still carries data (netfilter's tcp_conntrack: SYN_SENT
-// 1 to LAST_ACK 6; TIME_WAIT and CLOSE are over).
+// 1 to LAST_ACK 6) and of one that is over (TIME_WAIT 7, CLOSE 8).
 const (
-	tcpSynSent = 1
-	tcpLastAck = 6
+	tcpSynSent  = 1
+	tcpLastAck  = 6
+	tcpTimeWait = 7
+	tcpClose    = 8
 )
 
 // PickFlows chooses, from the connection-tracking entries, the TCP flows to addrs that this
