@@ -310,9 +310,10 @@ func flowMapOf(table *nftables.Table, v4 bool) *nftables.Set {
 }
 
 // pickUpFlow is `meta nfproto ipv4 meta l4proto tcp ct state new ct mark & (MARK|SLOTS) == 0
-// tcp flags & (syn|ack) != syn ip saddr . tcp sport . ip daddr . tcp dport @flows4 counter
-// ip saddr . tcp sport . ip daddr . tcp dport vmap @flows4` (ip6 for IPv6): a flow whose first
-// packet here is not a SYN, listed for another node: its slot's chain marks it.
+// tcp flags & (syn|ack) != syn ip saddr . tcp sport . ip daddr . tcp dport @flows4 ct timeout
+// set "picked-up4" counter ip saddr . tcp sport . ip daddr . tcp dport vmap @flows4` (ip6 for
+// IPv6): a flow whose first packet here is not a SYN, listed for another node: its slot's
+// chain marks it, and its entry goes soon after it closes (ClosingTimeout).
 func pickUpFlow(set *nftables.Set, v4 bool, marks uint32) []expr.Any {
 	saddr, daddr, length := uint32(8), uint32(24), uint32(16)
 	if v4 {
@@ -327,7 +328,7 @@ func pickUpFlow(set *nftables.Set, v4 bool, marks uint32) []expr.Any {
 	}
 	out := midStream(v4, marks)
 	out = append(out, load...)
-	out = append(out, &expr.Lookup{SourceRegister: 8, SetName: set.Name, SetID: set.ID}, &expr.Counter{})
+	out = append(out, &expr.Lookup{SourceRegister: 8, SetName: set.Name, SetID: set.ID}, setPickedUpTimeouts(v4), &expr.Counter{})
 	return append(out, &expr.Lookup{SourceRegister: 8, SetName: set.Name, SetID: set.ID, IsDestRegSet: true, DestRegister: 0})
 }
 

@@ -174,6 +174,9 @@ func (h *Handoff) create(left map[netip.Addr]nftables.SetElement) error {
 		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityMangle})
 	bind := c.AddChain(&nftables.Chain{Name: "bind", Table: h.table, Type: nftables.ChainTypeNAT,
 		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityRef(*nftables.ChainPriorityNATDest - 10)})
+	for _, v4 := range []bool{true, false} {
+		c.AddObj(pickedUpTimeouts(h.table, v4))
+	}
 	for v4, set := range h.maps {
 		var elems []nftables.SetElement
 		for ip, el := range left {
@@ -421,8 +424,9 @@ func netlinkPrefix(p netip.Prefix) *net.IPNet {
 }
 
 // markMidStream is `meta nfproto ipv4 meta l4proto tcp ct state new ct mark & MARK == 0 tcp
-// flags & (syn|ack) != syn ip daddr @previous4 ct mark set ct mark | MARK counter` (ip6 for
-// IPv6): a flow whose first packet this node sees is not a SYN, to an address taken over.
+// flags & (syn|ack) != syn ip daddr @previous4 ct mark set ct mark | MARK ct timeout set
+// "picked-up4" counter` (ip6 for IPv6): a flow whose first packet this node sees is not a SYN,
+// to an address taken over; its entry goes soon after the flow closes (ClosingTimeout).
 // (Every packet of a handed-off flow is ct state new here, since its replies never pass this
 // node: the mark test makes the counter count flows.)
 func markMidStream(set *nftables.Set, v4 bool, mark uint32) []expr.Any {
@@ -437,6 +441,7 @@ func markMidStream(set *nftables.Set, v4 bool, mark uint32) []expr.Any {
 		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
 			Mask: binaryutil.NativeEndian.PutUint32(^mark), Xor: binaryutil.NativeEndian.PutUint32(mark)},
 		&expr.Ct{Register: 1, Key: expr.CtKeyMARK, SourceRegister: true},
+		setPickedUpTimeouts(v4),
 		&expr.Counter{},
 	)
 }

@@ -3,13 +3,18 @@ package handoff_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
 	"github.com/portico-lb/portico/internal/netlab"
+	"github.com/portico-lb/portico/speaker/handoff"
 )
 
 // TestPortReusedAfterTheHandoff: the new node's entry of a flow it picked up and handed off saw
@@ -74,3 +79,63 @@ func (lb *lab) dialFrom(port int, timeout time.Duration) (net.Conn, error) {
 	})
 	return c, err
 }
+
+// TestPickedUpFlowsCloseSoon: the new node's entry of a flow it picked up sees only the
+// client's side, so conntrack never sees the close end; once the client closes, the entry
+// must go within handoff.ClosingTimeout rather than the node's timeout for the state it
+// stopped in (kube-proxy sets CLOSE_WAIT's to an hour), during which a new connection from the
+// same client port would take the old flow's translation and mark.
+func TestPickedUpFlowsCloseSoon(t *testing.T) {
+	lb := newLab(t, false)
+	const clientPort = 40002
+	c, err := lb.dialFrom(clientPort, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if errs := exchange([]net.Conn{c}, 0); len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	h := open(t, lb.new.NS)
+	t.Cleanup(func() { in(t, lb.new.NS, h.Clear) })
+	in(t, lb.new.NS, func() error { return h.Set(lb.vip, lb.oldAddr(), time.Minute) })
+	lb.answer(lb.new)
+	if errs := exchange([]net.Conn{c}, 1); len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	c.Close()
+
+	limit := uint32(handoff.ClosingTimeout / time.Second)
+	var last string
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		var entry *netlink.ConntrackFlow
+		in(t, lb.new.NS, func() error {
+			flows, err := netlink.ConntrackTableList(netlink.ConntrackTable, unix.AF_INET)
+			for _, f := range flows {
+				if f.Forward.SrcPort == clientPort && f.Forward.DstIP.Equal(lb.vip.AsSlice()) {
+					entry = f
+				}
+			}
+			return err
+		})
+		if entry == nil {
+			t.Fatal("the new node has no entry of the flow it picked up")
+		}
+		tcp, _ := entry.ProtoInfo.(*netlink.ProtoInfoTCP)
+		last = fmt.Sprintf("state %d, %d s left, mark %#x", tcp.State, entry.TimeOut, entry.Mark)
+		if tcp != nil && tcp.State >= tcpFinWait && tcp.State <= tcpClose { // closing
+			if entry.TimeOut > limit {
+				t.Fatalf("the closed flow's entry on the new node lives on: %s, want at most %d s", last, limit)
+			}
+			t.Logf("the closed flow's entry on the new node: %s", last)
+			return
+		}
+	}
+	t.Fatalf("the flow's entry on the new node never saw the client's close: %s", last)
+}
+
+// Conntrack's TCP states FIN_WAIT (4) to CLOSE (8): a flow closing or closed.
+const (
+	tcpFinWait = 4
+	tcpClose   = 8
+)
