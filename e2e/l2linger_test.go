@@ -4,6 +4,7 @@ import (
 	"net/netip"
 	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -59,5 +60,56 @@ func TestL2HandoffOutlivesTheMoveBack(t *testing.T) {
 			out, err := exec.Command("ip", "-n", e.node(next).NS, "route", "show", "table", "3580").Output()
 			return err == nil && !strings.Contains(string(out), ip.String()+" ")
 		})
+	})
+}
+
+// TestL2HandoffTakenBackDuringTheLinger: the address moves to next and back to the owner, and
+// while next's hand-off lingers (its pick-up over by then: a short grace here) it moves to next
+// again. That is a new move: next must pick up the connections opened through the owner for a
+// new grace. Counting its lingering entry as the same hand-off, it picked nothing up, and the
+// service proxy reset every connection (seen on the kubelet cluster once drains had moved the
+// address back and forth for ten minutes).
+func TestL2HandoffTakenBackDuringTheLinger(t *testing.T) {
+	inHandoffLab(t, func(t *testing.T, e *l2Env, pod labPod) {
+		stop, err := netlab.ServeEcho(pod.NS, echoPort)
+		must(t, err)
+		t.Cleanup(func() { _ = stop() })
+		e.extraArgs = []string{"--l2-handoff-grace=5s", "--l2-handoff-linger=10m"}
+		for _, n := range []string{"node-a", "node-b", "node-c"} {
+			e.kill(n, syscall.SIGTERM)
+			e.startSpeaker(n)
+		}
+		ip := handoffVIP
+		e.create(scenario{name: "handoff-retaken", ip: ip})
+		owner, next := ownerAndNext(ip)
+		e.expectOwner(ip, owner)
+		moveTo := func(from, to string) {
+			cordoned(true)(e, from)
+			e.expectOwner(ip, to) // its status too: the latest claim, that the uncordon keeps
+			cordoned(false)(e, from)
+			e.expectOwner(ip, to) // takes nothing back: placement is sticky
+		}
+		moveTo(owner, next)
+		listsHandoff(t, e, next, ip, owner)
+		moveTo(next, owner)
+		waitFor(t, next+"'s pick-up of "+ip.String()+" expires (its grace)", 20*time.Second, func() bool {
+			out, err := exec.Command("ip", "netns", "exec", e.node(next).NS, "nft", "list", "map", "inet", "portico-handoff", "previous4").Output()
+			return err == nil && !strings.Contains(string(out), ip.String())
+		})
+		s := openStreams(t, e.Client.NS, netip.AddrPortFrom(ip, echoPort), 20)
+		defer s.stop()
+		s.after(t, "50 echoes per connection through "+owner)
+		flowsBefore, _ := handedOff(t, e, next)
+		moveTo(owner, next)
+		sent, resets, errs, worst := s.after(t, "50 echoes per connection through "+next+", taken back during its linger")
+		flows, _ := handedOff(t, e, next)
+		t.Logf("to %s again during its linger: %d echoes, %d resets, %d broken connections, longest echo %v; %.0f flows handed off",
+			next, sent, resets, len(errs), worst.Round(time.Millisecond), flows-flowsBefore)
+		if len(errs) > 0 {
+			t.Fatalf("%d of 20 connections broke when the address moved to %s again during its linger: %v", len(errs), next, errs)
+		}
+		if flows-flowsBefore != 20 {
+			t.Errorf("%s handed off %.0f flows when the address moved to it again during its linger, want the 20 connections", next, flows-flowsBefore)
+		}
 	})
 }

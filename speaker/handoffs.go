@@ -106,8 +106,11 @@ func (s *Speaker) handOff(ctx context.Context, touched []netip.Addr) {
 		node, there := byIP[e.via]
 		owner := s.planner.Owner(ip)
 		if there && owner != "" && owner != node {
-			e.node, e.back = node, time.Time{} // adopted entries come without the node
-			h.entries[ip] = e
+			e.node = node // adopted entries come without it
+			if owner != s.Node {
+				e.back = time.Time{} // moved on to a third node: no linger to count
+			}
+			h.entries[ip] = e // taken back during the linger (back kept): a new takeover below
 			continue
 		}
 		if there && owner == node {
@@ -135,8 +138,12 @@ func (s *Speaker) handOff(ctx context.Context, touched []netip.Addr) {
 	for _, ip := range gained {
 		prev := s.planner.PreviousOwner(ip)
 		n, ok := byName[prev]
-		if !ok || h.entries[ip].node == prev {
-			continue // gone or unfit, or handed off to it already
+		if e, had := h.entries[ip]; !ok || had && e.node == prev && e.back.IsZero() {
+			// Gone or unfit, or handed off to it already. An entry that lingered (prev
+			// answered meanwhile) is set again: a new move, whose flows must be picked up
+			// for a new grace (its element expires, and on the kubelet cluster it did, after
+			// ten minutes of moves back and forth every few seconds: every flow reset).
+			continue
 		}
 		via, ok := nodeAddressFor(ip, rules.InternalIPs(n), subnets)
 		if !ok {
