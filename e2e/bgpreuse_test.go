@@ -8,7 +8,6 @@ import (
 	"net/netip"
 	"os/exec"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -30,17 +29,7 @@ func TestBGPDrainReusedClientPorts(t *testing.T) {
 	inHandoffLabWith(t, 1, vip, func(t *testing.T, e *l2Env, pod labPod) {
 		serveEchoUntilBye(t, pod.NS)
 		all := []string{"node-a", "node-b", "node-c"}
-		e.extraArgs = []string{"--bgp-drain-grace=3s"}
-		for _, n := range all {
-			e.kill(n, syscall.SIGTERM)
-			e.startSpeaker(n)
-		}
-		router := e.Routers[0].NS
-		run(t, "ip", "netns", "exec", router, "sysctl", "-qw", "net.ipv4.ip_forward=1", "net.ipv4.fib_multipath_hash_policy=1")
-		startBird(t, router, birdConfig(e.Routers[0].IPv4.Addr(), e.Nodes, clusterASN, ""))
-		e.createObject(bgpPeer("tor", e.Routers[0].IPv4.Addr(), clusterASN, routerASN))
-		e.waitEstablished("tor", 30*time.Second, all...)
-		route := e.advertiseWeb(router, all)
+		router, route := drainLab(t, e, vip)
 		to := netip.AddrPortFrom(vip, echoPort)
 
 		// One short connection from each port, below the ephemeral range so that nothing else
