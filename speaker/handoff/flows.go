@@ -118,9 +118,15 @@ func closedEarlier(e *netlink.ConntrackFlow, listed map[Flow]bool) bool {
 	if e.Forward.Protocol != unix.IPPROTO_TCP || !ok || tcp.State < tcpTimeWait || tcp.State > tcpClose {
 		return false
 	}
+	f, ok := flowOf(e)
+	return ok && listed[f]
+}
+
+// flowOf is the flow of a connection-tracking entry, as the client sent it.
+func flowOf(e *netlink.ConntrackFlow) (Flow, bool) {
 	src, ok1 := netip.AddrFromSlice(e.Forward.SrcIP)
 	dst, ok2 := netip.AddrFromSlice(e.Forward.DstIP)
-	return ok1 && ok2 && listed[Flow{Client: netip.AddrPortFrom(src.Unmap(), e.Forward.SrcPort), Service: netip.AddrPortFrom(dst.Unmap(), e.Forward.DstPort)}]
+	return Flow{Client: netip.AddrPortFrom(src.Unmap(), e.Forward.SrcPort), Service: netip.AddrPortFrom(dst.Unmap(), e.Forward.DstPort)}, ok1 && ok2
 }
 
 func unmapPort(ap netip.AddrPort) netip.AddrPort {
@@ -372,12 +378,12 @@ func PickFlows(entries []*netlink.ConntrackFlow, addrs []netip.Addr, handedOff u
 		if tcp, ok := e.ProtoInfo.(*netlink.ProtoInfoTCP); ok && (tcp.State < tcpSynSent || tcp.State > tcpLastAck) {
 			continue
 		}
-		dst, ok1 := netip.AddrFromSlice(e.Forward.DstIP)
-		src, ok2 := netip.AddrFromSlice(e.Forward.SrcIP)
-		if dst = dst.Unmap(); !ok1 || !ok2 || !slices.Contains(addrs, dst) || len(out[dst]) >= max {
+		f, ok := flowOf(e)
+		dst := f.Service.Addr()
+		if !ok || !slices.Contains(addrs, dst) || len(out[dst]) >= max {
 			continue
 		}
-		out[dst] = append(out[dst], Flow{Client: netip.AddrPortFrom(src.Unmap(), e.Forward.SrcPort), Service: netip.AddrPortFrom(dst, e.Forward.DstPort)})
+		out[dst] = append(out[dst], f)
 	}
 	return out
 }
