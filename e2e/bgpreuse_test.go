@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"fmt"
 	"io"
 	"net"
@@ -27,7 +26,9 @@ import (
 func TestBGPDrainReusedClientPorts(t *testing.T) {
 	vip := netip.MustParseAddr("203.0.113.10")
 	inHandoffLabWith(t, 1, vip, func(t *testing.T, e *l2Env, pod labPod) {
-		serveEchoUntilBye(t, pod.NS)
+		stop, err := netlab.ServeEcho(pod.NS, echoPort) // closes first after "bye"
+		must(t, err)
+		t.Cleanup(func() { _ = stop() })
 		all := []string{"node-a", "node-b", "node-c"}
 		router, route := drainLab(t, e, vip)
 		to := netip.AddrPortFrom(vip, echoPort)
@@ -86,38 +87,6 @@ func TestBGPDrainReusedClientPorts(t *testing.T) {
 			}
 		}
 	})
-}
-
-// serveEchoUntilBye echoes lines on echoPort in ns, and closes a connection after echoing
-// "bye": the server closes first, as an HTTP server answering "Connection: close" does.
-func serveEchoUntilBye(t *testing.T, ns string) {
-	var l net.Listener
-	must(t, netlab.In(ns, func() (err error) {
-		l, err = net.Listen("tcp", fmt.Sprintf(":%d", echoPort))
-		return err
-	}))
-	t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				r := bufio.NewReader(c)
-				for {
-					line, err := r.ReadString('\n')
-					if err != nil {
-						return
-					}
-					if _, err := c.Write([]byte(line)); err != nil || line == "bye\n" {
-						return
-					}
-				}
-			}()
-		}
-	}()
 }
 
 // echoOnce connects from port, says bye and waits for the server to close (run it in the

@@ -96,8 +96,9 @@ func HTTPClient(ns string, timeout time.Duration) *http.Client {
 }
 
 // ServeEcho answers every line it reads with the same line, on port inside namespace ns, as a
-// long-lived stream's backend (a database, a websocket) would keep its connections open; close
-// stops listening.
+// long-lived stream's backend (a database, a websocket) would keep its connections open; after
+// echoing "bye" it closes the connection first, as an HTTP server answering "Connection: close"
+// does. close stops listening.
 func ServeEcho(ns string, port int) (close func() error, err error) {
 	var l net.Listener
 	if err := In(ns, func() (err error) {
@@ -113,7 +114,7 @@ func ServeEcho(ns string, port int) (close func() error, err error) {
 			if err != nil {
 				return
 			}
-			if _, err := c.Write(line); err != nil {
+			if _, err := c.Write(line); err != nil || string(line) == "bye\n" {
 				return
 			}
 		}
