@@ -18,7 +18,7 @@ const DefaultDrainGrace = 30 * time.Second
 type cordons struct {
 	mu    sync.Mutex // the loop, the self-check and the conflict prober all read the world
 	since map[string]time.Time
-	timer *time.Timer // plans everything again when the next grace ends
+	wake  alarm // plans everything again when the next grace ends
 }
 
 // observe stamps each node seen cordoned for the first time with now and forgets the nodes no
@@ -42,14 +42,23 @@ func (c *cordons) observe(nodes []corev1.Node, now time.Time) map[string]time.Ti
 
 // wakeAt has fire called at t (the plan's ReplanAt), replacing the wake-up set before; a zero t
 // sets none.
-func (c *cordons) wakeAt(t time.Time, fire func()) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.timer != nil {
-		c.timer.Stop()
-		c.timer = nil
+func (c *cordons) wakeAt(t time.Time, fire func()) { c.wake.at(t, fire) }
+
+// alarm calls a function at a time, one at a time: each setting replaces the one before.
+type alarm struct {
+	mu    sync.Mutex
+	timer *time.Timer
+}
+
+// at has fire called at t, replacing the call set before; a zero t sets none.
+func (a *alarm) at(t time.Time, fire func()) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.timer != nil {
+		a.timer.Stop()
+		a.timer = nil
 	}
 	if !t.IsZero() {
-		c.timer = time.AfterFunc(time.Until(t), fire)
+		a.timer = time.AfterFunc(time.Until(t), fire)
 	}
 }

@@ -44,7 +44,7 @@ type handoffs struct {
 	grace   time.Duration
 	linger  time.Duration
 	entries map[netip.Addr]handoffEntry
-	wake    *time.Timer // the end of the earliest linger
+	wake    alarm // plans everything again when the earliest linger ends
 }
 
 // handoffEntry is where one address's flows go: the previous owner's node and its address,
@@ -159,12 +159,7 @@ func (s *Speaker) handOff(ctx context.Context, touched []netip.Addr) {
 		s.Log.Info("handing off the flows this node has no state for", "ip", ip, "to", via, "node", prev, "for", h.grace)
 	}
 	s.Metrics.handoffEntries.Set(float64(len(h.entries)))
-	if h.wake != nil {
-		h.wake.Stop()
-	}
-	if !lingerEnds.IsZero() {
-		h.wake = time.AfterFunc(time.Until(lingerEnds), func() { s.replanAll("handoff-linger") })
-	}
+	h.wake.at(lingerEnds, func() { s.replanAll("handoff-linger") })
 }
 
 // nodeAddressFor is the address of a node, among ips, to hand ip's flows to: of ip's family,
