@@ -94,9 +94,9 @@ func measure(e *labEnv, op operation, tg target, keepAlive int) runFigures {
 	}
 	settled(e)
 	before := ingresses(e)
-	// A pod the patch replaced may still be leaving, and the echo server does not wait for
-	// kube-proxy to forget it: the probe counts from 50 answers in a row on, and every
-	// keep-alive connection answering.
+	// The probe counts from 50 answers in a row on, and every keep-alive connection answering
+	// (the echo app answers on for a while after SIGTERM, so the pod the patch replaced
+	// fails no connection on its way out).
 	p := startProbe(e, "http://"+tg.ip.String()+"/", tg.app, keepAlive)
 	waitFor(e.t, "50 answers in a row before "+op.name, 2*time.Minute, func() (bool, string) {
 		n, ka := p.answersInARow(), p.keepAliveAnswering()
