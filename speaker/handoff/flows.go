@@ -201,8 +201,9 @@ func (h *Handoff) slotRule(n int, v4 bool) *netlink.Rule {
 	return r
 }
 
-// addSlotChain queues slot s's chain, `ct mark set ct mark & ~MASK | SLOT meta mark set meta
-// mark & ~MASK | SLOT`, and its element in the slots map (not flushed).
+// addSlotChain queues slot s's chain, `meta mark set meta mark & ~MASK | SLOT; ct mark set ct
+// mark & ~MASK | SLOT` (two rules: a packet without an entry, passClosingFlow's, stops at the
+// read of its connection mark), and its element in the slots map (not flushed).
 func (h *Handoff) addSlotChain(s slot) {
 	c := h.conn.AddChain(&nftables.Chain{Name: slotChain(s.n), Table: h.table})
 	v := h.cfg.slotValue(s.n)
@@ -214,7 +215,8 @@ func (h *Handoff) addSlotChain(s slot) {
 		return []expr.Any{load, &expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
 			Mask: binaryutil.NativeEndian.PutUint32(^h.cfg.SlotMask), Xor: binaryutil.NativeEndian.PutUint32(v)}, store}
 	}
-	h.conn.AddRule(&nftables.Rule{Table: h.table, Chain: c, Exprs: append(set(expr.CtKeyMARK, false), set(expr.CtKeyMARK, true)...)})
+	h.conn.AddRule(&nftables.Rule{Table: h.table, Chain: c, Exprs: set(expr.CtKeyMARK, true)})
+	h.conn.AddRule(&nftables.Rule{Table: h.table, Chain: c, Exprs: set(expr.CtKeyMARK, false)})
 	_ = h.conn.SetAddElements(h.slotMap, []nftables.SetElement{{Key: binaryutil.NativeEndian.PutUint32(v),
 		VerdictData: &expr.Verdict{Kind: expr.VerdictJump, Chain: slotChain(s.n)}}})
 }
@@ -321,21 +323,33 @@ func flowMapOf(table *nftables.Table, v4 bool) *nftables.Set {
 // IPv6): a flow whose first packet here is not a SYN, listed for another node: its slot's
 // chain marks it, and its entry goes soon after it closes (ClosingTimeout).
 func pickUpFlow(set *nftables.Set, v4 bool, marks uint32) []expr.Any {
+	out := append(midStream(v4, marks), loadFlowKey(v4)...)
+	out = append(out, &expr.Lookup{SourceRegister: 8, SetName: set.Name, SetID: set.ID}, setPickedUpTimeouts(v4), &expr.Counter{})
+	return append(out, &expr.Lookup{SourceRegister: 8, SetName: set.Name, SetID: set.ID, IsDestRegSet: true, DestRegister: 0})
+}
+
+// passClosingFlow is `closingStateless ip saddr . tcp sport . ip daddr . tcp dport vmap @flows4`
+// (ip6 for IPv6): such a packet of a listed flow goes the way of its flow (its slot's chain
+// sets no connection mark without an entry, and the packet mark all the same).
+func passClosingFlow(set *nftables.Set, v4 bool) []expr.Any {
+	out := append(closingStateless(v4), loadFlowKey(v4)...)
+	return append(out, &expr.Lookup{SourceRegister: 8, SetName: set.Name, SetID: set.ID, IsDestRegSet: true, DestRegister: 0})
+}
+
+// loadFlowKey loads a packet's flow key (flowKey) into registers 8 and up: the 32-bit ones a
+// concatenation is read from.
+func loadFlowKey(v4 bool) []expr.Any {
 	saddr, daddr, length := uint32(8), uint32(24), uint32(16)
 	if v4 {
 		saddr, daddr, length = 12, 16, 4
 	}
 	regs := length / 4
-	load := []expr.Any{ // registers 8 and up: the 32-bit ones a concatenation is read from
+	return []expr.Any{
 		&expr.Payload{DestRegister: 8, Base: expr.PayloadBaseNetworkHeader, Offset: saddr, Len: length},
 		&expr.Payload{DestRegister: 8 + regs, Base: expr.PayloadBaseTransportHeader, Offset: 0, Len: 2},
 		&expr.Payload{DestRegister: 9 + regs, Base: expr.PayloadBaseNetworkHeader, Offset: daddr, Len: length},
 		&expr.Payload{DestRegister: 9 + 2*regs, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
 	}
-	out := midStream(v4, marks)
-	out = append(out, load...)
-	out = append(out, &expr.Lookup{SourceRegister: 8, SetName: set.Name, SetID: set.ID}, setPickedUpTimeouts(v4), &expr.Counter{})
-	return append(out, &expr.Lookup{SourceRegister: 8, SetName: set.Name, SetID: set.ID, IsDestRegSet: true, DestRegister: 0})
 }
 
 // markSlotPacket is `ct mark & SLOTS != 0 counter ct mark & SLOTS vmap @slots`: every packet

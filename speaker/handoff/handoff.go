@@ -15,7 +15,9 @@
 // binds a flow, so the proxy's rules never see it), and routes it by the mark to the previous
 // owner: the packet arrives there unchanged, where the flow's entry translates it as before. The
 // backend's answers go back through the old owner (the proxy masqueraded the flow to that node's
-// address) straight to the client. New connections (a SYN) are the new owner's as usual.
+// address) straight to the client. A FIN or a reset that finds no state here (conntrack opens
+// none for either) goes the same way, so that a connection closed after the move closes where it
+// lives. New connections (a SYN) are the new owner's as usual.
 //
 // Kernel state: one nftables table (inet portico-handoff) whose maps hold the addresses taken
 // over and their previous owners, each element expiring after the grace period by itself; one
@@ -188,6 +190,7 @@ func (h *Handoff) create(left map[netip.Addr]nftables.SetElement) error {
 			return err
 		}
 		c.AddRule(&nftables.Rule{Table: h.table, Chain: h.pickup, Exprs: markMidStream(set, v4, h.cfg.Mark), UserData: tagL2Flows})
+		c.AddRule(&nftables.Rule{Table: h.table, Chain: h.pickup, Exprs: passClosing(set, v4, h.cfg.Mark)})
 		c.AddRule(&nftables.Rule{Table: h.table, Chain: bind, Exprs: nullBinding(v4, h.cfg.Mark|h.cfg.SlotMask)})
 	}
 	// The flows handed off by slot (flows.go): their maps start empty (the flows are shared
@@ -203,6 +206,7 @@ func (h *Handoff) create(left map[netip.Addr]nftables.SetElement) error {
 			return err
 		}
 		c.AddRule(&nftables.Rule{Table: h.table, Chain: h.pickup, Exprs: pickUpFlow(set, v4, h.cfg.Mark|h.cfg.SlotMask), UserData: tagFlows})
+		c.AddRule(&nftables.Rule{Table: h.table, Chain: h.pickup, Exprs: passClosingFlow(set, v4)})
 	}
 	c.AddRule(&nftables.Rule{Table: h.table, Chain: h.pickup, Exprs: markPacket(h.cfg.Mark), UserData: tagL2Packets})
 	c.AddRule(&nftables.Rule{Table: h.table, Chain: h.pickup, Exprs: markSlotPacket(h.slotMap, h.cfg.SlotMask), UserData: tagPackets})
@@ -450,6 +454,38 @@ func markMidStream(set *nftables.Set, v4 bool, mark uint32) []expr.Any {
 // & (syn|ack) != syn` (ipv6 for IPv6): a TCP flow whose first packet here is not a SYN, not
 // marked by a hand-off yet.
 func midStream(v4 bool, marks uint32) []expr.Any {
+	return append(tcpInState(v4, expr.CtStateBitNEW),
+		&expr.Ct{Register: 1, Key: expr.CtKeyMARK},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
+			Mask: binaryutil.NativeEndian.PutUint32(marks), Xor: binaryutil.NativeEndian.PutUint32(0)},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(0)},
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 13, Len: 1},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 1, Mask: []byte{tcpSYN | tcpACK}, Xor: []byte{0}},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: []byte{tcpSYN}},
+	)
+}
+
+// closingStateless is `meta nfproto ipv4 meta l4proto tcp ct state invalid tcp flags & (fin|rst)
+// != 0` (ipv6 for IPv6): a FIN or a reset this node tracks no flow for. Conntrack opens no entry
+// for either (neither can be a flow's first packet), and a reset ends at once an entry that saw
+// no answer, as a picked-up flow's never does: the packets that close a connection handed off
+// come here without state when they are the first of it since the move (a client closing an
+// idle kept-alive connection) or follow a reset. Passed on to the node that holds the flow, they
+// close it there; dropped, the backend never learnt of the close and that node's entry stayed
+// ESTABLISHED, translated to the backend, for days: a new connection from the same client port
+// that reached that node later followed it (on the kubelet cluster, to pods long deleted, and
+// never connected). Without an entry they are not translated here (NAT needs one) and arrive at
+// the holder unchanged, as the picked-up flows' packets do.
+func closingStateless(v4 bool) []expr.Any {
+	return append(tcpInState(v4, expr.CtStateBitINVALID),
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 13, Len: 1},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 1, Mask: []byte{tcpFIN | tcpRST}, Xor: []byte{0}},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: []byte{0}},
+	)
+}
+
+// tcpInState is `meta nfproto ipv4 meta l4proto tcp ct state STATE` (ipv6 for IPv6).
+func tcpInState(v4 bool, state uint32) []expr.Any {
 	proto := byte(unix.NFPROTO_IPV6)
 	if v4 {
 		proto = unix.NFPROTO_IPV4
@@ -461,16 +497,27 @@ func midStream(v4 bool, marks uint32) []expr.Any {
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_TCP}},
 		&expr.Ct{Register: 1, Key: expr.CtKeySTATE},
 		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
-			Mask: binaryutil.NativeEndian.PutUint32(expr.CtStateBitNEW), Xor: binaryutil.NativeEndian.PutUint32(0)},
+			Mask: binaryutil.NativeEndian.PutUint32(state), Xor: binaryutil.NativeEndian.PutUint32(0)},
 		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(0)},
-		&expr.Ct{Register: 1, Key: expr.CtKeyMARK},
-		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
-			Mask: binaryutil.NativeEndian.PutUint32(marks), Xor: binaryutil.NativeEndian.PutUint32(0)},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(0)},
-		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 13, Len: 1},
-		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 1, Mask: []byte{tcpSYN | tcpACK}, Xor: []byte{0}},
-		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: []byte{tcpSYN}},
 	}
+}
+
+// passClosing is `closingStateless ip daddr @previous4 meta mark set meta mark | MARK counter`
+// (ip6 for IPv6): such a packet to an address taken over goes the way of its flow.
+func passClosing(set *nftables.Set, v4 bool, mark uint32) []expr.Any {
+	offset, length := uint32(24), uint32(16)
+	if v4 {
+		offset, length = 16, 4
+	}
+	return append(closingStateless(v4),
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: offset, Len: length},
+		&expr.Lookup{SourceRegister: 1, SetName: set.Name, SetID: set.ID},
+		&expr.Meta{Key: expr.MetaKeyMARK, Register: 1},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
+			Mask: binaryutil.NativeEndian.PutUint32(^mark), Xor: binaryutil.NativeEndian.PutUint32(mark)},
+		&expr.Meta{Key: expr.MetaKeyMARK, Register: 1, SourceRegister: true},
+		&expr.Counter{},
+	)
 }
 
 // markPacket is `ct mark & MARK == MARK meta mark set meta mark | MARK counter`: every packet
@@ -511,6 +558,8 @@ func nullBinding(v4 bool, marks uint32) []expr.Any {
 }
 
 const (
+	tcpFIN = 0x01
 	tcpSYN = 0x02
+	tcpRST = 0x04
 	tcpACK = 0x10
 )

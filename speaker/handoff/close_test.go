@@ -1,0 +1,103 @@
+package handoff_test
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/portico-lb/portico/speaker/handoff"
+)
+
+// TestClosedAfterTheMove: a connection the client closes after the address moved must close at
+// the node that holds it, so that the backend learns of it and that node's entry ends, whatever
+// packet the new node sees of it first. A FIN or a reset opens no conntrack entry (they are
+// invalid as a flow's first packet), and a reset ends at once an entry that saw no answer (the
+// new node's entry of a picked-up flow never does): unpicked, such packets went nowhere, the
+// old node's entry stayed ESTABLISHED, translated to the backend, and a new connection from the
+// same client port that reached that node later followed it (on the kubelet cluster, to pods
+// long deleted: new connections that never connected). Both hand-offs: of an address (L2) and of
+// listed flows (BGP's flow sharing).
+func TestClosedAfterTheMove(t *testing.T) {
+	t.Run("by address", func(t *testing.T) { testClosedAfterTheMove(t, false) })
+	t.Run("by flow", func(t *testing.T) { testClosedAfterTheMove(t, true) })
+}
+
+func testClosedAfterTheMove(t *testing.T, byFlow bool) {
+	for _, tc := range []struct {
+		name      string
+		exchanges bool // a request on the connection after the move, before the close
+		reset     bool // the client resets rather than closes (SO_LINGER 0)
+	}{
+		{"a FIN, the first packet after the move", false, false},
+		{"a reset, the first packet after the move", false, true},
+		{"a reset of a flow picked up", true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			lb := newLab(t, false)
+			const clientPort = 40011
+			c, err := lb.dialFrom(clientPort, 5*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if errs := exchange([]net.Conn{c}, 0); len(errs) > 0 {
+				t.Fatal(errs)
+			}
+			h := open(t, lb.new.NS)
+			t.Cleanup(func() { in(t, lb.new.NS, h.Clear) })
+			if byFlow {
+				var held map[netip.Addr][]handoff.Flow
+				old := open(t, lb.old.NS)
+				in(t, lb.old.NS, func() (err error) { held, err = old.HeldFlows([]netip.Addr{lb.vip}, 10); return err })
+				in(t, lb.new.NS, func() error { _, err := h.SetFlows(lb.oldAddr(), held[lb.vip], time.Minute); return err })
+			} else {
+				in(t, lb.new.NS, func() error { return h.Set(lb.vip, lb.oldAddr(), time.Minute) })
+			}
+			lb.answer(lb.new)
+			if tc.exchanges {
+				if errs := exchange([]net.Conn{c}, 1); len(errs) > 0 {
+					t.Fatal(errs)
+				}
+			}
+			if tc.reset {
+				_ = c.(*net.TCPConn).SetLinger(0)
+			}
+			c.Close()
+
+			var last string
+			closed := func() bool {
+				var entry *netlink.ConntrackFlow
+				in(t, lb.old.NS, func() error {
+					flows, err := netlink.ConntrackTableList(netlink.ConntrackTable, unix.AF_INET)
+					for _, f := range flows {
+						if f.Forward.SrcPort == clientPort && f.Forward.DstIP.Equal(lb.vip.AsSlice()) {
+							entry = f
+						}
+					}
+					return err
+				})
+				if entry == nil {
+					return true // ended
+				}
+				tcp, _ := entry.ProtoInfo.(*netlink.ProtoInfoTCP)
+				if tcp == nil {
+					t.Fatalf("the old node's entry of the flow has no TCP state: %v", entry)
+				}
+				last = fmt.Sprintf("state %d, %d s left", tcp.State, entry.TimeOut)
+				return tcp.State >= tcpFinWait && tcp.State <= tcpClose
+			}
+			deadline := time.Now().Add(5 * time.Second)
+			for !closed() {
+				if time.Now().After(deadline) {
+					t.Log(run(lb.new.NS, "nft", "list", "ruleset"))
+					t.Fatalf("the client's close never reached the old node, which holds the flow: its entry %s", last)
+				}
+				time.Sleep(20 * time.Millisecond) // polling interval
+			}
+		})
+	}
+}
