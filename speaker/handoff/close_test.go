@@ -10,6 +10,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/portico-lb/portico/internal/netlab"
 	"github.com/portico-lb/portico/speaker/handoff"
 )
 
@@ -40,24 +41,7 @@ func testClosedAfterTheMove(t *testing.T, byFlow bool) {
 		t.Run(tc.name, func(t *testing.T) {
 			lb := newLab(t, false)
 			const clientPort = 40011
-			c, err := lb.dialFrom(clientPort, 5*time.Second)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if errs := exchange([]net.Conn{c}, 0); len(errs) > 0 {
-				t.Fatal(errs)
-			}
-			h := open(t, lb.new.NS)
-			t.Cleanup(func() { in(t, lb.new.NS, h.Clear) })
-			if byFlow {
-				var held map[netip.Addr][]handoff.Flow
-				old := open(t, lb.old.NS)
-				in(t, lb.old.NS, func() (err error) { held, err = old.HeldFlows([]netip.Addr{lb.vip}, 10); return err })
-				in(t, lb.new.NS, func() error { _, err := h.SetFlows(lb.oldAddr(), held[lb.vip], time.Minute); return err })
-			} else {
-				in(t, lb.new.NS, func() error { return h.Set(lb.vip, lb.oldAddr(), time.Minute) })
-			}
-			lb.answer(lb.new)
+			c := lb.movedConnection(t, clientPort, byFlow)
 			if tc.exchanges {
 				if errs := exchange([]net.Conn{c}, 1); len(errs) > 0 {
 					t.Fatal(errs)
@@ -70,16 +54,7 @@ func testClosedAfterTheMove(t *testing.T, byFlow bool) {
 
 			var last string
 			closed := func() bool {
-				var entry *netlink.ConntrackFlow
-				in(t, lb.old.NS, func() error {
-					flows, err := netlink.ConntrackTableList(netlink.ConntrackTable, unix.AF_INET)
-					for _, f := range flows {
-						if f.Forward.SrcPort == clientPort && f.Forward.DstIP.Equal(lb.vip.AsSlice()) {
-							entry = f
-						}
-					}
-					return err
-				})
+				entry := lb.entryOf(t, lb.old, clientPort)
 				if entry == nil {
 					return true // ended
 				}
@@ -100,4 +75,46 @@ func testClosedAfterTheMove(t *testing.T, byFlow bool) {
 			}
 		})
 	}
+}
+
+// movedConnection opens a connection from the client's port through the old node, exchanges a
+// line on it, and moves the address to the new node, which hands the connection off by address
+// or, byFlow, as a listed flow (the old node's HeldFlows).
+func (lb *lab) movedConnection(t *testing.T, clientPort int, byFlow bool) net.Conn {
+	c, err := lb.dialFrom(clientPort, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if errs := exchange([]net.Conn{c}, 0); len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	h := open(t, lb.new.NS)
+	t.Cleanup(func() { in(t, lb.new.NS, h.Clear) })
+	if byFlow {
+		var held map[netip.Addr][]handoff.Flow
+		old := open(t, lb.old.NS)
+		in(t, lb.old.NS, func() (err error) { held, err = old.HeldFlows([]netip.Addr{lb.vip}, 10); return err })
+		in(t, lb.new.NS, func() error { _, err := h.SetFlows(lb.oldAddr(), held[lb.vip], time.Minute); return err })
+	} else {
+		in(t, lb.new.NS, func() error { return h.Set(lb.vip, lb.oldAddr(), time.Minute) })
+	}
+	lb.answer(lb.new)
+	return c
+}
+
+// entryOf is node n's conntrack entry of the IPv4 flow from the client's port to the address,
+// nil if it has none.
+func (lb *lab) entryOf(t *testing.T, n netlab.Host, clientPort int) *netlink.ConntrackFlow {
+	var entry *netlink.ConntrackFlow
+	in(t, n.NS, func() error {
+		flows, err := netlink.ConntrackTableList(netlink.ConntrackTable, unix.AF_INET)
+		for _, f := range flows {
+			if int(f.Forward.SrcPort) == clientPort && f.Forward.DstIP.Equal(lb.vip.AsSlice()) {
+				entry = f
+			}
+		}
+		return err
+	})
+	return entry
 }

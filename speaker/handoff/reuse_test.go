@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
-	"golang.org/x/sys/unix"
 
 	"github.com/portico-lb/portico/internal/netlab"
 	"github.com/portico-lb/portico/speaker/handoff"
@@ -88,17 +87,7 @@ func (lb *lab) dialFrom(port int, timeout time.Duration) (net.Conn, error) {
 func TestPickedUpFlowsCloseSoon(t *testing.T) {
 	lb := newLab(t, false)
 	const clientPort = 40002
-	c, err := lb.dialFrom(clientPort, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if errs := exchange([]net.Conn{c}, 0); len(errs) > 0 {
-		t.Fatal(errs)
-	}
-	h := open(t, lb.new.NS)
-	t.Cleanup(func() { in(t, lb.new.NS, h.Clear) })
-	in(t, lb.new.NS, func() error { return h.Set(lb.vip, lb.oldAddr(), time.Minute) })
-	lb.answer(lb.new)
+	c := lb.movedConnection(t, clientPort, false)
 	if errs := exchange([]net.Conn{c}, 1); len(errs) > 0 {
 		t.Fatal(errs)
 	}
@@ -108,16 +97,7 @@ func TestPickedUpFlowsCloseSoon(t *testing.T) {
 	var last string
 	deadline := time.Now().Add(5 * time.Second)
 	for time.Now().Before(deadline) {
-		var entry *netlink.ConntrackFlow
-		in(t, lb.new.NS, func() error {
-			flows, err := netlink.ConntrackTableList(netlink.ConntrackTable, unix.AF_INET)
-			for _, f := range flows {
-				if f.Forward.SrcPort == clientPort && f.Forward.DstIP.Equal(lb.vip.AsSlice()) {
-					entry = f
-				}
-			}
-			return err
-		})
+		entry := lb.entryOf(t, lb.new, clientPort)
 		if entry == nil {
 			t.Fatal("the new node has no entry of the flow it picked up")
 		}
