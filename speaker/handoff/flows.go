@@ -86,36 +86,11 @@ func (h *Handoff) SetFlows(via netip.Addr, flows []Flow, grace time.Duration) (i
 			elems = append(elems, nftables.SetElement{Key: flowKey(f), VerdictData: verdict, Timeout: grace})
 		}
 	}
-	// A flow listed already is deleted and added again in the same batch (one transaction: its
-	// packets never miss it): an element added again keeps its timeout, and one whose verdict
-	// differs (the client's ports reused for a connection another node holds now) fails the
-	// whole batch with EEXIST; on the kubelet cluster that lost every flow of a drain's listing
-	// and reset the connections the router remapped.
-	listedBefore := map[string]bool{}
-	if cur, err := h.conn.GetSetElements(set); err == nil {
-		for _, el := range cur {
-			listedBefore[string(el.Key)] = true
-		}
-	}
-	// In batches: one netlink message holds a few thousand elements.
-	for batch := range slices.Chunk(elems, 1024) {
-		var again []nftables.SetElement
-		for _, el := range batch {
-			if listedBefore[string(el.Key)] {
-				again = append(again, nftables.SetElement{Key: el.Key})
-			}
-		}
-		if len(again) > 0 {
-			if err := h.conn.SetDeleteElements(set, again); err != nil {
-				return 0, err
-			}
-		}
-		if err := h.conn.SetAddElements(set, batch); err != nil {
-			return 0, err
-		}
-		if err := h.conn.Flush(); err != nil {
-			return 0, fmt.Errorf("handing %d flows off to %s: %w", len(batch), via, err)
-		}
+	// A flow listed already takes its new node and grace (replaceElements). Another verdict
+	// added over it failed the whole batch (EEXIST): on the kubelet cluster that lost every flow
+	// of a drain's listing and reset the connections the router remapped.
+	if err := h.replaceElements(set, elems); err != nil {
+		return 0, fmt.Errorf("handing %d flows off to %s: %w", len(elems), via, err)
 	}
 	if len(elems) == 0 {
 		return 0, nil
