@@ -24,6 +24,9 @@ type Handoff interface {
 	Set(addr, via netip.Addr, grace time.Duration) error
 	Remove(addr netip.Addr) error
 	Adopted() []handoff.Entry
+	// ForgetClosed deletes this node's entries of connections to addr that are over, which
+	// would catch a handed-off connection reusing their client ports.
+	ForgetClosed(addr netip.Addr) error
 	Release() error
 	// HeldFlows and SetFlows are flow sharing's (flowsharing.go): the flows this node holds,
 	// and those another node holds, listed to be handed to it.
@@ -155,6 +158,11 @@ func (s *Speaker) handOff(ctx context.Context, touched []netip.Addr) {
 			continue
 		}
 		h.entries[ip] = handoffEntry{via: via, node: prev, until: time.Now().Add(h.grace)}
+		go func() { // a read of the whole table: not before the node answers
+			if err := h.side.ForgetClosed(ip); err != nil {
+				s.Log.Error(err, "deleting this node's entries of closed connections to an address taken over", "ip", ip)
+			}
+		}()
 		s.Metrics.handoffs.Inc()
 		s.Log.Info("handing off the flows this node has no state for", "ip", ip, "to", via, "node", prev, "for", h.grace)
 	}

@@ -111,12 +111,17 @@ func (h *Handoff) SetFlows(via netip.Addr, flows []Flow, grace time.Duration) (i
 // minutes in TIME_WAIT). Deleted, the next packet is picked up. An open entry of the same
 // ports is left: it may be this node's own connection (the list outlives the flows in it).
 func closedEarlier(e *netlink.ConntrackFlow, listed map[Flow]bool) bool {
-	tcp, ok := e.ProtoInfo.(*netlink.ProtoInfoTCP)
-	if e.Forward.Protocol != unix.IPPROTO_TCP || !ok || tcp.State < tcpTimeWait || tcp.State > tcpClose {
+	if !closed(e) {
 		return false
 	}
 	f, ok := flowOf(e)
 	return ok && listed[f]
+}
+
+// closed reports whether e is a TCP entry of a connection that is over (TIME_WAIT, CLOSE).
+func closed(e *netlink.ConntrackFlow) bool {
+	tcp, ok := e.ProtoInfo.(*netlink.ProtoInfoTCP)
+	return e.Forward.Protocol == unix.IPPROTO_TCP && ok && tcp.State >= tcpTimeWait && tcp.State <= tcpClose
 }
 
 // flowOf is the flow of a connection-tracking entry, as the client sent it.

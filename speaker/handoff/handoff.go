@@ -310,6 +310,20 @@ func (h *Handoff) Remove(addr netip.Addr) error {
 	})
 }
 
+// ForgetClosed deletes this node's entries of connections to addr that are over (TIME_WAIT,
+// CLOSE: two minutes), for a node taking addr over. Such an entry is of an earlier connection
+// of this node's own, and a connection the previous owner holds may reuse its client port
+// (busy clients run through their ports in minutes, and addresses go back and forth): its
+// packets met the entry here, not new, so never picked up, and out of its window, invalid and
+// untranslated; they went nowhere, and the connection stalled for good (seen on the kubelet
+// cluster: keep-alive connections stalled at a move). It reads the whole table (netlink dump),
+// so the caller need not wait for it: until it is done such a connection's packets are lost
+// and retransmitted.
+func (h *Handoff) ForgetClosed(addr netip.Addr) error {
+	addr = addr.Unmap()
+	return forget(func(e *netlink.ConntrackFlow) bool { return closed(e) && e.Forward.DstIP.Equal(addr.AsSlice()) })
+}
+
 // forget deletes this node's connection-tracking entries that match: those of flows picked up
 // for a hand-off that has ended. Such an entry saw only the client's side of its connection, so
 // it outlives the connection by minutes (FIN_WAIT, or ESTABLISHED for one cut short), its mark
