@@ -134,8 +134,9 @@ type probe struct {
 	done      chan struct{}
 	wg        sync.WaitGroup
 
-	conns        []net.Conn // the keep-alive connections open now
-	kaUp         []bool     // whether each one's last request was answered
+	conns        []net.Conn  // the keep-alive connections open now
+	kaUp         []bool      // whether each one's last request was answered
+	kaSent       []time.Time // when each one's request waiting for its answer was sent (zero: none waits)
 	kaFailed     int
 	kaEnded      [3]int // lost keep-alive connections, by connEnd
 	kaLate       int    // answers later than 1 s, or not from the app
@@ -156,7 +157,8 @@ type clientFigures struct {
 
 func startProbe(e *labEnv, url, app string, keepAlive int) *probe {
 	get := netlab.HTTPClient(e.c.Client.NS, time.Second)
-	p := &probe{last: time.Now(), done: make(chan struct{}), conns: make([]net.Conn, keepAlive), kaUp: make([]bool, keepAlive)}
+	p := &probe{last: time.Now(), done: make(chan struct{}), conns: make([]net.Conn, keepAlive), kaUp: make([]bool, keepAlive),
+		kaSent: make([]time.Time, keepAlive)}
 	host := strings.TrimSuffix(strings.TrimPrefix(url, "http://"), "/")
 	p.wg.Add(1 + keepAlive)
 	for i := range keepAlive {
@@ -243,9 +245,17 @@ func (p *probe) answersSinceMark() int {
 func (p *probe) stop() clientFigures {
 	close(p.done)
 	p.mu.Lock()
-	for _, c := range p.conns {
+	for i, c := range p.conns {
 		if c != nil {
 			_ = c.SetDeadline(time.Now()) // a read waiting for an answer returns now
+		}
+		// A request unanswered for over a second now has failed, though stop ends the wait
+		// (before, one stalled in a run's last ten seconds counted nowhere).
+		if sent := p.kaSent[i]; !sent.IsZero() && time.Since(sent) > time.Second {
+			p.kaFailed++
+			p.kaLate++
+			p.note("keep-alive", fmt.Errorf("no answer %s after the request, at the stop", time.Since(sent).Round(time.Millisecond)))
+			p.kaSent[i] = time.Time{} // counted
 		}
 	}
 	p.mu.Unlock()

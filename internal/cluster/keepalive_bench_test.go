@@ -97,15 +97,26 @@ func (p *probe) keepAlive(ns, addr, app string, i int) {
 		}
 		start := time.Now()
 		_ = conn.SetDeadline(start.Add(stallAfter))
+		p.mu.Lock()
+		p.kaSent[i] = start
+		p.mu.Unlock()
 		body, err := roundTrip(conn, r, req)
+		p.mu.Lock()
+		countedByStop := p.kaSent[i].IsZero()
+		p.kaSent[i] = time.Time{}
+		p.mu.Unlock()
+		late := err == nil && (!answeredBy(body, app) || time.Since(start) > time.Second)
 		if p.stopping() {
-			return false // the error, if any, is stop's own deadline
+			if late && !countedByStop {
+				p.keepAliveFailed(&p.kaLate, fmt.Errorf("%q after %s", body, time.Since(start).Round(time.Millisecond)))
+			}
+			return false // an error is stop's own deadline (a wait of over a second stop counted)
 		}
 		switch {
 		case err != nil:
 			p.connLost(howEnded(err), err)
 			closeConn()
-		case !answeredBy(body, app) || time.Since(start) > time.Second:
+		case late:
 			p.keepAliveFailed(&p.kaLate, fmt.Errorf("%q after %s", body, time.Since(start).Round(time.Millisecond)))
 		default:
 			p.mu.Lock()
