@@ -321,7 +321,16 @@ func (h *Handoff) Remove(addr netip.Addr) error {
 // and retransmitted.
 func (h *Handoff) ForgetClosed(addr netip.Addr) error {
 	addr = addr.Unmap()
-	return forget(func(e *netlink.ConntrackFlow) bool { return closed(e) && e.Forward.DstIP.Equal(addr.AsSlice()) })
+	family := netlink.InetFamily(unix.AF_INET6)
+	if addr.Is4() {
+		family = unix.AF_INET
+	}
+	_, err := netlink.ConntrackDeleteFilters(netlink.ConntrackTable, family,
+		flowMatch(func(e *netlink.ConntrackFlow) bool { return closed(e) && e.Forward.DstIP.Equal(addr.AsSlice()) }))
+	if err != nil {
+		return fmt.Errorf("deleting the entries of closed connections to %s: %w", addr, err)
+	}
+	return nil
 }
 
 // forget deletes this node's connection-tracking entries that match: those of flows picked up
