@@ -22,6 +22,11 @@ import (
 // place in the ECMP sets anyway (and counts the round as incomplete).
 const flowShareWait = 2 * time.Second
 
+// flowHoldBack is how long a member asked for its flows holds the round's addresses back
+// (handoff.HoldBack): the round, the change and the second round, after it, that lists the
+// flows opened meanwhile; each ask starts it again.
+const flowHoldBack = 2*flowShareWait + time.Second
+
 // flowRounds are the rounds this node asked for and still awaits acks of.
 type flowRounds struct {
 	mu     sync.Mutex
@@ -142,8 +147,12 @@ func (s *Speaker) FlowMessage(b []byte) {
 	}
 }
 
-// sendFlows sends the flows this node holds to every other member of ask.
+// sendFlows sends the flows this node holds to every other member of ask, and holds ask's
+// addresses back meanwhile.
 func (s *Speaker) sendFlows(ask flowMessage) {
+	if err := s.Handoff.HoldBack(ask.Addrs, flowHoldBack); err != nil {
+		s.Log.Error(err, "holding back the flows no member listed yet")
+	}
 	held, err := s.Handoff.HeldFlows(ask.Addrs, maxSharedFlows)
 	if err != nil {
 		s.Log.Error(err, "reading this node's flows to share")

@@ -32,6 +32,9 @@ type Handoff interface {
 	// and those another node holds, listed to be handed to it.
 	HeldFlows(addrs []netip.Addr, max int) (map[netip.Addr][]handoff.Flow, error)
 	SetFlows(via netip.Addr, flows []handoff.Flow, grace time.Duration) (int, error)
+	// HoldBack drops for d the packets to addrs of flows neither held nor listed here, while a
+	// round of flow sharing is on.
+	HoldBack(addrs []netip.Addr, d time.Duration) error
 	// Slots and RemoveSlot: the node addresses flows are handed to, one given back.
 	Slots() map[int]netip.Addr
 	RemoveSlot(via netip.Addr) error

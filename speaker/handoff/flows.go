@@ -330,6 +330,44 @@ func pickUpFlow(set *nftables.Set, v4 bool, marks uint32) []expr.Any {
 	return append(out, &expr.Lookup{SourceRegister: 8, SetName: set.Name, SetID: set.ID, IsDestRegSet: true, DestRegister: 0})
 }
 
+// HoldBack drops, for d, the packets to addrs of flows that this node has no state for and that
+// are not listed, where the service proxy would take them up afresh and their backend reset
+// them. Flow sharing holds its addresses back while a round is on: a connection opened after
+// the first round's listing reaches another node when the router rehashes, before the second
+// round, after the change, lists it there (on the kubelet cluster, new connections opened
+// within a second of an uncordon were reset so); held back, its client retransmits, and once
+// listed it goes to its node. A packet of a flow nobody lists goes to the proxy after d.
+func (h *Handoff) HoldBack(addrs []netip.Addr, d time.Duration) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	byFamily := map[bool][]nftables.SetElement{}
+	for _, a := range addrs {
+		a = a.Unmap()
+		byFamily[a.Is4()] = append(byFamily[a.Is4()], nftables.SetElement{Key: a.AsSlice(), Timeout: d})
+	}
+	for v4, elems := range byFamily {
+		if err := h.replaceElements(h.held[v4], elems); err != nil {
+			return fmt.Errorf("holding back the unlisted flows of %d addresses: %w", len(elems), err)
+		}
+	}
+	return nil
+}
+
+// holdBack is `midStream ip daddr @held4 counter drop` (ip6 for IPv6): HoldBack's; it follows
+// the flows picked up by listing, which are marked by then.
+func holdBack(set *nftables.Set, v4 bool, marks uint32) []expr.Any {
+	offset, length := uint32(24), uint32(16)
+	if v4 {
+		offset, length = 16, 4
+	}
+	return append(midStream(v4, marks),
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: offset, Len: length},
+		&expr.Lookup{SourceRegister: 1, SetName: set.Name, SetID: set.ID},
+		&expr.Counter{},
+		&expr.Verdict{Kind: expr.VerdictDrop},
+	)
+}
+
 // passClosingFlow is `closingStateless ip saddr . tcp sport . ip daddr . tcp dport vmap @flows4`
 // (ip6 for IPv6): such a packet of a listed flow goes the way of its flow (its slot's chain
 // sets no connection mark without an entry, and the packet mark all the same).

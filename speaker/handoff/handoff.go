@@ -84,6 +84,7 @@ type Handoff struct {
 	adopted []Entry                // what an earlier run left, read by Open
 
 	flowMaps map[bool]*nftables.Set // flows4, flows6 (flows.go)
+	held     map[bool]*nftables.Set // held4, held6 (flows.go: HoldBack)
 	slotMap  *nftables.Set          // slot mark → its chain
 	slots    []slot
 }
@@ -108,6 +109,10 @@ func Open(cfg Config) (*Handoff, error) {
 		false: {Table: h.table, Name: "previous6", KeyType: nftables.TypeIP6Addr, DataType: nftables.TypeIP6Addr, IsMap: true, HasTimeout: true},
 	}
 	h.flowMaps = map[bool]*nftables.Set{true: flowMapOf(h.table, true), false: flowMapOf(h.table, false)}
+	h.held = map[bool]*nftables.Set{
+		true:  {Table: h.table, Name: "held4", KeyType: nftables.TypeIPAddr, HasTimeout: true},
+		false: {Table: h.table, Name: "held6", KeyType: nftables.TypeIP6Addr, HasTimeout: true},
+	}
 	h.slotMap = &nftables.Set{Table: h.table, Name: "slots", KeyType: nftables.TypeMark, DataType: nftables.TypeVerdict, IsMap: true}
 	left := h.leftElements()
 	if h.slots, err = h.leftSlots(); err != nil {
@@ -206,6 +211,10 @@ func (h *Handoff) create(left map[netip.Addr]nftables.SetElement) error {
 		}
 		c.AddRule(&nftables.Rule{Table: h.table, Chain: h.pickup, Exprs: pickUpFlow(set, v4, h.cfg.Mark|h.cfg.SlotMask), UserData: tagFlows})
 		c.AddRule(&nftables.Rule{Table: h.table, Chain: h.pickup, Exprs: passClosingFlow(set, v4)})
+		if err := c.AddSet(h.held[v4], nil); err != nil {
+			return err
+		}
+		c.AddRule(&nftables.Rule{Table: h.table, Chain: h.pickup, Exprs: holdBack(h.held[v4], v4, h.cfg.Mark|h.cfg.SlotMask), UserData: tagHeld})
 	}
 	c.AddRule(&nftables.Rule{Table: h.table, Chain: h.pickup, Exprs: markPacket(h.cfg.Mark), UserData: tagL2Packets})
 	c.AddRule(&nftables.Rule{Table: h.table, Chain: h.pickup, Exprs: markSlotPacket(h.slotMap, h.cfg.SlotMask), UserData: tagPackets})
@@ -370,6 +379,7 @@ var (
 	tagL2Flows   = []byte("l2-flows")
 	tagL2Packets = []byte("l2-packets")
 	tagFlows     = []byte("flows")
+	tagHeld      = []byte("held")
 	tagPackets   = []byte("flow-packets")
 )
 
