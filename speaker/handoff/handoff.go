@@ -214,7 +214,7 @@ func (h *Handoff) create(left map[netip.Addr]nftables.SetElement) error {
 		if err := c.AddSet(h.held[v4], nil); err != nil {
 			return err
 		}
-		c.AddRule(&nftables.Rule{Table: h.table, Chain: h.pickup, Exprs: holdBack(h.held[v4], v4, h.cfg.Mark|h.cfg.SlotMask), UserData: tagHeld})
+		c.AddRule(&nftables.Rule{Table: h.table, Chain: h.pickup, Exprs: holdBack(h.held[v4], v4, h.cfg.Mark|h.cfg.SlotMask)})
 	}
 	c.AddRule(&nftables.Rule{Table: h.table, Chain: h.pickup, Exprs: markPacket(h.cfg.Mark), UserData: tagL2Packets})
 	c.AddRule(&nftables.Rule{Table: h.table, Chain: h.pickup, Exprs: markSlotPacket(h.slotMap, h.cfg.SlotMask), UserData: tagPackets})
@@ -379,7 +379,6 @@ var (
 	tagL2Flows   = []byte("l2-flows")
 	tagL2Packets = []byte("l2-packets")
 	tagFlows     = []byte("flows")
-	tagHeld      = []byte("held")
 	tagPackets   = []byte("flow-packets")
 )
 
