@@ -81,6 +81,19 @@ func testClosedAfterTheMove(t *testing.T, byFlow bool) {
 // line on it, and moves the address to the new node, which hands the connection off by address
 // or, byFlow, as a listed flow (the old node's HeldFlows).
 func (lb *lab) movedConnection(t *testing.T, clientPort int, byFlow bool) net.Conn {
+	c, h := lb.connectionAndNewNode(t, clientPort)
+	if byFlow {
+		lb.listOldNodesFlows(t, h)
+	} else {
+		in(t, lb.new.NS, func() error { return h.Set(lb.vip, lb.oldAddr(), time.Minute) })
+	}
+	lb.answer(lb.new)
+	return c
+}
+
+// connectionAndNewNode opens a connection from the client's port through the old node and
+// exchanges a line on it, and opens the hand-off on the new node.
+func (lb *lab) connectionAndNewNode(t *testing.T, clientPort int) (net.Conn, *handoff.Handoff) {
 	c, err := lb.dialFrom(clientPort, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -91,16 +104,16 @@ func (lb *lab) movedConnection(t *testing.T, clientPort int, byFlow bool) net.Co
 	}
 	h := open(t, lb.new.NS)
 	t.Cleanup(func() { in(t, lb.new.NS, h.Clear) })
-	if byFlow {
-		var held map[netip.Addr][]handoff.Flow
-		old := open(t, lb.old.NS)
-		in(t, lb.old.NS, func() (err error) { held, err = old.HeldFlows([]netip.Addr{lb.vip}, 10); return err })
-		in(t, lb.new.NS, func() error { _, err := h.SetFlows(lb.oldAddr(), held[lb.vip], time.Minute); return err })
-	} else {
-		in(t, lb.new.NS, func() error { return h.Set(lb.vip, lb.oldAddr(), time.Minute) })
-	}
-	lb.answer(lb.new)
-	return c
+	return c, h
+}
+
+// listOldNodesFlows lists at the new node's hand-off h the flows the old node holds (flow
+// sharing's round, in short).
+func (lb *lab) listOldNodesFlows(t *testing.T, h *handoff.Handoff) {
+	var held map[netip.Addr][]handoff.Flow
+	old := open(t, lb.old.NS)
+	in(t, lb.old.NS, func() (err error) { held, err = old.HeldFlows([]netip.Addr{lb.vip}, 10); return err })
+	in(t, lb.new.NS, func() error { _, err := h.SetFlows(lb.oldAddr(), held[lb.vip], time.Minute); return err })
 }
 
 // entryOf is node n's conntrack entry of the IPv4 flow from the client's port to the address,

@@ -356,16 +356,8 @@ func (h *Handoff) HoldBack(addrs []netip.Addr, d time.Duration) error {
 // holdBack is `midStream ip daddr @held4 counter drop` (ip6 for IPv6): HoldBack's; it follows
 // the flows picked up by listing, which are marked by then.
 func holdBack(set *nftables.Set, v4 bool, marks uint32) []expr.Any {
-	offset, length := uint32(24), uint32(16)
-	if v4 {
-		offset, length = 16, 4
-	}
-	return append(midStream(v4, marks),
-		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: offset, Len: length},
-		&expr.Lookup{SourceRegister: 1, SetName: set.Name, SetID: set.ID},
-		&expr.Counter{},
-		&expr.Verdict{Kind: expr.VerdictDrop},
-	)
+	out := append(midStream(v4, marks), daddrIn(set, v4)...)
+	return append(out, &expr.Counter{}, &expr.Verdict{Kind: expr.VerdictDrop})
 }
 
 // passClosingFlow is `closingStateless ip saddr . tcp sport . ip daddr . tcp dport vmap @flows4`

@@ -8,8 +8,6 @@ import (
 	"os"
 	"testing"
 	"time"
-
-	"github.com/portico-lb/portico/speaker/handoff"
 )
 
 // TestHeldBackUntilListed: a connection whose packets reach a node before flow sharing has
@@ -18,16 +16,7 @@ import (
 // is handed to the node that holds it.
 func TestHeldBackUntilListed(t *testing.T) {
 	lb := newLab(t, false)
-	c, err := lb.dialFrom(40030, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	if errs := exchange([]net.Conn{c}, 0); len(errs) > 0 {
-		t.Fatal(errs)
-	}
-	h := open(t, lb.new.NS)
-	t.Cleanup(func() { in(t, lb.new.NS, h.Clear) })
+	c, h := lb.connectionAndNewNode(t, 40030)
 	in(t, lb.new.NS, func() error { return h.HoldBack([]netip.Addr{lb.vip}, time.Minute) })
 	lb.answer(lb.new) // the router's rehash, as the client sees it
 
@@ -41,10 +30,7 @@ func TestHeldBackUntilListed(t *testing.T) {
 		t.Fatalf("the connection, not listed yet on the node it now reaches: %v, want no answer (held back)", err)
 	}
 
-	old := open(t, lb.old.NS)
-	var held map[netip.Addr][]handoff.Flow
-	in(t, lb.old.NS, func() (err error) { held, err = old.HeldFlows([]netip.Addr{lb.vip}, 10); return err })
-	in(t, lb.new.NS, func() error { _, err := h.SetFlows(lb.oldAddr(), held[lb.vip], time.Minute); return err })
+	lb.listOldNodesFlows(t, h)
 	_ = c.SetDeadline(time.Now().Add(10 * time.Second)) // the client's next retransmission
 	if line, err := r.ReadString('\n'); err != nil || line != "0 1\n" {
 		t.Fatalf("the connection once listed: %q, %v; want the echo of the line held back", line, err)

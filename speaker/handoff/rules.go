@@ -17,13 +17,8 @@ import (
 // (Every packet of a handed-off flow is ct state new here, since its replies never pass this
 // node: the mark test makes the counter count flows.)
 func markMidStream(set *nftables.Set, v4 bool, mark uint32) []expr.Any {
-	offset, length := uint32(24), uint32(16)
-	if v4 {
-		offset, length = 16, 4
-	}
-	return append(midStream(v4, mark),
-		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: offset, Len: length},
-		&expr.Lookup{SourceRegister: 1, SetName: set.Name, SetID: set.ID},
+	out := append(midStream(v4, mark), daddrIn(set, v4)...)
+	return append(out,
 		&expr.Ct{Register: 1, Key: expr.CtKeyMARK},
 		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
 			Mask: binaryutil.NativeEndian.PutUint32(^mark), Xor: binaryutil.NativeEndian.PutUint32(mark)},
@@ -67,6 +62,18 @@ func closingStateless(v4 bool) []expr.Any {
 	)
 }
 
+// daddrIn is `ip daddr @SET` (ip6 for IPv6).
+func daddrIn(set *nftables.Set, v4 bool) []expr.Any {
+	offset, length := uint32(24), uint32(16)
+	if v4 {
+		offset, length = 16, 4
+	}
+	return []expr.Any{
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: offset, Len: length},
+		&expr.Lookup{SourceRegister: 1, SetName: set.Name, SetID: set.ID},
+	}
+}
+
 // tcpInState is `meta nfproto ipv4 meta l4proto tcp ct state STATE` (ipv6 for IPv6).
 func tcpInState(v4 bool, state uint32) []expr.Any {
 	proto := byte(unix.NFPROTO_IPV6)
@@ -88,13 +95,8 @@ func tcpInState(v4 bool, state uint32) []expr.Any {
 // passClosing is `closingStateless ip daddr @previous4 meta mark set meta mark | MARK counter`
 // (ip6 for IPv6): such a packet to an address taken over goes the way of its flow.
 func passClosing(set *nftables.Set, v4 bool, mark uint32) []expr.Any {
-	offset, length := uint32(24), uint32(16)
-	if v4 {
-		offset, length = 16, 4
-	}
-	return append(closingStateless(v4),
-		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: offset, Len: length},
-		&expr.Lookup{SourceRegister: 1, SetName: set.Name, SetID: set.ID},
+	out := append(closingStateless(v4), daddrIn(set, v4)...)
+	return append(out,
 		&expr.Meta{Key: expr.MetaKeyMARK, Register: 1},
 		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
 			Mask: binaryutil.NativeEndian.PutUint32(^mark), Xor: binaryutil.NativeEndian.PutUint32(mark)},
