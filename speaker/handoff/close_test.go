@@ -53,7 +53,12 @@ func testClosedAfterTheMove(t *testing.T, byFlow bool) {
 			c.Close()
 
 			var last string
-			closed := func() bool {
+			t.Cleanup(func() {
+				if t.Failed() {
+					t.Logf("the old node's entry: %s; the new node's ruleset:\n%s", last, run(lb.new.NS, "nft", "list", "ruleset"))
+				}
+			})
+			netlab.WaitFor(t, "the client's close to reach the old node, which holds the flow", 5*time.Second, func() bool {
 				entry := lb.entryOf(t, lb.old, clientPort)
 				if entry == nil {
 					return true // ended
@@ -64,15 +69,7 @@ func testClosedAfterTheMove(t *testing.T, byFlow bool) {
 				}
 				last = fmt.Sprintf("state %d, %d s left", tcp.State, entry.TimeOut)
 				return tcp.State >= tcpFinWait && tcp.State <= tcpClose
-			}
-			deadline := time.Now().Add(5 * time.Second)
-			for !closed() {
-				if time.Now().After(deadline) {
-					t.Log(run(lb.new.NS, "nft", "list", "ruleset"))
-					t.Fatalf("the client's close never reached the old node, which holds the flow: its entry %s", last)
-				}
-				time.Sleep(20 * time.Millisecond) // polling interval
-			}
+			})
 		})
 	}
 }
