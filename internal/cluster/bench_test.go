@@ -252,9 +252,7 @@ func (p *probe) stop() clientFigures {
 		// A request unanswered for over a second now has failed, though stop ends the wait
 		// (before, one stalled in a run's last ten seconds counted nowhere).
 		if sent := p.kaSent[i]; !sent.IsZero() && time.Since(sent) > time.Second {
-			p.kaFailed++
-			p.kaLate++
-			p.note("keep-alive", fmt.Errorf("no answer %s after the request, at the stop", time.Since(sent).Round(time.Millisecond)))
+			p.countFailed(&p.kaLate, fmt.Errorf("no answer %s after the request, at the stop", time.Since(sent).Round(time.Millisecond)))
 			p.kaSent[i] = time.Time{} // counted
 		}
 	}

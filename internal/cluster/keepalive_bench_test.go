@@ -158,6 +158,11 @@ func (p *probe) stopping() bool {
 func (p *probe) keepAliveFailed(kind *int, err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.countFailed(kind, err)
+}
+
+// countFailed is keepAliveFailed with p.mu held.
+func (p *probe) countFailed(kind *int, err error) {
 	p.kaFailed++
 	*kind++
 	p.note("keep-alive", err)
