@@ -318,56 +318,6 @@ func (h *Handoff) Remove(addr netip.Addr) error {
 	})
 }
 
-// ForgetClosed deletes this node's entries of connections to addr that are over (TIME_WAIT,
-// CLOSE: two minutes), for a node taking addr over. Such an entry is of an earlier connection
-// of this node's own, and a connection the previous owner holds may reuse its client port
-// (busy clients run through their ports in minutes, and addresses go back and forth): its
-// packets met the entry here, not new, so never picked up, and out of its window, invalid and
-// untranslated; they went nowhere, and the connection stalled for good (seen on the kubelet
-// cluster: keep-alive connections stalled at a move). It reads the whole table (netlink dump),
-// so the caller need not wait for it: until it is done such a connection's packets are lost
-// and retransmitted.
-func (h *Handoff) ForgetClosed(addr netip.Addr) error {
-	addr = addr.Unmap()
-	family := netlink.InetFamily(unix.AF_INET6)
-	if addr.Is4() {
-		family = unix.AF_INET
-	}
-	_, err := netlink.ConntrackDeleteFilters(netlink.ConntrackTable, family,
-		flowMatch(func(e *netlink.ConntrackFlow) bool { return closed(e) && e.Forward.DstIP.Equal(addr.AsSlice()) }))
-	if err != nil {
-		return fmt.Errorf("deleting the entries of closed connections to %s: %w", addr, err)
-	}
-	return nil
-}
-
-// forget deletes this node's connection-tracking entries that match: those of flows picked up
-// for a hand-off that has ended. Such an entry saw only the client's side of its connection, so
-// it outlives the connection by minutes (FIN_WAIT, or ESTABLISHED for one cut short), its mark
-// with it; a new connection from the same client port (busy clients run through their ports in
-// that time) would follow the mark to a route that is no more, and its SYNs go nowhere (seen on
-// the kubelet cluster: new connections failing with 1 s gaps long after a move). Without the
-// entry, such a SYN is a new connection like any other. vishvananda/netlink reads the whole
-// table and deletes the matches; ended hand-offs are rare.
-func forget(match func(*netlink.ConntrackFlow) bool) error {
-	var errs []error
-	for _, family := range []netlink.InetFamily{unix.AF_INET, unix.AF_INET6} {
-		if _, err := netlink.ConntrackDeleteFilters(netlink.ConntrackTable, family, flowMatch(match)); err != nil {
-			errs = append(errs, fmt.Errorf("%w: %w", ErrEntriesLeft, err))
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// ErrEntriesLeft says that the connection-tracking entries of an ended hand-off could not be
-// deleted; the rest of it is undone.
-var ErrEntriesLeft = errors.New("the connection-tracking entries of an ended hand-off are left")
-
-// flowMatch is a func as netlink's conntrack filter.
-type flowMatch func(*netlink.ConntrackFlow) bool
-
-func (m flowMatch) MatchConntrackFlow(f *netlink.ConntrackFlow) bool { return m(f) }
-
 // Counts reads the table's counters: the flows picked up and the packets handed off since the
 // table was made.
 func (h *Handoff) Counts() (flows, packets uint64, err error) {
