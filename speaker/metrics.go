@@ -101,8 +101,8 @@ func (m *Metrics) bgpStopping(stop bgpStop) {
 
 // RegisterHandoffCounts registers the hand-off's kernel counters, read at each scrape: the
 // flows picked up (their first packet was not a SYN) and every packet handed off, over L2
-// (l2) and by flow sharing (flows).
-func RegisterHandoffCounts(reg prometheus.Registerer, l2, flows func() (flows, packets uint64, err error)) {
+// (l2) and by flow sharing (flows), and the packets flow sharing held back (heldBack).
+func RegisterHandoffCounts(reg prometheus.Registerer, l2, flows func() (flows, packets uint64, err error), heldBack func() (uint64, error)) {
 	for _, c := range []struct {
 		flows, packets prometheus.CounterOpts
 		counts         func() (uint64, uint64, error)
@@ -119,6 +119,9 @@ func RegisterHandoffCounts(reg prometheus.Registerer, l2, flows func() (flows, p
 		reg.MustRegister(prometheus.NewCounterFunc(c.flows, func() float64 { n, _, _ := c.counts(); return float64(n) }))
 		reg.MustRegister(prometheus.NewCounterFunc(c.packets, func() float64 { _, n, _ := c.counts(); return float64(n) }))
 	}
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "portico_bgp_flow_holdback_packets_total",
+		Help: "Packets of flows this node neither held nor had listed, dropped while a flow-sharing round was on (their clients retransmit until the flow is listed)."},
+		func() float64 { n, _ := heldBack(); return float64(n) }))
 }
 
 // Request, Reply and Gratuitous make Metrics an l2.Counters.

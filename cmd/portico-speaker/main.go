@@ -165,7 +165,7 @@ func run(o options) error {
 	var exempt uint32
 	if h, err := openHandoff(o, log); err == nil && h != nil {
 		handing, exempt = h, uint32(o.handoffMark|o.handoffSlotMask)
-		speaker.RegisterHandoffCounts(reg, h.Counts, h.FlowCounts)
+		speaker.RegisterHandoffCounts(reg, h.Counts, h.FlowCounts, h.HeldBackCount)
 	}
 	var fwd speaker.Guard
 	if o.forwardGuard {

@@ -400,7 +400,14 @@ func markSlotPacket(slots *nftables.Set, mask uint32) []expr.Any {
 // FlowCounts reads the counters of the flows handed off by slot: the flows picked up and their
 // packets since the table was made.
 func (h *Handoff) FlowCounts() (flows, packets uint64, err error) {
-	return h.counts(tagFlows, tagPackets)
+	n, err := h.counts(tagFlows, tagPackets)
+	return n[0], n[1], err
+}
+
+// HeldBackCount reads the counter of the packets HoldBack dropped since the table was made.
+func (h *Handoff) HeldBackCount() (uint64, error) {
+	n, err := h.counts(tagHeldBack)
+	return n[0], err
 }
 
 // Conntrack states of a TCP flow that still carries data (netfilter's tcp_conntrack: SYN_SENT

@@ -214,7 +214,7 @@ func (h *Handoff) create(left map[netip.Addr]nftables.SetElement) error {
 		if err := c.AddSet(h.held[v4], nil); err != nil {
 			return err
 		}
-		c.AddRule(&nftables.Rule{Table: h.table, Chain: h.pickup, Exprs: holdBack(h.held[v4], v4, h.cfg.Mark|h.cfg.SlotMask)})
+		c.AddRule(&nftables.Rule{Table: h.table, Chain: h.pickup, Exprs: holdBack(h.held[v4], v4, h.cfg.Mark|h.cfg.SlotMask), UserData: tagHeldBack})
 	}
 	c.AddRule(&nftables.Rule{Table: h.table, Chain: h.pickup, Exprs: markPacket(h.cfg.Mark), UserData: tagL2Packets})
 	c.AddRule(&nftables.Rule{Table: h.table, Chain: h.pickup, Exprs: markSlotPacket(h.slotMap, h.cfg.SlotMask), UserData: tagPackets})
@@ -321,7 +321,8 @@ func (h *Handoff) Remove(addr netip.Addr) error {
 // Counts reads the table's counters: the flows picked up and the packets handed off since the
 // table was made.
 func (h *Handoff) Counts() (flows, packets uint64, err error) {
-	return h.counts(tagL2Flows, tagL2Packets)
+	n, err := h.counts(tagL2Flows, tagL2Packets)
+	return n[0], n[1], err
 }
 
 // Rule tags (UserData), which counts reads the counters by.
@@ -330,28 +331,27 @@ var (
 	tagL2Packets = []byte("l2-packets")
 	tagFlows     = []byte("flows")
 	tagPackets   = []byte("flow-packets")
+	tagHeldBack  = []byte("held-back")
 )
 
-// counts sums the counters of the pick-up chain's rules tagged flowsTag and packetsTag.
-func (h *Handoff) counts(flowsTag, packetsTag []byte) (flows, packets uint64, err error) {
+// counts sums the packet counters of the pick-up chain's rules by tag, one sum per tag.
+func (h *Handoff) counts(tags ...[]byte) ([]uint64, error) {
+	sums := make([]uint64, len(tags))
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	rules, err := h.conn.GetRules(h.table, h.pickup)
 	if err != nil {
-		return 0, 0, err
+		return sums, err
 	}
 	for _, r := range rules {
+		i := slices.IndexFunc(tags, func(tag []byte) bool { return slices.Equal(r.UserData, tag) })
 		for _, e := range r.Exprs {
-			n, ok := e.(*expr.Counter)
-			switch {
-			case ok && slices.Equal(r.UserData, flowsTag):
-				flows += n.Packets
-			case ok && slices.Equal(r.UserData, packetsTag):
-				packets += n.Packets
+			if n, ok := e.(*expr.Counter); ok && i >= 0 {
+				sums[i] += n.Packets
 			}
 		}
 	}
-	return flows, packets, nil
+	return sums, nil
 }
 
 // Release lets the kernel state be: it is the node's, as the connection-tracking entries it

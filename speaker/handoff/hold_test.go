@@ -29,6 +29,11 @@ func TestHeldBackUntilListed(t *testing.T) {
 	if _, err := r.ReadString('\n'); !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("the connection, not listed yet on the node it now reaches: %v, want no answer (held back)", err)
 	}
+	var held uint64
+	in(t, lb.new.NS, func() (err error) { held, err = h.HeldBackCount(); return err })
+	if held == 0 {
+		t.Fatal("the packets held back are not counted")
+	}
 
 	lb.listOldNodesFlows(t, h)
 	_ = c.SetDeadline(time.Now().Add(10 * time.Second)) // the client's next retransmission
