@@ -110,13 +110,15 @@ vulncheck:
 
 ## bench: allocator micro-benchmarks, end-to-end controller benchmarks against the real
 ## apiserver (5000 Services, 3 runs; BENCH_SERVICES=300 BENCH_COUNT=1 for a quick one, as CI
-## does), the L2 failover benchmark and the HTTP failover through kube-proxy. Results go in BENCHMARKS.md.
+## does), the L2 failover benchmark, the HTTP failover through kube-proxy and a takeover's
+## cleaning of a conntrack table (BENCH_CONNTRACK_ENTRIES). Results go in BENCHMARKS.md.
 BENCH_SERVICES ?= 5000
 BENCH_COUNT ?= 3
 BENCH_L2_RUNS ?= 11
 BENCH_BGP_RUNS ?= 21
 BENCH_BGP_SERVICES ?= 1000
 BENCH_DATAPLANE_RUNS ?= 11
+BENCH_CONNTRACK_ENTRIES ?= 100000
 bench: controlplane
 	go test -run '^$$' -bench . -benchtime 20000x -count $(BENCH_COUNT) ./controller/allocator/
 	PORTICO_BENCH_SERVICES=$(BENCH_SERVICES) go test -run '^$$' -bench '^Benchmark(Burst|Backlog)$$' -benchtime 1x -count $(BENCH_COUNT) -timeout 60m ./e2e/
@@ -124,6 +126,7 @@ bench: controlplane
 	$(MAKE) bench-bgp
 	$(MAKE) bench-dataplane
 	$(MAKE) bench-scale BENCH_SCALE_SERVICES=$(BENCH_SERVICES)
+	PORTICO_BENCH_CONNTRACK_ENTRIES=$(BENCH_CONNTRACK_ENTRIES) go test -run '^$$' -bench '^BenchmarkForgetClosed$$' -benchtime 1x ./speaker/handoff/
 
 ## bench-curve (BENCH_CURVE, default "1000 5000 20000"): the controller's backlog and restart
 ## (BenchmarkBacklog) at each size, so the growth of time, writes and memory with the number of
