@@ -91,14 +91,7 @@ func (lb *lab) movedConnection(t *testing.T, clientPort int, byFlow bool) net.Co
 // connectionAndNewNode opens a connection from the client's port through the old node and
 // exchanges a line on it, and opens the hand-off on the new node.
 func (lb *lab) connectionAndNewNode(t *testing.T, clientPort int) (net.Conn, *handoff.Handoff) {
-	c, err := lb.dialFrom(clientPort, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	if errs := exchange([]net.Conn{c}, 0); len(errs) > 0 {
-		t.Fatal(errs)
-	}
+	c := lb.connection(t, clientPort)
 	h := open(t, lb.new.NS)
 	t.Cleanup(func() { in(t, lb.new.NS, h.Clear) })
 	return c, h

@@ -26,16 +26,9 @@ func TestForgetClosedSparesAReopenedEntry(t *testing.T) {
 	h := open(t, lb.new.NS)
 	const clientPort, attempts = 40005, 50
 	for attempt := 1; attempt <= attempts; attempt++ {
-		first := lb.dialOrFail(t, clientPort)
+		first := lb.connection(t, clientPort)
 		closeWithReset(t, first)
-		netlab.WaitFor(t, "the new node's entry of the reset connection closed", 5*time.Second, func() bool {
-			e := lb.entryOf(t, lb.new, clientPort)
-			if e == nil {
-				return false
-			}
-			tcp, _ := e.ProtoInfo.(*netlink.ProtoInfoTCP)
-			return tcp != nil && tcp.State == tcpClose
-		})
+		lb.waitForState(t, clientPort, tcpClose, "the new node's entry of the reset connection closed")
 		closedID := lb.entryID(t, clientPort)
 
 		// ForgetClosed has read the table; before it deletes, the client reopens the entry.
@@ -51,7 +44,7 @@ func TestForgetClosedSparesAReopenedEntry(t *testing.T) {
 		case err := <-done:
 			t.Fatalf("ForgetClosed found no closed entry to delete (err %v)", err)
 		}
-		reopened := lb.dialOrFail(t, clientPort)
+		reopened := lb.connection(t, clientPort)
 		reopenedID := lb.entryID(t, clientPort)
 		close(proceed)
 		if err := <-done; err != nil {
@@ -76,8 +69,8 @@ func TestForgetClosedSparesAReopenedEntry(t *testing.T) {
 	t.Fatalf("no reopened entry took its closed one's ID in %d attempts: the race this test sets up needs one", attempts)
 }
 
-// dialOrFail connects from the client's port and exchanges a line.
-func (lb *lab) dialOrFail(t *testing.T, clientPort int) net.Conn {
+// connection opens a connection from the client's port and exchanges a line on it.
+func (lb *lab) connection(t *testing.T, clientPort int) net.Conn {
 	t.Helper()
 	c, err := lb.dialFrom(clientPort, 5*time.Second)
 	if err != nil {
@@ -88,6 +81,19 @@ func (lb *lab) dialOrFail(t *testing.T, clientPort int) net.Conn {
 		t.Fatal(errs)
 	}
 	return c
+}
+
+// waitForState waits for the new node's entry of the flow from the client's port to reach the
+// conntrack TCP state.
+func (lb *lab) waitForState(t *testing.T, clientPort int, state uint8, what string) {
+	netlab.WaitFor(t, what, 5*time.Second, func() bool {
+		e := lb.entryOf(t, lb.new, clientPort)
+		if e == nil {
+			return false
+		}
+		tcp, _ := e.ProtoInfo.(*netlink.ProtoInfoTCP)
+		return tcp != nil && tcp.State == state
+	})
 }
 
 // closeWithReset ends c with a reset, which leaves the client's port free at once (no

@@ -27,13 +27,7 @@ func TestPortReusedAfterTheHandoff(t *testing.T) {
 	// as clients busy enough to run through their ports do.
 	lb.l.MustRun("ip", "netns", "exec", lb.client.NS, "sysctl", "-qw", "net.ipv4.tcp_tw_reuse=1")
 	const clientPort = 40001
-	first, err := lb.dialFrom(clientPort, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if errs := exchange([]net.Conn{first}, 0); len(errs) > 0 {
-		t.Fatal(errs)
-	}
+	first := lb.connection(t, clientPort)
 	h := open(t, lb.new.NS)
 	in(t, lb.new.NS, func() error { return h.Set(lb.vip, lb.oldAddr(), time.Minute) })
 	lb.answer(lb.new)
@@ -62,22 +56,9 @@ func TestTakeoverOverAClosedEntry(t *testing.T) {
 	lb.l.MustRun("ip", "netns", "exec", lb.client.NS, "sysctl", "-qw", "net.ipv4.tcp_tw_reuse=1")
 	const clientPort = 40003
 	lb.answer(lb.new)
-	first, err := lb.dialFrom(clientPort, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if errs := exchange([]net.Conn{first}, 0); len(errs) > 0 {
-		t.Fatal(errs)
-	}
+	first := lb.connection(t, clientPort)
 	first.Close()
-	netlab.WaitFor(t, "the new node's entry of the first connection closed", 5*time.Second, func() bool {
-		e := lb.entryOf(t, lb.new, clientPort)
-		if e == nil {
-			return false
-		}
-		tcp, _ := e.ProtoInfo.(*netlink.ProtoInfoTCP)
-		return tcp != nil && tcp.State == tcpTimeWait
-	})
+	lb.waitForState(t, clientPort, tcpTimeWait, "the new node's entry of the first connection closed")
 
 	lb.answer(lb.old) // the address moved to the old node, and a connection from the same port
 	c := lb.redial(t, clientPort)
