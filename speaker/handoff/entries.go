@@ -57,10 +57,11 @@ var ErrEntriesLeft = errors.New("the connection-tracking entries of an ended han
 // each by its tuple and the ID it was read with; but between the read and a delete a closed
 // entry may be reopened: a client's SYN from the same port ends it and opens a new one, and
 // the kernel, reusing the memory, may give the new entry the same ID (seen in about one
-// reopening in five here), so the delete took a new connection (seen on the kubelet cluster:
-// a new connection at a takeover lost its entry, and its answer, while ForgetClosed ran). The
-// kernel has no delete-if-unchanged; the second read (ti-mo/conntrack's Get: vishvananda has
-// none) narrows the race from the whole table's read to one netlink round trip.
+// reopening in five here), so the delete took a new connection (the likeliest cause of one
+// lost at a takeover on the kubelet cluster: its entry went, and its answer with it, while
+// ForgetClosed ran). The kernel has no delete-if-unchanged; the second read (ti-mo/conntrack's
+// Get: vishvananda has none, and ti-mo's Delete sends no ID) narrows the race from the whole
+// table's read to one netlink round trip.
 func deleteEntries(families []netlink.InetFamily, match func(*netlink.ConntrackFlow) bool) error {
 	c, err := conntrack.Dial(nil)
 	if err != nil {
