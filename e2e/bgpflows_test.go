@@ -32,7 +32,7 @@ func TestBGPDrainKeepsConnections(t *testing.T) {
 		must(t, err)
 		t.Cleanup(func() { _ = stop() })
 		all := []string{"node-a", "node-b", "node-c"}
-		router, route := drainLab(t, e, vip)
+		router, route, _ := drainLab(t, e, vip)
 
 		const connections = 24
 		s := openStreams(t, router, netip.AddrPortFrom(vip, echoPort), connections)
@@ -155,24 +155,24 @@ func establishedTo(t *testing.T, ns string, ip netip.Addr) int {
 }
 
 // drainLab restarts the speakers with a short drain grace (the withdrawal follows the cordon
-// within a test's patience), peers them with bird on the router, and has every node advertise
-// vip: it returns the router's namespace and the route. The router forwards (so it takes no
+// within a test's patience) and args, peers them with bird on the router, and has every node
+// advertise vip: it returns the router's namespace, the route and bird. The router forwards (so it takes no
 // ICMP redirect from a node that passes a flow on) and hashes flows by their ports.
-func drainLab(t *testing.T, e *l2Env, vip netip.Addr) (router string, route netip.Prefix) {
+func drainLab(t *testing.T, e *l2Env, vip netip.Addr, args ...string) (router string, route netip.Prefix, bird *netlab.Router) {
 	all := []string{"node-a", "node-b", "node-c"}
-	e.extraArgs = []string{"--bgp-drain-grace=3s"}
+	e.extraArgs = append([]string{"--bgp-drain-grace=3s"}, args...)
 	for _, n := range all {
 		e.kill(n, syscall.SIGTERM)
 		e.startSpeaker(n)
 	}
 	router = e.Routers[0].NS
 	run(t, "ip", "netns", "exec", router, "sysctl", "-qw", "net.ipv4.ip_forward=1", "net.ipv4.fib_multipath_hash_policy=1")
-	startBird(t, router, birdConfig(e.Routers[0].IPv4.Addr(), e.Nodes, clusterASN, ""))
+	bird = startBird(t, router, birdConfig(e.Routers[0].IPv4.Addr(), e.Nodes, clusterASN, ""))
 	e.createObject(bgpPeer("tor", e.Routers[0].IPv4.Addr(), clusterASN, routerASN))
 	e.waitEstablished("tor", 30*time.Second, all...)
 	route = e.advertiseWeb(router, all)
 	if route.Addr() != vip {
 		t.Fatalf("advertiseWeb advertises %v, not %v", route, vip)
 	}
-	return router, route
+	return router, route, bird
 }

@@ -30,7 +30,7 @@ func TestBGPDrainReusedClientPorts(t *testing.T) {
 		must(t, err)
 		t.Cleanup(func() { _ = stop() })
 		all := []string{"node-a", "node-b", "node-c"}
-		router, route := drainLab(t, e, vip)
+		router, route, _ := drainLab(t, e, vip)
 		to := netip.AddrPortFrom(vip, echoPort)
 
 		// One short connection from each port, below the ephemeral range so that nothing else

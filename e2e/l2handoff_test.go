@@ -98,6 +98,8 @@ type streams struct {
 	errs    []string
 	worst   time.Duration // the longest wait for one echo
 	sent    int
+	each    []int  // echoes per connection, since the last window
+	ended   []bool // connections broken
 	stopped chan struct{}
 	wg      sync.WaitGroup
 	// patience is how long a connection waits for an echo before it counts as broken.
@@ -126,6 +128,7 @@ func openStreamsFrom(t *testing.T, ns string, to netip.AddrPort, ports []int, pa
 		}
 		return nil
 	}))
+	s.each, s.ended = make([]int, len(s.conns)), make([]bool, len(s.conns))
 	for i, c := range s.conns {
 		s.wg.Add(1)
 		go s.run(i, c)
@@ -160,10 +163,12 @@ func (s *streams) run(i int, c net.Conn) {
 				s.resets++
 			}
 			s.errs = append(s.errs, fmt.Sprintf("connection %d: %v", i, err))
+			s.ended[i] = true
 			s.mu.Unlock()
 			return
 		}
 		s.sent++
+		s.each[i]++
 		s.worst = max(s.worst, time.Since(start))
 		s.mu.Unlock()
 	}
@@ -175,6 +180,7 @@ func (s *streams) window() (sent, resets int, errs []string, worst time.Duration
 	defer s.mu.Unlock()
 	sent, resets, errs, worst = s.sent, s.resets, s.errs, s.worst
 	s.sent, s.resets, s.errs, s.worst = 0, 0, nil, 0
+	clear(s.each)
 	sort.Strings(errs)
 	return sent, resets, errs, worst
 }
@@ -208,6 +214,21 @@ func (s *streams) after(t *testing.T, what string) (sent, resets int, errs []str
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		return s.sent >= 50*(len(s.conns)-len(s.errs))
+	})
+	return s.window()
+}
+
+// everyOne is after for every connection on its own: each one echoes 50 times, or breaks.
+func (s *streams) everyOne(t *testing.T, what string) (sent, resets int, errs []string, worst time.Duration) {
+	waitFor(t, what, 30*time.Second, func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for i, n := range s.each {
+			if n < 50 && !s.ended[i] {
+				return false
+			}
+		}
+		return true
 	})
 	return s.window()
 }

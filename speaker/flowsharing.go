@@ -1,6 +1,7 @@
 package speaker
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"maps"
@@ -26,6 +27,27 @@ const flowShareWait = 2 * time.Second
 // (handoff.HoldBack): the round, the change and the second round, after it, that lists the
 // flows opened meanwhile; each ask starts it again.
 const flowHoldBack = 2*flowShareWait + time.Second
+
+// DefaultShareFlowsLate is how long after a change of this node's place in the ECMP sets the
+// members share their flows a last time. The router applies the change a moment after this
+// node's update reaches it; a connection opened through the old next hop in that moment is in
+// neither the round before the change nor the one right after it, and once the router rehashes
+// it reaches a node that has it listed nowhere (on the kubelet cluster, a connection opened
+// 0.6 s into a drain was held back, then reset). A router that programs its forwarding table
+// later than this (a hardware router under load) wants a longer --bgp-share-flows-late; the
+// hold-back (flowHoldBack, from the last round's ask) covers it.
+const DefaultShareFlowsLate = 250 * time.Millisecond
+
+// shareFlowsAfterChange shares once right after a change (the flows opened during the first
+// round) and once more ShareFlowsLate later (those opened before the router applied it).
+func (s *Speaker) shareFlowsAfterChange(ctx context.Context, addrs []netip.Addr) {
+	go s.shareFlows(ctx, addrs, "bgp-standing-changed")
+	select {
+	case <-time.After(cmp.Or(s.ShareFlowsLate, DefaultShareFlowsLate)):
+		s.shareFlows(ctx, addrs, "bgp-standing-changed-late")
+	case <-ctx.Done():
+	}
+}
 
 // flowRounds are the rounds this node asked for and still awaits acks of.
 type flowRounds struct {

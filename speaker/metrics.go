@@ -69,7 +69,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.handoffEntries = prometheus.NewGauge(prometheus.GaugeOpts{Name: "portico_l2_handoff_entries",
 		Help: "Addresses whose flows this node hands off to their previous owner now."})
 	m.flowShares = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "portico_bgp_flow_shares_total",
-		Help: "Times this node asked the members to share their flows before changing its place in its addresses' ECMP sets (a drain, an uncordon), by result: complete (every ack came) or incomplete (it went ahead after waiting)."},
+		Help: "Times this node asked the members to share their flows around a change of its place in its addresses' ECMP sets (a drain, an uncordon: before it, right after it and once more a moment later), by result: complete (every ack came) or incomplete (it went ahead after waiting)."},
 		[]string{"result"})
 	m.flowsShared = prometheus.NewCounter(prometheus.CounterOpts{Name: "portico_bgp_flows_shared_total",
 		Help: "Flows this node held and sent to the other members when asked to share them."})

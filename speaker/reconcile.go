@@ -44,8 +44,9 @@ func (s *Speaker) reconcile(ctx context.Context) {
 	}
 	s.answerer.ownersChanged(ctx, p, mine, cause)
 	s.Metrics.announced.Set(float64(len(p.Mine)))
-	// Before this node's place in its addresses' ECMP sets changes, and once more after it (the
-	// flows opened meanwhile), the members share their flows (flowsharing.go).
+	// Before this node's place in its addresses' ECMP sets changes, and twice after it (the
+	// flows opened meanwhile, and those opened before the router applied it), the members
+	// share their flows (flowsharing.go).
 	shared := flowsToShare(s.advertiser.standing, p.Standing, s.advertiser.routed, p.Routed)
 	if round := s.shareFlows(ctx, shared, "bgp-standing"); round != nil {
 		s.flowShare = round
@@ -53,7 +54,7 @@ func (s *Speaker) reconcile(ctx context.Context) {
 	routed := s.advertiser.apply(ctx, p, ch, bgpTouched, cause)
 	s.advertiser.standing = p.Standing
 	if len(shared) > 0 {
-		go s.shareFlows(ctx, shared, "bgp-standing-changed")
+		go s.shareFlowsAfterChange(ctx, shared)
 	}
 	s.planned.Store(true)      // after startedAt, which RoutesUp reads once it sees this
 	s.guard(touched, p, false) // once withdrawn

@@ -55,8 +55,11 @@ type Speaker struct {
 	// drain, an uncordon), the members share their flows through the hand-off
 	// (flowsharing.go); needs Handoff.
 	ShareFlows bool
-	Metrics    *Metrics
-	Log        logr.Logger
+	// ShareFlowsLate is how long after a change of this node's place the members share their
+	// flows a last time (flowsharing.go; zero: DefaultShareFlowsLate).
+	ShareFlowsLate time.Duration
+	Metrics        *Metrics
+	Log            logr.Logger
 	// IgnoreExcludeLabel lets nodes labelled exclude-from-external-load-balancers announce.
 	IgnoreExcludeLabel bool
 	// IgnoreClassless leaves Services without a loadBalancerClass to another load balancer.

@@ -59,6 +59,7 @@ type options struct {
 	handoffMark                uint
 	handoffSlotMask            uint
 	shareFlows                 bool
+	shareFlowsLate             time.Duration
 	routesUpWait               time.Duration
 	drainGrace                 time.Duration
 	l2BalanceSettle            time.Duration
@@ -111,6 +112,8 @@ func main() {
 		"the bit of the packet and connection mark that the hand-off marks its flows with; must not be one that kube-proxy (0x4000, 0x8000) or the CNI uses")
 	flag.BoolVar(&o.shareFlows, "bgp-share-flows", true,
 		"before this node's BGP routes change for a drain or an uncordon, which makes routers with per-flow ECMP move flows between nodes, have every node share the connections it holds, so that a node a flow reaches without its state passes it on to the node that has it (through the hand-off: needs --l2-handoff-grace > 0, which is also how long a shared flow is listed); false shares nothing")
+	flag.DurationVar(&o.shareFlowsLate, "bgp-share-flows-late", speaker.DefaultShareFlowsLate,
+		"how long after this node's BGP routes change for a drain or an uncordon the nodes share their flows a last time: connections opened before the routers applied the change are listed then; longer for routers slow to program their forwarding tables")
 	flag.UintVar(&o.handoffSlotMask, "handoff-slot-mask", uint(handoff.Defaults.SlotMask),
 		"the contiguous bits of the packet and connection mark that say which node a shared flow is passed on to (one value per node address, and policy-routing tables 3581 onwards); must not overlap kube-proxy's or the CNI's marks")
 	flag.StringVar(&o.leaseNamespace, "namespace", os.Getenv("POD_NAMESPACE"),
@@ -182,7 +185,7 @@ func run(o options) error {
 	s := &speaker.Speaker{
 		Node: o.node, LBClass: o.lbClass, Cache: cache, Client: cl, MLPort: o.port,
 		Announce: l2.NewAnnouncer(log.WithName("l2"), metrics), BGP: bgpSide, Guard: fwd,
-		Handoff: handing, HandoffGrace: o.handoffGrace, HandoffLinger: o.handoffLinger, ShareFlows: o.shareFlows,
+		Handoff: handing, HandoffGrace: o.handoffGrace, HandoffLinger: o.handoffLinger, ShareFlows: o.shareFlows, ShareFlowsLate: o.shareFlowsLate,
 		Metrics: metrics, Log: log, SelfCheck: o.selfCheck, Conflicts: o.conflicts, KeyRefresh: o.keyRefresh,
 		IgnoreExcludeLabel: o.ignoreExcludeLabel, IgnoreClassless: o.ignoreClassless, RoutesUpWait: o.routesUpWait,
 		DrainGrace: o.drainGrace, L2BalanceSettle: o.l2BalanceSettle, LeaseNamespace: o.leaseNamespace, LeaseRenew: o.leaseRenew, WatchLinks: true,
