@@ -333,13 +333,13 @@ func TestForwardGuardValue(t *testing.T) {
 	}
 }
 
-// TestSpeakerTuningValues: the speakers' balance settle time, drain grace and BGP memory limit
-// are chart values that reach their flags.
+// TestSpeakerTuningValues: the speakers' balance settle time, drain grace, late flow-sharing
+// round and BGP memory limit are chart values that reach their flags.
 func TestSpeakerTuningValues(t *testing.T) {
 	c := container(t, render(t, map[string]any{"speaker": map[string]any{
-		"l2BalanceSettle": "5m", "bgpDrainGrace": "0s", "bgpMemoryLimitMiB": 0,
+		"l2BalanceSettle": "5m", "bgpDrainGrace": "0s", "bgpShareFlowsLate": "2s", "bgpMemoryLimitMiB": 0,
 	}})["DaemonSet/"+namespace+"/portico-speaker"])
-	for _, arg := range []string{"--l2-balance-settle=5m", "--bgp-drain-grace=0s", "--bgp-memory-limit-mib=0"} {
+	for _, arg := range []string{"--l2-balance-settle=5m", "--bgp-drain-grace=0s", "--bgp-share-flows-late=2s", "--bgp-memory-limit-mib=0"} {
 		if !slices.Contains(c["args"].([]any), any(arg)) {
 			t.Errorf("args %v lack %s", c["args"], arg)
 		}
