@@ -28,11 +28,8 @@ import (
 func TestBGPDrainKeepsConnections(t *testing.T) {
 	vip := netip.MustParseAddr("203.0.113.10")
 	inHandoffLabWith(t, 1, vip, func(t *testing.T, e *l2Env, pod labPod) {
-		stop, err := netlab.ServeEcho(pod.NS, echoPort)
-		must(t, err)
-		t.Cleanup(func() { _ = stop() })
 		all := []string{"node-a", "node-b", "node-c"}
-		router, route, _ := drainLab(t, e, vip)
+		router, route, _ := drainLab(t, e, pod, vip)
 
 		const connections = 24
 		s := openStreams(t, router, netip.AddrPortFrom(vip, echoPort), connections)
@@ -131,11 +128,15 @@ func TestBGPDrainKeepsConnections(t *testing.T) {
 	})
 }
 
-// sharesBy is node's count of flow-sharing rounds with result.
+// sharesBy is node's count of flow-sharing rounds with result ("": every round).
 func sharesBy(t *testing.T, e *l2Env, node, result string) float64 {
 	m, err := scrapeMetrics(context.Background(), e.node(node).IPv4.Addr().String()+":7474")
 	must(t, err)
-	return sum(m, "portico_bgp_flow_shares_total", map[string]string{"result": result})
+	labels := map[string]string{"result": result}
+	if result == "" {
+		labels = nil
+	}
+	return sum(m, "portico_bgp_flow_shares_total", labels)
 }
 
 // establishedTo counts the established connections to ip:echoPort in ns's connection tracking
@@ -154,11 +155,15 @@ func establishedTo(t *testing.T, ns string, ip netip.Addr) int {
 	return n
 }
 
-// drainLab restarts the speakers with a short drain grace (the withdrawal follows the cordon
-// within a test's patience) and args, peers them with bird on the router, and has every node
-// advertise vip: it returns the router's namespace, the route and bird. The router forwards (so it takes no
-// ICMP redirect from a node that passes a flow on) and hashes flows by their ports.
-func drainLab(t *testing.T, e *l2Env, vip netip.Addr, args ...string) (router string, route netip.Prefix, bird *netlab.Router) {
+// drainLab serves echo on the pod (netlab.ServeEcho: it closes first after "bye"), restarts the
+// speakers with a short drain grace (the withdrawal follows the cordon within a test's
+// patience) and args, peers them with bird on the router, and has every node advertise vip: it
+// returns the router's namespace, the route and bird. The router forwards (so it takes no ICMP
+// redirect from a node that passes a flow on) and hashes flows by their ports.
+func drainLab(t *testing.T, e *l2Env, pod labPod, vip netip.Addr, args ...string) (router string, route netip.Prefix, bird *netlab.Router) {
+	stop, err := netlab.ServeEcho(pod.NS, echoPort)
+	must(t, err)
+	t.Cleanup(func() { _ = stop() })
 	all := []string{"node-a", "node-b", "node-c"}
 	e.extraArgs = append([]string{"--bgp-drain-grace=3s"}, args...)
 	for _, n := range all {

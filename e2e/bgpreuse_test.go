@@ -26,11 +26,8 @@ import (
 func TestBGPDrainReusedClientPorts(t *testing.T) {
 	vip := netip.MustParseAddr("203.0.113.10")
 	inHandoffLabWith(t, 1, vip, func(t *testing.T, e *l2Env, pod labPod) {
-		stop, err := netlab.ServeEcho(pod.NS, echoPort) // closes first after "bye"
-		must(t, err)
-		t.Cleanup(func() { _ = stop() })
 		all := []string{"node-a", "node-b", "node-c"}
-		router, route, _ := drainLab(t, e, vip)
+		router, route, _ := drainLab(t, e, pod, vip)
 		to := netip.AddrPortFrom(vip, echoPort)
 
 		// One short connection from each port, below the ephemeral range so that nothing else
