@@ -78,7 +78,7 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	var facts decide.PoolFacts
 	var retry, dirty []string
 	var nextExpiry time.Time
-	if err := r.state.withLock(ctx, func(b *decide.Book) {
+	if err := r.state.withLock(ctx, nil, func(b *decide.Book, _ []porticov1.IPAddressPool) {
 		changed, released := b.SetInUse(findingAddrs(findings))
 		if changed {
 			dirty = b.PoolNames() // their next addresses may change

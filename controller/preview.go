@@ -104,7 +104,7 @@ func PreviewPools(ctx context.Context, reader client.Reader, lbClass string, poo
 			preview.Services = append(preview.Services, sp)
 			continue
 		}
-		req, err := s.requestFrom(ctx, svc, next)
+		req, err := decide.Request(svc, next, s.namespaceLabels(ctx, svc.Namespace, next))
 		if err == nil {
 			sp.After, err = alloc.Allocate(req)
 		}

@@ -80,14 +80,21 @@ func (r *ServiceReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	}
 	var rd decide.Ready
 	var behind bool
-	if err := r.state.withLock(ctx, func(b *decide.Book) {
+	var nsLabels map[string]string
+	gather := func(pools []porticov1.IPAddressPool) error {
+		if in.Ours {
+			nsLabels = r.state.namespaceLabels(ctx, svc.Namespace, pools)
+		}
+		return nil
+	}
+	if err := r.state.withLock(ctx, gather, func(b *decide.Book, pools []porticov1.IPAddressPool) {
 		if behind = b.Behind(in.Key, in.Svc); behind {
 			return
 		}
 		// Under the lock: the request is built from the pools the book was just fed.
 		switch {
 		case in.Ours:
-			in.Req, in.ReqErr = r.state.request(ctx, &svc)
+			in.Req, in.ReqErr = decide.Request(&svc, pools, nsLabels)
 			in.Listed = r.mayList(in.Key, &svc)
 		case found:
 			// Only what our own writes may list: a ClusterIP Service lists nothing (the apiserver

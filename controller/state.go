@@ -2,7 +2,9 @@ package controller
 
 import (
 	"context"
+	"net/netip"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -29,6 +31,10 @@ type state struct {
 	ignoreClassless bool
 
 	book *locked.Value[decide.Book] // reached through withLock or book.Do only
+	// fed counts the feeds that changed the book's pools, loaded says the book was rebuilt:
+	// both are written under the book's lock and read before it (withLock).
+	fed    atomic.Uint64
+	loaded atomic.Bool
 
 	retry chan event.GenericEvent // Services to reconcile again
 	dirty chan event.GenericEvent // pools whose status may have changed
@@ -58,15 +64,17 @@ func (s *state) ours(svc *corev1.Service) bool {
 	return rules.Handles(svc, s.class, !s.ignoreClassless)
 }
 
-// load rebuilds the book's allocator from the pools and from every Service's status, once,
-// before anything new is allocated: addresses never move across restarts.
-func (s *state) load(ctx context.Context, b *decide.Book) error {
-	if b.Loaded() {
-		return nil
-	}
-	if _, _, err := s.syncPools(ctx, b); err != nil {
-		return err
-	}
+// rebuildFacts is what a rebuild reads from the apiserver, gathered before the book's lock.
+type rebuildFacts struct {
+	pools  []porticov1.IPAddressPool // as stored: the holds the old leader made are in their status
+	stored []decide.Stored           // only what the rebuild needs of each Service holding addresses
+	inUse  []netip.Addr              // what foreign hosts answer for
+	paged  bool                      // read from the apiserver, not the cache: fence what was read
+}
+
+// gatherRebuild reads what the book is rebuilt from, once, before anything new is allocated:
+// addresses never move across restarts.
+func (s *state) gatherRebuild(ctx context.Context) (*rebuildFacts, error) {
 	// A new leader rebuilds from the apiserver, not from its cache: the cache may not yet have
 	// seen the old leader's last status writes (an address moved to another Service just before
 	// it died), and a rebuild without them gives those addresses away again.
@@ -78,39 +86,68 @@ func (s *state) load(ctx context.Context, b *decide.Book) error {
 	// the apiserver too.
 	var pools porticov1.IPAddressPoolList
 	if err := services.List(ctx, &pools); err != nil {
-		return err
+		return nil, err
 	}
 	// What foreign hosts answer for is known before anything is allocated: the pool
 	// reconciler, which keeps it up to date, may run after the first Service's.
 	var speakers porticov1.SpeakerList
 	if err := s.reader.List(ctx, &speakers, client.UnsafeDisableDeepCopy); err != nil {
-		return err
+		return nil, err
 	}
-	b.SetInUse(findingAddrs(judgeProbes(speakers.Items, pools.Items, time.Now()).inUse))
-	// Only what the rebuild needs is kept of each Service, not the Service.
-	var stored []decide.Stored
+	f := &rebuildFacts{pools: pools.Items, paged: paged,
+		inUse: findingAddrs(judgeProbes(speakers.Items, pools.Items, time.Now()).inUse)}
 	err := eachService(ctx, services, paged, func(svc *corev1.Service) {
-		ips := porticov1.IngressAddrs(svc)
-		if !s.ours(svc) || len(ips) == 0 {
+		if !s.ours(svc) || len(porticov1.IngressAddrs(svc)) == 0 {
 			return
 		}
-		req, _ := s.requestFrom(ctx, svc, pools.Items) // a bad annotation does not stop the Service keeping its address
-		stored = append(stored, decide.StoredOf(svc, req))
+		// A bad annotation does not stop the Service keeping its address.
+		req, _ := decide.Request(svc, pools.Items, s.namespaceLabels(ctx, svc.Namespace, pools.Items))
+		f.stored = append(f.stored, decide.StoredOf(svc, req))
 	})
+	return f, err
+}
+
+// rebuild loads the book, fed its pools first, from what gatherRebuild read: pure work, under
+// the book's lock. It returns what to log once the lock is released.
+func rebuild(b *decide.Book, f *rebuildFacts, now time.Time) rebuilt {
+	b.SetInUse(f.inUse)
+	r := rebuilt{services: len(f.stored), holds: holdCount(f.pools)}
+	r.refused = b.Rebuild(f.stored, f.paged)
+	r.dropped = b.RestoreHolds(f.pools)
+	b.ExpireHolds(now) // those that ended while no controller ran; every pool's status is written at start
+	return r
+}
+
+// rebuilt is what a rebuild restored and refused, for the log.
+type rebuilt struct {
+	services, holds int
+	refused         []decide.Refused
+	dropped         []allocator.Hold
+}
+
+func (r rebuilt) log(ctx context.Context) {
+	log := logf.FromContext(ctx)
+	for _, x := range r.refused {
+		log.Info("not restoring an address from status", "service", x.Service, "reason", x.Reason.Error())
+	}
+	for _, x := range r.dropped {
+		log.Info("not restoring a hold from a pool's status: the pool no longer holds that address, or a Service does", "pool", x.Pool, "address", x.IP, "service", x.Service)
+	}
+	log.Info("state rebuilt from Service status", "services", r.services-len(r.refused), "holds", r.holds-len(r.dropped))
+}
+
+// load rebuilds b from the apiserver with no lock: a book of its own (PreviewPools).
+func (s *state) load(ctx context.Context, b *decide.Book) error {
+	pools, err := s.cachedPools(ctx)
 	if err != nil {
 		return err
 	}
-	log := logf.FromContext(ctx)
-	refused := b.Rebuild(stored, paged)
-	for _, r := range refused {
-		log.Info("not restoring an address from status", "service", r.Service, "reason", r.Reason.Error())
+	f, err := s.gatherRebuild(ctx)
+	if err != nil {
+		return err
 	}
-	dropped := b.RestoreHolds(pools.Items)
-	b.ExpireHolds(time.Now()) // those that ended while no controller ran; every pool's status is written at start
-	for _, x := range dropped {
-		log.Info("not restoring a hold from a pool's status: the pool no longer holds that address, or a Service does", "pool", x.Pool, "address", x.IP, "service", x.Service)
-	}
-	log.Info("state rebuilt from Service status", "services", len(stored)-len(refused), "holds", holdCount(pools.Items)-len(dropped))
+	b.SetPools(pools)
+	rebuild(b, f, time.Now()).log(ctx)
 	return nil
 }
 
@@ -138,66 +175,85 @@ func eachService(ctx context.Context, r client.Reader, paged bool, fn func(*core
 
 const servicesPage = 500
 
-// withLock runs fn holding the book's lock, with the allocator loaded and fed the pools in the
-// cache. The lock is released however fn ends (locked.Value.Do). When the pools changed, it
-// then retries the waiting Services and those whose pool changed, and refreshes every pool's
-// status.
-func (s *state) withLock(ctx context.Context, fn func(*decide.Book)) error {
-	var retry, pools []string
-	var err error
-	s.book.Do(func(b *decide.Book) {
-		if err = s.load(ctx, b); err != nil {
-			return
+// withLock runs fn holding the book's lock, with the book loaded and fed the pools in the cache.
+// Everything it reads is read before the lock: the pools, then what gather (nil: nothing)
+// reads with them; the lock holds pure work only. The pools are fed in the cache's order: when
+// another reconciler fed the book newer pools meanwhile, they are read again (fed counts
+// the feeds that changed the book's pools). fn is given the pools the book was fed, so a
+// request is built from the pools the allocator holds. The lock is released however fn ends
+// (locked.Value.Do). When the pools changed, it then retries the waiting Services and those
+// whose pool changed, and refreshes every pool's status.
+func (s *state) withLock(ctx context.Context, gather func([]porticov1.IPAddressPool) error, fn func(*decide.Book, []porticov1.IPAddressPool)) error {
+	for {
+		fed := s.fed.Load()
+		pools, err := s.cachedPools(ctx)
+		if err != nil {
+			return err
 		}
-		var changed bool
-		var moved []string
-		if changed, moved, err = s.syncPools(ctx, b); err != nil {
-			return
+		var load *rebuildFacts
+		if !s.loaded.Load() {
+			if load, err = s.gatherRebuild(ctx); err != nil {
+				return err
+			}
 		}
-		fn(b)
-		if changed {
-			retry, pools = append(moved, b.WaitingServices()...), b.PoolNames()
+		if gather != nil {
+			if err := gather(pools); err != nil {
+				return err
+			}
 		}
-	})
-	if err != nil {
-		return err
+		var retry, dirty []string
+		var loaded *rebuilt
+		stale := false
+		s.book.Do(func(b *decide.Book) {
+			if stale = s.fed.Load() != fed; stale {
+				return
+			}
+			changed, moved := b.SetPools(pools)
+			if changed {
+				s.fed.Add(1)
+			}
+			if !b.Loaded() { // load is set: s.loaded is stored only below
+				r := rebuild(b, load, time.Now())
+				loaded, changed = &r, false
+				s.loaded.Store(true)
+			}
+			fn(b, pools)
+			if changed {
+				retry, dirty = append(moved, b.WaitingServices()...), b.PoolNames()
+			}
+		})
+		if loaded != nil {
+			loaded.log(ctx)
+		}
+		if stale {
+			continue
+		}
+		s.retryServices(retry)
+		s.poolsDirty(dirty)
+		return nil
 	}
-	s.retryServices(retry)
-	s.poolsDirty(pools)
-	return nil
 }
 
-// syncPools gives the book's allocator the pools in the cache if they changed, and returns the
-// Services whose pool changed as a result.
-func (s *state) syncPools(ctx context.Context, b *decide.Book) (changed bool, moved []string, err error) {
+// cachedPools lists the pools in the cache, read only.
+func (s *state) cachedPools(ctx context.Context) ([]porticov1.IPAddressPool, error) {
 	var list porticov1.IPAddressPoolList
 	if err := s.reader.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil { // read only
-		return false, nil, err
+		return nil, err
 	}
-	changed, moved = b.SetPools(list.Items)
-	return changed, moved, nil
+	return list.Items, nil
 }
 
-// request builds the allocator request for a Service, evaluating pools' serviceAllocation.
-func (s *state) request(ctx context.Context, svc *corev1.Service) (allocator.Request, error) {
-	var pools porticov1.IPAddressPoolList
-	if err := s.reader.List(ctx, &pools, client.UnsafeDisableDeepCopy); err != nil { // read only
-		return allocator.Request{}, err
+// namespaceLabels reads a namespace's labels from the cache when a pool selects by them
+// (decide.NeedsNamespaceLabels); nil otherwise, or when it cannot be read.
+func (s *state) namespaceLabels(ctx context.Context, namespace string, pools []porticov1.IPAddressPool) map[string]string {
+	if !decide.NeedsNamespaceLabels(pools) {
+		return nil
 	}
-	return s.requestFrom(ctx, svc, pools.Items)
-}
-
-// requestFrom builds the allocator request for a Service against the given pools, reading its
-// namespace's labels when a pool selects by them.
-func (s *state) requestFrom(ctx context.Context, svc *corev1.Service, pools []porticov1.IPAddressPool) (allocator.Request, error) {
-	var nsLabels map[string]string
-	if decide.NeedsNamespaceLabels(pools) {
-		var ns corev1.Namespace
-		if err := s.reader.Get(ctx, client.ObjectKey{Name: svc.Namespace}, &ns); err == nil {
-			nsLabels = ns.Labels
-		}
+	var ns corev1.Namespace
+	if err := s.reader.Get(ctx, client.ObjectKey{Name: namespace}, &ns); err != nil {
+		return nil
 	}
-	return decide.Request(svc, pools, nsLabels)
+	return ns.Labels
 }
 
 // retryServices asks for the named Services to be reconciled again. Never call it inside

@@ -7,6 +7,7 @@ import (
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
 	"github.com/portico-lb/portico/controller/decide"
 )
 
@@ -29,10 +30,12 @@ func TestPanicReleasesTheLock(t *testing.T) {
 				t.Fatal("the panic did not reach the caller")
 			}
 		}()
-		_ = s.withLock(context.Background(), func(*decide.Book) { panic("a bug in a reconciler") })
+		_ = s.withLock(context.Background(), nil, func(*decide.Book, []porticov1.IPAddressPool) { panic("a bug in a reconciler") })
 	}()
 	done := make(chan error, 1)
-	go func() { done <- s.withLock(context.Background(), func(*decide.Book) {}) }()
+	go func() {
+		done <- s.withLock(context.Background(), nil, func(*decide.Book, []porticov1.IPAddressPool) {})
+	}()
 	select {
 	case err := <-done:
 		if err != nil {
