@@ -18,9 +18,9 @@ import (
 const rbacPeer = "rbac-router"
 
 // addBGPPath gives TestRBAC's cluster a BGP router for pool: a BGPPeer whose MD5 password
-// is a Secret in Portico's namespace, and a BGPAdvertisement. The router is a loopback port
-// nobody listens on: the speaker does all its API work for the session (reads the password,
-// reports the session) while no packet leaves the machine.
+// is a Secret in Portico's namespace (the speakers granted get on it), and a BGPAdvertisement.
+// The router is a loopback port nobody listens on: the speaker does all its API work for the
+// session (reads the password, reports the session) while no packet leaves the machine.
 func addBGPPath(t *testing.T, pool string) {
 	t.Helper()
 	ctx, c := context.Background(), cp.Client
@@ -28,6 +28,12 @@ func addBGPPath(t *testing.T, pool string) {
 	must(t, err)
 	must(t, c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "rbac-bgp-password", Namespace: systemNamespace},
 		StringData: map[string]string{"password": "rbac-test"}}))
+	// The speakers read the Secrets they are granted by name: grant this one as
+	// docs/security.md tells a user to.
+	kubectl(t, "-n", systemNamespace, "create", "role", "portico-speaker-bgp-secrets", "--verb=get", "--resource=secrets",
+		"--resource-name=rbac-bgp-password")
+	kubectl(t, "-n", systemNamespace, "create", "rolebinding", "portico-speaker-bgp-secrets", "--role=portico-speaker-bgp-secrets",
+		"--serviceaccount="+systemNamespace+":portico-speaker")
 	must(t, c.Create(ctx, &porticov1.BGPPeer{ObjectMeta: metav1.ObjectMeta{Name: rbacPeer}, Spec: porticov1.BGPPeerSpec{
 		MyASN: 64512, PeerASN: 64513, PeerAddress: "127.0.0.1", PeerPort: int32(port), RouterID: "198.51.100.1",
 		PasswordSecret: &porticov1.SecretKeyRef{Namespace: systemNamespace, Name: "rbac-bgp-password", Key: "password"}}}))

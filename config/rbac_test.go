@@ -196,6 +196,10 @@ func TestRBACLimits(t *testing.T) {
 	}
 	asks = append(asks,
 		ask{speakerSA, "get", "", "secrets", systemNamespace, "portico-memberlist", true},
+		// Only the Secrets it needs, by name: not a Helm release's, nor a BGP password nobody granted.
+		ask{speakerSA, "get", "", "secrets", systemNamespace, "sh.helm.release.v1.portico.v1", false},
+		ask{speakerSA, "get", "", "secrets", systemNamespace, "bgp-password", false},
+		ask{speakerSA, "get", "", "secrets", systemNamespace, "", false},
 		ask{speakerSA, "get", "", "secrets", "default", "portico-memberlist", false},
 		ask{speakerSA, "get", "", "secrets", "kube-system", "bgp-password", false},
 		ask{speakerSA, "get", "", "secrets", "", "", false},

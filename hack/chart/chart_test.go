@@ -97,16 +97,16 @@ func TestChartValuesMakeSamples(t *testing.T) {
 
 // TestMemberlistSecret: by default the chart renders no Secret (a random key in a template is a
 // new key on every `helm template`, TestTemplateTwiceKeepsOneKey); the speakers create
-// portico-memberlist, so they may create Secrets. With memberlist.existingSecret they read the
-// named one, create nothing and may not.
+// portico-memberlist, so they may create Secrets, and get that one by name. With
+// memberlist.existingSecret they get the named one, create nothing and may not.
 func TestMemberlistSecret(t *testing.T) {
 	for _, tc := range []struct {
 		existing, secret string
 		verbs            []any
 		create           bool
 	}{
-		{"", "portico-memberlist", []any{"get", "create"}, true},
-		{"gossip-key", "gossip-key", []any{"get"}, false},
+		{"", "portico-memberlist", []any{"get portico-memberlist", "create"}, true},
+		{"gossip-key", "gossip-key", []any{"get gossip-key"}, false},
 	} {
 		objs := render(t, map[string]any{"memberlist": map[string]any{"existingSecret": tc.existing}})
 		for key := range objs {
@@ -121,8 +121,18 @@ func TestMemberlistSecret(t *testing.T) {
 		if got := slices.Contains(args, any("--memberlist-create-secret=true")); got != tc.create {
 			t.Errorf("existingSecret %q: speakers create the Secret: %v, want %v", tc.existing, got, tc.create)
 		}
-		rules := objs["Role/"+namespace+"/portico-speaker-secrets"]["rules"].([]any)
-		if verbs := rules[0].(map[string]any)["verbs"]; !reflect.DeepEqual(verbs, tc.verbs) {
+		var verbs []any
+		for _, r := range objs["Role/"+namespace+"/portico-speaker-secrets"]["rules"].([]any) {
+			rule := r.(map[string]any)
+			names, _ := rule["resourceNames"].([]any)
+			for _, v := range rule["verbs"].([]any) {
+				for _, name := range names {
+					v = fmt.Sprint(v, " ", name)
+				}
+				verbs = append(verbs, v)
+			}
+		}
+		if !reflect.DeepEqual(verbs, tc.verbs) {
 			t.Errorf("existingSecret %q: speakers may %v Secrets, want %v", tc.existing, verbs, tc.verbs)
 		}
 	}

@@ -24,3 +24,16 @@ metadata:
 spec:
   {{- omit $item "name" "l2Advertisement" | toYaml | nindent 2 }}
 {{- end }}
+
+{{/* The Secrets the speakers may get, by name: the gossip key, the password Secrets of the BGP
+peers in values, and speaker.secretNames (BFD keys, peers made outside the chart). */}}
+{{- define "portico.speakerSecretNames" -}}
+{{- $names := list (include "portico.memberlistSecret" .) }}
+{{- range .Values.bgp.peers }}
+{{- with .passwordSecret }}
+{{- $names = append $names .name }}
+{{- end }}
+{{- end }}
+{{- $names = concat $names (.Values.speaker.secretNames | default list) }}
+{{- $names | uniq | toJson }}
+{{- end }}
