@@ -136,4 +136,9 @@ func (t *translator) password(o *unstructured.Unstructured, f *fields, p *portic
 				"kubectl -n %s get secret %s -o json | jq '.metadata={name:.metadata.name,namespace:\"%s\"}' | kubectl apply -f -",
 				from, ref.Name, t.opts.Namespace, from, ref.Name, t.opts.Namespace)})
 	}
+	t.out.Notes = append(t.out.Notes, Problem{Object: describe(o), Field: "spec.passwordSecret",
+		Reason: fmt.Sprintf("let the speakers read Secret %s/%s (they get only Secrets granted to them by name; "+
+			"with the chart, list it in speaker.secretNames): kubectl -n %s create role portico-speaker-bgp-secrets "+
+			"--verb=get --resource=secrets --resource-name=%s, and a rolebinding of it to ServiceAccount portico-speaker "+
+			"(docs/bgp-routers.md)", t.opts.Namespace, ref.Name, t.opts.Namespace, ref.Name)})
 }
