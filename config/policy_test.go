@@ -2,13 +2,10 @@ package config_test
 
 import (
 	"context"
-	"slices"
 	"strings"
 	"testing"
 
-	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
-	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -83,24 +80,8 @@ func TestSpeakerWritesOnlyItsOwnSpeaker(t *testing.T) {
 	})
 
 	// A real speaker pod's token: the apiserver names the pod's node in it.
-	must(t, c.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeA}}))
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "speaker-a", Namespace: systemNamespace}, Spec: corev1.PodSpec{
-		NodeName: nodeA, ServiceAccountName: "portico-speaker", Containers: []corev1.Container{{Name: "speaker", Image: "portico"}}}}
-	must(t, c.Create(ctx, pod))
-	t.Cleanup(func() { _ = c.Delete(ctx, pod) })
-	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "portico-speaker", Namespace: systemNamespace}}
-	tr := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{
-		BoundObjectRef: &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID}}}
-	must(t, c.SubResource("token").Create(ctx, sa, tr))
-	cfg := rest.AnonymousClientConfig(cp.Config)
-	cfg.BearerToken = tr.Status.Token
-	podToken, err := client.New(cfg, client.Options{Scheme: cp.Scheme})
-	must(t, err)
-	review := &authenticationv1.SelfSubjectReview{}
-	must(t, podToken.Create(ctx, review))
-	if u := review.Status.UserInfo; u.Username != speakerSA || !slices.Equal(u.Extra[nodeNameExtra], []string{nodeA}) {
-		t.Fatalf("the pod's token authenticates as %s with %s=%v, want %s with [%s]", u.Username, nodeNameExtra, u.Extra[nodeNameExtra], speakerSA, nodeA)
-	}
+	in := policycheck.Install{Config: cp.Config, Client: c, Namespace: systemNamespace}
+	podToken := in.PodClient(t, "portico-speaker", "speaker-a", nodeA)
 	own := speakerObject(nodeA)
 	must(t, podToken.Create(ctx, own))
 	own.Status.BGPPeersUp = 1
