@@ -10,13 +10,16 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	"github.com/portico-lb/portico/controller/decide"
+	"github.com/portico-lb/portico/internal/events"
 )
 
 // QueuedWritesMax is how many writes the lanes of a status writer hold together.
 const QueuedWritesMax = writeLanes * laneDepth
 
 // NewStatusWriter gives the package's apiserver tests a status writer of their own.
-func NewStatusWriter(c client.Client) *statusWriter { return newStatusWriter(c, c) }
+func NewStatusWriter(c client.Client) *statusWriter {
+	return newStatusWriter(c.Status(), c, events.NewLull(eventLull))
+}
 
 // SetCondition hands the writer a write that sets cond on svc; a failed write is retried
 // through queue, as a reconciler's.
@@ -46,10 +49,10 @@ func (w *statusWriter) SetHealthCondition(svc *corev1.Service, cond metav1.Condi
 var SpeakerChange = speakerChange
 
 // FindingTTL is how long a speaker's probe round holds addresses back without another.
-const FindingTTL = findingTTL
+const FindingTTL = decide.FindingTTL
 
 // Fenced is fenced, for the package's tests.
 var Fenced = fenced
 
 // PoolReadyCondition judges a pool's spec, for specs the apiserver's CEL rules refuse.
-var PoolReadyCondition = poolReadyCondition
+var PoolReadyCondition = decide.PoolReadyCondition

@@ -2,16 +2,13 @@ package controller
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -34,19 +31,13 @@ import (
 // speakers' probes of each other's addresses). It shares the allocation's status writer, so
 // their writes never overwrite each other.
 type HealthReconciler struct {
-	Client   client.Client
-	Recorder events.EventRecorder
-	metrics  *Metrics
-	ours     func(*corev1.Service) bool
-	writer   *statusWriter
-	retries  chan event.GenericEvent
-	news     *decide.NewsDesk
-	cluster  *clusterKinds
-	// poolsDirty asks for pools' status to be written again: the problems their Services
-	// share changed (decide.NewsDesk.Shared).
-	poolsDirty func([]string)
-	pokeMu     sync.Mutex
-	poked      map[string]bool // pools asked for within the last poolWriteInterval
+	Client  client.Client
+	tell    *teller
+	ours    func(*corev1.Service) bool
+	writer  *statusWriter
+	retries chan event.GenericEvent
+	news    *decide.NewsDesk
+	cluster *clusterKinds
 }
 
 func (r *HealthReconciler) setup(mgr ctrl.Manager) error {
@@ -157,11 +148,11 @@ func (r *HealthReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 		return ctrl.Result{}, err
 	}
 	if !found {
-		r.tellPools(ctx, r.news.Forget(key))
+		r.tell.pools(ctx, r.news.Forget(key))
 		return ctrl.Result{}, nil
 	}
 	if !r.ours(&svc) {
-		r.tellPools(ctx, r.news.Forget(key))
+		r.tell.pools(ctx, r.news.Forget(key))
 		r.write(&svc, decide.Ready{Remove: decide.HealthConditionTypes})
 		return ctrl.Result{}, nil
 	}
@@ -177,11 +168,8 @@ func (r *HealthReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	// Events follow what is stored, not what is about to be written: a problem becomes news
 	// once it has lasted (decide.NewsDesk), and its write brings this reconcile back.
 	rd, again := decide.Health(&svc, facts, r.news, time.Now())
-	for _, c := range rd.Tell {
-		r.metrics.conditionChanges.WithLabelValues(c.Type, c.Reason).Inc()
-		tell(r.Recorder, &svc, c)
-	}
-	r.tellPools(ctx, decide.News{Pool: rd.PoolTell, Pools: rd.Pools})
+	r.tell.conditionChanges(&svc, rd.Tell)
+	r.tell.pools(ctx, decide.News{Pool: rd.PoolTell, Pools: rd.Pools})
 	r.write(&svc, rd)
 	return ctrl.Result{RequeueAfter: again}, nil
 }
@@ -260,72 +248,7 @@ func (r *HealthReconciler) expectReviews(c cache.Cache) manager.RunnableFunc {
 				}
 			}
 		} // else wait for none: the pools' status is written from what is reviewed
-		r.tellPools(ctx, r.news.Expect(keys))
+		r.tell.pools(ctx, r.news.Expect(keys))
 		return nil
 	}
-}
-
-// tellPools sends the events that tell problems many Services share on their pools, and asks
-// for the pools' status (their SharedProblem condition) to be written again.
-func (r *HealthReconciler) tellPools(ctx context.Context, n decide.News) {
-	for _, news := range n.Pool {
-		r.metrics.conditionChanges.WithLabelValues(news.Type, news.Notice().Reason).Inc()
-		var pool porticov1.IPAddressPool
-		if found, err := get(ctx, r.Client, client.ObjectKey{Name: news.Pool}, &pool); err != nil || !found || r.Recorder == nil {
-			continue // a pool that is gone has nobody to tell
-		}
-		e := news.Notice()
-		r.Recorder.Eventf(&pool, nil, e.Type, e.Reason, e.Action, "%s", e.Note)
-	}
-	pools := n.Pools
-	if n.Known { // every pool's SharedProblem may be written now
-		var all porticov1.IPAddressPoolList
-		if err := r.Client.List(ctx, &all); err == nil {
-			for i := range all.Items {
-				pools = append(pools, all.Items[i].Name)
-			}
-		}
-	}
-	r.poke(pools)
-}
-
-// poke asks for the pools' status at most once a poolWriteInterval each, after it: in a
-// backlog every review changes a pool's count, and every pool reconcile takes the allocator's
-// lock that the allocations wait for. The pool reconciler writes at most that often anyway.
-func (r *HealthReconciler) poke(pools []string) {
-	if r.poolsDirty == nil {
-		return
-	}
-	r.pokeMu.Lock()
-	defer r.pokeMu.Unlock()
-	if r.poked == nil {
-		r.poked = map[string]bool{}
-	}
-	for _, p := range pools {
-		if r.poked[p] {
-			continue
-		}
-		r.poked[p] = true
-		time.AfterFunc(poolWriteInterval, func() {
-			r.pokeMu.Lock()
-			delete(r.poked, p)
-			r.pokeMu.Unlock()
-			r.poolsDirty([]string{p})
-		})
-	}
-}
-
-// tell sends the event that tells a condition's change on the Service (decide.EventOf).
-func tell(rec events.EventRecorder, svc *corev1.Service, c metav1.Condition) {
-	tellRelated(rec, svc, nil, c)
-}
-
-// tellRelated is tell with a related object: the sender folds many events of one kind related
-// to one object into one event on it.
-func tellRelated(rec events.EventRecorder, svc *corev1.Service, related runtime.Object, c metav1.Condition) {
-	if rec == nil {
-		return
-	}
-	n := decide.EventOf(c)
-	rec.Eventf(svc, related, n.Type, n.Reason, n.Action, "%s", n.Note)
 }

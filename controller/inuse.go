@@ -1,9 +1,7 @@
 package controller
 
 import (
-	"cmp"
 	"context"
-	"net/netip"
 	"slices"
 
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -14,37 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
-	"github.com/portico-lb/portico/controller/decide"
 )
-
-// foreignFinding is one speaker's report of a foreign host answering for a pool address.
-type foreignFinding struct {
-	addr netip.Addr
-	porticov1.AddressInUse
-}
-
-func earlier(a, b foreignFinding) bool {
-	return cmp.Or(a.Since.Compare(b.Since.Time), cmp.Compare(a.MAC, b.MAC), cmp.Compare(a.SeenBy, b.SeenBy)) < 0
-}
-
-func findingAddrs(fs []foreignFinding) []netip.Addr {
-	out := make([]netip.Addr, len(fs))
-	for i, f := range fs {
-		out[i] = f.addr
-	}
-	return out
-}
-
-// newlyInUse lists the entries of now whose address was not in before: one Warning event each.
-func newlyInUse(before, now []porticov1.AddressInUse) []porticov1.AddressInUse {
-	var out []porticov1.AddressInUse
-	for _, u := range now {
-		if !slices.ContainsFunc(before, func(b porticov1.AddressInUse) bool { return b.Address == u.Address }) {
-			out = append(out, u)
-		}
-	}
-	return out
-}
 
 // foreignAnswersChanged lets through only the Speaker events that can change a pool's inUse:
 // its foreign answers, its MACs (which tell a speaker's answer from a foreign one), and what
@@ -81,15 +49,4 @@ func everyPool(c client.Reader) func(context.Context, client.Object) []reconcile
 		}
 		return reqs
 	}
-}
-
-// inUseIn picks the findings inside the named pool, at most MaxPoolAddressesInUse (the lowest).
-func inUseIn(b *decide.Book, pool string, findings []foreignFinding) []porticov1.AddressInUse {
-	var out []porticov1.AddressInUse
-	for _, f := range findings {
-		if len(out) < porticov1.MaxPoolAddressesInUse && slices.Contains(b.PoolsContaining(f.addr), pool) {
-			out = append(out, f.AddressInUse)
-		}
-	}
-	return out
 }

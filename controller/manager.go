@@ -81,7 +81,8 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	s := newState(mgr.GetClient(), opts.LoadBalancerClass)
 	s.live = mgr.GetAPIReader()
 	s.ignoreClassless = opts.IgnoreClassless
-	w := newStatusWriter(c, mgr.GetAPIReader())
+	tell := newTeller(nil, mgr.GetClient(), opts.Metrics, s.poolsDirty)
+	w := newStatusWriter(c.Status(), mgr.GetAPIReader(), tell.lull)
 	if err := mgr.Add(w); err != nil {
 		return err
 	}
@@ -89,19 +90,20 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	// the reconcilers whose events it sends (a Runnable the manager starts after election).
 	host, _ := os.Hostname()
 	recorder := events.NewSender(events.Options{Create: func(ctx context.Context, ev *eventsv1.Event) error { return c.Create(ctx, ev) }, Scheme: mgr.GetScheme(), Controller: EventReporter,
-		Instance: EventReporter + "-" + host, Quiet: w.quiet, Metrics: opts.Metrics.events})
+		Instance: EventReporter + "-" + host, Quiet: tell.quiet, Metrics: opts.Metrics.events})
 	if err := mgr.Add(recorder); err != nil {
 		return err
 	}
+	tell.rec = recorder
 	news := decide.NewNewsDesk(opts.NewsAfter, time.Time{})
 	news.Hold() // until this leader has reviewed the Services it finds (HealthReconciler.expectReviews)
-	if err := (&PoolReconciler{Client: c, Recorder: recorder, state: s, metrics: opts.Metrics, news: news}).setup(mgr); err != nil {
+	if err := (&PoolReconciler{Client: c, tell: tell, state: s, metrics: opts.Metrics, writer: w, news: news}).setup(mgr); err != nil {
 		return err
 	}
-	if err := (&BGPPeerReconciler{Client: c}).setup(mgr); err != nil {
+	if err := (&BGPPeerReconciler{Client: c, writer: w}).setup(mgr); err != nil {
 		return err
 	}
-	if err := (&AdvertisementReconciler{Client: c, Recorder: recorder}).setup(mgr); err != nil {
+	if err := (&AdvertisementReconciler{Client: c, tell: tell, writer: w}).setup(mgr); err != nil {
 		return err
 	}
 	cluster, err := newClusterKinds(context.Background(), mgr.GetCache())
@@ -114,9 +116,8 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if err := mgr.Add(cluster.liveness); err != nil {
 		return err
 	}
-	health := &HealthReconciler{Client: c, Recorder: recorder, metrics: opts.Metrics, ours: s.ours, writer: w,
-		news: news, cluster: cluster, poolsDirty: s.poolsDirty}
-	if err := (&ServiceReconciler{Client: c, Recorder: recorder, state: s, metrics: opts.Metrics, writer: w, cluster: cluster}).setup(mgr); err != nil {
+	health := &HealthReconciler{Client: c, tell: tell, ours: s.ours, writer: w, news: news, cluster: cluster}
+	if err := (&ServiceReconciler{Client: c, tell: tell, state: s, metrics: opts.Metrics, writer: w, cluster: cluster}).setup(mgr); err != nil {
 		return err
 	}
 	return health.setup(mgr)

@@ -85,50 +85,60 @@ func PreviewPools(ctx context.Context, reader client.Reader, lbClass string, poo
 
 	var preview PoolsPreview
 	for i := range svcs.Items {
-		svc := &svcs.Items[i]
-		if !s.ours(svc) {
-			continue
-		}
-		key := svc.Namespace + "/" + svc.Name
-		sp := ServicePreview{Service: key, Before: before[key]}
-		if len(sp.Before.IPs) > 0 {
-			sp.After, _ = alloc.Assignment(key)
-			switch {
-			case sp.After.Orphaned() && !sp.Before.Orphaned():
-				sp.Effect = "orphaned"
-			case sp.After.Pool != sp.Before.Pool:
-				sp.Effect = "changes pool"
-			default:
-				sp.Effect = "keeps"
+		if svc := &svcs.Items[i]; s.ours(svc) {
+			key := svc.Namespace + "/" + svc.Name
+			sp := ServicePreview{Service: key, Before: before[key]}
+			if len(sp.Before.IPs) > 0 {
+				sp.After, _ = alloc.Assignment(key)
+				sp.Effect = keptEffect(sp.Before, sp.After)
+			} else {
+				req, err := decide.Request(svc, next, s.namespaceLabels(ctx, svc.Namespace, next))
+				if err == nil {
+					sp.After, err = alloc.Allocate(req)
+				}
+				sp.Effect, sp.Why = waitEffect(err)
 			}
 			preview.Services = append(preview.Services, sp)
-			continue
 		}
-		req, err := decide.Request(svc, next, s.namespaceLabels(ctx, svc.Namespace, next))
-		if err == nil {
-			sp.After, err = alloc.Allocate(req)
-		}
-		var aerr *allocator.Error
-		switch {
-		case err == nil:
-			sp.Effect = "gets"
-		case errors.As(err, &aerr):
-			sp.Effect, sp.Why = "waits", string(aerr.Reason)+": "+aerr.Message
-		default:
-			sp.Effect, sp.Why = "waits", err.Error()
-		}
-		preview.Services = append(preview.Services, sp)
 	}
-	for i := range poolPreviews {
-		p := &poolPreviews[i]
+	preview.Pools = counted(poolPreviews, alloc)
+	slices.SortFunc(preview.Services, func(a, b ServicePreview) int { return cmp.Compare(a.Service, b.Service) })
+	return preview, nil
+}
+
+// counted fills in each pool's counts after the change.
+func counted(pools []PoolPreview, alloc *allocator.Allocator) []PoolPreview {
+	for i := range pools {
+		p := &pools[i]
 		if st, ok := alloc.Stats(p.Name); ok {
 			p.Assigned = st.Assigned[0] + st.Assigned[1]
 			p.Available = new(big.Int).Add(st.Available[0], st.Available[1]).String()
 		}
 	}
-	preview.Pools = poolPreviews
-	slices.SortFunc(preview.Services, func(a, b ServicePreview) int { return cmp.Compare(a.Service, b.Service) })
-	return preview, nil
+	return pools
+}
+
+// keptEffect is what the change does to a Service that holds addresses.
+func keptEffect(before, after allocator.Assignment) string {
+	switch {
+	case after.Orphaned() && !before.Orphaned():
+		return "orphaned"
+	case after.Pool != before.Pool:
+		return "changes pool"
+	}
+	return "keeps"
+}
+
+// waitEffect is what the change does to a waiting Service, given its allocation's error.
+func waitEffect(err error) (effect, why string) {
+	var aerr *allocator.Error
+	switch {
+	case err == nil:
+		return "gets", ""
+	case errors.As(err, &aerr):
+		return "waits", string(aerr.Reason) + ": " + aerr.Message
+	}
+	return "waits", err.Error()
 }
 
 // mergePools applies the given pools over the current ones, by name.

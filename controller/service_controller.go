@@ -12,7 +12,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
@@ -26,11 +25,11 @@ import (
 
 // ServiceReconciler gives LoadBalancer Services addresses and says in their status how it went.
 type ServiceReconciler struct {
-	Client   client.Client
-	Recorder events.EventRecorder
-	state    *state
-	metrics  *Metrics
-	writer   *statusWriter
+	Client  client.Client
+	tell    *teller
+	state   *state
+	metrics *Metrics
+	writer  *statusWriter
 	// cluster lets a new Service's health facts be gathered here, so its first status write
 	// carries the health conditions with the address: one write per new Service, not two.
 	cluster *clusterKinds
@@ -146,13 +145,13 @@ func (r *ServiceReconciler) mayList(key string, svc *corev1.Service) []netip.Add
 
 // write hands the decision to the status writer; its events are told once the write lands.
 func (r *ServiceReconciler) write(svc *corev1.Service, rd decide.Ready) {
-	var done func(*corev1.Service)
+	var done func(client.Object)
 	if len(rd.Tell) > 0 {
-		done = func(written *corev1.Service) {
-			pool := r.poolOf(written)
+		done = func(written client.Object) {
+			pool := r.poolOf(written.(*corev1.Service))
 			for _, c := range rd.Tell {
 				r.count(c)
-				tellRelated(r.Recorder, written, pool, c)
+				r.tell.condition(written, pool, c)
 			}
 		}
 	}

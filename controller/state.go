@@ -95,7 +95,7 @@ func (s *state) gatherRebuild(ctx context.Context) (*rebuildFacts, error) {
 		return nil, err
 	}
 	f := &rebuildFacts{pools: pools.Items, paged: paged,
-		inUse: findingAddrs(judgeProbes(speakers.Items, pools.Items, time.Now()).inUse)}
+		inUse: decide.JudgeProbes(speakers.Items, pools.Items, time.Now()).Addrs()}
 	err := eachService(ctx, services, paged, func(svc *corev1.Service) {
 		if !s.ours(svc) || len(porticov1.IngressAddrs(svc)) == 0 {
 			return

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"fmt"
 	"hash/fnv"
 	"net/netip"
 	"sync"
@@ -9,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
@@ -32,7 +34,7 @@ import (
 // (decide.Writes.Rebase). What is decided without I/O (redundant writes, what may be stored,
 // the conflict rule) is decide.Writes; this file sends the requests.
 type statusWriter struct {
-	client client.Client
+	status statusUpdater
 	reader client.Reader // uncached: the current object after a conflict
 	lanes  []chan *writeJob
 	// stopped is closed once Start's context ends: submit then drops writes instead of
@@ -41,22 +43,30 @@ type statusWriter struct {
 
 	mu     sync.Mutex
 	writes *decide.Writes // under mu
-	// lull is quiet once no write has been pending for eventLull: events wait for it (the
-	// event sender), so they go after a burst of Services, not between its writes.
+	// lull is quiet once no Service write has been pending for eventLull: events wait for it
+	// (tell.go), so they go after a burst of Services, not between its writes.
 	lull *events.Lull
 }
 
-// writePart is one reconciler's share of a Service's status.
-type writePart struct {
-	apply func(*corev1.Service)     // sets this part's fields on a copy of the Service
-	done  func(*corev1.Service)     // after a successful write (events, metrics); may be nil
-	retry chan<- event.GenericEvent // the reconciler's queue: the Service decides again after a failure
+// statusUpdater sends one status update: the only way the controller writes an object's status.
+type statusUpdater interface {
+	Update(ctx context.Context, obj client.Object, opts ...client.SubResourceUpdateOption) error
 }
 
-// writeJob is a write handed to a lane, with the part that made it.
+// writePart is one reconciler's share of an object's status.
+type writePart struct {
+	apply func(*corev1.Service)     // a Service's: sets this part's fields on a copy of it
+	done  func(client.Object)       // after a successful write (events, metrics); may be nil
+	retry chan<- event.GenericEvent // the reconciler's queue: the object is decided again after a failure
+}
+
+// writeJob is a write handed to a lane, with the part that made it: a Service's (Write, whose
+// bookkeeping is decide.Writes') or another object's whole status (object).
 type writeJob struct {
 	*decide.Write
-	part writePart
+	object client.Object
+	key    string
+	part   writePart
 }
 
 // writeLanes lanes of laneDepth writes each.
@@ -65,9 +75,8 @@ const (
 	laneDepth  = 1024
 )
 
-func newStatusWriter(c client.Client, reader client.Reader) *statusWriter {
-	w := &statusWriter{client: c, reader: reader, stopped: make(chan struct{}), writes: decide.NewWrites(),
-		lull: events.NewLull(eventLull)}
+func newStatusWriter(status statusUpdater, reader client.Reader, lull *events.Lull) *statusWriter {
+	w := &statusWriter{status: status, reader: reader, stopped: make(chan struct{}), writes: decide.NewWrites(), lull: lull}
 	for range writeLanes {
 		w.lanes = append(w.lanes, make(chan *writeJob, laneDepth))
 	}
@@ -96,8 +105,8 @@ func (w *statusWriter) Start(ctx context.Context) error {
 	return nil
 }
 
-// submit hands over a write unless it is redundant (decide.Writes.Submit). cached is the object
-// the decision was made from; p.apply makes it what it should become.
+// submit hands over a Service's write unless it is redundant (decide.Writes.Submit). cached is
+// the object the decision was made from; p.apply makes it what it should become.
 func (w *statusWriter) submit(key string, cached *corev1.Service, p writePart) {
 	write := decide.NewWrite(key, cached, p.apply)
 	w.mu.Lock()
@@ -106,11 +115,24 @@ func (w *statusWriter) submit(key string, cached *corev1.Service, p writePart) {
 		w.mu.Unlock()
 		return
 	}
-	job := &writeJob{Write: write, part: p}
+	job := &writeJob{Write: write, key: key, part: p}
 	w.lull.Hold()
 	w.mu.Unlock()
+	w.enqueue(job)
+}
+
+// submitStatus hands over the status write of an object other than a Service: want is the
+// whole object its reconciler decided (which asks only when the status changes), from a cached
+// copy. Any failure, a conflict too, has the reconciler decide again after a backoff.
+func (w *statusWriter) submitStatus(want client.Object, p writePart) {
+	key := fmt.Sprintf("%T %s", want, client.ObjectKeyFromObject(want))
+	w.enqueue(&writeJob{object: want, key: key, part: p})
+}
+
+// enqueue gives the job to its lane, or drops it once the writer stopped.
+func (w *statusWriter) enqueue(job *writeJob) {
 	h := fnv.New32a()
-	h.Write([]byte(key))
+	h.Write([]byte(job.key))
 	select {
 	case w.lanes[h.Sum32()%writeLanes] <- job:
 	case <-w.stopped: // nobody sends it; the next leader decides again from what is stored
@@ -122,19 +144,11 @@ func (w *statusWriter) submit(key string, cached *corev1.Service, p writePart) {
 
 // done forgets a write handed over: it is no longer on its way. Call with mu held.
 func (w *statusWriter) done(job *writeJob) {
-	w.lull.Release()
-	w.writes.Done(job.Write)
+	if job.Write != nil {
+		w.lull.Release()
+		w.writes.Done(job.Write)
+	}
 }
-
-// quiet returns a channel that is closed once no status write has been pending for eventLull.
-func (w *statusWriter) quiet() <-chan struct{} { return w.lull.Quiet() }
-
-// eventLull is how long the writer must have had nothing pending before events go out. In a
-// burst the Services arrive milliseconds apart and the writer is idle between them; events sent
-// in those gaps cost the apiserver as much as the creations and writes of the burst itself
-// (make bench, 1000 Services: its CPU for the burst rose by half). Half a second without a
-// write means the burst is over; a lone Service's event follows its address by that much.
-const eventLull = 500 * time.Millisecond
 
 // mayList returns the addresses our writes may have put in the Service's stored status that
 // cached does not show (decide.Writes.MayList).
@@ -146,7 +160,6 @@ func (w *statusWriter) mayList(key string, cached *corev1.Service) []netip.Addr 
 
 // run is one lane; retries go to wg, so that Start waits for them too.
 func (w *statusWriter) run(leading context.Context, lane chan *writeJob, wg *sync.WaitGroup) {
-	ctx := context.WithoutCancel(leading) // see Start: a request once sent is let finish
 	for {
 		var job *writeJob
 		select {
@@ -157,28 +170,55 @@ func (w *statusWriter) run(leading context.Context, lane chan *writeJob, wg *syn
 		if leading.Err() != nil {
 			return
 		}
-		base := job.Want.ResourceVersion
-		sent := job.Want.DeepCopy()
-		// On kube-apiserver 1.37 a status update also stores metadata annotations: one request.
-		err := w.client.Status().Update(ctx, sent)
-		if apierrors.IsConflict(err) {
-			sent, base, err = w.rebase(leading, job)
-		}
-		// sent == nil: nothing was sent (another write already put these fields there, and
-		// told of it); base is then empty too.
-		w.mu.Lock()
-		w.done(job)
-		backoff := w.writes.Finished(job.Write, base, err)
-		w.mu.Unlock()
-		if err != nil {
-			logf.Log.WithName("status-writer").V(1).Info("status write failed; retrying", "service", job.Key, "error", err.Error(), "after", backoff)
+		if backoff, failed := w.send(leading, job); failed {
 			wg.Go(func() { retryAfter(leading, backoff, job) })
-			continue
-		}
-		if sent != nil && job.part.done != nil {
-			job.part.done(sent)
 		}
 	}
+}
+
+// send sends one write and says, when it failed, how long to wait before it is decided again.
+func (w *statusWriter) send(leading context.Context, job *writeJob) (backoff time.Duration, failed bool) {
+	var sent client.Object
+	var base string
+	var err error
+	if job.Write == nil {
+		sent = job.object.DeepCopyObject().(client.Object)
+		err = w.status.Update(context.WithoutCancel(leading), sent) // see Start: a request once sent is let finish
+	} else {
+		sent, base, err = w.sendService(leading, job)
+	}
+	w.mu.Lock()
+	w.done(job)
+	if job.Write != nil {
+		backoff = w.writes.Finished(job.Write, base, err)
+	} else {
+		backoff = w.writes.Backoff(job.key, err)
+	}
+	w.mu.Unlock()
+	if err != nil {
+		logf.Log.WithName("status-writer").V(1).Info("status write failed; retrying", "object", job.key, "error", err.Error(), "after", backoff)
+		return backoff, true
+	}
+	if sent != nil && job.part.done != nil {
+		job.part.done(sent)
+	}
+	return 0, false
+}
+
+// sendService sends a Service's write, rebased after a conflict. sent is nil when nothing was
+// sent (another write already put these fields there, and told of it); base is then empty too.
+func (w *statusWriter) sendService(leading context.Context, job *writeJob) (sent client.Object, base string, err error) {
+	base = job.Want.ResourceVersion
+	svc := job.Want.DeepCopy()
+	// On kube-apiserver 1.37 a status update also stores metadata annotations: one request.
+	if err = w.status.Update(context.WithoutCancel(leading), svc); !apierrors.IsConflict(err) {
+		return svc, base, err
+	}
+	rebased, base, err := w.rebase(leading, job)
+	if rebased == nil {
+		return nil, base, err
+	}
+	return rebased, base, err
 }
 
 // retryAfter asks, after the backoff, for the job's Service to be decided again, unless the
@@ -192,10 +232,14 @@ func retryAfter(leading context.Context, backoff time.Duration, job *writeJob) {
 		return
 	case <-wait.C:
 	}
-	svc := &corev1.Service{}
-	svc.Namespace, svc.Name = job.Want.Namespace, job.Want.Name
+	key := &metav1.PartialObjectMetadata{}
+	if job.Write != nil {
+		key.Namespace, key.Name = job.Want.Namespace, job.Want.Name
+	} else {
+		key.Namespace, key.Name = job.object.GetNamespace(), job.object.GetName()
+	}
 	select {
-	case job.part.retry <- event.GenericEvent{Object: svc}:
+	case job.part.retry <- event.GenericEvent{Object: key}:
 	case <-leading.Done():
 	}
 }
@@ -218,7 +262,7 @@ func (w *statusWriter) rebase(leading context.Context, job *writeJob) (sent *cor
 	if err := leading.Err(); err != nil {
 		return nil, "", err
 	}
-	return sent, cur.ResourceVersion, w.client.Status().Update(ctx, sent)
+	return sent, cur.ResourceVersion, w.status.Update(ctx, sent)
 }
 
 // forget drops what is remembered about a deleted Service.

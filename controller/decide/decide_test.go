@@ -44,6 +44,9 @@ import (
 //	pools                               the pool reconciler: holds whose time is up end, and every pool's
 //	                                    counts, Exhausted, OrphanedIPs and holds, stored in its status
 //	restart                             a new controller: a new book rebuilt from the Services' and pools' status
+//	status <pool>...                    the pool reconciler's whole decision (LookAtPools, Pool): what its
+//	                                    status write changes and the events it tells; stored
+//	foreign <node> <ip>/<mac>...        a live speaker heard foreign hosts answer for those addresses
 func TestDecideTranscripts(t *testing.T) {
 	datadriven.Walk(t, "testdata/decide", func(t *testing.T, path string) {
 		w := &world{book: NewBook(), svcs: map[string]*corev1.Service{},
@@ -249,6 +252,10 @@ func (w *world) run(t *testing.T, d *datadriven.TestData) {
 		}
 	case "restart":
 		w.restart()
+	case "status":
+		w.poolStatus(names())
+	case "foreign":
+		w.foreign(d.CmdArgs[0].Key, d.CmdArgs[1:])
 	default:
 		t.Fatalf("%s: unknown command %q", d.Pos, d.Cmd)
 	}
@@ -400,4 +407,64 @@ func (w *world) restart() {
 	refused := w.book.Rebuild(stored, false)
 	dropped := w.book.RestoreHolds(w.pools)
 	fmt.Fprintf(w.out, "rebuilt: %d Services, %d refused; holds dropped: %d\n", len(stored)-len(refused), len(refused), len(dropped))
+}
+
+// poolStatus runs the pool reconciler's decision for each named pool, prints what its write
+// changes and the events it tells, and stores it.
+func (w *world) poolStatus(names []string) {
+	verdict := JudgeProbes(w.facts.Speakers, w.pools, w.now)
+	look := w.book.LookAtPools(verdict.Addrs(), w.now)
+	if len(look.Retry) > 0 {
+		fmt.Fprintf(w.out, "retry %s\n", strings.Join(look.Retry, ","))
+	}
+	for _, name := range names {
+		i := slices.IndexFunc(w.pools, func(p porticov1.IPAddressPool) bool { return p.Name == name })
+		in := PoolSeen{Pool: &w.pools[i], Pools: w.pools, Facts: w.book.PoolFacts(name), Proxies: verdict.Proxies[name], Now: w.now}
+		in.Facts.InUse = w.book.InUseIn(name, verdict.InUse)
+		in.Shared, in.SharedKnown = w.desk.Shared(name)
+		rd := Pool(in)
+		if rd.Want == nil {
+			fmt.Fprintf(w.out, "%s: no write\n", name)
+			continue
+		}
+		st := rd.Want.Status
+		fmt.Fprintf(w.out, "%s: assigned %d, available %s, waiting %d, next %s\n", name, st.Assigned, st.Available, st.Waiting, strings.Join(st.NextAddresses, ","))
+		for _, u := range st.InUse {
+			fmt.Fprintf(w.out, "  in use %s by %s\n", u.Address, u.MAC)
+		}
+		for _, p := range st.ProxyAnswerers {
+			fmt.Fprintf(w.out, "  proxy answerer %s for %d\n", p.MAC, p.Addresses)
+		}
+		for _, c := range st.Conditions {
+			if old := findCondition(w.pools[i].Status.Conditions, c.Type); old == nil || old.Message != c.Message || old.Status != c.Status {
+				fmt.Fprintf(w.out, "  %s\n", condLine(c))
+			}
+		}
+		for _, n := range rd.Tell {
+			fmt.Fprintf(w.out, "event %s %s: %s\n", n.Type, n.Reason, n.Note)
+		}
+		w.pools[i] = *rd.Want
+	}
+	w.facts.Pools = w.pools
+}
+
+func findCondition(conds []metav1.Condition, typ string) *metav1.Condition {
+	for i := range conds {
+		if conds[i].Type == typ {
+			return &conds[i]
+		}
+	}
+	return nil
+}
+
+// foreign gives node a live speaker's report of foreign hosts answering for addresses.
+func (w *world) foreign(node string, answers []datadriven.CmdArg) {
+	s := porticov1.Speaker{ObjectMeta: metav1.ObjectMeta{Name: node}}
+	s.Status.Conditions = []metav1.Condition{{Type: porticov1.ConditionReady, Status: metav1.ConditionTrue}}
+	s.Status.ProbedAt = &metav1.Time{Time: w.now}
+	for _, a := range answers {
+		ip, mac, _ := strings.Cut(a.Key, "/")
+		s.Status.ForeignAnswers = append(s.Status.ForeignAnswers, porticov1.ForeignAnswer{IP: ip, MAC: mac, Interface: "eth0", Since: metav1.Time{Time: w.now}})
+	}
+	w.facts.Speakers = append(slices.DeleteFunc(w.facts.Speakers, func(o porticov1.Speaker) bool { return o.Name == node }), s)
 }

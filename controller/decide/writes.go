@@ -117,12 +117,18 @@ func (w *Writes) Finished(job *Write, base string, err error) (backoff time.Dura
 	if base != "" && (err == nil || mayHaveLanded(err)) {
 		w.written[job.Key] = append(w.written[job.Key], written{base: base, ips: job.ips, landed: err == nil})
 	}
+	return w.Backoff(job.Key, err)
+}
+
+// Backoff records how the write of key (any object's) ended and returns how long to wait
+// before it is decided again after a failure: longer after each consecutive one.
+func (w *Writes) Backoff(key string, err error) time.Duration {
 	if err == nil {
-		delete(w.failures, job.Key)
+		delete(w.failures, key)
 		return 0
 	}
-	w.failures[job.Key]++
-	return min(10*time.Millisecond<<min(w.failures[job.Key], 10), 10*time.Second)
+	w.failures[key]++
+	return min(10*time.Millisecond<<min(w.failures[key], 10), 10*time.Second)
 }
 
 // unseen returns our writes to the Service that cached does not show, and forgets those it

@@ -1,4 +1,4 @@
-package controller
+package decide
 
 import (
 	"fmt"
@@ -15,7 +15,7 @@ import (
 	"github.com/portico-lb/portico/rules"
 )
 
-// TestJudgeProbes runs testdata/findings.txt: what the speakers' conflict probes hold back.
+// TestJudgeProbes runs testdata/probes/findings.txt: what the speakers' conflict probes hold back.
 // Times are durations relative to the judgement's base time.
 //
 //	pool <name> [disabled] [proxies=MAC,...]   a pool: its addresses one a line; proxies are
@@ -38,7 +38,7 @@ func TestJudgeProbes(t *testing.T) {
 	}
 	var pools []porticov1.IPAddressPool
 	var speakers []porticov1.Speaker
-	datadriven.RunTest(t, "testdata/findings.txt", func(t *testing.T, d *datadriven.TestData) string {
+	datadriven.RunTest(t, "testdata/probes/findings.txt", func(t *testing.T, d *datadriven.TestData) string {
 		switch d.Cmd {
 		case "pool":
 			p := porticov1.IPAddressPool{ObjectMeta: metav1.ObjectMeta{Name: d.CmdArgs[0].Key}}
@@ -96,31 +96,31 @@ func TestJudgeProbes(t *testing.T) {
 				d.ScanArgs(t, "at", &at)
 				now = rel(at)
 			}
-			v := judgeProbes(speakers, pools, now)
+			v := JudgeProbes(speakers, pools, now)
 			var b strings.Builder
-			for _, f := range v.inUse {
+			for _, f := range v.InUse {
 				fmt.Fprintf(&b, "held back: %s by %s (heard by %s since %s)\n", f.Address, f.MAC, f.SeenBy, f.Since.Sub(base))
 			}
-			if len(v.inUse) == 0 {
+			if len(v.InUse) == 0 {
 				fmt.Fprintln(&b, "held back: nothing")
 			}
 			for _, p := range pools {
-				for _, x := range v.proxies[p.Name] {
+				for _, x := range v.Proxies[p.Name] {
 					fmt.Fprintf(&b, "%s: proxy answerer %s (answers for %d, heard by %s since %s)\n", p.Name, x.MAC, x.Addresses, x.SeenBy, x.Since.Sub(base))
 				}
 				var inUse []porticov1.AddressInUse
-				for _, f := range v.inUse {
-					if inPool(&p, f.addr) {
+				for _, f := range v.InUse {
+					if inPool(&p, f.Addr) {
 						inUse = append(inUse, f.AddressInUse)
 					}
 				}
-				c := inUseCondition(p.ProbesConflicts(), inUse, v.proxies[p.Name])
+				c := InUseCondition(p.ProbesConflicts(), inUse, v.Proxies[p.Name])
 				fmt.Fprintf(&b, "%s: %s %s %s: %s\n", p.Name, c.Type, c.Status, c.Reason, c.Message)
 			}
-			if v.expires.IsZero() {
+			if v.Expires.IsZero() {
 				fmt.Fprintln(&b, "expires: never")
 			} else {
-				fmt.Fprintf(&b, "expires: %s\n", v.expires.Sub(now))
+				fmt.Fprintf(&b, "expires: %s\n", v.Expires.Sub(now))
 			}
 			return b.String()
 		}

@@ -1,4 +1,4 @@
-package controller
+package decide
 
 import (
 	"cmp"
@@ -24,20 +24,39 @@ import (
 // ask about: it would otherwise empty any pool, 4 addresses every round.
 const proxyAnswererAddrs = 3
 
-// findingTTL bounds how long a speaker's foreign answers count without being confirmed: while
+// FindingTTL bounds how long a speaker's foreign answers count without being confirmed: while
 // its Speaker says Ready and its latest probe round (status.probedAt, written every round while
 // it hears anything) is at most this old. With rounds every 30 s that is 6 rounds missed; a
 // speaker that stopped, lost the apiserver or was cut off the LAN holds nothing back longer.
 // A probedAt further ahead than this (a node's clock far off) does not count either.
-const findingTTL = 3 * time.Minute
+const FindingTTL = 3 * time.Minute
 
-// probeVerdict is what the speakers' conflict probes hold back: one finding per address (what
+// ProbeVerdict is what the speakers' conflict probes hold back: one finding per address (what
 // the allocator skips), the proxy answerers of each pool (whose answers hold nothing back), and
 // when the next live answer expires (zero: none does).
-type probeVerdict struct {
-	inUse   []foreignFinding
-	proxies map[string][]porticov1.ProxyAnswerer
-	expires time.Time
+type ProbeVerdict struct {
+	InUse   []Finding
+	Proxies map[string][]porticov1.ProxyAnswerer
+	Expires time.Time
+}
+
+// Finding is one speaker's report of a foreign host answering for a pool address.
+type Finding struct {
+	Addr netip.Addr
+	porticov1.AddressInUse
+}
+
+// Addrs are the addresses the verdict holds back.
+func (v ProbeVerdict) Addrs() []netip.Addr {
+	out := make([]netip.Addr, len(v.InUse))
+	for i, f := range v.InUse {
+		out[i] = f.Addr
+	}
+	return out
+}
+
+func earlier(a, b Finding) bool {
+	return cmp.Or(a.Since.Compare(b.Since.Time), cmp.Compare(a.MAC, b.MAC), cmp.Compare(a.SeenBy, b.SeenBy)) < 0
 }
 
 // heard is one live answer: a speaker heard mac answer for addr.
@@ -48,17 +67,17 @@ type heard struct {
 	since  metav1.Time
 }
 
-// judgeProbes folds every speaker's status.foreignAnswers into what holds addresses back, at
-// now. Answers count only from speakers that are Ready and probed within findingTTL (liveSpeaker),
+// JudgeProbes folds every speaker's status.foreignAnswers into what holds addresses back, at
+// now. Answers count only from speakers that are Ready and probed within FindingTTL (liveSpeaker),
 // never from a MAC any speaker answers with (that is a speaker, not a foreign host), nor for an
 // address of a pool whose conflictProbing is Disabled. Per pool, a MAC answering for more than
 // proxyAnswererAddrs of its addresses is a proxy answerer, and stays one while it answers for
 // any of them (so a nearly full pool's last few addresses are not held back by it); its
 // answers for the pool's addresses hold nothing back. The Speakers are written by each node
 // and the answers come from anyone on the LAN: nothing here is trusted blindly.
-func judgeProbes(speakers []porticov1.Speaker, pools []porticov1.IPAddressPool, now time.Time) probeVerdict {
-	v := probeVerdict{proxies: map[string][]porticov1.ProxyAnswerer{}}
-	answers := liveAnswers(speakers, now, &v.expires)
+func JudgeProbes(speakers []porticov1.Speaker, pools []porticov1.IPAddressPool, now time.Time) ProbeVerdict {
+	v := ProbeVerdict{Proxies: map[string][]porticov1.ProxyAnswerer{}}
+	answers := liveAnswers(speakers, now, &v.Expires)
 	ranges := make([][]rules.Range, len(pools))
 	for i := range pools {
 		ranges[i], _ = rules.PoolRanges(&pools[i])
@@ -73,36 +92,12 @@ func judgeProbes(speakers []porticov1.Speaker, pools []porticov1.IPAddressPool, 
 		if !pools[i].ProbesConflicts() {
 			continue
 		}
-		listed := map[string]bool{}
-		for _, p := range pools[i].Status.ProxyAnswerers {
-			listed[strings.ToLower(p.MAC)] = true
+		v.Proxies[pools[i].Name] = proxyAnswerers(&pools[i], answers, func(a netip.Addr) bool { return inPool(i, a) })
+		for _, p := range v.Proxies[pools[i].Name] {
+			proxyIn[i][p.MAC] = true
 		}
-		addrs, first := map[string]map[netip.Addr]bool{}, map[string]heard{}
-		for _, h := range answers {
-			if !inPool(i, h.addr) {
-				continue
-			}
-			if addrs[h.mac] == nil {
-				addrs[h.mac] = map[netip.Addr]bool{}
-			}
-			addrs[h.mac][h.addr] = true
-			if f, ok := first[h.mac]; !ok || earlierHeard(h, f) {
-				first[h.mac] = h
-			}
-		}
-		for mac, set := range addrs {
-			if len(set) > proxyAnswererAddrs || listed[mac] {
-				proxyIn[i][mac] = true
-				f := first[mac]
-				v.proxies[pools[i].Name] = append(v.proxies[pools[i].Name],
-					porticov1.ProxyAnswerer{MAC: mac, Addresses: int32(len(set)), SeenBy: f.seenBy, Since: f.since})
-			}
-		}
-		p := v.proxies[pools[i].Name]
-		slices.SortFunc(p, func(a, b porticov1.ProxyAnswerer) int { return cmp.Compare(a.MAC, b.MAC) })
-		v.proxies[pools[i].Name] = p[:min(len(p), porticov1.MaxPoolProxyAnswerers)]
 	}
-	best := map[netip.Addr]foreignFinding{}
+	best := map[netip.Addr]Finding{}
 	for _, h := range answers {
 		ignored := false
 		for i := range pools {
@@ -113,16 +108,48 @@ func judgeProbes(speakers []porticov1.Speaker, pools []porticov1.IPAddressPool, 
 		if ignored {
 			continue
 		}
-		f := foreignFinding{addr: h.addr, AddressInUse: porticov1.AddressInUse{Address: h.addr.String(), MAC: h.mac, SeenBy: h.seenBy, Since: h.since}}
+		f := Finding{Addr: h.addr, AddressInUse: porticov1.AddressInUse{Address: h.addr.String(), MAC: h.mac, SeenBy: h.seenBy, Since: h.since}}
 		if old, ok := best[h.addr]; !ok || earlier(f, old) {
 			best[h.addr] = f
 		}
 	}
 	for _, f := range best {
-		v.inUse = append(v.inUse, f)
+		v.InUse = append(v.InUse, f)
 	}
-	slices.SortFunc(v.inUse, func(a, b foreignFinding) int { return a.addr.Compare(b.addr) })
+	slices.SortFunc(v.InUse, func(a, b Finding) int { return a.Addr.Compare(b.Addr) })
 	return v
+}
+
+// proxyAnswerers are the pool's proxy answerers among answers (inPool: those for its
+// addresses): the MACs answering for more than proxyAnswererAddrs of them, or already listed
+// in its status, by MAC, at most MaxPoolProxyAnswerers.
+func proxyAnswerers(pool *porticov1.IPAddressPool, answers []heard, inPool func(netip.Addr) bool) []porticov1.ProxyAnswerer {
+	listed := map[string]bool{}
+	for _, p := range pool.Status.ProxyAnswerers {
+		listed[strings.ToLower(p.MAC)] = true
+	}
+	addrs, first := map[string]map[netip.Addr]bool{}, map[string]heard{}
+	for _, h := range answers {
+		if !inPool(h.addr) {
+			continue
+		}
+		if addrs[h.mac] == nil {
+			addrs[h.mac] = map[netip.Addr]bool{}
+		}
+		addrs[h.mac][h.addr] = true
+		if f, ok := first[h.mac]; !ok || earlierHeard(h, f) {
+			first[h.mac] = h
+		}
+	}
+	var out []porticov1.ProxyAnswerer
+	for mac, set := range addrs {
+		if len(set) > proxyAnswererAddrs || listed[mac] {
+			f := first[mac]
+			out = append(out, porticov1.ProxyAnswerer{MAC: mac, Addresses: int32(len(set)), SeenBy: f.seenBy, Since: f.since})
+		}
+	}
+	slices.SortFunc(out, func(a, b porticov1.ProxyAnswerer) int { return cmp.Compare(a.MAC, b.MAC) })
+	return out[:min(len(out), porticov1.MaxPoolProxyAnswerers)]
 }
 
 // liveAnswers lists the answers of the speakers whose findings count at now (liveSpeaker),
@@ -141,7 +168,7 @@ func liveAnswers(speakers []porticov1.Speaker, now time.Time, expires *time.Time
 		if len(s.Status.ForeignAnswers) == 0 || !liveSpeaker(s, now) {
 			continue
 		}
-		if end := s.Status.ProbedAt.Add(findingTTL); expires.IsZero() || end.Before(*expires) {
+		if end := s.Status.ProbedAt.Add(FindingTTL); expires.IsZero() || end.Before(*expires) {
 			*expires = end
 		}
 		for _, a := range s.Status.ForeignAnswers {
@@ -157,22 +184,22 @@ func liveAnswers(speakers []porticov1.Speaker, now time.Time, expires *time.Time
 }
 
 // liveSpeaker: a speaker's findings count while it says Ready and its latest probe round is
-// within findingTTL of now, either way.
+// within FindingTTL of now, either way.
 func liveSpeaker(s *porticov1.Speaker, now time.Time) bool {
 	if !meta.IsStatusConditionTrue(s.Status.Conditions, porticov1.ConditionReady) || s.Status.ProbedAt == nil {
 		return false
 	}
 	age := now.Sub(s.Status.ProbedAt.Time)
-	return age <= findingTTL && age >= -findingTTL
+	return age <= FindingTTL && age >= -FindingTTL
 }
 
 func earlierHeard(a, b heard) bool {
 	return cmp.Or(a.since.Compare(b.since.Time), a.addr.Compare(b.addr), cmp.Compare(a.seenBy, b.seenBy)) < 0
 }
 
-// inUseCondition names the pool's addresses a foreign host answers for, and the proxy
+// InUseCondition names the pool's addresses a foreign host answers for, and the proxy
 // answerers whose answers are ignored.
-func inUseCondition(probes bool, inUse []porticov1.AddressInUse, proxies []porticov1.ProxyAnswerer) metav1.Condition {
+func InUseCondition(probes bool, inUse []porticov1.AddressInUse, proxies []porticov1.ProxyAnswerer) metav1.Condition {
 	c := metav1.Condition{Type: porticov1.ConditionAddressesInUse, Status: metav1.ConditionFalse, Reason: porticov1.ReasonNoneInUse,
 		Message: "no foreign host answers for the addresses probed"}
 	if !probes {
@@ -211,6 +238,28 @@ func newlyProxy(before, now []porticov1.ProxyAnswerer) []porticov1.ProxyAnswerer
 	for _, p := range now {
 		if !slices.ContainsFunc(before, func(b porticov1.ProxyAnswerer) bool { return strings.EqualFold(b.MAC, p.MAC) }) {
 			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// newlyInUse lists the entries of now whose address was not in before: one Warning event each.
+func newlyInUse(before, now []porticov1.AddressInUse) []porticov1.AddressInUse {
+	var out []porticov1.AddressInUse
+	for _, u := range now {
+		if !slices.ContainsFunc(before, func(b porticov1.AddressInUse) bool { return b.Address == u.Address }) {
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
+// InUseIn picks the findings inside the named pool, at most MaxPoolAddressesInUse (the lowest).
+func (b *Book) InUseIn(pool string, findings []Finding) []porticov1.AddressInUse {
+	var out []porticov1.AddressInUse
+	for _, f := range findings {
+		if len(out) < porticov1.MaxPoolAddressesInUse && slices.Contains(b.PoolsContaining(f.Addr), pool) {
+			out = append(out, f.AddressInUse)
 		}
 	}
 	return out

@@ -1,0 +1,63 @@
+package decide
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
+)
+
+// Peer is a BGPPeer's status folded from the sessions the speakers report in their Speaker
+// objects (the controller is the peer's only writer): one entry per node, and the
+// SessionsEstablished condition naming the nodes whose session is not up. writes is false when
+// the stored status says that already.
+func Peer(peer *porticov1.BGPPeer, speakers []porticov1.Speaker, now time.Time) (st porticov1.BGPPeerStatus, writes bool) {
+	st = foldSessions(peer.Name, speakers)
+	st.Conditions = slices.Clone(peer.Status.Conditions)
+	cond := sessionsCondition(st.Sessions)
+	cond.ObservedGeneration, cond.LastTransitionTime = peer.Generation, metav1.NewTime(now)
+	meta.SetStatusCondition(&st.Conditions, cond)
+	return st, !equality.Semantic.DeepEqual(st, peer.Status)
+}
+
+// foldSessions collects every node's session with the named peer, sorted by node.
+func foldSessions(peer string, speakers []porticov1.Speaker) porticov1.BGPPeerStatus {
+	var st porticov1.BGPPeerStatus
+	for _, sp := range speakers {
+		for _, s := range sp.Status.Sessions {
+			if s.Peer == peer {
+				st.Sessions = append(st.Sessions, porticov1.BGPSessionState{Node: sp.Name, State: s.State, Since: s.Since, Message: s.Message})
+			}
+		}
+	}
+	slices.SortFunc(st.Sessions, func(a, b porticov1.BGPSessionState) int { return strings.Compare(a.Node, b.Node) })
+	return st
+}
+
+func sessionsCondition(sessions []porticov1.BGPSessionState) metav1.Condition {
+	c := metav1.Condition{Type: porticov1.ConditionSessionsEstablished}
+	var down []string
+	for _, s := range sessions {
+		if s.State != "Established" {
+			down = append(down, fmt.Sprintf("%s (%s)", s.Node, s.State))
+		}
+	}
+	switch {
+	case len(sessions) == 0:
+		c.Status, c.Reason, c.Message = metav1.ConditionFalse, porticov1.ReasonNoSessions,
+			"no speaker holds a session with this peer: no node matches its nodeSelectors, no speaker runs, or a speaker reports a problem in its Speaker status"
+	case len(down) > 0:
+		c.Status, c.Reason = metav1.ConditionFalse, porticov1.ReasonNotEstablished
+		c.Message = fmt.Sprintf("%d of %d sessions not established: %s", len(down), len(sessions), strings.Join(down, ", "))
+	default:
+		c.Status, c.Reason = metav1.ConditionTrue, porticov1.ReasonAllEstablished
+		c.Message = fmt.Sprintf("%d of %d sessions established", len(sessions), len(sessions))
+	}
+	return c
+}
