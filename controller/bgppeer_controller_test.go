@@ -81,3 +81,37 @@ func TestBGPPeerStatus(t *testing.T) {
 		t.Fatalf("sessions %+v", got.Status.Sessions)
 	}
 }
+
+// TestBGPPeerPrefixLimit: a session a speaker ceased for the peer's maxPrefixes shows on the
+// BGPPeer with its reason, and the condition names the limit rather than a plain "not
+// established".
+func TestBGPPeerPrefixLimit(t *testing.T) {
+	startManager(t)
+	ctx := context.Background()
+	peer := &porticov1.BGPPeer{ObjectMeta: metav1.ObjectMeta{Name: "tor-limit"},
+		Spec: porticov1.BGPPeerSpec{MyASN: 64513, PeerASN: 64512, PeerAddress: "198.51.100.1"}}
+	if err := cp.Client.Create(ctx, peer); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cp.Client.Delete(ctx, peer) })
+	if err := cp.Client.Get(ctx, client.ObjectKeyFromObject(peer), peer); err != nil || peer.Spec.MaxPrefixes != porticov1.DefaultMaxPrefixes {
+		t.Fatalf("maxPrefixes %d (%v), want the default %d", peer.Spec.MaxPrefixes, err, porticov1.DefaultMaxPrefixes)
+	}
+	reportSessions(t, "limit-node-a", map[string]string{"tor-limit": "Established"})
+	reportSessions(t, "limit-node-b", map[string]string{"tor-limit": "Idle"})
+	const why = "ceased by this node: the router sent more than 10000 routes in one address family"
+	sp := &porticov1.Speaker{}
+	if err := cp.Client.Get(ctx, client.ObjectKey{Name: "limit-node-b"}, sp); err != nil {
+		t.Fatal(err)
+	}
+	sp.Status.Sessions[0].Message, sp.Status.Sessions[0].Reason = why, porticov1.ReasonPrefixLimitReached
+	if err := cp.Client.Status().Update(ctx, sp); err != nil {
+		t.Fatal(err)
+	}
+	got := waitForPeer(t, "tor-limit", porticov1.ReasonPrefixLimitReached,
+		"1 of 2 sessions not established: limit-node-b (Idle); ceased on limit-node-b because the router sent more routes than maxPrefixes "+
+			"(the speakers use none: filter what the router sends them, or raise maxPrefixes)")
+	if s := got.Status.Sessions[1]; s.Node != "limit-node-b" || s.Reason != porticov1.ReasonPrefixLimitReached || s.Message != why {
+		t.Fatalf("session %+v", s)
+	}
+}

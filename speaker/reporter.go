@@ -272,7 +272,7 @@ func sessionStatus(states map[string]bgp.State) ([]v1alpha1.PeerSession, int32) 
 		case st.Established():
 			up++
 		case st.Message != "":
-			ps.Message = st.Message
+			ps.Message, ps.Reason = st.Message, st.Reason
 		default:
 			ps.Message = fmt.Sprintf("no session with %s yet (%s)", st.Address, st.State)
 		}

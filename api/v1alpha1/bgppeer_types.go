@@ -175,7 +175,24 @@ type BGPPeerSpec struct {
 	// hop only: ignored, with a problem reported, on ebgpMultiHop peers.
 	// +optional
 	BFDProfile Name `json:"bfdProfile,omitempty"`
+
+	// MaxPrefixes is the most routes the router may send on this session per address family
+	// (IPv4 and IPv6 unicast). The speaker uses none of them (it only advertises), but its BGP
+	// side keeps what it receives: one route more and the session is ceased (RFC 4486 Cease,
+	// Maximum Number of Prefixes Reached), which this peer's status reports for the node, and
+	// opened again a minute later. Default 10000, well within the BGP side's memory limit.
+	// +kubebuilder:default=10000
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=4294967295
+	// +kubebuilder:validation:Format=int64
+	// +optional
+	MaxPrefixes uint32 `json:"maxPrefixes,omitempty"`
 }
+
+// DefaultMaxPrefixes is BGPPeerSpec.MaxPrefixes's default: a router's full table is near a
+// million routes, a rack's fabric routes a few thousand; ten thousand cost the BGP side about
+// 20 MiB.
+const DefaultMaxPrefixes = 10000
 
 // BGPSessionState is the state of one node's session with one router.
 type BGPSessionState struct {
@@ -189,6 +206,10 @@ type BGPSessionState struct {
 	// Message explains a session that is not Established (the last error seen).
 	// +optional
 	Message string `json:"message,omitempty"`
+	// Reason, in a word, why the speaker keeps the session down: PrefixLimitReached.
+	// +kubebuilder:validation:MaxLength=64
+	// +optional
+	Reason string `json:"reason,omitempty"`
 }
 
 // BGPPeerStatus is written by the controller, folded from the Speaker objects.

@@ -127,6 +127,10 @@ const (
 	ReasonAllEstablished = "AllEstablished"
 	ReasonNotEstablished = "NotEstablished"
 	ReasonNoSessions     = "NoSessions"
+	// ReasonPrefixLimitReached: a session is down because the router sent more routes than
+	// the peer's maxPrefixes, so the speaker ceased it (RFC 4486 subcode 1); also the
+	// session's own reason in the Speaker's and the BGPPeer's status.
+	ReasonPrefixLimitReached = "PrefixLimitReached"
 )
 
 // Reasons of the Ready condition on an L2Advertisement or BGPAdvertisement (besides Valid and

@@ -46,6 +46,10 @@ type PeerSession struct {
 	// Message is the last error seen on a session that is not Established.
 	// +optional
 	Message string `json:"message,omitempty"`
+	// Reason, in a word, why the speaker keeps the session down: PrefixLimitReached.
+	// +kubebuilder:validation:MaxLength=64
+	// +optional
+	Reason string `json:"reason,omitempty"`
 }
 
 // Self-check results come from whoever answers on the LAN, so their size is capped: at most

@@ -101,7 +101,7 @@ func TestAdvertisementTranscripts(t *testing.T) {
 // TestPeerTranscripts tells, in testdata/peers/*.txt, the status a BGPPeer gets from the
 // sessions the speakers report. Commands:
 //
-//	session <node> <peer> <state>   a speaker's report of its session with a peer
+//	session <node> <peer> <state> [reason=R]   a speaker's report of its session with a peer
 //	peer <name>                     the peer's status, decided and stored
 func TestPeerTranscripts(t *testing.T) {
 	datadriven.Walk(t, "testdata/peers", func(t *testing.T, path string) {
@@ -122,7 +122,11 @@ func TestPeerTranscripts(t *testing.T) {
 					speakers = append(speakers, porticov1.Speaker{ObjectMeta: metav1.ObjectMeta{Name: node}})
 				}
 				s := &speakers[i].Status
-				s.Sessions = append(s.Sessions, porticov1.PeerSession{Peer: peer, State: state})
+				ps := porticov1.PeerSession{Peer: peer, State: state}
+				if d.HasArg("reason") {
+					d.ScanArgs(t, "reason", &ps.Reason)
+				}
+				s.Sessions = append(s.Sessions, ps)
 				return "ok\n"
 			case "peer":
 				name := d.CmdArgs[0].Key
@@ -136,7 +140,7 @@ func TestPeerTranscripts(t *testing.T) {
 				peers[name].Status = st
 				var b strings.Builder
 				for _, s := range st.Sessions {
-					fmt.Fprintf(&b, "session %s %s\n", s.Node, s.State)
+					fmt.Fprintf(&b, "session %s %s%s\n", s.Node, s.State, strings.TrimRight(" "+s.Reason, " "))
 				}
 				for _, c := range st.Conditions {
 					fmt.Fprintln(&b, condLine(c))

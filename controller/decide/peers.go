@@ -32,7 +32,7 @@ func foldSessions(peer string, speakers []porticov1.Speaker) porticov1.BGPPeerSt
 	for _, sp := range speakers {
 		for _, s := range sp.Status.Sessions {
 			if s.Peer == peer {
-				st.Sessions = append(st.Sessions, porticov1.BGPSessionState{Node: sp.Name, State: s.State, Since: s.Since, Message: s.Message})
+				st.Sessions = append(st.Sessions, porticov1.BGPSessionState{Node: sp.Name, State: s.State, Since: s.Since, Message: s.Message, Reason: s.Reason})
 			}
 		}
 	}
@@ -42,16 +42,25 @@ func foldSessions(peer string, speakers []porticov1.Speaker) porticov1.BGPPeerSt
 
 func sessionsCondition(sessions []porticov1.BGPSessionState) metav1.Condition {
 	c := metav1.Condition{Type: porticov1.ConditionSessionsEstablished}
-	var down []string
+	var down, overLimit []string
 	for _, s := range sessions {
 		if s.State != "Established" {
 			down = append(down, fmt.Sprintf("%s (%s)", s.Node, s.State))
+			if s.Reason == porticov1.ReasonPrefixLimitReached {
+				overLimit = append(overLimit, s.Node)
+			}
 		}
 	}
 	switch {
 	case len(sessions) == 0:
 		c.Status, c.Reason, c.Message = metav1.ConditionFalse, porticov1.ReasonNoSessions,
 			"no speaker holds a session with this peer: no node matches its nodeSelectors, no speaker runs, or a speaker reports a problem in its Speaker status"
+	case len(overLimit) > 0:
+		// The router's doing, and the fix is on the router (or maxPrefixes): said first.
+		c.Status, c.Reason = metav1.ConditionFalse, porticov1.ReasonPrefixLimitReached
+		c.Message = fmt.Sprintf("%d of %d sessions not established: %s; ceased on %s because the router sent more routes than maxPrefixes "+
+			"(the speakers use none: filter what the router sends them, or raise maxPrefixes)",
+			len(down), len(sessions), strings.Join(down, ", "), strings.Join(overLimit, ", "))
 	case len(down) > 0:
 		c.Status, c.Reason = metav1.ConditionFalse, porticov1.ReasonNotEstablished
 		c.Message = fmt.Sprintf("%d of %d sessions not established: %s", len(down), len(sessions), strings.Join(down, ", "))

@@ -70,7 +70,10 @@ func apiPeer(p plan.Peer, addr netip.Addr, restarting bool) *api.Peer {
 		ap.EbgpMultihop = &api.EbgpMultihop{Enabled: true, MultihopTtl: 255}
 	}
 	for _, f := range []*api.Family{apiFamilyV4, apiFamilyV6} {
-		as := &api.AfiSafi{Config: &api.AfiSafiConfig{Family: f, Enabled: true}}
+		// More routes than MaxPrefixes in a family and GoBGP ceases the session (RFC 4486
+		// subcode 1) and keeps it down (observe opens it again after prefixLimitRetry).
+		as := &api.AfiSafi{Config: &api.AfiSafiConfig{Family: f, Enabled: true},
+			PrefixLimits: &api.PrefixLimit{Family: f, MaxPrefixes: p.MaxPrefixes}}
 		if p.GracefulRestart {
 			as.MpGracefulRestart = &api.MpGracefulRestart{Config: &api.MpGracefulRestartConfig{Enabled: true}}
 		}

@@ -18,6 +18,8 @@ var (
 		"Routes the peer sent, kept in the session's Adj-RIB-In.", []string{"peer"}, nil)
 	prefixesAcceptedDesc = prometheus.NewDesc("portico_bgp_prefixes_accepted",
 		"Routes from the peer in this node's RIB after the import policy, which rejects them all (so 0).", []string{"peer"}, nil)
+	prefixLimitCeasesDesc = prometheus.NewDesc("portico_bgp_prefix_limit_ceases_total",
+		"Times this node ceased its session with the peer because the router sent more routes than the BGPPeer's maxPrefixes.", []string{"peer"}, nil)
 )
 
 // Describe and Collect make Sessions a Prometheus collector: the series are read from the
@@ -28,12 +30,13 @@ func (s *Sessions) Describe(ch chan<- *prometheus.Desc) {
 	ch <- updatesSentDesc
 	ch <- prefixesReceivedDesc
 	ch <- prefixesAcceptedDesc
+	ch <- prefixLimitCeasesDesc
 }
 
 func (s *Sessions) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	counters := s.Counters(ctx)
+	counters, ceases := s.Counters(ctx), s.limitCeases()
 	for name, st := range s.States() {
 		up := 0.0
 		if st.Established() {
@@ -44,5 +47,6 @@ func (s *Sessions) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(updatesSentDesc, prometheus.CounterValue, float64(counters[name].UpdatesSent), name)
 		ch <- prometheus.MustNewConstMetric(prefixesReceivedDesc, prometheus.GaugeValue, float64(counters[name].PrefixesReceived), name)
 		ch <- prometheus.MustNewConstMetric(prefixesAcceptedDesc, prometheus.GaugeValue, float64(counters[name].PrefixesAccepted), name)
+		ch <- prometheus.MustNewConstMetric(prefixLimitCeasesDesc, prometheus.CounterValue, float64(ceases[name]), name)
 	}
 }

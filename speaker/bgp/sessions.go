@@ -16,6 +16,7 @@ import (
 	"github.com/osrg/gobgp/v4/pkg/packet/bgp"
 	"github.com/osrg/gobgp/v4/pkg/server"
 
+	"github.com/portico-lb/portico/api/v1alpha1"
 	"github.com/portico-lb/portico/speaker/bfd"
 	"github.com/portico-lb/portico/speaker/plan"
 )
@@ -29,6 +30,9 @@ type State struct {
 	Routes  int    // routes this node advertises on the session
 	PeerASN uint32 // the router's AS as its OPEN gave it (dynamicASN); 0 before that
 	Message string // why the session cannot be opened or was refused; empty when nothing is wrong
+	// Reason, in a word, why this node keeps the session down (v1alpha1's
+	// ReasonPrefixLimitReached); empty otherwise.
+	Reason string
 }
 
 // Established reports whether the session is up.
@@ -48,6 +52,7 @@ type Sessions struct {
 
 	mu      sync.Mutex
 	running map[string]*session
+	ceases  map[string]uint64 // sessions ceased for their prefix limit, by peer name
 }
 
 type session struct {
@@ -57,7 +62,8 @@ type session struct {
 	cancel context.CancelFunc // ends the state watch
 	routes map[netip.Prefix]plan.Route
 	state  State
-	bfd    *bfd.Peer // nil: no BFD session watches this one
+	bfd    *bfd.Peer   // nil: no BFD session watches this one
+	retry  *time.Timer // opens a session ceased for its prefix limit again; nil when none waits
 }
 
 // Apply makes the running sessions and routes match d. A peer whose settings changed gets a
@@ -172,7 +178,7 @@ func (s *Sessions) start(ctx context.Context, p plan.Peer) (*session, error) {
 	if err == nil {
 		err = srv.WatchEvent(wctx, server.WatchEventMessageCallbacks{OnPeerUpdate: func(pe *apiutil.WatchEventMessage_PeerEvent, _ time.Time) {
 			if pe.Type == apiutil.PEER_EVENT_STATE {
-				s.observe(ss, stateName(pe.Peer.State.SessionState), pe.Peer.State.PeerASN)
+				s.observe(ss, stateName(pe.Peer.State.SessionState), pe.Peer.State.PeerASN, pe.Peer.State.AdminState)
 			}
 		}}, server.WatchPeer())
 	}
@@ -192,7 +198,10 @@ func (s *Sessions) start(ctx context.Context, p plan.Peer) (*session, error) {
 	return ss, nil
 }
 
-func (s *Sessions) observe(ss *session, state string, peerASN uint32) {
+// observe takes a session's new state from GoBGP, with its administrative state: a session
+// GoBGP ceased for its prefix limit stays down until ceasedForLimit's retry, others that drop
+// are opened again at once (redial).
+func (s *Sessions) observe(ss *session, state string, peerASN uint32, admin api.PeerState_AdminState) {
 	s.mu.Lock()
 	before := ss.state
 	if before.State == state {
@@ -200,8 +209,14 @@ func (s *Sessions) observe(ss *session, state string, peerASN uint32) {
 		return
 	}
 	ss.state.State, ss.state.Since = state, time.Now()
-	if state == "Established" {
+	switch {
+	case state == "Established":
 		ss.state.PeerASN = peerASN
+		if ss.state.Reason == v1alpha1.ReasonPrefixLimitReached {
+			ss.state.Reason, ss.state.Message = "", ""
+		}
+	case state == "Idle" && admin == api.PeerState_ADMIN_STATE_PFX_CT && s.running[ss.peer.Name] == ss:
+		s.ceasedForLimit(ss)
 	}
 	after := ss.state
 	before.Routes, after.Routes = len(ss.routes), len(ss.routes)
@@ -279,6 +294,9 @@ func (s *Sessions) stopGracefully(ss *session) {
 func (s *Sessions) end(ss *session, stopServer func()) {
 	if ss.bfd != nil {
 		ss.bfd.Stop()
+	}
+	if ss.retry != nil {
+		ss.retry.Stop()
 	}
 	ss.cancel()
 	stopServer()

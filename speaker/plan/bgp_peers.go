@@ -186,6 +186,10 @@ func resolvePeer(bp *v1alpha1.BGPPeer, labels map[string]string, mine map[netip.
 	if s.ConnectTime != nil {
 		peer.ConnectTime = s.ConnectTime.Duration
 	}
+	peer.MaxPrefixes = s.MaxPrefixes
+	if peer.MaxPrefixes == 0 { // an object the apiserver did not default (a test's)
+		peer.MaxPrefixes = v1alpha1.DefaultMaxPrefixes
+	}
 	if s.RouterID != "" {
 		if peer.RouterID, err = netip.ParseAddr(s.RouterID); err != nil || !peer.RouterID.Is4() {
 			return peer, fmt.Errorf("routerID %q is not an IPv4 address", s.RouterID)

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/portico-lb/portico/api/v1alpha1"
 	"github.com/portico-lb/portico/rules/bfdprofile"
 )
 
@@ -45,6 +46,9 @@ type Peer struct {
 	Password            Password
 	// BFD: the BFD session that watches this one; zero (DetectMult 0) for none.
 	BFD bfdprofile.Config
+	// MaxPrefixes: the session is ceased when the router sends more routes than this in one
+	// address family.
+	MaxPrefixes uint32
 }
 
 // wantsBFD reports whether a BFD session watches the BGP session.
@@ -131,6 +135,9 @@ func (d BGP) String() string {
 		}
 		if p.Password != "" {
 			b.WriteString(", md5")
+		}
+		if p.MaxPrefixes != v1alpha1.DefaultMaxPrefixes {
+			fmt.Fprintf(&b, ", max-prefixes %d", p.MaxPrefixes)
 		}
 		if p.wantsBFD() {
 			fmt.Fprintf(&b, ", bfd tx %v rx %v x%d", p.BFD.DesiredMinTx, p.BFD.RequiredMinRx, p.BFD.DetectMult)
