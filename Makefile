@@ -22,6 +22,7 @@ generate:
 	$(CONTROLLER_GEN) crd paths=./api/... output:crd:dir=config/crd/bases
 	cp config/crd/bases/*.yaml charts/portico/crds/
 	cp config/rbac/speaker_policy.yaml charts/portico/templates/speaker-policy.yaml
+	sed 's/^\(    namespace:\) portico-system$$/\1 {{ .Release.Namespace }}/' config/rbac/controller_policy.yaml > charts/portico/templates/controller-policy.yaml
 	@$(MAKE) --no-print-directory manifests
 
 ## manifests: render config/default into config/manifests/portico.yaml with the real kubectl

@@ -21,6 +21,9 @@ import (
 // bound to.
 const nodeNameExtra = "authentication.kubernetes.io/node-name"
 
+// podNameExtra is where it puts the pod's name.
+const podNameExtra = "authentication.kubernetes.io/pod-name"
+
 // The policy's two messages, as a refused request carries them.
 const noNodeName = "portico-speaker's request carries no node name"
 
@@ -168,4 +171,17 @@ func TestSpeakerCreatesOnlyTheGossipKey(t *testing.T) {
 // namespace (the manifests name no BGP password: a user grants those, docs/security.md).
 func TestSpeakerReadsOnlyItsSecrets(t *testing.T) {
 	policycheck.SpeakerReadsOnlyItsSecrets(t, install(t))
+}
+
+// TestLeaderFenceHoldsWhenTheMachineStops: a controller replica whose machine stopped (its
+// fence's clock frozen past the lease) while another took over is refused by the apiserver
+// (portico-controller-leader-only), not by its own clock; the new leader's first writes land.
+func TestLeaderFenceHoldsWhenTheMachineStops(t *testing.T) {
+	policycheck.LeaderFenceHoldsWhenTheMachineStops(t, install(t))
+}
+
+// TestFenceWaitsForTheAPIServer: a new leader's fence rises only once the apiserver admits its
+// writes (its copy of the Lease names the leader's pod).
+func TestFenceWaitsForTheAPIServer(t *testing.T) {
+	policycheck.FenceWaitsForTheAPIServer(t, install(t))
 }

@@ -32,7 +32,7 @@ func TestUnprovenLeaseSendsNothing(t *testing.T) {
 	ns := namespace(t, nil)
 	svc := createService(t, ns, "fenced")
 	opts := ctrl.Options{LeaderElection: true, LeaderElectionID: "fence-test", LeaderElectionNamespace: ns, RenewDeadline: ptr.To(time.Second)}
-	fence, err := controller.FenceLeaderElection(cp.Config, &opts)
+	fence, err := controller.FenceLeaderElection(cp.Config, &opts, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +135,7 @@ func TestFencedWriteAbandonedPastTheProof(t *testing.T) {
 	ns := namespace(t, nil)
 	svc := createService(t, ns, "throttled")
 	opts := ctrl.Options{LeaderElection: true, LeaderElectionID: "fence-throttled", LeaderElectionNamespace: ns, RenewDeadline: ptr.To(2 * time.Second)}
-	fence, err := controller.FenceLeaderElection(cp.Config, &opts)
+	fence, err := controller.FenceLeaderElection(cp.Config, &opts, "")
 	if err != nil {
 		t.Fatal(err)
 	}

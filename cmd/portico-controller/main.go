@@ -74,8 +74,9 @@ func run(opts ctrl.Options, copts controller.Options) error {
 	if err != nil {
 		return err
 	}
-	// A replica that cannot prove it still holds the lease (paused past it, say) writes nothing.
-	if copts.Lease, err = controller.FenceLeaderElection(cfg, &opts); err != nil {
+	// A replica that cannot prove it still holds the lease (paused past it, say) writes nothing;
+	// its identity names its pod, for the apiserver's own check (portico-controller-leader-only).
+	if copts.Lease, err = controller.FenceLeaderElection(cfg, &opts, os.Getenv("POD_NAME")); err != nil {
 		return err
 	}
 	mgr, err := kube.NewManager(cfg, opts)

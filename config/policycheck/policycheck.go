@@ -47,7 +47,8 @@ func (in Install) PodConfig(t *testing.T, sa, pod, node string) *rest.Config {
 	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: pod, Namespace: in.Namespace}, Spec: corev1.PodSpec{
 		NodeName: node, ServiceAccountName: sa, Containers: []corev1.Container{{Name: "c", Image: "portico"}}}}
 	must(t, in.Client.Create(ctx, p))
-	t.Cleanup(func() { _ = in.Client.Delete(context.Background(), p) })
+	// No kubelet ends it: deleted at once, so a next run may make it again.
+	t.Cleanup(func() { _ = in.Client.Delete(context.Background(), p, client.GracePeriodSeconds(0)) })
 	return in.tokenConfig(t, sa, &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: p.Name, UID: p.UID},
 		map[string]string{podNameExtra: pod, nodeNameExtra: node})
 }

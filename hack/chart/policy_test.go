@@ -51,4 +51,6 @@ func TestChartPolicies(t *testing.T) {
 	t.Run("SpeakerCreatesOnlyTheGossipKey", func(t *testing.T) { policycheck.SpeakerCreatesOnlyTheGossipKey(t, in) })
 	t.Run("SpeakerReadsOnlyItsSecrets", func(t *testing.T) { policycheck.SpeakerReadsOnlyItsSecrets(t, in, "tor-a-password", "bfd-key") })
 	t.Run("SpeakerWritesOnlyItsOwnLease", func(t *testing.T) { policycheck.SpeakerWritesOnlyItsOwnLease(t, in) })
+	t.Run("LeaderFenceHoldsWhenTheMachineStops", func(t *testing.T) { policycheck.LeaderFenceHoldsWhenTheMachineStops(t, in) })
+	t.Run("FenceWaitsForTheAPIServer", func(t *testing.T) { policycheck.FenceWaitsForTheAPIServer(t, in) })
 }
