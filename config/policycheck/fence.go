@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -91,7 +90,7 @@ func LeaderFenceHoldsWhenTheMachineStops(t *testing.T, in Install) {
 	t.Cleanup(func() { _ = in.Client.Delete(context.Background(), svc) })
 	cfgA, cfgB := in.PodConfig(t, controllerSA, podA, node), in.PodConfig(t, controllerSA, podB, node)
 	t.Cleanup(func() { // the next election starts from no leader
-		_ = in.Client.Delete(context.Background(), lease(in.Namespace, leaderLease))
+		_ = in.Client.Delete(context.Background(), heldLease(in.Namespace, leaderLease, ""))
 	})
 
 	a := startReplica(t, in, cfgA, podA)
@@ -154,10 +153,6 @@ func event(svc *corev1.Service, reason string) *eventsv1.Event {
 		ReportingController: "portico.dev/controller", ReportingInstance: "fence-check"}
 }
 
-func lease(namespace, name string) *coordinationv1.Lease {
-	return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}
-}
-
 // FenceWaitsForTheAPIServer: a renewal that starts a tenure raises the fence only once the
 // apiserver admits the replica's writes. Here it never does: the replica's identity names
 // another pod than its token's, so the policy refuses its probe, and its fence stays down
@@ -169,10 +164,10 @@ func FenceWaitsForTheAPIServer(t *testing.T, in Install) {
 		RenewDeadline: ptr.To(time.Second)}
 	fence, err := controller.FenceLeaderElection(cfg, &opts, "portico-controller-elsewhere")
 	must(t, err)
-	if err := in.Client.Delete(ctx, lease(in.Namespace, leaderLease)); err != nil && !apierrors.IsNotFound(err) {
+	if err := in.Client.Delete(ctx, heldLease(in.Namespace, leaderLease, "")); err != nil && !apierrors.IsNotFound(err) {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = in.Client.Delete(context.Background(), lease(in.Namespace, leaderLease)) })
+	t.Cleanup(func() { _ = in.Client.Delete(context.Background(), heldLease(in.Namespace, leaderLease, "")) })
 	lock := opts.LeaderElectionResourceLockInterface
 	now := metav1.Now()
 	must(t, lock.Create(ctx, resourcelock.LeaderElectionRecord{HolderIdentity: lock.Identity(), LeaseDurationSeconds: 2,

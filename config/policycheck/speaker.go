@@ -111,13 +111,7 @@ func SpeakerWritesOnlyItsOwnLease(t *testing.T, in Install) {
 	ctx := context.Background()
 	const node, other = "lease-node-a", "lease-node-b"
 	speaker := in.PodClient(t, speakerSA, "speaker-leases", node)
-	lease := func(name, holder string) *coordinationv1.Lease {
-		return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: in.Namespace, Name: name},
-			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(holder), LeaseDurationSeconds: ptr.To[int32](15)}}
-	}
-	notOwn := func(name string) string {
-		return "portico-speaker on node " + node + " may write only Lease speaker-" + node + ", not Lease " + name
-	}
+	lease := func(name, holder string) *coordinationv1.Lease { return heldLease(in.Namespace, name, holder) }
 	own, theirs := "speaker-"+node, "speaker-"+other
 	poll(t, "the policy refuses "+node+" creating Lease "+theirs, func(ctx context.Context) bool {
 		return apierrors.IsForbidden(speaker.Create(ctx, lease(theirs, other), client.DryRunAll))
@@ -131,37 +125,23 @@ func SpeakerWritesOnlyItsOwnLease(t *testing.T, in Install) {
 			t.Fatal(err)
 		}
 	}
-	wantRefused(t, node+" creating Lease speaker-lease-node-c", speaker.Create(ctx, lease("speaker-lease-node-c", "lease-node-c")), notOwn("speaker-lease-node-c"))
+	wantRefused(t, node+" creating Lease speaker-lease-node-c", speaker.Create(ctx, lease("speaker-lease-node-c", "lease-node-c")),
+		notOwnLease(node, "speaker-lease-node-c"))
 	wantAllowed(t, node+" creating its own Lease", speaker.Create(ctx, lease(own, node)))
 
 	for _, name := range []string{theirs, leaderLease} {
 		var cur coordinationv1.Lease
 		must(t, in.Client.Get(ctx, types.NamespacedName{Namespace: in.Namespace, Name: name}, &cur))
 		cur.Spec.HolderIdentity = ptr.To(node)
-		wantRefused(t, node+" updating Lease "+name, speaker.Update(ctx, cur.DeepCopy()), notOwn(name))
-		wantRefused(t, node+" deleting Lease "+name, speaker.Delete(ctx, lease(name, "")), notOwn(name))
+		wantRefused(t, node+" updating Lease "+name, speaker.Update(ctx, cur.DeepCopy()), notOwnLease(node, name))
+		wantRefused(t, node+" deleting Lease "+name, speaker.Delete(ctx, lease(name, "")), notOwnLease(node, name))
 		unchanged(t, in, &cur)
 	}
 	var mine coordinationv1.Lease
 	must(t, speaker.Get(ctx, types.NamespacedName{Namespace: in.Namespace, Name: own}, &mine))
 	mine.Spec.LeaseDurationSeconds = ptr.To[int32](16)
 	wantAllowed(t, node+" updating its own Lease", speaker.Update(ctx, &mine))
-
-	// A speaker never patches a Lease (it updates its own): RBAC refuses every patch. The policy
-	// covers patches too, should a user grant them: with patch granted, only its own Lease.
-	patch := client.RawPatch(types.MergePatchType, []byte(`{"spec":{"leaseDurationSeconds":17}}`))
-	wantRefused(t, node+" patching its own Lease", speaker.Patch(ctx, lease(own, ""), patch), `cannot patch resource "leases"`)
-	grantLeasePatch(t, in)
-	poll(t, "the grant of patch takes effect", func(ctx context.Context) bool {
-		return speaker.Patch(ctx, lease(own, ""), patch, client.DryRunAll) == nil
-	})
-	for _, name := range []string{theirs, leaderLease} {
-		var cur coordinationv1.Lease
-		must(t, in.Client.Get(ctx, types.NamespacedName{Namespace: in.Namespace, Name: name}, &cur))
-		wantRefused(t, node+" patching Lease "+name, speaker.Patch(ctx, lease(name, ""), patch), notOwn(name))
-		unchanged(t, in, &cur)
-	}
-	wantAllowed(t, node+" patching its own Lease", speaker.Patch(ctx, lease(own, ""), patch))
+	speakerPatchesOnlyItsOwnLease(t, in, speaker, node, theirs, leaderLease)
 
 	unbound := in.clientFor(t, in.UnboundConfig(t, speakerSA))
 	const noNode = "portico-speaker's request carries no node name"
@@ -169,6 +149,38 @@ func SpeakerWritesOnlyItsOwnLease(t *testing.T, in Install) {
 	wantRefused(t, "a token bound to no pod deleting Lease "+own, unbound.Delete(ctx, lease(own, ""), client.DryRunAll), noNode)
 
 	wantAllowed(t, node+" deleting its own Lease", speaker.Delete(ctx, lease(own, "")))
+}
+
+// speakerPatchesOnlyItsOwnLease: a speaker never patches a Lease (it updates its own), so RBAC
+// refuses every patch. The policy covers patches too, should a user grant them: with patch
+// granted, the speaker on node patches only its own Lease, none of others.
+func speakerPatchesOnlyItsOwnLease(t *testing.T, in Install, speaker client.Client, node string, others ...string) {
+	ctx := context.Background()
+	own := heldLease(in.Namespace, "speaker-"+node, "")
+	patch := client.RawPatch(types.MergePatchType, []byte(`{"spec":{"leaseDurationSeconds":17}}`))
+	wantRefused(t, node+" patching its own Lease", speaker.Patch(ctx, own.DeepCopy(), patch), `cannot patch resource "leases"`)
+	grantLeasePatch(t, in)
+	poll(t, "the grant of patch takes effect", func(ctx context.Context) bool {
+		return speaker.Patch(ctx, own.DeepCopy(), patch, client.DryRunAll) == nil
+	})
+	for _, name := range others {
+		var cur coordinationv1.Lease
+		must(t, in.Client.Get(ctx, types.NamespacedName{Namespace: in.Namespace, Name: name}, &cur))
+		wantRefused(t, node+" patching Lease "+name, speaker.Patch(ctx, heldLease(in.Namespace, name, ""), patch), notOwnLease(node, name))
+		unchanged(t, in, &cur)
+	}
+	wantAllowed(t, node+" patching its own Lease", speaker.Patch(ctx, own.DeepCopy(), patch))
+}
+
+// notOwnLease is the policy's refusal of a speaker on node writing Lease name.
+func notOwnLease(node, name string) string {
+	return "portico-speaker on node " + node + " may write only Lease speaker-" + node + ", not Lease " + name
+}
+
+// heldLease is a Lease held by holder for 15 s.
+func heldLease(namespace, name, holder string) *coordinationv1.Lease {
+	return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(holder), LeaseDurationSeconds: ptr.To[int32](15)}}
 }
 
 // unchanged fails when the Lease was written since cur was read.
