@@ -55,6 +55,7 @@ type dpLab struct {
 	Pods           []labPod
 	ClusterPodCIDR netip.Prefix
 	Remote         labPod // the client behind r1 (Node names the router)
+	ProxyMode      string // kube-proxy's --proxy-mode; empty: nftables (KubeProxyArgs)
 }
 
 // labPod is a network namespace behind its node's cni0, standing for a Pod of the cluster.
@@ -70,6 +71,12 @@ type labPod struct {
 // control plane, kube-controller-manager, portico-controller, and on every node a speaker and a
 // kube-proxy, then creates the pods.
 func inDataplaneLab[T testing.TB](t T, body func(t T, e *dpEnv)) {
+	inDataplaneLabOf(t, "", body)
+}
+
+// inDataplaneLabOf is inDataplaneLab with kube-proxy in proxyMode ("iptables", "nftables"; ""
+// is KubeProxyArgs' nftables).
+func inDataplaneLabOf[T testing.TB](t T, proxyMode string, body func(t T, e *dpEnv)) {
 	if raw := os.Getenv(dataplaneEnv); raw != "" {
 		var lab dpLab
 		if err := json.Unmarshal([]byte(raw), &lab); err != nil {
@@ -86,7 +93,7 @@ func inDataplaneLab[T testing.TB](t T, body func(t T, e *dpEnv)) {
 	must(t, err)
 	lab := dpLab{Controller: buildBinary(t, "./cmd/portico-controller"),
 		KubeProxy:      filepath.Join(assets, "kube-proxy"),
-		ClusterPodCIDR: netip.MustParsePrefix("10.244.0.0/16")}
+		ClusterPodCIDR: netip.MustParsePrefix("10.244.0.0/16"), ProxyMode: proxyMode}
 	for _, bin := range []string{lab.KubeProxy, filepath.Join(assets, "kube-controller-manager")} {
 		if _, err := os.Stat(bin); err != nil {
 			t.Fatalf("%v: run `make controlplane` (it builds kube-proxy and kube-controller-manager from source)", err)
@@ -136,7 +143,11 @@ func startDataplane(t testing.TB, lab *dpLab) *dpEnv {
 	builds.Store("./cmd/portico-controller", prebuilt)
 	startController(t, e.cp, logFile(t, "portico-controller"))
 	for _, n := range lab.Nodes {
-		e.startProcess("kube-proxy-"+n.Name, n.NS, lab.KubeProxy, controlplane.KubeProxyArgs(n.Name, e.kubeconfig, lab.ClusterPodCIDR)...)
+		args := controlplane.KubeProxyArgs(n.Name, e.kubeconfig, lab.ClusterPodCIDR)
+		if lab.ProxyMode != "" {
+			args = append(args, "--proxy-mode="+lab.ProxyMode) // the last one counts
+		}
+		e.startProcess("kube-proxy-"+n.Name, n.NS, lab.KubeProxy, args...)
 	}
 	ctx := context.Background()
 	for _, p := range lab.Pods {

@@ -21,7 +21,9 @@ func (l *Lab) AddPodNetwork(node Host, cidr netip.Prefix) {
 }
 
 // AddPod creates namespace role as a pod behind node: eth0 with ip (in cidr, the node's pod
-// network) on a veth whose other end is a port of the node's cni0, default route via cni0.
+// network) on a veth whose other end is a port of the node's cni0 in hairpin mode (as the
+// bridge CNI plugin's hairpinMode sets it: a pod reaching a Service whose backend is itself
+// gets its own packets back through the port they came in by), default route via cni0.
 // It returns the pod's namespace.
 func (l *Lab) AddPod(node Host, cidr netip.Prefix, role string, ip netip.Addr) string {
 	l.t.Helper()
@@ -32,6 +34,7 @@ func (l *Lab) AddPod(node Host, cidr netip.Prefix, role string, ip netip.Addr) s
 	}
 	l.MustRun("ip", "-n", node.NS, "link", "add", port, "type", "veth", "peer", "name", "eth0", "netns", ns)
 	l.MustRun("ip", "-n", node.NS, "link", "set", port, "master", "cni0", "up")
+	l.MustRun("ip", "-n", node.NS, "link", "set", port, "type", "bridge_slave", "hairpin", "on")
 	l.MustRun("ip", "-n", ns, "addr", "add", netip.PrefixFrom(ip, cidr.Bits()).String(), "dev", "eth0")
 	l.MustRun("ip", "-n", ns, "link", "set", "eth0", "up")
 	l.MustRun("ip", "-n", ns, "route", "add", "default", "via", cidr.Addr().Next().String())
