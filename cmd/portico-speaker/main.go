@@ -109,13 +109,13 @@ func main() {
 	flag.DurationVar(&o.handoffLinger, "l2-handoff-linger", speaker.DefaultHandoffLinger,
 		"after the node an L2 address was taken from answers for it again, go on passing the flows handed off to it for this long: clients that have not yet learnt the address's new MAC (those that ignore gratuitous ARP/NA until their next neighbour probe) still send here")
 	flag.UintVar(&o.handoffMark, "l2-handoff-mark", uint(handoff.Defaults.Mark),
-		"the bit of the packet and connection mark that the hand-off marks its flows with; must not be one that kube-proxy (0x4000, 0x8000) or the CNI uses")
+		"the bit of the packet and connection mark that the hand-off marks the flows it picks up with; must not be one that kube-proxy (0x4000, 0x8000), the CNI or a mesh uses")
 	flag.BoolVar(&o.shareFlows, "bgp-share-flows", true,
 		"before this node's BGP routes change for a drain or an uncordon, which makes routers with per-flow ECMP move flows between nodes, have every node share the connections it holds, so that a node a flow reaches without its state passes it on to the node that has it (through the hand-off: needs --l2-handoff-grace > 0, which is also how long a shared flow is listed); false shares nothing")
 	flag.DurationVar(&o.shareFlowsLate, "bgp-share-flows-late", speaker.DefaultShareFlowsLate,
 		"how long after this node's BGP routes change for a drain or an uncordon the nodes share their flows a last time: connections opened before the routers applied the change are listed then; longer for routers slow to program their forwarding tables")
 	flag.UintVar(&o.handoffSlotMask, "handoff-slot-mask", uint(handoff.Defaults.SlotMask),
-		"the contiguous bits of the packet and connection mark that say which node a shared flow is passed on to (one value per node address, and policy-routing tables 3581 onwards); must not overlap kube-proxy's or the CNI's marks")
+		"the contiguous bits of the packet and connection mark that say which node a shared flow is passed on to (one value per node address, and policy-routing tables 3581 onwards); must not overlap kube-proxy's, the CNI's or a mesh's marks; 0 passes no flow on by flow (--bgp-share-flows has no effect)")
 	flag.StringVar(&o.leaseNamespace, "namespace", os.Getenv("POD_NAMESPACE"),
 		"the speakers' namespace, where this speaker renews its Lease (default $POD_NAMESPACE, from the downward API); empty renews none")
 	flag.DurationVar(&o.leaseRenew, "lease-renew-interval", speaker.DefaultLeaseRenew,
@@ -167,7 +167,7 @@ func run(o options) error {
 	var handing speaker.Handoff
 	var exempt uint32
 	if h, err := openHandoff(o, log); err == nil && h != nil {
-		handing, exempt = h, uint32(o.handoffMark|o.handoffSlotMask)
+		handing, exempt = h, uint32(o.handoffMark) // every flow it picks up has the bit in its connection mark
 		speaker.RegisterHandoffCounts(reg, h.Counts, h.FlowCounts, h.HeldBackCount)
 	}
 	var fwd speaker.Guard
@@ -185,7 +185,7 @@ func run(o options) error {
 	s := &speaker.Speaker{
 		Node: o.node, LBClass: o.lbClass, Cache: cache, Client: cl, MLPort: o.port,
 		Announce: l2.NewAnnouncer(log.WithName("l2"), metrics), BGP: bgpSide, Guard: fwd,
-		Handoff: handing, HandoffGrace: o.handoffGrace, HandoffLinger: o.handoffLinger, ShareFlows: o.shareFlows, ShareFlowsLate: o.shareFlowsLate,
+		Handoff: handing, HandoffGrace: o.handoffGrace, HandoffLinger: o.handoffLinger, ShareFlows: o.shareFlows && o.handoffSlotMask != 0, ShareFlowsLate: o.shareFlowsLate,
 		Metrics: metrics, Log: log, SelfCheck: o.selfCheck, Conflicts: o.conflicts, KeyRefresh: o.keyRefresh,
 		IgnoreExcludeLabel: o.ignoreExcludeLabel, IgnoreClassless: o.ignoreClassless, RoutesUpWait: o.routesUpWait,
 		DrainGrace: o.drainGrace, L2BalanceSettle: o.l2BalanceSettle, LeaseNamespace: o.leaseNamespace, LeaseRenew: o.leaseRenew, WatchLinks: true,

@@ -25,8 +25,8 @@ import (
 //
 // Since the flows of one address go to different nodes, the route is chosen per flow: each
 // node address handed flows to gets a slot, a value in Config.SlotMask, with its own chain
-// (the mark set), routing rule (fwmark slot/SlotMask) and routing table (RouteTable + slot,
-// one default route via the node). The maps flows4 and flows6 hold (client address, client
+// (the mark set: Mark and the slot), routing rule (fwmark Mark|slot/Mark|SlotMask) and routing
+// table (RouteTable + slot, one default route via the node). The maps flows4 and flows6 hold (client address, client
 // port, address, port) → jump to the slot's chain, each element expiring after the grace; a
 // flow picked up keeps its slot in its connection mark for as long as it lives, as over L2.
 // Bounded: at most a slot per node address (SlotMask's values), the caller caps the flows.
@@ -58,10 +58,13 @@ func (c Config) maxSlots() int {
 
 func (c Config) slotTable(n int) int { return c.RouteTable + n }
 
-// checkSlotMask: contiguous bits, apart from the hand-off bit.
+// checkSlotMask: contiguous bits, apart from the hand-off bit, or none (no hand-off by flow).
 func (c Config) checkSlotMask() error {
 	m := c.SlotMask >> bits.TrailingZeros32(c.SlotMask)
-	if c.SlotMask == 0 || m&(m+1) != 0 || c.SlotMask&c.Mark != 0 {
+	if c.SlotMask == 0 {
+		return nil
+	}
+	if m&(m+1) != 0 || c.SlotMask&c.Mark != 0 {
 		return fmt.Errorf("flow hand-off mark mask %#x is not contiguous bits apart from the hand-off bit %#x", c.SlotMask, c.Mark)
 	}
 	return nil
@@ -74,6 +77,9 @@ func (h *Handoff) SetFlows(via netip.Addr, flows []Flow, grace time.Duration) (i
 	via = via.Unmap()
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if h.cfg.SlotMask == 0 {
+		return 0, ErrNoFlows
+	}
 	s, err := h.slotFor(via)
 	if err != nil {
 		return 0, err
@@ -189,39 +195,30 @@ func (h *Handoff) routeSlot(s slot) error {
 	return nil
 }
 
-func (h *Handoff) slotRule(n int, v4 bool) *netlink.Rule {
-	r := netlink.NewRule()
-	r.Family = netlink.FAMILY_V6
-	if v4 {
-		r.Family = netlink.FAMILY_V4
-	}
-	r.Mark = h.cfg.slotValue(n)
-	mask := h.cfg.SlotMask
-	r.Mask = &mask
-	r.Table = h.cfg.slotTable(n)
-	r.Priority = h.cfg.RulePriority
-	return r
-}
+func (h *Handoff) slotRule(n int, v4 bool) *netlink.Rule { return toNetlink(h.cfg.slotRule(n, v4)) }
 
-// addSlotChain queues slot s's chain, `meta mark set meta mark & ~MASK | SLOT; ct mark set ct
-// mark & ~MASK | SLOT` (two rules: a packet without an entry, passClosingFlow's, stops at the
-// read of its connection mark), and its element in the slots map (not flushed).
+// addSlotChain queues slot s's chain, `meta mark set meta mark & ~(MARK|SLOTS) | MARK|SLOT; ct
+// mark set ct mark & ~(MARK|SLOTS) | MARK|SLOT` (two rules: a packet without an entry,
+// passClosingFlow's, stops at the read of its connection mark), and its element in the slots
+// map (not flushed).
 func (h *Handoff) addSlotChain(s slot) {
 	c := h.conn.AddChain(&nftables.Chain{Name: slotChain(s.n), Table: h.table})
-	v := h.cfg.slotValue(s.n)
-	set := func(key expr.CtKey, meta bool) []expr.Any {
-		load, store := expr.Any(&expr.Ct{Register: 1, Key: key}), expr.Any(&expr.Ct{Register: 1, Key: key, SourceRegister: true})
+	v := h.cfg.slotMark(s.n)
+	set := func(meta bool) []expr.Any {
+		load, store := ctMark(), expr.Any(&expr.Ct{Register: 1, Key: expr.CtKeyMARK, SourceRegister: true})
 		if meta {
-			load, store = &expr.Meta{Key: expr.MetaKeyMARK, Register: 1}, &expr.Meta{Key: expr.MetaKeyMARK, Register: 1, SourceRegister: true}
+			load, store = metaMark(), &expr.Meta{Key: expr.MetaKeyMARK, Register: 1, SourceRegister: true}
 		}
-		return []expr.Any{load, &expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
-			Mask: binaryutil.NativeEndian.PutUint32(^h.cfg.SlotMask), Xor: binaryutil.NativeEndian.PutUint32(v)}, store}
+		return []expr.Any{load, setBits(h.cfg.Mark|h.cfg.SlotMask, v), store}
 	}
-	h.conn.AddRule(&nftables.Rule{Table: h.table, Chain: c, Exprs: set(expr.CtKeyMARK, true)})
-	h.conn.AddRule(&nftables.Rule{Table: h.table, Chain: c, Exprs: set(expr.CtKeyMARK, false)})
+	h.conn.AddRule(&nftables.Rule{Table: h.table, Chain: c, Exprs: set(true)})
+	h.conn.AddRule(&nftables.Rule{Table: h.table, Chain: c, Exprs: set(false)})
 	_ = h.conn.SetAddElements(h.slotMap, []nftables.SetElement{{Key: binaryutil.NativeEndian.PutUint32(v),
 		VerdictData: &expr.Verdict{Kind: expr.VerdictJump, Chain: slotChain(s.n)}}})
 }
+
+// slotMark is the mark of a flow handed off by slot n: the hand-off bit and the slot.
+func (c Config) slotMark(n int) uint32 { return c.Mark | c.slotValue(n) }
 
 func slotChain(n int) string { return fmt.Sprintf("slot%d", n) }
 
@@ -238,7 +235,7 @@ func (h *Handoff) RemoveSlot(via netip.Addr) error {
 		return nil
 	}
 	s := h.slots[i]
-	if err := h.conn.SetDeleteElements(h.slotMap, []nftables.SetElement{{Key: binaryutil.NativeEndian.PutUint32(h.cfg.slotValue(s.n))}}); err != nil {
+	if err := h.conn.SetDeleteElements(h.slotMap, []nftables.SetElement{{Key: binaryutil.NativeEndian.PutUint32(h.cfg.slotMark(s.n))}}); err != nil {
 		return err
 	}
 	h.conn.DelChain(&nftables.Chain{Name: slotChain(s.n), Table: h.table})
@@ -246,8 +243,8 @@ func (h *Handoff) RemoveSlot(via netip.Addr) error {
 		return fmt.Errorf("removing the chain of the flows handed off to %s (listed flows still refer to it): %w", via, err)
 	}
 	h.slots = slices.Delete(h.slots, i, i+1)
-	v := h.cfg.slotValue(s.n)
-	return errors.Join(h.unrouteSlot(s), forget(func(f *netlink.ConntrackFlow) bool { return f.Mark&h.cfg.SlotMask == v }))
+	v, mask := h.cfg.slotMark(s.n), h.cfg.Mark|h.cfg.SlotMask
+	return errors.Join(h.unrouteSlot(s), forget(func(f *netlink.ConntrackFlow) bool { return f.Mark&mask == v }))
 }
 
 // leftSlots reads the slots an earlier run left from the routing tables.
@@ -270,13 +267,25 @@ func (h *Handoff) leftSlots() ([]slot, error) {
 	return out, nil
 }
 
-// clearSlots removes every slot's route and rule.
-func (h *Handoff) clearSlots() error {
+// pruneSlotRoutes removes the routes of the slots' tables (RouteTable + 1 to + 255) that are no
+// slot's now: an earlier run's slots this config has no room for, or all of them once cleared.
+func (h *Handoff) pruneSlotRoutes() error {
 	var errs []error
-	for _, s := range h.slots {
-		errs = append(errs, h.unrouteSlot(s))
+	for _, family := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
+		rs, err := netlink.RouteListFiltered(family, &netlink.Route{Table: unix.RT_TABLE_UNSPEC}, netlink.RT_FILTER_TABLE)
+		if err != nil {
+			return fmt.Errorf("listing the routes: %w", err)
+		}
+		for _, r := range rs {
+			n := r.Table - h.cfg.RouteTable
+			if n < 1 || n > 255 || slices.ContainsFunc(h.slots, func(s slot) bool { return s.n == n }) {
+				continue
+			}
+			if err := netlink.RouteDel(&r); err != nil && !errors.Is(err, unix.ESRCH) {
+				errs = append(errs, fmt.Errorf("removing a route of routing table %d: %w", r.Table, err))
+			}
+		}
 	}
-	h.slots = nil
 	return errors.Join(errs...)
 }
 
@@ -319,13 +328,13 @@ func flowMapOf(table *nftables.Table, v4 bool) *nftables.Set {
 		KeyType: nftables.MustConcatSetType(nftables.TypeIP6Addr, nftables.TypeInetService, nftables.TypeIP6Addr, nftables.TypeInetService)}
 }
 
-// pickUpFlow is `meta nfproto ipv4 meta l4proto tcp ct state new ct mark & (MARK|SLOTS) == 0
+// pickUpFlow is `meta nfproto ipv4 meta l4proto tcp ct state new ct mark & MARK == 0
 // tcp flags & (syn|ack) != syn ip saddr . tcp sport . ip daddr . tcp dport @flows4 ct timeout
 // set "picked-up4" counter ip saddr . tcp sport . ip daddr . tcp dport vmap @flows4` (ip6 for
 // IPv6): a flow whose first packet here is not a SYN, listed for another node: its slot's
 // chain marks it, and its entry goes soon after it closes (ClosingTimeout).
-func pickUpFlow(set *nftables.Set, v4 bool, marks uint32) []expr.Any {
-	out := append(midStream(v4, marks), loadFlowKey(v4)...)
+func pickUpFlow(set *nftables.Set, v4 bool, mark uint32) []expr.Any {
+	out := append(midStream(v4, mark), loadFlowKey(v4)...)
 	out = append(out, &expr.Lookup{SourceRegister: 8, SetName: set.Name, SetID: set.ID}, setPickedUpTimeouts(v4), &expr.Counter{})
 	return append(out, &expr.Lookup{SourceRegister: 8, SetName: set.Name, SetID: set.ID, IsDestRegSet: true, DestRegister: 0})
 }
@@ -340,6 +349,9 @@ func pickUpFlow(set *nftables.Set, v4 bool, marks uint32) []expr.Any {
 func (h *Handoff) HoldBack(addrs []netip.Addr, d time.Duration) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if h.cfg.SlotMask == 0 {
+		return ErrNoFlows
+	}
 	byFamily := map[bool][]nftables.SetElement{}
 	for _, a := range addrs {
 		a = a.Unmap()
@@ -355,8 +367,8 @@ func (h *Handoff) HoldBack(addrs []netip.Addr, d time.Duration) error {
 
 // holdBack is `midStream ip daddr @held4 counter drop` (ip6 for IPv6): HoldBack's; it follows
 // the flows picked up by listing, which are marked by then.
-func holdBack(set *nftables.Set, v4 bool, marks uint32) []expr.Any {
-	out := append(midStream(v4, marks), daddrIn(set, v4)...)
+func holdBack(set *nftables.Set, v4 bool, mark uint32) []expr.Any {
+	out := append(midStream(v4, mark), daddrIn(set, v4)...)
 	return append(out, &expr.Counter{}, &expr.Verdict{Kind: expr.VerdictDrop})
 }
 
@@ -384,17 +396,22 @@ func loadFlowKey(v4 bool) []expr.Any {
 	}
 }
 
-// markSlotPacket is `ct mark & SLOTS != 0 counter ct mark & SLOTS vmap @slots`: every packet
-// of a flow handed off by slot gets the slot's mark, which its routing rule looks at.
-func markSlotPacket(slots *nftables.Set, mask uint32) []expr.Any {
-	return []expr.Any{
-		&expr.Ct{Register: 1, Key: expr.CtKeyMARK},
+// markSlotPacket is `ct mark & MARK == MARK ct mark & SLOTS != 0 counter ct mark & (MARK|SLOTS)
+// vmap @slots`: every packet of a flow handed off by slot gets the slot's mark, which its
+// routing rule looks at.
+func markSlotPacket(slots *nftables.Set, mark, mask uint32) []expr.Any {
+	out := hasBits(ctMark(), mark, mark)
+	out = append(out, ctMark(),
 		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
 			Mask: binaryutil.NativeEndian.PutUint32(mask), Xor: binaryutil.NativeEndian.PutUint32(0)},
 		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(0)},
 		&expr.Counter{},
+		ctMark(),
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
+			Mask: binaryutil.NativeEndian.PutUint32(mark | mask), Xor: binaryutil.NativeEndian.PutUint32(0)},
 		&expr.Lookup{SourceRegister: 1, SetName: slots.Name, SetID: slots.ID, IsDestRegSet: true, DestRegister: 0},
-	}
+	)
+	return out
 }
 
 // FlowCounts reads the counters of the flows handed off by slot: the flows picked up and their
@@ -420,8 +437,8 @@ const (
 )
 
 // PickFlows chooses, from the connection-tracking entries, the TCP flows to addrs that this
-// node holds itself (not those it hands off: their mark has a bit of handedOff) and that still
-// carry data, at most max per address.
+// node holds itself (not those it hands off: their mark has the hand-off bit handedOff) and that
+// still carry data, at most max per address.
 func PickFlows(entries []*netlink.ConntrackFlow, addrs []netip.Addr, handedOff uint32, max int) map[netip.Addr][]Flow {
 	out := map[netip.Addr][]Flow{}
 	for _, e := range entries {
@@ -454,5 +471,5 @@ func (h *Handoff) HeldFlows(addrs []netip.Addr, max int) (map[netip.Addr][]Flow,
 		}
 		entries = append(entries, es...)
 	}
-	return PickFlows(entries, addrs, h.cfg.Mark|h.cfg.SlotMask, max), nil
+	return PickFlows(entries, addrs, h.cfg.Mark, max), nil
 }

@@ -20,12 +20,19 @@
 // lives. New connections (a SYN) are the new owner's as usual.
 //
 // Kernel state: one nftables table (inet portico-handoff) whose maps hold the addresses taken
-// over and their previous owners, each element expiring after the grace period by itself; one
-// policy-routing rule per family (fwmark → table) and in that table one route per address, via
-// the previous owner. A flow once marked keeps its mark (conntrack) and so its way for as long
-// as it lives and the route is there; the element's timeout only ends the picking up of flows.
-// The state outlives the speaker (Release) and is bounded: at most one element and one route
-// per address.
+// over and their previous owners, each element expiring after the grace period by itself; while
+// a family has an address handed off, one policy-routing rule (fwmark → table) and in that table
+// one route per address, via the previous owner (routing.go). A flow once marked keeps its mark
+// (conntrack) and so its way for as long as it lives and the route is there; the element's
+// timeout only ends the picking up of flows. The state outlives the speaker (Release) and is
+// bounded: at most one element and one route per address.
+//
+// The node's marks are shared (kube-proxy, the CNI, a mesh), so the hand-off acts on its own
+// state alone: a flow is picked up only to an address or as a flow in its maps, and every later
+// rule (the packet mark, the null binding) looks for Mark in the connection mark, which only
+// the pick-up sets; the routing rules look for Mark in the packet mark, which the speaker checks
+// no other rule of the node sets or reads (marks.go). Nothing matches a packet while nothing is
+// handed off.
 package handoff
 
 import (
@@ -50,20 +57,26 @@ const TableName = "portico-handoff"
 // Config is where the hand-off's marks and routes live; the defaults suit a node whose other
 // networking does not use the same mark bit, routing table or rule priority.
 type Config struct {
-	// Mark is the one bit of the packet and connection mark that says "hand off"; it must not
-	// be one kube-proxy (0x4000, 0x8000) or the CNI uses.
+	// Mark is the one bit of the packet and connection mark that says "handed off by this
+	// node"; it must not be one kube-proxy (0x4000, 0x8000), the CNI or a mesh uses.
 	Mark uint32
 	// SlotMask holds the slot of a flow handed off by flow (flows.go): contiguous bits, none
-	// of them Mark's; its values are also the number of node addresses flows can go to.
+	// of them Mark's; its values are also the number of node addresses flows can go to. Zero:
+	// no hand-off by flow (SetFlows and HoldBack fail with ErrNoFlows).
 	SlotMask uint32
 	// RouteTable holds the routes to the previous owners, RouteTable + slot each slot's route;
 	// RulePriority is the policy-routing rules', ahead of the main table's (32766).
 	RouteTable, RulePriority int
 }
 
-// Defaults: bit 13 of the mark, bits 16-23 for the slots (255 node addresses), table and rule
-// 3580, slots' tables 3581-3835.
-var Defaults = Config{Mark: 0x2000, SlotMask: 0x00ff0000, RouteTable: 3580, RulePriority: 3580}
+// Defaults: bit 13 of the mark, bits 0-7 for the slots (255 node addresses), table and rule
+// 3580, slots' tables 3581-3835. Calico claims 0xffff0000 of the mark, Cilium 0xffff0f00
+// (and 0x00ff with cluster mesh), Istio's ambient mode 0x0fff, kube-proxy 0x4000 and 0x8000.
+var Defaults = Config{Mark: 0x2000, SlotMask: 0x000000ff, RouteTable: 3580, RulePriority: 3580}
+
+// ErrNoFlows says that the hand-off has no slot bits (Config.SlotMask zero): it hands flows off
+// by address only.
+var ErrNoFlows = errors.New("the hand-off has no slot bits: it hands off no flows by flow")
 
 // Entry is one address taken over and the node address its flows are handed to.
 type Entry struct {
@@ -87,6 +100,7 @@ type Handoff struct {
 	held     map[bool]*nftables.Set // held4, held6 (flows.go: HoldBack)
 	slotMap  *nftables.Set          // slot mark → its chain
 	slots    []slot
+	ruled    map[RoutingRule]bool // the rules by address Set made (or Open kept)
 }
 
 // Open creates the table and the rules, keeping the elements an earlier run left (with what is
@@ -103,7 +117,8 @@ func Open(cfg Config) (*Handoff, error) {
 	if err != nil {
 		return nil, err
 	}
-	h := &Handoff{cfg: cfg, conn: conn, table: &nftables.Table{Name: TableName, Family: nftables.TableFamilyINet}}
+	h := &Handoff{cfg: cfg, conn: conn, table: &nftables.Table{Name: TableName, Family: nftables.TableFamilyINet},
+		ruled: map[RoutingRule]bool{}}
 	h.maps = map[bool]*nftables.Set{
 		true:  {Table: h.table, Name: "previous4", KeyType: nftables.TypeIPAddr, DataType: nftables.TypeIPAddr, IsMap: true, HasTimeout: true},
 		false: {Table: h.table, Name: "previous6", KeyType: nftables.TypeIP6Addr, DataType: nftables.TypeIP6Addr, IsMap: true, HasTimeout: true},
@@ -136,11 +151,17 @@ func Open(cfg Config) (*Handoff, error) {
 		}
 		h.adopted = append(h.adopted, e)
 	}
-	if err := h.rules(true); err != nil {
+	// An earlier run's routes and slots are kept (the flows it hands off keep their way), their
+	// rules made as this run's config says, and every other rule and slot route pruned.
+	want := h.wantedRules(routes)
+	if err := errors.Join(h.pruneSlotRoutes(), h.syncRules(want)); err != nil {
 		conn.CloseLasting()
 		return nil, err
 	}
-	for _, s := range h.slots { // an earlier run's, kept: the flows it hands off keep their way
+	for _, r := range want {
+		h.ruled[r] = r.Table == cfg.RouteTable
+	}
+	for _, s := range h.slots {
 		if err := h.routeSlot(s); err != nil {
 			conn.CloseLasting()
 			return nil, err
@@ -193,10 +214,25 @@ func (h *Handoff) create(left map[netip.Addr]nftables.SetElement) error {
 		if err := c.AddSet(set, elems); err != nil {
 			return err
 		}
-		c.AddRule(&nftables.Rule{Table: h.table, Chain: h.pickup, Exprs: markMidStream(set, v4, h.cfg.Mark), UserData: tagL2Flows})
-		c.AddRule(&nftables.Rule{Table: h.table, Chain: h.pickup, Exprs: passClosing(set, v4, h.cfg.Mark)})
-		c.AddRule(&nftables.Rule{Table: h.table, Chain: bind, Exprs: nullBinding(v4, h.cfg.Mark|h.cfg.SlotMask)})
+		c.AddRule(&nftables.Rule{Table: h.table, Chain: h.pickup, Exprs: markMidStream(set, v4, h.cfg.Mark, h.cfg.SlotMask), UserData: tagL2Flows})
+		c.AddRule(&nftables.Rule{Table: h.table, Chain: h.pickup, Exprs: passClosing(set, v4, h.cfg.Mark, h.cfg.SlotMask)})
+		c.AddRule(&nftables.Rule{Table: h.table, Chain: bind, Exprs: nullBinding(v4, h.cfg.Mark)})
 	}
+	c.AddRule(&nftables.Rule{Table: h.table, Chain: h.pickup, Exprs: markPacket(h.cfg.Mark, h.cfg.SlotMask), UserData: tagL2Packets})
+	if h.cfg.SlotMask != 0 {
+		if err := h.createFlows(); err != nil {
+			return err
+		}
+	}
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("creating nftables table inet %s: %w", TableName, err)
+	}
+	return nil
+}
+
+// createFlows queues the maps, sets and rules of the hand-off by flow (flows.go).
+func (h *Handoff) createFlows() error {
+	c := h.conn
 	// The flows handed off by slot (flows.go): their maps start empty (the flows are shared
 	// again at the next change), their slots' chains are those of the slots left.
 	if err := c.AddSet(h.slotMap, nil); err != nil {
@@ -209,18 +245,14 @@ func (h *Handoff) create(left map[netip.Addr]nftables.SetElement) error {
 		if err := c.AddSet(set, nil); err != nil {
 			return err
 		}
-		c.AddRule(&nftables.Rule{Table: h.table, Chain: h.pickup, Exprs: pickUpFlow(set, v4, h.cfg.Mark|h.cfg.SlotMask), UserData: tagFlows})
+		c.AddRule(&nftables.Rule{Table: h.table, Chain: h.pickup, Exprs: pickUpFlow(set, v4, h.cfg.Mark), UserData: tagFlows})
 		c.AddRule(&nftables.Rule{Table: h.table, Chain: h.pickup, Exprs: passClosingFlow(set, v4)})
 		if err := c.AddSet(h.held[v4], nil); err != nil {
 			return err
 		}
-		c.AddRule(&nftables.Rule{Table: h.table, Chain: h.pickup, Exprs: holdBack(h.held[v4], v4, h.cfg.Mark|h.cfg.SlotMask), UserData: tagHeldBack})
+		c.AddRule(&nftables.Rule{Table: h.table, Chain: h.pickup, Exprs: holdBack(h.held[v4], v4, h.cfg.Mark), UserData: tagHeldBack})
 	}
-	c.AddRule(&nftables.Rule{Table: h.table, Chain: h.pickup, Exprs: markPacket(h.cfg.Mark), UserData: tagL2Packets})
-	c.AddRule(&nftables.Rule{Table: h.table, Chain: h.pickup, Exprs: markSlotPacket(h.slotMap, h.cfg.SlotMask), UserData: tagPackets})
-	if err := c.Flush(); err != nil {
-		return fmt.Errorf("creating nftables table inet %s: %w", TableName, err)
-	}
+	c.AddRule(&nftables.Rule{Table: h.table, Chain: h.pickup, Exprs: markSlotPacket(h.slotMap, h.cfg.Mark, h.cfg.SlotMask), UserData: tagPackets})
 	return nil
 }
 
@@ -235,6 +267,12 @@ func (h *Handoff) Set(addr, via netip.Addr, grace time.Duration) error {
 	defer h.mu.Unlock()
 	if err := netlink.RouteReplace(h.route(addr, via)); err != nil {
 		return fmt.Errorf("routing the flows of %s handed off to %s: %w", addr, via, err)
+	}
+	if r := h.cfg.addressRule(addr.Is4()); !h.ruled[r] {
+		if err := netlink.RuleAdd(toNetlink(r)); err != nil && !errors.Is(err, unix.EEXIST) {
+			return fmt.Errorf("adding the hand-off's routing rule %s: %w", r, err)
+		}
+		h.ruled[r] = true
 	}
 	if err := h.replaceElements(h.maps[addr.Is4()], []nftables.SetElement{{Key: addr.AsSlice(), Val: via.AsSlice(), Timeout: grace}}); err != nil {
 		return fmt.Errorf("handing %s off to %s: %w", addr, via, err)
@@ -313,9 +351,31 @@ func (h *Handoff) Remove(addr netip.Addr) error {
 	if err != nil && !errors.Is(err, unix.ESRCH) {
 		return fmt.Errorf("removing the hand-off route of %s: %w", addr, err)
 	}
+	if err := h.unruleIfIdle(addr.Is4()); err != nil {
+		return err
+	}
+	mask := h.cfg.Mark | h.cfg.SlotMask
 	return forget(func(f *netlink.ConntrackFlow) bool {
-		return f.Mark&h.cfg.Mark != 0 && f.Forward.DstIP.Equal(addr.AsSlice())
+		return f.Mark&mask == h.cfg.Mark && f.Forward.DstIP.Equal(addr.AsSlice())
 	})
+}
+
+// unruleIfIdle removes the rule by address of a family whose routing table holds no route
+// any more.
+func (h *Handoff) unruleIfIdle(v4 bool) error {
+	routes, err := h.routes()
+	if err != nil {
+		return err
+	}
+	if slices.ContainsFunc(routes, func(e Entry) bool { return e.Addr.Is4() == v4 }) {
+		return nil
+	}
+	r := h.cfg.addressRule(v4)
+	delete(h.ruled, r)
+	if err := netlink.RuleDel(toNetlink(r)); err != nil && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("removing the routing rule %s: %w", r, err)
+	}
+	return nil
 }
 
 // Counts reads the table's counters: the flows picked up and the packets handed off since the
@@ -380,8 +440,10 @@ func (h *Handoff) Clear() error {
 			errs = append(errs, err)
 		}
 	}
-	errs = append(errs, h.clearSlots(), h.rules(false), h.conn.CloseLasting())
-	errs = append(errs, forget(func(f *netlink.ConntrackFlow) bool { return f.Mark&(h.cfg.Mark|h.cfg.SlotMask) != 0 }))
+	h.slots = nil
+	clear(h.ruled)
+	errs = append(errs, h.pruneSlotRoutes(), h.syncRules(nil), h.conn.CloseLasting())
+	errs = append(errs, forget(func(f *netlink.ConntrackFlow) bool { return f.Mark&h.cfg.Mark != 0 }))
 	return errors.Join(errs...)
 }
 
@@ -411,39 +473,6 @@ func (h *Handoff) routes() ([]Entry, error) {
 		}
 	}
 	return out, nil
-}
-
-// rules adds (or removes) the policy-routing rule of each family: the marked packets look the
-// hand-off's table up first.
-func (h *Handoff) rules(add bool) error {
-	var errs []error
-	for _, family := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
-		r := netlink.NewRule()
-		r.Family = family
-		r.Mark = h.cfg.Mark
-		mask := h.cfg.Mark
-		r.Mask = &mask
-		r.Table = h.cfg.RouteTable
-		r.Priority = h.cfg.RulePriority
-		have, err := netlink.RuleListFiltered(family, r,
-			netlink.RT_FILTER_MARK|netlink.RT_FILTER_MASK|netlink.RT_FILTER_TABLE|netlink.RT_FILTER_PRIORITY)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("listing the routing rules: %w", err))
-			continue
-		}
-		if add && len(have) == 1 {
-			continue // an earlier run's, kept: the flows it hands off never miss it
-		}
-		for range have { // none doubled
-			_ = netlink.RuleDel(r)
-		}
-		if add {
-			if err := netlink.RuleAdd(r); err != nil {
-				errs = append(errs, fmt.Errorf("adding the hand-off's routing rule: %w", err))
-			}
-		}
-	}
-	return errors.Join(errs...)
 }
 
 func netlinkPrefix(p netip.Prefix) *net.IPNet {
