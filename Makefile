@@ -205,7 +205,7 @@ chaos: controlplane
 	@cat bin/chaos.md
 
 ## simulate (SIM_TIME, default 2m, or SIM_SEEDS): the controller's deterministic simulation
-## (controller/decide/sim, docs/reliability.md#simulation-make-simulate): seeds in parallel from SIM_FIRST (default:
+## (controller/sim, docs/reliability.md#simulation-make-simulate): seeds in parallel from SIM_FIRST (default:
 ## from the clock, printed) until the time or count is up or a seed breaks an invariant, whose
 ## transcript it prints. SIM_SEED=n replays one seed with its whole transcript. SIM_OLD=both runs
 ## the controller before the fixes (rule: the old conflict rule; lease: no lease check), and
@@ -218,7 +218,7 @@ SIM_ARGS = $(if $(SIM_SEED),-sim.seed=$(SIM_SEED),$(if $(SIM_SEEDS),-sim.seeds=$
 	$(if $(SIM_FIRST),-sim.first=$(SIM_FIRST)) $(if $(SIM_OLD),-sim.old=$(SIM_OLD)) $(if $(SIM_FIND),-sim.find='$(SIM_FIND)') \
 	$(if $(SIM_SHARING_EDITS),-sim.sharing-edits) $(if $(SIM_HOLDS),-sim.holds)
 simulate:
-	go test -count=1 -v -run '^TestSimulate$$' -timeout 60m ./controller/decide/sim/ -args $(SIM_ARGS)
+	go test -count=1 -v -run '^TestSimulate$$' -timeout 60m ./controller/sim/ -args $(SIM_ARGS)
 
 ## fuzz (FUZZTIME, default 10s each): every Fuzz* function in the module, one after another.
 FUZZTIME ?= 10s

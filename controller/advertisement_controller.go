@@ -3,7 +3,6 @@ package controller
 import (
 	"context"
 	"maps"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,36 +23,36 @@ import (
 // (decide.AdvertisementReady). An advertisement is used as it is either way; the condition
 // says why it announces nothing, or less than meant.
 type AdvertisementReconciler struct {
-	Client            client.Client
+	reader            client.Reader
+	clock             Clock
 	tell              *teller
 	writer            *statusWriter
-	l2Retry, bgpRetry chan event.GenericEvent
+	l2Retry, bgpRetry Queue
 }
 
 func (r *AdvertisementReconciler) setup(mgr ctrl.Manager) error {
-	r.l2Retry, r.bgpRetry = make(chan event.GenericEvent, 64), make(chan event.GenericEvent, 64)
 	// Advertisements are few: any change to what they refer to re-checks every one of a kind.
 	l2 := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {
 		var ads porticov1.L2AdvertisementList
-		return requestsFor(r.Client.List(ctx, &ads), ads.Items)
+		return requestsFor(r.reader.List(ctx, &ads), ads.Items)
 	})
 	bgp := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {
 		var ads porticov1.BGPAdvertisementList
-		return requestsFor(r.Client.List(ctx, &ads), ads.Items)
+		return requestsFor(r.reader.List(ctx, &ads), ads.Items)
 	})
 	// Nodes post status every few seconds; only their labels matter here.
 	labels := builder.WithPredicates(predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
 		return !maps.Equal(e.ObjectOld.GetLabels(), e.ObjectNew.GetLabels())
 	}})
 	if err := ctrl.NewControllerManagedBy(mgr).For(&porticov1.L2Advertisement{}).Named("l2advertisement").
-		WatchesRawSource(source.Channel(r.l2Retry, &handler.EnqueueRequestForObject{})).
+		WatchesRawSource(source.Channel(channel(r.l2Retry), &handler.EnqueueRequestForObject{})).
 		Watches(&porticov1.IPAddressPool{}, l2).
 		Watches(&corev1.Node{}, l2, labels).
 		Complete(reconcile.Func(r.reconcileL2)); err != nil {
 		return err
 	}
 	return ctrl.NewControllerManagedBy(mgr).For(&porticov1.BGPAdvertisement{}).Named("bgpadvertisement").
-		WatchesRawSource(source.Channel(r.bgpRetry, &handler.EnqueueRequestForObject{})).
+		WatchesRawSource(source.Channel(channel(r.bgpRetry), &handler.EnqueueRequestForObject{})).
 		Watches(&porticov1.IPAddressPool{}, bgp).
 		Watches(&porticov1.BGPPeer{}, bgp).
 		Watches(&corev1.Node{}, bgp, labels).
@@ -91,9 +90,9 @@ func (r *AdvertisementReconciler) reconcileBGP(ctx context.Context, req ctrl.Req
 func reconcileAdvertisement[T any, P interface {
 	*T
 	client.Object
-}](ctx context.Context, r *AdvertisementReconciler, req ctrl.Request, retry chan event.GenericEvent, describe func(P) (decide.Advertised, *[]metav1.Condition)) (ctrl.Result, error) {
+}](ctx context.Context, r *AdvertisementReconciler, req ctrl.Request, retry Queue, describe func(P) (decide.Advertised, *[]metav1.Condition)) (ctrl.Result, error) {
 	ad := P(new(T))
-	found, err := get(ctx, r.Client, req.NamespacedName, ad)
+	found, err := get(ctx, r.reader, req.NamespacedName, ad)
 	if err != nil || !found {
 		return ctrl.Result{}, err
 	}
@@ -102,7 +101,7 @@ func reconcileAdvertisement[T any, P interface {
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	rd := decide.SetCondition(*conds, ad.GetGeneration(), decide.AdvertisementReady(refs, a), time.Now())
+	rd := decide.SetCondition(*conds, ad.GetGeneration(), decide.AdvertisementReady(refs, a), r.clock.Now())
 	if rd.Conditions == nil {
 		return ctrl.Result{}, nil
 	}
@@ -118,16 +117,16 @@ func reconcileAdvertisement[T any, P interface {
 func (r *AdvertisementReconciler) read(ctx context.Context, bgp bool) (decide.References, error) {
 	var pools porticov1.IPAddressPoolList
 	var nodes corev1.NodeList
-	if err := r.Client.List(ctx, &pools); err != nil {
+	if err := r.reader.List(ctx, &pools); err != nil {
 		return decide.References{}, err
 	}
-	if err := r.Client.List(ctx, &nodes); err != nil {
+	if err := r.reader.List(ctx, &nodes); err != nil {
 		return decide.References{}, err
 	}
 	refs := decide.References{Pools: pools.Items, Nodes: nodes.Items, Peers: map[string]bool{}}
 	if bgp {
 		var peers porticov1.BGPPeerList
-		if err := r.Client.List(ctx, &peers); err != nil {
+		if err := r.reader.List(ctx, &peers); err != nil {
 			return decide.References{}, err
 		}
 		for _, p := range peers.Items {

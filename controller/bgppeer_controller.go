@@ -2,11 +2,9 @@ package controller
 
 import (
 	"context"
-	"time"
 
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
@@ -18,21 +16,21 @@ import (
 // BGPPeerReconciler writes each BGPPeer's status from the sessions the speakers report
 // (decide.Peer).
 type BGPPeerReconciler struct {
-	Client  client.Client
+	reader  client.Reader
+	clock   Clock
 	writer  *statusWriter
-	retries chan event.GenericEvent
+	retries Queue
 }
 
 func (r *BGPPeerReconciler) setup(mgr ctrl.Manager) error {
-	r.retries = make(chan event.GenericEvent, 64)
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&porticov1.BGPPeer{}).
 		Named("bgppeer").
-		WatchesRawSource(source.Channel(r.retries, &handler.EnqueueRequestForObject{})).
+		WatchesRawSource(source.Channel(channel(r.retries), &handler.EnqueueRequestForObject{})).
 		// A Speaker change can add, change or drop a session of any peer; peers are few.
 		Watches(&porticov1.Speaker{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {
 			var peers porticov1.BGPPeerList
-			if err := r.Client.List(ctx, &peers); err != nil {
+			if err := r.reader.List(ctx, &peers); err != nil {
 				return nil
 			}
 			reqs := make([]reconcile.Request, len(peers.Items))
@@ -47,15 +45,15 @@ func (r *BGPPeerReconciler) setup(mgr ctrl.Manager) error {
 // Reconcile writes one peer's status from the Speakers' reports.
 func (r *BGPPeerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var peer porticov1.BGPPeer
-	found, err := get(ctx, r.Client, req.NamespacedName, &peer)
+	found, err := get(ctx, r.reader, req.NamespacedName, &peer)
 	if err != nil || !found {
 		return ctrl.Result{}, err
 	}
 	var speakers porticov1.SpeakerList
-	if err := r.Client.List(ctx, &speakers); err != nil {
+	if err := r.reader.List(ctx, &speakers); err != nil {
 		return ctrl.Result{}, err
 	}
-	if st, writes := decide.Peer(&peer, speakers.Items, time.Now()); writes {
+	if st, writes := decide.Peer(&peer, speakers.Items, r.clock.Now()); writes {
 		peer.Status = st
 		r.writer.submitStatus(&peer, writePart{retry: r.retries})
 	}

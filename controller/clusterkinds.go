@@ -3,7 +3,6 @@ package controller
 import (
 	"context"
 	"fmt"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -21,40 +20,41 @@ import (
 // and a list to fill: a tenth of what the controller allocated in a 5000-Service backlog.
 // What it returns shares the cache's objects: read only.
 type clusterKinds struct {
-	speakers, l2Ads, bgpAds, pools, nodes toolscache.Store
-	liveness                              *speakerLiveness // which Speakers count
+	Stores
+	liveness *speakerLiveness // which Speakers count
+	clock    Clock
 }
 
-// newClusterKinds finds (or adds) the informers of the cluster-wide kinds in c. Called before
+// InformerStores finds (or adds) the informers of the cluster-wide kinds in c. Called before
 // the manager starts, so the manager waits for them to sync before any reconciler runs (a
 // cached List would wait too; a store does not).
-func newClusterKinds(ctx context.Context, c cache.Cache) (*clusterKinds, error) {
-	var k clusterKinds
+func InformerStores(ctx context.Context, c cache.Cache) (Stores, error) {
+	var k Stores
 	for _, s := range []struct {
 		obj   client.Object
 		store *toolscache.Store
-	}{{&porticov1.Speaker{}, &k.speakers}, {&porticov1.L2Advertisement{}, &k.l2Ads},
-		{&porticov1.BGPAdvertisement{}, &k.bgpAds}, {&porticov1.IPAddressPool{}, &k.pools}, {&corev1.Node{}, &k.nodes}} {
+	}{{&porticov1.Speaker{}, &k.Speakers}, {&porticov1.L2Advertisement{}, &k.L2Advertisements},
+		{&porticov1.BGPAdvertisement{}, &k.BGPAdvertisements}, {&porticov1.IPAddressPool{}, &k.Pools}, {&corev1.Node{}, &k.Nodes}} {
 		inf, err := c.GetInformer(ctx, s.obj)
 		if err != nil {
-			return nil, err
+			return Stores{}, err
 		}
 		withStore, ok := inf.(interface{ GetStore() toolscache.Store })
 		if !ok {
-			return nil, fmt.Errorf("the cache's informer for %T (%T) has no store to read", s.obj, inf)
+			return Stores{}, fmt.Errorf("the cache's informer for %T (%T) has no store to read", s.obj, inf)
 		}
 		*s.store = withStore.GetStore()
 	}
-	return &k, nil
+	return k, nil
 }
 
 // fill sets f's cluster-wide lists; the Speakers are those of live speakers.
 func (k *clusterKinds) fill(f *decide.HealthFacts) {
-	k.liveness.count(f, storeItems[porticov1.Speaker](k.speakers), time.Now())
-	f.L2Advertisements = storeItems[porticov1.L2Advertisement](k.l2Ads)
-	f.BGPAdvertisements = storeItems[porticov1.BGPAdvertisement](k.bgpAds)
-	f.Pools = storeItems[porticov1.IPAddressPool](k.pools)
-	f.Nodes = storeItems[corev1.Node](k.nodes)
+	k.liveness.count(f, storeItems[porticov1.Speaker](k.Speakers), k.clock.Now())
+	f.L2Advertisements = storeItems[porticov1.L2Advertisement](k.L2Advertisements)
+	f.BGPAdvertisements = storeItems[porticov1.BGPAdvertisement](k.BGPAdvertisements)
+	f.Pools = storeItems[porticov1.IPAddressPool](k.Pools)
+	f.Nodes = storeItems[corev1.Node](k.Nodes)
 	f.IgnoreExcludeLabel = rules.IgnoreExcludeLabel(f.Speakers)
 }
 

@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -31,17 +30,17 @@ import (
 // speakers' probes of each other's addresses). It shares the allocation's status writer, so
 // their writes never overwrite each other.
 type HealthReconciler struct {
-	Client  client.Client
+	reader  client.Reader
+	clock   Clock
 	tell    *teller
 	ours    func(*corev1.Service) bool
 	writer  *statusWriter
-	retries chan event.GenericEvent
+	retries Queue
 	news    *decide.NewsDesk
 	cluster *clusterKinds
 }
 
 func (r *HealthReconciler) setup(mgr ctrl.Manager) error {
-	r.retries = make(chan event.GenericEvent, 1024)
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &discoveryv1.EndpointSlice{}, sliceServiceIndex,
 		func(o client.Object) []string {
 			if name := o.GetLabels()[discoveryv1.LabelServiceName]; name != "" {
@@ -60,7 +59,7 @@ func (r *HealthReconciler) setup(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&corev1.Service{}).
 		Named("service-health").
-		WatchesRawSource(source.Channel(r.retries, &handler.EnqueueRequestForObject{})).
+		WatchesRawSource(source.Channel(channel(r.retries), &handler.EnqueueRequestForObject{})).
 		// The live speakers changed: a Lease appeared, went or ran out.
 		WatchesRawSource(source.Channel(r.cluster.liveness.changed, handler.EnqueueRequestsFromMapFunc(r.addressed))).
 		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(r.sliceServices)).
@@ -109,7 +108,7 @@ func sliceService(_ context.Context, o client.Object) []reconcile.Request {
 // endpoint: only their messages depend on pods' labels (the others follow their slices).
 func (r *HealthReconciler) servicesIn(ctx context.Context, pod client.Object) []reconcile.Request {
 	var svcs corev1.ServiceList
-	if err := r.Client.List(ctx, &svcs, client.InNamespace(pod.GetNamespace())); err != nil {
+	if err := r.reader.List(ctx, &svcs, client.InNamespace(pod.GetNamespace())); err != nil {
 		return nil
 	}
 	var reqs []reconcile.Request
@@ -126,7 +125,7 @@ func (r *HealthReconciler) servicesIn(ctx context.Context, pod client.Object) []
 // Announced condition may change with it.
 func (r *HealthReconciler) addressed(ctx context.Context, _ client.Object) []reconcile.Request {
 	var svcs corev1.ServiceList
-	if err := r.Client.List(ctx, &svcs, client.UnsafeDisableDeepCopy); err != nil { // read only
+	if err := r.reader.List(ctx, &svcs, client.UnsafeDisableDeepCopy); err != nil { // read only
 		return nil
 	}
 	var reqs []reconcile.Request
@@ -143,7 +142,7 @@ func (r *HealthReconciler) addressed(ctx context.Context, _ client.Object) []rec
 func (r *HealthReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	key := req.Namespace + "/" + req.Name
 	var svc corev1.Service
-	found, err := get(ctx, r.Client, req.NamespacedName, &svc)
+	found, err := get(ctx, r.reader, req.NamespacedName, &svc)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -161,13 +160,13 @@ func (r *HealthReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 		// new Service, and the address is not delayed by a health write.
 		return ctrl.Result{}, nil
 	}
-	facts, err := gatherHealth(ctx, r.Client, r.cluster, r.ours, &svc)
+	facts, err := gatherHealth(ctx, r.reader, r.cluster, r.ours, &svc)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 	// Events follow what is stored, not what is about to be written: a problem becomes news
 	// once it has lasted (decide.NewsDesk), and its write brings this reconcile back.
-	rd, again := decide.Health(&svc, facts, r.news, time.Now())
+	rd, again := decide.Health(&svc, facts, r.news, r.clock.Now())
 	r.tell.conditionChanges(&svc, rd.Tell)
 	r.tell.pools(ctx, decide.News{Pool: rd.PoolTell, Pools: rd.Pools})
 	r.write(&svc, rd)
@@ -184,7 +183,7 @@ func (r *HealthReconciler) write(svc *corev1.Service, rd decide.Ready) {
 // Service still ours: after a conflict the writer applies the part to the Service as stored
 // then, which may just have become a ClusterIP one, and the conditions the allocation took off
 // it would come back.
-func healthPart(rd decide.Ready, ours func(*corev1.Service) bool, retry chan<- event.GenericEvent) writePart {
+func healthPart(rd decide.Ready, ours func(*corev1.Service) bool, retry Queue) writePart {
 	apply := rd.Apply
 	if len(rd.Conditions) > 0 {
 		apply = func(want *corev1.Service) {
@@ -231,24 +230,29 @@ func gatherHealth(ctx context.Context, c client.Reader, cluster *clusterKinds, o
 }
 
 // expectReviews tells the news desk, once the cache has synced, which Services this leader
-// reviews first (those with their conditions): the pools' shared problems are written once
-// each of them has been (decide.NewsDesk.Hold), so that a new leader does not take a pool's
-// SharedProblem off and put it back.
+// reviews first (reviewFirst).
 func (r *HealthReconciler) expectReviews(c cache.Cache) manager.RunnableFunc {
 	return func(ctx context.Context) error {
-		if !c.WaitForCacheSync(ctx) {
-			return nil // stopping
+		if c.WaitForCacheSync(ctx) {
+			r.reviewFirst(ctx)
 		}
-		var svcs corev1.ServiceList
-		var keys []string
-		if err := r.Client.List(ctx, &svcs, client.UnsafeDisableDeepCopy); err == nil { // read only
-			for i := range svcs.Items {
-				if svc := &svcs.Items[i]; r.ours(svc) && meta.FindStatusCondition(svc.Status.Conditions, porticov1.ConditionIPAllocated) != nil {
-					keys = append(keys, svc.Namespace+"/"+svc.Name)
-				}
-			}
-		} // else wait for none: the pools' status is written from what is reviewed
-		r.tell.pools(ctx, r.news.Expect(keys))
-		return nil
+		return nil // else stopping
 	}
+}
+
+// reviewFirst tells the news desk which Services this leader reviews first (those with their
+// conditions): the pools' shared problems are written once each of them has been
+// (decide.NewsDesk.Hold), so that a new leader does not take a pool's SharedProblem off and
+// put it back.
+func (r *HealthReconciler) reviewFirst(ctx context.Context) {
+	var svcs corev1.ServiceList
+	var keys []string
+	if err := r.reader.List(ctx, &svcs, client.UnsafeDisableDeepCopy); err == nil { // read only
+		for i := range svcs.Items {
+			if svc := &svcs.Items[i]; r.ours(svc) && meta.FindStatusCondition(svc.Status.Conditions, porticov1.ConditionIPAllocated) != nil {
+				keys = append(keys, svc.Namespace+"/"+svc.Name)
+			}
+		}
+	} // else wait for none: the pools' status is written from what is reviewed
+	r.tell.pools(ctx, r.news.Expect(keys))
 }

@@ -116,7 +116,15 @@ func (f *LeaseFence) send(ctx context.Context, write func(context.Context) error
 	return write(ctx)
 }
 
-func (f *LeaseFence) renewedAt(sent time.Time) {
+// NewLeaseFence is a fence that holds for renewDeadline after each renewal (Renewed), by c:
+// FenceLeaderElection's, or a simulated elector's (controller/sim).
+func NewLeaseFence(renewDeadline time.Duration, c clock.PassiveClock) *LeaseFence {
+	return &LeaseFence{renewDeadline: renewDeadline, clock: c}
+}
+
+// Renewed records a renewal that succeeded (and whose tenure the apiserver admits), sent at
+// sent.
+func (f *LeaseFence) Renewed(sent time.Time) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if sent.After(f.renewed) {
@@ -178,7 +186,7 @@ func FenceLeaderElection(cfg *rest.Config, opts *ctrl.Options, pod string) (*Lea
 		lease.LockConfig.Identity = pod + "_" + string(uuid.NewUUID())
 		lease.LockConfig.EventRecorder = events.GetEventRecorderFor(lease.LockConfig.Identity)
 	}
-	f := &LeaseFence{renewDeadline: renewDeadline, clock: clock.RealClock{}}
+	f := NewLeaseFence(renewDeadline, clock.RealClock{})
 	probe := func(ctx context.Context) error {
 		_, err := cs.CoreV1().Events(lease.LeaseMeta.Namespace).Create(ctx, leaderProbe(lease.LeaseMeta), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		return err
@@ -232,7 +240,7 @@ func (l fencedLock) renewed(ctx context.Context, ler resourcelock.LeaderElection
 		}
 		l.fence.confirm(t)
 	}
-	l.fence.renewedAt(sent)
+	l.fence.Renewed(sent)
 }
 
 // confirmTenure sends the probe until the apiserver admits it (the policy's copy of the Lease
@@ -322,6 +330,23 @@ func (c fencedClient) SubResource(name string) client.SubResourceClient {
 		client.SubResourceReader
 		fencedSubResource
 	}{s, fencedSubResource{SubResourceWriter: s, fence: c.fence}}
+}
+
+// Updates fences status updates sent through u (a nil fence: always held).
+func (f *LeaseFence) Updates(u StatusUpdater) StatusUpdater {
+	if f == nil {
+		return u
+	}
+	return fencedUpdates{u, f}
+}
+
+type fencedUpdates struct {
+	StatusUpdater
+	fence *LeaseFence
+}
+
+func (u fencedUpdates) Update(ctx context.Context, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+	return u.fence.send(ctx, func(ctx context.Context) error { return u.StatusUpdater.Update(ctx, obj, opts...) })
 }
 
 // fencedSubResource is fencedClient's for a subresource (status).

@@ -5,7 +5,6 @@ import (
 	"os"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -13,8 +12,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
-	"github.com/portico-lb/portico/controller/decide"
 	"github.com/portico-lb/portico/internal/events"
 	"github.com/portico-lb/portico/rules"
 )
@@ -66,59 +63,46 @@ func CacheOptions(o *ctrl.Options, speakerNamespace string) {
 // EventReporter is the reportingController of every event the controller sends.
 const EventReporter = "portico-controller"
 
-// Setup registers every Portico reconciler with the manager. They share one allocator, fed
-// first from the pools and every Service's status, so no address moves across restarts, and
-// one status writer, so their writes to a Service never fight.
+// Setup registers every Portico reconciler with the manager (NewShell: one allocator, fed first
+// from the pools and every Service's status, so no address moves across restarts, and one
+// status writer, so their writes never fight), on its cache, its apiserver reader and the
+// lease fence.
 func Setup(mgr ctrl.Manager, opts Options) error {
-	if opts.LoadBalancerClass == "" {
-		opts.LoadBalancerClass = porticov1.DefaultLoadBalancerClass
-	}
-	if opts.Metrics == nil {
-		opts.Metrics = NewMetrics(prometheus.NewRegistry())
-	}
 	// Every write goes through c: none is sent unless the lease is proven held.
 	c := fenced(mgr.GetClient(), opts.Lease)
-	s := newState(mgr.GetClient(), opts.LoadBalancerClass)
-	s.live = mgr.GetAPIReader()
-	s.ignoreClassless = opts.IgnoreClassless
-	tell := newTeller(nil, mgr.GetClient(), opts.Metrics, s.poolsDirty)
-	w := newStatusWriter(c.Status(), mgr.GetAPIReader(), tell.lull)
-	if err := mgr.Add(w); err != nil {
-		return err
-	}
-	// Events wait behind the Services' status writes. The sender runs on the leader only, with
-	// the reconcilers whose events it sends (a Runnable the manager starts after election).
-	host, _ := os.Hostname()
-	recorder := events.NewSender(events.Options{Create: func(ctx context.Context, ev *eventsv1.Event) error { return c.Create(ctx, ev) }, Scheme: mgr.GetScheme(), Controller: EventReporter,
-		Instance: EventReporter + "-" + host, Quiet: tell.quiet, Metrics: opts.Metrics.events})
-	if err := mgr.Add(recorder); err != nil {
-		return err
-	}
-	tell.rec = recorder
-	news := decide.NewNewsDesk(opts.NewsAfter, time.Time{})
-	news.Hold() // until this leader has reviewed the Services it finds (HealthReconciler.expectReviews)
-	if err := (&PoolReconciler{Client: c, tell: tell, state: s, metrics: opts.Metrics, writer: w, news: news}).setup(mgr); err != nil {
-		return err
-	}
-	if err := (&BGPPeerReconciler{Client: c, writer: w}).setup(mgr); err != nil {
-		return err
-	}
-	if err := (&AdvertisementReconciler{Client: c, tell: tell, writer: w}).setup(mgr); err != nil {
-		return err
-	}
-	cluster, err := newClusterKinds(context.Background(), mgr.GetCache())
+	stores, err := InformerStores(context.Background(), mgr.GetCache())
 	if err != nil {
 		return err
 	}
-	if cluster.liveness, err = newSpeakerLiveness(context.Background(), mgr.GetCache(), opts.SpeakerNamespace); err != nil {
+	lanes := newGoLanes()
+	if err := mgr.Add(lanes); err != nil {
 		return err
 	}
-	if err := mgr.Add(cluster.liveness); err != nil {
+	sh := NewShell(Ports{Cache: mgr.GetClient(), Live: mgr.GetAPIReader(), Stores: stores,
+		Status: opts.Lease.Updates(mgr.GetClient().Status()), Clock: wallClock{}, Lanes: lanes}, opts)
+	// Events wait behind the Services' status writes. The sender runs on the leader only, with
+	// the reconcilers whose events it sends (a Runnable the manager starts after election).
+	w := sh.Services.writer
+	w.lull = events.NewLull(eventLull)
+	host, _ := os.Hostname()
+	sender := events.NewSender(events.Options{Create: func(ctx context.Context, ev *eventsv1.Event) error { return c.Create(ctx, ev) }, Scheme: mgr.GetScheme(), Controller: EventReporter,
+		Instance: EventReporter + "-" + host, Quiet: w.lull.Quiet, Metrics: sh.tell.metrics.events})
+	if err := mgr.Add(sender); err != nil {
 		return err
 	}
-	health := &HealthReconciler{Client: c, tell: tell, ours: s.ours, writer: w, news: news, cluster: cluster}
-	if err := (&ServiceReconciler{Client: c, tell: tell, state: s, metrics: opts.Metrics, writer: w, cluster: cluster}).setup(mgr); err != nil {
+	sh.tell.rec = sender
+	liveness, err := newSpeakerLiveness(context.Background(), mgr.GetCache(), opts.SpeakerNamespace)
+	if err != nil {
 		return err
 	}
-	return health.setup(mgr)
+	sh.cluster.liveness = liveness
+	if err := mgr.Add(liveness); err != nil {
+		return err
+	}
+	for _, setup := range []func(ctrl.Manager) error{sh.Pools.setup, sh.peers.setup, sh.ads.setup, sh.Services.setup, sh.Health.setup} {
+		if err := setup(mgr); err != nil {
+			return err
+		}
+	}
+	return nil
 }

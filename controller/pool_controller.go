@@ -24,7 +24,7 @@ const poolWriteInterval = time.Second
 // (folded from the Speakers, decide.JudgeProbes, and given to the allocator to skip), the holds
 // kept for deleted Services (ended here when their time is up), and its conditions.
 type PoolReconciler struct {
-	Client    client.Client
+	reader    client.Reader
 	tell      *teller
 	state     *state
 	metrics   *Metrics
@@ -34,12 +34,11 @@ type PoolReconciler struct {
 }
 
 func (r *PoolReconciler) setup(mgr ctrl.Manager) error {
-	r.lastWrite = map[string]time.Time{}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&porticov1.IPAddressPool{}).
 		Named("ipaddresspool").
-		WatchesRawSource(source.Channel(r.state.dirty, &handler.EnqueueRequestForObject{})).
-		Watches(&porticov1.Speaker{}, handler.EnqueueRequestsFromMapFunc(everyPool(r.Client)), builder.WithPredicates(foreignAnswersChanged)).
+		WatchesRawSource(source.Channel(channel(r.state.dirty), &handler.EnqueueRequestForObject{})).
+		Watches(&porticov1.Speaker{}, handler.EnqueueRequestsFromMapFunc(everyPool(r.reader)), builder.WithPredicates(foreignAnswersChanged)).
 		Complete(r)
 }
 
@@ -47,20 +46,20 @@ func (r *PoolReconciler) setup(mgr ctrl.Manager) error {
 // is up), then decides the pool's status (decide.Pool) and writes it, at most once a second.
 func (r *PoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var pool porticov1.IPAddressPool
-	found, err := get(ctx, r.Client, req.NamespacedName, &pool)
+	found, err := get(ctx, r.reader, req.NamespacedName, &pool)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 	var speakers porticov1.SpeakerList
 	var pools porticov1.IPAddressPoolList
 	// Read only: no deep copy of every Speaker and pool on every pool reconcile.
-	if err := r.Client.List(ctx, &speakers, client.UnsafeDisableDeepCopy); err != nil {
+	if err := r.reader.List(ctx, &speakers, client.UnsafeDisableDeepCopy); err != nil {
 		return ctrl.Result{}, err
 	}
-	if err := r.Client.List(ctx, &pools, client.UnsafeDisableDeepCopy); err != nil {
+	if err := r.reader.List(ctx, &pools, client.UnsafeDisableDeepCopy); err != nil {
 		return ctrl.Result{}, err
 	}
-	now := time.Now()
+	now := r.state.clock.Now()
 	verdict := decide.JudgeProbes(speakers.Items, pools.Items, now)
 	in := decide.PoolSeen{Pool: &pool, Pools: pools.Items, Proxies: verdict.Proxies[pool.Name], Now: now}
 	var look decide.PoolsLook
@@ -83,20 +82,24 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 		return ctrl.Result{}, nil
 	}
 	r.metrics.pool(pool.Name, in.Facts)
+	// Within a poolWriteInterval of its last write a pool gets no other: it is decided once
+	// the interval is over (in a burst of allocations, once a second, not once a Service).
+	if wait := poolWriteInterval - now.Sub(r.lastWrite[pool.Name]); wait > 0 {
+		if again > 0 {
+			wait = min(wait, again)
+		}
+		return ctrl.Result{RequeueAfter: wait}, nil
+	}
 	if r.news != nil {
 		in.Shared, in.SharedKnown = r.news.Shared(pool.Name)
 	}
 	return r.write(decide.Pool(in), now, again), nil
 }
 
-// write hands the pool's status to the status writer, at most once a poolWriteInterval; its
-// events are told once it lands.
+// write hands the pool's status to the status writer; its events are told once it lands.
 func (r *PoolReconciler) write(rd decide.PoolReady, now time.Time, again time.Duration) ctrl.Result {
 	if rd.Want == nil {
 		return ctrl.Result{RequeueAfter: again}
-	}
-	if wait := poolWriteInterval - now.Sub(r.lastWrite[rd.Want.Name]); wait > 0 {
-		return ctrl.Result{RequeueAfter: wait}
 	}
 	r.lastWrite[rd.Want.Name] = now
 	r.writer.submitStatus(rd.Want, writePart{retry: r.state.dirty, done: func(written client.Object) {

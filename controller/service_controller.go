@@ -5,7 +5,6 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -25,7 +24,7 @@ import (
 
 // ServiceReconciler gives LoadBalancer Services addresses and says in their status how it went.
 type ServiceReconciler struct {
-	Client  client.Client
+	reader  client.Reader
 	tell    *teller
 	state   *state
 	metrics *Metrics
@@ -42,7 +41,7 @@ func (r *ServiceReconciler) setup(mgr ctrl.Manager) error {
 		// One worker decides, in queue order (the allocator is one state machine and a decision
 		// costs microseconds); the status writer sends the results in parallel.
 		WithOptions(controller.Options{MaxConcurrentReconciles: 1}).
-		WatchesRawSource(source.Channel(r.state.retry, &handler.EnqueueRequestForObject{})).
+		WatchesRawSource(source.Channel(channel(r.state.retry), &handler.EnqueueRequestForObject{})).
 		// A namespace's labels decide which pools' namespaceSelectors take its Services.
 		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.waitingIn)).
 		Complete(r)
@@ -63,9 +62,9 @@ func (r *ServiceReconciler) waitingIn(_ context.Context, ns client.Object) []rec
 // Reconcile follows a Service from its watch event to its status write: gather what the
 // apiserver says of it, decide (controller/decide: pure), write the decision and wake who it names.
 func (r *ServiceReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	in := decide.Seen{Key: req.Namespace + "/" + req.Name, Now: time.Now()}
+	in := decide.Seen{Key: req.Namespace + "/" + req.Name, Now: r.state.clock.Now()}
 	var svc corev1.Service
-	found, err := get(ctx, r.Client, req.NamespacedName, &svc)
+	found, err := get(ctx, r.reader, req.NamespacedName, &svc)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -73,7 +72,7 @@ func (r *ServiceReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		in.Svc, in.Ours = &svc, r.state.ours(&svc)
 	}
 	if in.Ours && meta.FindStatusCondition(svc.Status.Conditions, porticov1.ConditionEndpointsReady) == nil {
-		if facts, err := gatherHealth(ctx, r.Client, r.cluster, r.state.ours, &svc); err == nil { // else the health reconciler writes them on its own
+		if facts, err := gatherHealth(ctx, r.reader, r.cluster, r.state.ours, &svc); err == nil { // else the health reconciler writes them on its own
 			in.Health = &facts
 		}
 	}
@@ -167,7 +166,7 @@ func (r *ServiceReconciler) poolOf(svc *corev1.Service) runtime.Object {
 		return nil
 	}
 	var pool porticov1.IPAddressPool
-	if found, err := get(context.Background(), r.Client, client.ObjectKey{Name: name}, &pool); err != nil || !found {
+	if found, err := get(context.Background(), r.reader, client.ObjectKey{Name: name}, &pool); err != nil || !found {
 		return nil
 	}
 	return &pool

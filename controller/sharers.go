@@ -84,7 +84,7 @@ func (r *HealthReconciler) sharersOf(ctx context.Context, o client.Object) []rec
 	}
 	var reqs []reconcile.Request
 	for _, ip := range porticov1.IngressAddrs(svc) {
-		holders, err := holdingAny(ctx, r.Client, r.ours, ip)
+		holders, err := holdingAny(ctx, r.reader, r.ours, ip)
 		if err != nil {
 			return reqs
 		}
@@ -106,7 +106,7 @@ func (r *HealthReconciler) sliceServices(ctx context.Context, o client.Object) [
 		return nil
 	}
 	var svc corev1.Service
-	if err := r.Client.Get(ctx, reqs[0].NamespacedName, &svc); err != nil || svc.Spec.ExternalTrafficPolicy != corev1.ServiceExternalTrafficPolicyLocal {
+	if err := r.reader.Get(ctx, reqs[0].NamespacedName, &svc); err != nil || svc.Spec.ExternalTrafficPolicy != corev1.ServiceExternalTrafficPolicyLocal {
 		return reqs
 	}
 	return append(reqs, r.sharersOf(ctx, &svc)...)

@@ -127,7 +127,7 @@ func unlisted(s *porticov1.Speaker) porticov1.SpeakerStatus {
 func (r *HealthReconciler) holding(ctx context.Context, ips []netip.Addr) []string {
 	var keys []string
 	for _, ip := range ips {
-		svcs, err := holdingAny(ctx, r.Client, r.ours, ip)
+		svcs, err := holdingAny(ctx, r.reader, r.ours, ip)
 		if err != nil {
 			return nil
 		}

@@ -9,8 +9,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/event"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
@@ -26,6 +26,7 @@ type state struct {
 	reader client.Reader
 	// live, when set, reads from the apiserver, not the cache: see load.
 	live  client.Reader
+	clock Clock
 	class string
 	// ignoreClassless leaves Services without a loadBalancerClass alone (rules.Handles).
 	ignoreClassless bool
@@ -36,17 +37,16 @@ type state struct {
 	fed    atomic.Uint64
 	loaded atomic.Bool
 
-	retry chan event.GenericEvent // Services to reconcile again
-	dirty chan event.GenericEvent // pools whose status may have changed
+	retry Queue // Services to reconcile again
+	dirty Queue // pools whose status may have changed
 }
 
 func newState(reader client.Reader, class string) *state {
 	return &state{
 		reader: reader,
+		clock:  wallClock{},
 		class:  class,
 		book:   locked.New(*decide.NewBook()),
-		retry:  make(chan event.GenericEvent, 4096),
-		dirty:  make(chan event.GenericEvent, 1024),
 	}
 }
 
@@ -95,7 +95,7 @@ func (s *state) gatherRebuild(ctx context.Context) (*rebuildFacts, error) {
 		return nil, err
 	}
 	f := &rebuildFacts{pools: pools.Items, paged: paged,
-		inUse: decide.JudgeProbes(speakers.Items, pools.Items, time.Now()).Addrs()}
+		inUse: decide.JudgeProbes(speakers.Items, pools.Items, s.clock.Now()).Addrs()}
 	err := eachService(ctx, services, paged, func(svc *corev1.Service) {
 		if !s.ours(svc) || len(porticov1.IngressAddrs(svc)) == 0 {
 			return
@@ -147,7 +147,7 @@ func (s *state) load(ctx context.Context, b *decide.Book) error {
 		return err
 	}
 	b.SetPools(pools)
-	rebuild(b, f, time.Now()).log(ctx)
+	rebuild(b, f, s.clock.Now()).log(ctx)
 	return nil
 }
 
@@ -213,7 +213,7 @@ func (s *state) withLock(ctx context.Context, gather func([]porticov1.IPAddressP
 				s.fed.Add(1)
 			}
 			if !b.Loaded() { // load is set: s.loaded is stored only below
-				r := rebuild(b, load, time.Now())
+				r := rebuild(b, load, s.clock.Now())
 				loaded, changed = &r, false
 				s.loaded.Store(true)
 			}
@@ -261,18 +261,14 @@ func (s *state) namespaceLabels(ctx context.Context, namespace string, pools []p
 func (s *state) retryServices(names []string) {
 	for _, n := range names {
 		ns, name, _ := strings.Cut(n, "/")
-		svc := &corev1.Service{}
-		svc.Namespace, svc.Name = ns, name
-		s.retry <- event.GenericEvent{Object: svc}
+		s.retry.Add(context.Background(), types.NamespacedName{Namespace: ns, Name: name})
 	}
 }
 
 // poolsDirty asks for the named pools' status to be written again. Not inside withLock either.
 func (s *state) poolsDirty(names []string) {
 	for _, n := range names {
-		p := &porticov1.IPAddressPool{}
-		p.Name = n
-		s.dirty <- event.GenericEvent{Object: p}
+		s.dirty.Add(context.Background(), types.NamespacedName{Name: n})
 	}
 }
 

@@ -12,19 +12,16 @@ import (
 
 	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
 	"github.com/portico-lb/portico/controller/decide"
-	internalevents "github.com/portico-lb/portico/internal/events"
 )
 
 // teller is where the controller's news leaves: the events its decisions tell (decide.Notice,
 // decide.EventOf) and the pools whose status the news changes. Every reconciler tells through
-// it, beside the status writer, whose lull the events wait for.
+// it; the events wait for the status writer's lull (eventLull).
 type teller struct {
 	rec     events.EventRecorder // nil: nothing is sent
 	reader  client.Reader        // the pools a news is told on
 	metrics *Metrics
-	// lull is quiet once no Service's status write has been pending for eventLull: the event
-	// sender waits for it (Setup).
-	lull *internalevents.Lull
+	clock   Clock
 	// poolsDirty asks for pools' status to be written again: the problems their Services
 	// share changed (decide.NewsDesk.Shared).
 	poolsDirty func([]string)
@@ -39,12 +36,9 @@ type teller struct {
 // write means the burst is over; a lone Service's event follows its address by that much.
 const eventLull = 500 * time.Millisecond
 
-func newTeller(rec events.EventRecorder, reader client.Reader, m *Metrics, poolsDirty func([]string)) *teller {
-	return &teller{rec: rec, reader: reader, metrics: m, poolsDirty: poolsDirty, lull: internalevents.NewLull(eventLull)}
+func newTeller(reader client.Reader, m *Metrics, clock Clock, poolsDirty func([]string)) *teller {
+	return &teller{reader: reader, metrics: m, clock: clock, poolsDirty: poolsDirty}
 }
-
-// quiet returns a channel that is closed once no status write has been pending for eventLull.
-func (t *teller) quiet() <-chan struct{} { return t.lull.Quiet() }
 
 // notice sends one event on regarding; the sender folds many events of one kind related to
 // one object (related, may be nil) into one event on it.
@@ -110,7 +104,7 @@ func (t *teller) poke(pools []string) {
 			continue
 		}
 		t.poked[p] = true
-		time.AfterFunc(poolWriteInterval, func() {
+		t.clock.AfterFunc(poolWriteInterval, func() {
 			t.pokeMu.Lock()
 			delete(t.poked, p)
 			t.pokeMu.Unlock()

@@ -10,9 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/event"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/portico-lb/portico/controller/decide"
@@ -34,30 +32,23 @@ import (
 // (decide.Writes.Rebase). What is decided without I/O (redundant writes, what may be stored,
 // the conflict rule) is decide.Writes; this file sends the requests.
 type statusWriter struct {
-	status statusUpdater
+	status StatusUpdater
 	reader client.Reader // uncached: the current object after a conflict
-	lanes  []chan *writeJob
-	// stopped is closed once Start's context ends: submit then drops writes instead of
-	// queueing them for lanes that no longer read.
-	stopped chan struct{}
+	lanes  LaneScheduler
 
 	mu     sync.Mutex
 	writes *decide.Writes // under mu
 	// lull is quiet once no Service write has been pending for eventLull: events wait for it
-	// (tell.go), so they go after a burst of Services, not between its writes.
+	// (tell.go), so they go after a burst of Services, not between its writes. nil: no events
+	// wait (the simulator's).
 	lull *events.Lull
-}
-
-// statusUpdater sends one status update: the only way the controller writes an object's status.
-type statusUpdater interface {
-	Update(ctx context.Context, obj client.Object, opts ...client.SubResourceUpdateOption) error
 }
 
 // writePart is one reconciler's share of an object's status.
 type writePart struct {
-	apply func(*corev1.Service)     // a Service's: sets this part's fields on a copy of it
-	done  func(client.Object)       // after a successful write (events, metrics); may be nil
-	retry chan<- event.GenericEvent // the reconciler's queue: the object is decided again after a failure
+	apply func(*corev1.Service) // a Service's: sets this part's fields on a copy of it
+	done  func(client.Object)   // after a successful write (events, metrics); may be nil
+	retry Queue                 // the reconciler's: the object is decided again after a failure
 }
 
 // writeJob is a write handed to a lane, with the part that made it: a Service's (Write, whose
@@ -69,40 +60,8 @@ type writeJob struct {
 	part   writePart
 }
 
-// writeLanes lanes of laneDepth writes each.
-const (
-	writeLanes = 8
-	laneDepth  = 1024
-)
-
-func newStatusWriter(status statusUpdater, reader client.Reader, lull *events.Lull) *statusWriter {
-	w := &statusWriter{status: status, reader: reader, stopped: make(chan struct{}), writes: decide.NewWrites(), lull: lull}
-	for range writeLanes {
-		w.lanes = append(w.lanes, make(chan *writeJob, laneDepth))
-	}
-	return w
-}
-
-// NeedLeaderElection: only the leader writes. The manager starts the lanes once this replica
-// is elected, with the reconcilers, and cancels their context when it stops leading.
-func (w *statusWriter) NeedLeaderElection() bool { return true }
-
-// Start runs the lanes until ctx ends: when the lease is lost (controller-runtime then stops
-// the manager and the process exits) or the process stops. A lane checks ctx before every
-// request, so an old leader never sends a write once it knows it lost the lease, even if it
-// lingers; what is still queued is dropped, and the next leader decides again from what is
-// stored. A write already sent is let finish: on a clean stop the lease is released only after
-// it, so it cannot land behind the next leader's back. Start returns once every goroutine it
-// started (the lanes, and retries waiting out a backoff) has ended. A writer starts once.
-func (w *statusWriter) Start(ctx context.Context) error {
-	var wg sync.WaitGroup
-	for _, lane := range w.lanes {
-		wg.Go(func() { w.run(ctx, lane, &wg) })
-	}
-	<-ctx.Done()
-	close(w.stopped)
-	wg.Wait()
-	return nil
+func newStatusWriter(p Ports) *statusWriter {
+	return &statusWriter{status: p.Status, reader: p.Live, lanes: p.Lanes, writes: decide.NewWrites()}
 }
 
 // submit hands over a Service's write unless it is redundant (decide.Writes.Submit). cached is
@@ -116,7 +75,9 @@ func (w *statusWriter) submit(key string, cached *corev1.Service, p writePart) {
 		return
 	}
 	job := &writeJob{Write: write, key: key, part: p}
-	w.lull.Hold()
+	if w.lull != nil {
+		w.lull.Hold()
+	}
 	w.mu.Unlock()
 	w.enqueue(job)
 }
@@ -129,13 +90,12 @@ func (w *statusWriter) submitStatus(want client.Object, p writePart) {
 	w.enqueue(&writeJob{object: want, key: key, part: p})
 }
 
-// enqueue gives the job to its lane, or drops it once the writer stopped.
+// enqueue gives the job to its lane (one per object, so that its writes keep their order), or
+// drops it once the writer stopped: the next leader decides again from what is stored.
 func (w *statusWriter) enqueue(job *writeJob) {
 	h := fnv.New32a()
 	h.Write([]byte(job.key))
-	select {
-	case w.lanes[h.Sum32()%writeLanes] <- job:
-	case <-w.stopped: // nobody sends it; the next leader decides again from what is stored
+	if !w.lanes.Send(int(h.Sum32()%writeLanes), func(leading context.Context) { w.send(leading, job) }) {
 		w.mu.Lock()
 		w.done(job)
 		w.mu.Unlock()
@@ -144,8 +104,10 @@ func (w *statusWriter) enqueue(job *writeJob) {
 
 // done forgets a write handed over: it is no longer on its way. Call with mu held.
 func (w *statusWriter) done(job *writeJob) {
-	if job.Write != nil {
+	if job.Write != nil && w.lull != nil {
 		w.lull.Release()
+	}
+	if job.Write != nil {
 		w.writes.Done(job.Write)
 	}
 }
@@ -158,35 +120,26 @@ func (w *statusWriter) mayList(key string, cached *corev1.Service) []netip.Addr 
 	return w.writes.MayList(key, cached)
 }
 
-// run is one lane; retries go to wg, so that Start waits for them too.
-func (w *statusWriter) run(leading context.Context, lane chan *writeJob, wg *sync.WaitGroup) {
-	for {
-		var job *writeJob
-		select {
-		case <-leading.Done():
-			return
-		case job = <-lane:
-		}
-		if leading.Err() != nil {
-			return
-		}
-		if backoff, failed := w.send(leading, job); failed {
-			wg.Go(func() { retryAfter(leading, backoff, job) })
-		}
+// send sends one write from its lane: a lane checks leading before every request, so an old
+// leader never sends a write once it knows it lost the lease, even if it lingers (LaneScheduler).
+// After a failure the object is decided again, after a backoff.
+func (w *statusWriter) send(leading context.Context, job *writeJob) {
+	if leading.Err() != nil {
+		w.mu.Lock()
+		w.done(job)
+		w.mu.Unlock()
+		return
 	}
-}
-
-// send sends one write and says, when it failed, how long to wait before it is decided again.
-func (w *statusWriter) send(leading context.Context, job *writeJob) (backoff time.Duration, failed bool) {
 	var sent client.Object
 	var base string
 	var err error
 	if job.Write == nil {
 		sent = job.object.DeepCopyObject().(client.Object)
-		err = w.status.Update(context.WithoutCancel(leading), sent) // see Start: a request once sent is let finish
+		err = w.status.Update(context.WithoutCancel(leading), sent) // a request once sent is let finish
 	} else {
 		sent, base, err = w.sendService(leading, job)
 	}
+	var backoff time.Duration
 	w.mu.Lock()
 	w.done(job)
 	if job.Write != nil {
@@ -197,12 +150,12 @@ func (w *statusWriter) send(leading context.Context, job *writeJob) (backoff tim
 	w.mu.Unlock()
 	if err != nil {
 		logf.Log.WithName("status-writer").V(1).Info("status write failed; retrying", "object", job.key, "error", err.Error(), "after", backoff)
-		return backoff, true
+		w.lanes.After(backoff, func(leading context.Context) { retry(leading, job) })
+		return
 	}
 	if sent != nil && job.part.done != nil {
 		job.part.done(sent)
 	}
-	return 0, false
 }
 
 // sendService sends a Service's write, rebased after a conflict. sent is nil when nothing was
@@ -221,27 +174,15 @@ func (w *statusWriter) sendService(leading context.Context, job *writeJob) (sent
 	return rebased, base, err
 }
 
-// retryAfter asks, after the backoff, for the job's Service to be decided again, unless the
-// writer stops first: a stopped reconciler no longer reads its queue, and a full one must not
-// keep this goroutine forever.
-func retryAfter(leading context.Context, backoff time.Duration, job *writeJob) {
-	wait := time.NewTimer(backoff)
-	defer wait.Stop()
-	select {
-	case <-leading.Done():
-		return
-	case <-wait.C:
-	}
-	key := &metav1.PartialObjectMetadata{}
+// retry asks for the job's object to be decided again, unless the writer stops first: a
+// stopped reconciler no longer reads its queue, and a full one must not keep the lane's
+// retry forever.
+func retry(leading context.Context, job *writeJob) {
+	var obj client.Object = job.object
 	if job.Write != nil {
-		key.Namespace, key.Name = job.Want.Namespace, job.Want.Name
-	} else {
-		key.Namespace, key.Name = job.object.GetNamespace(), job.object.GetName()
+		obj = job.Want
 	}
-	select {
-	case job.part.retry <- event.GenericEvent{Object: key}:
-	case <-leading.Done():
-	}
+	job.part.retry.Add(leading, client.ObjectKeyFromObject(obj))
 }
 
 // rebase sends, after another write made the job's copy stale, what decide.Writes.Rebase makes

@@ -34,7 +34,7 @@ func writerGoroutines() []string {
 	}
 	var found []string
 	for _, g := range strings.Split(string(buf), "\n\n") {
-		if strings.Contains(g, "portico/controller.(*statusWriter)") || strings.Contains(g, "portico/controller.retryAfter") {
+		if strings.Contains(g, "portico/controller.(*statusWriter)") || strings.Contains(g, "portico/controller.(*goLanes)") {
 			found = append(found, g)
 		}
 	}

@@ -13,6 +13,7 @@ import (
 
 	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
 	"github.com/portico-lb/portico/controller/allocator"
+	"github.com/portico-lb/portico/controller/internal/seeded"
 	"github.com/portico-lb/portico/rules"
 )
 
@@ -28,7 +29,11 @@ type Book struct {
 	// fence is, after a rebuild from the apiserver, the resourceVersion it read of each Service
 	// it restored addresses for, until the cache shows that version or a later one (Behind).
 	fence map[string]string
+	bugs  seeded.Bugs
 }
+
+// Seed switches on deliberately broken rules: for the simulator's positive controls only.
+func (b *Book) Seed(bugs seeded.Bugs) { b.bugs = bugs }
 
 // NewBook is an empty book: no pool, no Service, not yet rebuilt.
 func NewBook() *Book {
@@ -53,12 +58,12 @@ func (b *Book) WaitingServices() []string {
 // SetPools gives the allocator the pools if their generations changed, and returns whether
 // they did and the Services whose pool changed as a result.
 func (b *Book) SetPools(pools []porticov1.IPAddressPool) (changed bool, moved []string) {
+	if b.sameGenerations(pools) {
+		return false, nil
+	}
 	gen := make(map[string]int64, len(pools))
 	for i := range pools {
 		gen[pools[i].Name] = pools[i].Generation
-	}
-	if b.poolGen != nil && maps.Equal(gen, b.poolGen) {
-		return false, nil
 	}
 	b.poolGen = gen
 	aps := make([]allocator.Pool, 0, len(pools))
@@ -66,6 +71,20 @@ func (b *Book) SetPools(pools []porticov1.IPAddressPool) (changed bool, moved []
 		aps = append(aps, AllocatorPool(&pools[i]))
 	}
 	return true, slices.DeleteFunc(b.alloc.SetPools(aps), isLeavingKey)
+}
+
+// sameGenerations reports whether pools are those the allocator was given, at the same
+// generations: every reconcile asks, so it allocates nothing.
+func (b *Book) sameGenerations(pools []porticov1.IPAddressPool) bool {
+	if b.poolGen == nil || len(pools) != len(b.poolGen) {
+		return false
+	}
+	for i := range pools {
+		if g, ok := b.poolGen[pools[i].Name]; !ok || g != pools[i].Generation {
+			return false
+		}
+	}
+	return true
 }
 
 // PoolNames names the pools the allocator was last given.

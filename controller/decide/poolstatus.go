@@ -43,12 +43,13 @@ type PoolReady struct {
 // AddressesInUse and SharedProblem conditions; a Warning for each address newly in use and
 // each new proxy answerer.
 func Pool(in PoolSeen) PoolReady {
-	want := in.Pool.DeepCopy()
-	fillPool(want, in)
+	want := *in.Pool // the status is the decision's own; the rest is read only, as in.Pool
+	want.Status = *in.Pool.Status.DeepCopy()
+	fillPool(&want, in)
 	if equality.Semantic.DeepEqual(want.Status, in.Pool.Status) {
 		return PoolReady{}
 	}
-	rd := PoolReady{Want: want}
+	rd := PoolReady{Want: &want}
 	for _, u := range newlyInUse(in.Pool.Status.InUse, want.Status.InUse) {
 		rd.Tell = append(rd.Tell, Notice{corev1.EventTypeWarning, porticov1.ReasonAddressInUse, "Probe",
 			fmt.Sprintf("%s is in use by a foreign host (MAC %s, heard by node %s): it is not handed out while it answers", u.Address, u.MAC, u.SeenBy)})
@@ -104,15 +105,16 @@ func decimalIf(size, n *big.Int) string {
 func overlapCondition(pool *porticov1.IPAddressPool, all []porticov1.IPAddressPool) metav1.Condition {
 	c := metav1.Condition{Type: porticov1.ConditionOverlapping, Status: metav1.ConditionFalse, Reason: "NoOverlap",
 		Message: "no other pool shares an address with this one"}
-	mine := AllocatorPool(pool).Ranges
+	mine, _ := rules.PoolRanges(pool)
 	var found []string
 	for i := range all {
 		o := &all[i]
 		if o.Name == pool.Name {
 			continue
 		}
+		theirs, _ := rules.PoolRanges(o)
 		for _, a := range mine {
-			for _, b := range AllocatorPool(o).Ranges {
+			for _, b := range theirs {
 				if a.Overlaps(b) {
 					found = append(found, fmt.Sprintf("%s (%s overlaps %s)", o.Name, a, b))
 				}

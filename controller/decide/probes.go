@@ -78,6 +78,9 @@ type heard struct {
 func JudgeProbes(speakers []porticov1.Speaker, pools []porticov1.IPAddressPool, now time.Time) ProbeVerdict {
 	v := ProbeVerdict{Proxies: map[string][]porticov1.ProxyAnswerer{}}
 	answers := liveAnswers(speakers, now, &v.Expires)
+	if len(answers) == 0 { // nothing heard: no pool's address is held back, nobody is a proxy
+		return v
+	}
 	ranges := make([][]rules.Range, len(pools))
 	for i := range pools {
 		ranges[i], _ = rules.PoolRanges(&pools[i])

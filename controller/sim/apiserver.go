@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
 )
@@ -25,7 +26,9 @@ type apiserver struct {
 	uids     int
 	services map[string]*corev1.Service
 	pools    map[string]*porticov1.IPAddressPool
-	lease    lease
+	// namespaces' labels: a pool's namespaceSelectors read them
+	namespaces map[string]map[string]string
+	lease      lease
 	watchers []*replica
 	// What the invariants need: the edit each Service's addresses met (an address changes only
 	// by a decision from a later one), and the sharing key they were allocated for.
@@ -41,11 +44,14 @@ type lease struct {
 }
 
 func newAPIServer(w *world) *apiserver {
-	return &apiserver{w: w, services: map[string]*corev1.Service{}, pools: map[string]*porticov1.IPAddressPool{},
+	return &apiserver{w: w, services: map[string]*corev1.Service{}, pools: map[string]*porticov1.IPAddressPool{}, namespaces: map[string]map[string]string{},
 		metAt: map[string]int{}, sharedAs: map[string][]string{}, writer: map[string]string{}}
 }
 
-var serviceResource = schema.GroupResource{Resource: "services"}
+var (
+	serviceResource = schema.GroupResource{Resource: "services"}
+	poolResource    = schema.GroupResource{Group: "portico.dev", Resource: "ipaddresspools"}
+)
 
 // editAnnotation counts a Service's edits by users (the sim's own): a write's decision is for
 // the count of the copy it was decided from. metadata.generation does not count annotations.
@@ -146,10 +152,15 @@ func (a *apiserver) remove(key string) {
 	a.notify(key, nil)
 }
 
-// updateStatus is a status update: it stores status and annotations (kube-apiserver 1.37),
-// or fails with 409 when svc is not the stored version. by names the write for the transcript;
-// d is the decision it carries.
-func (a *apiserver) updateStatus(svc *corev1.Service, by string, d *decision) error {
+// updateStatus is a status update of a Service or a pool: it stores a Service's status and
+// annotations (kube-apiserver 1.37), a pool's status, or fails with 409 when obj is not the
+// stored version. by names the write for the transcript; d is the decision it carries. obj
+// gets the new resourceVersion, as the client decodes the answer into it.
+func (a *apiserver) updateStatus(obj client.Object, by string, d *decision) error {
+	if pool, ok := obj.(*porticov1.IPAddressPool); ok {
+		return a.updatePoolStatus(pool, by)
+	}
+	svc := obj.(*corev1.Service)
 	key := svc.Namespace + "/" + svc.Name
 	cur, ok := a.services[key]
 	if !ok {
@@ -166,8 +177,31 @@ func (a *apiserver) updateStatus(svc *corev1.Service, by string, d *decision) er
 	next.Status = *svc.Status.DeepCopy()
 	next.Annotations = maps.Clone(svc.Annotations)
 	next.ResourceVersion = a.nextRV()
+	svc.ResourceVersion = next.ResourceVersion
 	a.w.logf("apiserver: %s lands on %s: ingress %v (rv %s)", by, key, porticov1.IngressAddrs(next), next.ResourceVersion)
 	a.store(key, next, d, by)
+	return nil
+}
+
+// updatePoolStatus stores a pool's status, as the pool reconciler writes it.
+func (a *apiserver) updatePoolStatus(pool *porticov1.IPAddressPool, by string) error {
+	cur, ok := a.pools[pool.Name]
+	if !ok {
+		return apierrors.NewNotFound(poolResource, pool.Name)
+	}
+	if cur.ResourceVersion != pool.ResourceVersion {
+		return apierrors.NewConflict(poolResource, pool.Name, fmt.Errorf("the object has been modified"))
+	}
+	next := cur.DeepCopy()
+	next.Status = *pool.Status.DeepCopy()
+	next.ResourceVersion = a.nextRV()
+	pool.ResourceVersion = next.ResourceVersion
+	a.w.logf("apiserver: %s lands: %d holds (rv %s)", by, len(next.Status.Holds), next.ResourceVersion)
+	if len(next.Status.Holds) < len(cur.Status.Holds) {
+		a.w.logf("%s ends holds: %d left", pool.Name, len(next.Status.Holds))
+	}
+	a.pools[pool.Name] = next
+	a.notifyPools(pool.Name)
 	return nil
 }
 
@@ -193,11 +227,13 @@ func (a *apiserver) get(key string) (*corev1.Service, bool) {
 	return svc.DeepCopy(), true
 }
 
-// list is every Service as stored now, by key.
+// list is every Service as stored now, by key. A stored object is never changed, only
+// replaced, so readers share it: none of them writes to what it reads (as with an informer's
+// cache).
 func (a *apiserver) list() []*corev1.Service {
 	out := make([]*corev1.Service, 0, len(a.services))
 	for _, k := range slices.Sorted(maps.Keys(a.services)) {
-		out = append(out, a.services[k].DeepCopy())
+		out = append(out, a.services[k])
 	}
 	return out
 }
@@ -206,7 +242,7 @@ func (a *apiserver) list() []*corev1.Service {
 func (a *apiserver) setPool(name string, ranges ...string) {
 	p := &porticov1.IPAddressPool{ObjectMeta: metav1.ObjectMeta{Name: name}}
 	if old, ok := a.pools[name]; ok {
-		p.Generation = old.Generation
+		p.Generation, p.Status = old.Generation, old.Status
 	}
 	p.Generation++
 	for _, r := range ranges {
@@ -218,7 +254,7 @@ func (a *apiserver) setPool(name string, ranges ...string) {
 	p.ResourceVersion = a.nextRV()
 	a.w.logf("user sets pool %s: %v", name, ranges)
 	a.pools[name] = p
-	a.notifyPools()
+	a.notifyPools(name)
 }
 
 func (a *apiserver) deletePool(name string) {
@@ -227,38 +263,30 @@ func (a *apiserver) deletePool(name string) {
 	}
 	a.w.logf("user deletes pool %s", name)
 	delete(a.pools, name)
-	a.notifyPools()
+	a.notifyPools(name)
 }
 
 // poolList is every pool as stored now, by name.
 func (a *apiserver) poolList() []porticov1.IPAddressPool {
 	out := make([]porticov1.IPAddressPool, 0, len(a.pools))
 	for _, n := range slices.Sorted(maps.Keys(a.pools)) {
-		out = append(out, *a.pools[n].DeepCopy())
+		out = append(out, *a.pools[n]) // shared, as list's
 	}
 	return out
 }
 
-// watchEvent is what a watch delivers: a Service (nil: deleted) or the pools.
-type watchEvent struct {
-	key   string
-	svc   *corev1.Service
-	pools []porticov1.IPAddressPool // set for a pool change: the whole list, as a relist would
-}
-
 func (a *apiserver) notify(key string, svc *corev1.Service) {
 	for _, r := range a.watchers {
-		var c *corev1.Service
-		if svc != nil {
-			c = svc.DeepCopy()
-		}
-		r.watch(watchEvent{key: key, svc: c})
+		r.watch(watchEvent{key: key, svc: svc}) // shared, as list's
 	}
 }
 
-func (a *apiserver) notifyPools() {
+// notifyPools sends the pools, as a relist of them would, and the one that changed: its watch
+// event.
+func (a *apiserver) notifyPools(changed string) {
+	pools := a.poolList()
 	for _, r := range a.watchers {
-		r.watch(watchEvent{pools: a.poolList()})
+		r.watch(watchEvent{pool: true, pools: pools, key: changed})
 	}
 }
 
@@ -271,4 +299,13 @@ func (a *apiserver) acquire(who string, observedAt time.Duration) bool {
 	}
 	a.lease = lease{holder: who, renew: a.w.now}
 	return true
+}
+
+// namespaceLabels is every namespace's labels as stored now.
+func (a *apiserver) namespaceLabels() map[string]map[string]string {
+	out := make(map[string]map[string]string, len(a.namespaces))
+	for n, l := range a.namespaces {
+		out[n] = maps.Clone(l)
+	}
+	return out
 }

@@ -35,10 +35,24 @@ import (
 // it restored from stored status.
 type decision struct {
 	replica    string
+	key        string
+	rv         string // of the copy it was decided from
 	edit       int
-	allocation bool
+	allocation bool // the Service reconciler's write (else the health reconciler's)
+	pool       bool // the pool reconciler's: no invariant reads it
 	pools      []porticov1.IPAddressPool
 	kept       []netip.Addr
+}
+
+// what names the write a decision makes, for the transcript.
+func (d *decision) what() string {
+	switch {
+	case d.pool:
+		return "status write for pool " + d.key
+	case d.allocation:
+		return "allocation write for " + d.key
+	}
+	return "health write for " + d.key
 }
 
 func (a *apiserver) checkChange(key string, before, after []netip.Addr, d *decision, by string) {

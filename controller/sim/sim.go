@@ -1,9 +1,11 @@
-// Package sim is a deterministic simulation of the controller: the real decisions
-// (decide.Service, decide.Health), allocator, status writer core (decide.Writes) and news desk,
-// run by two or three replicas over a simulated apiserver, network and leader election, with a
-// seeded random number generator and a simulated clock. Only the I/O is simulated. After every
-// step that changes what the apiserver stores, the invariants are checked (invariants.go); a
-// failing seed replays exactly, with its transcript.
+// Package sim is a deterministic simulation of the controller: two or three replicas, each
+// running the controller's own shell (controller.Shell: the Service, health and pool
+// reconcilers, the book behind its lock, the status writer and its lease fence, and under them
+// the pure decisions) on ports this package fills (controller.Ports): a simulated apiserver,
+// informer caches, network, clock and leader election, driven by a seeded random number
+// generator. Only the I/O is simulated. After every step that changes what the apiserver
+// stores, the invariants are checked (invariants.go); a failing seed replays exactly, with its
+// transcript.
 package sim
 
 import (
@@ -11,7 +13,12 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
+	"sync"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/portico-lb/portico/controller"
 )
 
 // Options choose what the simulated controller runs.
@@ -55,6 +62,10 @@ const (
 	addressHold = 20 * time.Second
 )
 
+// seriesNobodyReads are every world's replicas' metrics: one registry for the process (a
+// registry per seed costs more than the seed's decisions), which nothing reads.
+var seriesNobodyReads = sync.OnceValue(func() *controller.Metrics { return controller.NewMetrics(prometheus.NewRegistry()) })
+
 // epoch is the simulated clock's zero, as a time the decisions read (creation times, the news
 // desk). A constant: nothing reads the wall clock.
 var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -72,6 +83,8 @@ type world struct {
 	faults   faults
 	failed   string
 	log      []string
+	metrics  *controller.Metrics // the replicas' series
+	running  *proc               // the lane request running now, if one is
 }
 
 // faults are this seed's probabilities and delays: each seed draws its own, so some runs are
@@ -87,7 +100,7 @@ type faults struct {
 
 // Run simulates one seed.
 func Run(seed uint64, opts Options) Result {
-	w := &world{opts: opts, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
+	w := &world{opts: opts, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), metrics: seriesNobodyReads()}
 	w.faults = faults{
 		slowNet:      w.rng.Float64() * 0.05,
 		lostRequest:  w.rng.Float64() * 0.02,
@@ -129,6 +142,9 @@ func Run(seed uint64, opts Options) Result {
 	if w.failed == "" {
 		w.now = end
 		w.checkQuiet()
+	}
+	for _, r := range w.replicas {
+		r.stopProcs() // their coroutines end with the seed
 	}
 	return Result{Seed: seed, Steps: w.steps, Violation: w.failed, Transcript: w.log}
 }
