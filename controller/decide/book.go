@@ -178,26 +178,7 @@ func (b *Book) Rebuild(stored []Stored, fence bool) []Refused {
 	// the old leader died. The edited one is moving anyway; the other must keep its address.
 	// So does one whose sharing key changed since (keyKept): the others listing its address did
 	// not.
-	recorded := map[netip.Addr][]string{} // address → the sharing keys written beside it
-	for _, s := range stored {
-		for _, ip := range s.IPs {
-			if s.SharedUnder != "" {
-				recorded[ip] = append(recorded[ip], s.SharedUnder)
-			}
-		}
-	}
-	keyKept := func(s Stored) bool {
-		if s.SharedUnder != s.Request.SharingKey {
-			return false
-		}
-		for _, ip := range s.IPs {
-			// Its own key may not have been written since Services joined under another.
-			if keys := recorded[ip]; len(keys) > 0 && !slices.Contains(keys, s.Request.SharingKey) {
-				return false
-			}
-		}
-		return true
-	}
+	keyKept := keyKeptAmong(stored)
 	// A changed key goes last: a Service moving to another pool may keep sharing until it
 	// moves; one under another key may not share at all.
 	var fit, moving, rekeyed []Stored
@@ -227,6 +208,31 @@ func (b *Book) Rebuild(stored []Stored, fence bool) []Refused {
 	}
 	b.loaded = true
 	return refused
+}
+
+// keyKeptAmong says of a stored Service whether it still shares its addresses under the key
+// written beside them, by every Service listing them.
+func keyKeptAmong(stored []Stored) func(Stored) bool {
+	recorded := map[netip.Addr][]string{} // address → the sharing keys written beside it
+	for _, s := range stored {
+		for _, ip := range s.IPs {
+			if s.SharedUnder != "" {
+				recorded[ip] = append(recorded[ip], s.SharedUnder)
+			}
+		}
+	}
+	return func(s Stored) bool {
+		if s.SharedUnder != s.Request.SharingKey {
+			return false
+		}
+		for _, ip := range s.IPs {
+			// Its own key may not have been written since Services joined under another.
+			if keys := recorded[ip]; len(keys) > 0 && !slices.Contains(keys, s.Request.SharingKey) {
+				return false
+			}
+		}
+		return true
+	}
 }
 
 // Behind reports whether the cache's copy of a Service (nil: not in the cache) is older than

@@ -29,7 +29,7 @@ type apiserver struct {
 	// namespaces' labels: a pool's namespaceSelectors read them
 	namespaces map[string]map[string]string
 	lease      lease
-	watchers []*replica
+	watchers   []*replica
 	// What the invariants need: the edit each Service's addresses met (an address changes only
 	// by a decision from a later one), and the sharing key they were allocated for.
 	metAt    map[string]int

@@ -98,6 +98,8 @@ type clock struct{ r *replica }
 
 func (c clock) Now() time.Time { return epoch.Add(c.r.w.now) }
 
+func (c clock) Since(t time.Time) time.Duration { return c.Now().Sub(t) }
+
 func (c clock) AfterFunc(d time.Duration, f func()) {
 	c.r.w.after(d, c.r, f)
 }

@@ -200,9 +200,9 @@ func (r *replica) svcKeys() []string {
 
 // watchEvent is what a watch delivers: a Service (nil: deleted), the pools or the namespaces.
 type watchEvent struct {
-	key        string                    // the Service, or the pool that changed
+	key        string // the Service, or the pool that changed
 	svc        *corev1.Service
-	pool       bool                      // a pool changed: pools is the whole list, as a relist would give
+	pool       bool // a pool changed: pools is the whole list, as a relist would give
 	pools      []porticov1.IPAddressPool
 	namespaces map[string]map[string]string
 	namespace  string // the namespace whose labels changed
