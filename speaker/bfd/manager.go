@@ -81,7 +81,7 @@ func (m *Manager) Start(name string, addr, src netip.Addr, cfg Config, onChange 
 		}
 		return 0.75 + 0.25*rand.Float64()
 	}
-	s := NewSession(time.Now(), cfg, disc, random32(), jitter)
+	s := NewSession(time.Now(), cfg, disc, random32(), Random{Jitter: jitter, Discriminator: p.renewDiscriminator})
 	m.metrics.up.WithLabelValues(name).Set(0)
 	m.log.Info("starting BFD session", "peer", name, "address", addr, "discriminator", disc,
 		"desiredMinTx", cfg.DesiredMinTx, "requiredMinRx", cfg.RequiredMinRx, "multiplier", cfg.DetectMult, "passive", cfg.Passive, "multihop", cfg.Hops.Multihop)
@@ -105,6 +105,15 @@ func (m *Manager) newDiscriminator() uint32 {
 			return d
 		}
 	}
+}
+
+// renewDiscriminator gives the peer's session a new local discriminator (Random.Discriminator).
+func (p *Peer) renewDiscriminator() uint32 {
+	p.m.mu.Lock()
+	defer p.m.mu.Unlock()
+	p.disc = p.m.newDiscriminator()
+	p.m.log.V(1).Info("new BFD discriminator: the peer's sequence number was forgotten", "peer", p.name, "discriminator", p.disc)
+	return p.disc
 }
 
 // random32 is 32 bits from the system's cryptographic generator.

@@ -2,6 +2,7 @@ package bfd
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/portico-lb/portico/rules/bfdprofile"
@@ -55,14 +56,22 @@ type Output struct {
 	Transition *Transition // nil: the state did not change
 }
 
+// Random is where a session's random choices come from: inputs, like the time.
+type Random struct {
+	// Jitter returns the fraction of the transmit interval to wait before the next periodic
+	// packet: in [0.75, 1] (at most 0.9 when the detect multiplier is 1, RFC 5880 §6.8.7).
+	Jitter func() float64
+	// Discriminator returns a new local discriminator (random, non-zero, unique on this
+	// system), taken each time the session forgets the peer's sequence number (auth.go).
+	Discriminator func() uint32
+}
+
 // Session is one RFC 5880 asynchronous-mode session. It does no I/O and reads no clock: every
-// input carries the time, and jitter comes from the Jitter function.
+// input carries the time, and what is random comes from Random.
 type Session struct {
 	cfg    Config
 	myDisc uint32
-	// Jitter returns the fraction of the transmit interval to wait before the next periodic
-	// packet: in [0.75, 1] (at most 0.9 when the detect multiplier is 1, RFC 5880 §6.8.7).
-	jitter func() float64
+	random Random
 
 	state        State
 	diag         Diag
@@ -82,6 +91,9 @@ type Session struct {
 	// restartHeard is when the peer's address last sent a fresh session's packet (Your
 	// Discriminator 0, another My Discriminator) while this one was Init or Up.
 	restartHeard time.Time
+	// formerPeers are the last discriminators the peer had before its current one: a packet
+	// of one of them is no new session of the peer's (it may be a recording).
+	formerPeers [4]uint32
 
 	xmitSeq    uint32    // bfd.XmitAuthSeq: the sequence number of the next packet sent
 	rcvSeq     uint32    // bfd.RcvAuthSeq: that of the last authenticated packet received
@@ -92,8 +104,8 @@ type Session struct {
 // NewSession starts a session in Down with local discriminator myDisc (random, non-zero, unique
 // on this system) and firstSeq as the first authentication sequence number (random, RFC 5880
 // §6.8.1). The first packet is due at now unless the session is passive.
-func NewSession(now time.Time, cfg Config, myDisc, firstSeq uint32, jitter func() float64) *Session {
-	s := &Session{cfg: cfg, myDisc: myDisc, xmitSeq: firstSeq, jitter: jitter, state: Down, remoteState: Down,
+func NewSession(now time.Time, cfg Config, myDisc, firstSeq uint32, random Random) *Session {
+	s := &Session{cfg: cfg, myDisc: myDisc, xmitSeq: firstSeq, random: random, state: Down, remoteState: Down,
 		remoteMinRx: time.Microsecond, txInUse: max(cfg.DesiredMinTx, slowTx), rxInUse: cfg.RequiredMinRx}
 	if !cfg.Passive {
 		s.nextTx = now
@@ -155,6 +167,7 @@ func (s *Session) sending() bool {
 // the reception rules of RFC 5880 §6.8.6 that need the session. A packet they drop changes
 // nothing and comes back as a Discard saying why.
 func (s *Session) Receive(now time.Time, p Packet) (Output, *Discard) {
+	s.forgetSeq(now)
 	if p.YourDiscriminator != 0 && p.YourDiscriminator != s.myDisc {
 		return Output{}, discard("discriminator", "your discriminator %d is not this session's", p.YourDiscriminator)
 	}
@@ -162,20 +175,27 @@ func (s *Session) Receive(now time.Time, p Packet) (Output, *Discard) {
 	// (§6.8.6). Once the session has left Down, the peer's discriminator is fixed (§6.3: it
 	// never changes during a session), so a packet naming another one is not the peer's: a
 	// forged Down or AdminDown from the LAN that guessed neither discriminator changes nothing.
-	// A peer that restarted with a new one is heard once the session times out to Down.
+	// A peer that restarted with a new one is heard once the session times out to Down; one
+	// of its former discriminators is no new session (it may be a recording).
 	if (s.state == Init || s.state == Up) && p.MyDiscriminator != s.remoteDisc {
-		if p.YourDiscriminator == 0 && (s.cfg.Auth.Type == AuthNone || p.DigestValid(s.cfg.Auth.Key)) {
+		if p.YourDiscriminator == 0 && !slices.Contains(s.formerPeers[:], p.MyDiscriminator) &&
+			(s.cfg.Auth.Type == AuthNone || p.DigestValid(s.cfg.Auth.Key)) {
 			s.restartHeard = now
 		}
 		return Output{}, discard("discriminator", "my discriminator %d, the session's peer is %d", p.MyDiscriminator, s.remoteDisc)
 	}
-	if d := s.authenticate(now, p); d != nil {
+	fresh, d := s.authenticate(now, p)
+	if d != nil {
 		return Output{}, d
 	}
 	if s.state == AdminDown {
 		return Output{}, discard("admin-down", "the session is administratively down")
 	}
-	s.remoteDisc, s.remoteState = p.MyDiscriminator, p.State
+	if !fresh {
+		return s.heardUnproven(now, p), nil
+	}
+	s.bindPeer(p.MyDiscriminator)
+	s.remoteState = p.State
 	s.remoteMinRx, s.remoteTx, s.remoteMult = p.RequiredMinRx, p.DesiredMinTx, p.DetectMult
 	if p.Final && s.polling {
 		s.polling = false
@@ -234,6 +254,7 @@ func (s *Session) startPoll(cfg Config) {
 // Advance fires the timers due at now: the detection time (the session goes Down) and the
 // periodic transmission.
 func (s *Session) Advance(now time.Time) Output {
+	s.forgetSeq(now)
 	var out Output
 	if !s.detectAt.IsZero() && !now.Before(s.detectAt) {
 		// The old session fell silent while the peer's address was opening a new one (a router
@@ -244,7 +265,7 @@ func (s *Session) Advance(now time.Time) Output {
 			diag = DiagNeighborDown
 		}
 		s.detectAt, s.restartHeard = time.Time{}, time.Time{}
-		s.remoteDisc = 0
+		s.bindPeer(0)
 		s.remoteMinRx, s.remoteTx = time.Microsecond, 0
 		if s.state == Init || s.state == Up {
 			was := s.state
@@ -299,7 +320,7 @@ func (s *Session) transmitDue(now time.Time) []Packet {
 	}
 	p := s.packet()
 	s.finalPending = false
-	s.nextTx = now.Add(time.Duration(float64(s.txInterval()) * s.jitter()))
+	s.nextTx = now.Add(time.Duration(float64(s.txInterval()) * s.random.Jitter()))
 	if !s.sending() {
 		s.nextTx = time.Time{}
 	}
@@ -316,4 +337,13 @@ func (s *Session) packet() Packet {
 		p.Poll = true
 	}
 	return s.sign(p)
+}
+
+// bindPeer makes d the peer's discriminator (0: none known), remembering the one it replaces.
+func (s *Session) bindPeer(d uint32) {
+	if s.remoteDisc != 0 && s.remoteDisc != d && !slices.Contains(s.formerPeers[:], s.remoteDisc) {
+		copy(s.formerPeers[1:], s.formerPeers[:])
+		s.formerPeers[0] = s.remoteDisc
+	}
+	s.remoteDisc = d
 }

@@ -34,7 +34,9 @@ func TestSessionTranscripts(t *testing.T) {
 				if d.HasArg("seq") {
 					d.ScanArgs(t, "seq", &seq)
 				}
-				s = NewSession(epoch, config(t, d), uint32(disc), uint32(seq), func() float64 { return jitter })
+				next := uint32(disc) // each new discriminator is the last one plus one
+				s = NewSession(epoch, config(t, d), uint32(disc), uint32(seq), Random{Jitter: func() float64 { return jitter },
+					Discriminator: func() uint32 { next++; return next }})
 			case "jitter":
 				var v string
 				d.ScanArgs(t, "fraction", &v)
