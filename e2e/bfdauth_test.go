@@ -41,15 +41,8 @@ func bfdAuthWithBird(t *testing.T, typ v1alpha1.BFDAuthenticationType, birdName 
 		router := e.Routers[0]
 		const key = "0123456789abcdefghij" // the longest key: 20 bytes
 		b := startBird(t, router.NS, birdBFDAuthConfig(router.IPv4.Addr(), e.Nodes, birdName, key))
-		keyID := uint32(1)
 		for name, k := range map[string]string{"right": key, "wrong": "0123456789abcdefghiX"} {
-			must(t, e.c.Create(context.Background(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "bfd-" + name, Namespace: "default"},
-				Data: map[string][]byte{"key": []byte(k)}}))
-			ms, mult := uint32(calmBFDMillis), uint32(5)
-			e.createObject(&v1alpha1.BFDProfile{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1alpha1.BFDProfileSpec{
-				ReceiveInterval: &ms, TransmitInterval: &ms, DetectMultiplier: &mult,
-				Authentication: &v1alpha1.BFDAuthentication{Type: typ, KeyID: &keyID,
-					SecretRef: v1alpha1.SecretKeyRef{Namespace: "default", Name: v1alpha1.Name("bfd-" + name), Key: "key"}}}})
+			e.createBFDAuthProfile(name, typ, k)
 		}
 		for name, nodes := range map[string][]string{"right": {"node-a", "node-b"}, "wrong": {"node-c"}} {
 			peer := bgpPeer("tor-"+name, router.IPv4.Addr(), clusterASN, routerASN)
@@ -97,4 +90,16 @@ func bfdAuthWithBird(t *testing.T, typ v1alpha1.BFDAuthenticationType, birdName 
 			return out
 		})
 	})
+}
+
+// createBFDAuthProfile creates a BFDProfile (calmBFDMillis × 5) authenticated with key ID 1 and
+// key, held in the Secret default/bfd-NAME.
+func (e *l2Env) createBFDAuthProfile(name string, typ v1alpha1.BFDAuthenticationType, key string) {
+	must(e.t, e.c.Create(context.Background(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "bfd-" + name, Namespace: "default"},
+		Data: map[string][]byte{"key": []byte(key)}}))
+	ms, mult, keyID := uint32(calmBFDMillis), uint32(5), uint32(1)
+	e.createObject(&v1alpha1.BFDProfile{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1alpha1.BFDProfileSpec{
+		ReceiveInterval: &ms, TransmitInterval: &ms, DetectMultiplier: &mult,
+		Authentication: &v1alpha1.BFDAuthentication{Type: typ, KeyID: &keyID,
+			SecretRef: v1alpha1.SecretKeyRef{Namespace: "default", Name: v1alpha1.Name("bfd-" + name), Key: "key"}}}})
 }

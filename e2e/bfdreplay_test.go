@@ -1,0 +1,167 @@
+package e2e
+
+import (
+	"context"
+	"encoding/binary"
+	"net"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mdlayher/packet"
+	"golang.org/x/sys/unix"
+
+	"github.com/portico-lb/portico/api/v1alpha1"
+	"github.com/portico-lb/portico/internal/netlab"
+	"github.com/portico-lb/portico/speaker/bfd"
+)
+
+// bfdRecorder records the BFD control packets an address sends to namespace ns, as a host on
+// the path that keeps them for later would: each UDP payload and when it arrived.
+type bfdRecorder struct {
+	conn *packet.Conn
+	from netip.Addr
+	done chan struct{}
+
+	mu  sync.Mutex
+	got []recordedBFD
+}
+
+type recordedBFD struct {
+	at      time.Time
+	payload []byte
+}
+
+func recordBFD(t testing.TB, ns string, from netip.Addr) *bfdRecorder {
+	r := &bfdRecorder{from: from, done: make(chan struct{})}
+	must(t, netlab.In(ns, func() error {
+		ifi, err := net.InterfaceByName("eth0")
+		if err != nil {
+			return err
+		}
+		r.conn, err = packet.Listen(ifi, packet.Datagram, unix.ETH_P_IP, nil)
+		return err
+	}))
+	go r.read()
+	t.Cleanup(r.stop)
+	return r
+}
+
+func (r *bfdRecorder) read() {
+	defer close(r.done)
+	buf := make([]byte, 1500)
+	for {
+		n, _, err := r.conn.ReadFrom(buf)
+		if err != nil {
+			return // closed
+		}
+		if payload, ok := bfdPayload(buf[:n], r.from); ok {
+			r.mu.Lock()
+			r.got = append(r.got, recordedBFD{at: time.Now(), payload: payload})
+			r.mu.Unlock()
+		}
+	}
+}
+
+// bfdPayload is the UDP payload of an IPv4 packet from src to the single-hop BFD port.
+func bfdPayload(ip []byte, src netip.Addr) ([]byte, bool) {
+	if len(ip) < 20 || ip[0]>>4 != 4 || ip[9] != unix.IPPROTO_UDP {
+		return nil, false
+	}
+	hl := int(ip[0]&0x0f) * 4
+	if from, _ := netip.AddrFromSlice(ip[12:16]); from != src || len(ip) < hl+8 || binary.BigEndian.Uint16(ip[hl+2:]) != bfd.Port {
+		return nil, false
+	}
+	return append([]byte(nil), ip[hl+8:]...), true
+}
+
+func (r *bfdRecorder) stop() {
+	_ = r.conn.Close()
+	<-r.done
+}
+
+// packets returns what was recorded so far.
+func (r *bfdRecorder) packets() []recordedBFD {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]recordedBFD(nil), r.got...)
+}
+
+// TestBFDReplayedPackets: bird2 and the speakers run BFD with Keyed SHA1 (the key from a
+// Secret), and the BFD packets bird sends node-a are recorded from the start. Then bird stops
+// (the router is gone) and node-a's session goes Down. A host waits until node-a has forgotten
+// bird's sequence number (twice its detection time, RFC 5880 §6.8.1) and sends bird's recorded
+// packets to node-a from the router's address, in order, once a second for three seconds. Each
+// round reaches node-a (its received count says so) and changes nothing: no state change, the
+// session stays Down. (Before, the first round took node-a's session to Init and then Up, with
+// no router there.) bird started again brings the session Up.
+func TestBFDReplayedPackets(t *testing.T) {
+	inBGPLab(t, 1, func(t *testing.T, e *l2Env) {
+		router, target := e.Routers[0], e.node("node-a").IPv4.Addr()
+		rec := recordBFD(t, e.node("node-a").NS, router.IPv4.Addr())
+		const key = "0123456789abcdefghij"
+		b := startBird(t, router.NS, birdBFDAuthConfig(router.IPv4.Addr(), e.Nodes, "keyed sha1", key))
+		e.createBFDAuthProfile("signed", v1alpha1.BFDKeyedSHA1, key)
+		peer := bgpPeer("tor", router.IPv4.Addr(), clusterASN, routerASN)
+		peer.Spec.BFDProfile = "signed"
+		e.createObject(peer)
+		e.waitEstablished("tor", 30*time.Second, "node-a")
+		waitFor(t, "node-a's authenticated BFD session Up on both sides", 15*time.Second, func() bool {
+			return bfdUp(t, b, target) && e.bfdCounters(t, "node-a", "tor").up == 1
+		})
+
+		b.Stop()
+		waitFor(t, "node-a's session Down once bird is gone", 15*time.Second, func() bool {
+			return e.bfdCounters(t, "node-a", "tor").up == 0
+		})
+		rec.stop()
+		recorded := rec.packets()
+		if len(recorded) < 5 {
+			t.Fatalf("recorded %d of bird's BFD packets to node-a", len(recorded))
+		}
+		payloads := make([][]byte, len(recorded))
+		for i, r := range recorded {
+			payloads[i] = r.payload
+		}
+		// The host waits until node-a has forgotten bird's sequence number: twice node-a's
+		// detection time after bird's last packet, bird's multiplier (5) times node-a's receive
+		// interval once the session is Down. (A replay before then within Keyed SHA1's window
+		// is accepted, and keeps the sequence number known: auth-keyed.)
+		last := recorded[len(recorded)-1].at
+		forgotten := last.Add(2*5*calmBFDMillis*time.Millisecond + 500*time.Millisecond)
+		<-time.After(time.Until(forgotten)) // the attack's timing, not a wait for the system
+		before := e.bfdCounters(t, "node-a", "tor")
+		pace := time.NewTicker(time.Second) // the replay's pace: the stimulus, not a wait for anything
+		defer pace.Stop()
+		rounds := 0
+		for ; time.Now().Before(forgotten.Add(3 * time.Second)); <-pace.C {
+			received := e.bfdReceived(t, "node-a", "tor")
+			must(t, sendSpoofed(router.NS, router.IPv4.Addr(), target, payloads...))
+			rounds++
+			waitFor(t, "node-a received the replayed round", 10*time.Second, func() bool {
+				return e.bfdReceived(t, "node-a", "tor") >= received+float64(len(payloads))
+			})
+			if now := e.bfdCounters(t, "node-a", "tor"); now.changes != before.changes || now.up != 0 {
+				t.Fatalf("round %d of %d replayed packets (%v after bird's last one) changed node-a's session: %v state changes (was %v), up=%v",
+					rounds, len(payloads), time.Since(last).Round(time.Millisecond), now.changes, before.changes, now.up)
+			}
+		}
+		t.Logf("%d rounds of %d recorded packets replayed to node-a, the last %v after bird's last packet: no state change",
+			rounds, len(payloads), time.Since(last).Round(time.Millisecond))
+
+		b.Start()
+		waitFor(t, "node-a's session Up again with bird back", 30*time.Second, func() bool {
+			return bfdUp(t, b, target) && e.bfdCounters(t, "node-a", "tor").up == 1
+		})
+	})
+}
+
+// bfdReceived is the count of BFD packets node's speaker received from peer.
+func (e *l2Env) bfdReceived(t testing.TB, node, peer string) float64 {
+	m, err := scrapeMetrics(context.Background(), e.node(node).IPv4.Addr().String()+":7474")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sum(m, "portico_bfd_packets_received_total", map[string]string{"peer": peer})
+}
