@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/netip"
 	"os/exec"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -12,68 +14,15 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/portico-lb/portico/api/v1alpha1"
 	"github.com/portico-lb/portico/internal/netlab"
 )
-
-// cniMarks is how a CNI (or a mesh) uses the packet and connection marks on a node, applied as
-// it applies them: set runs in every node's namespace before the speakers start, unset after.
-type cniMarks struct {
-	name       string
-	set, unset string // shell
-}
-
-// The CNIs' marks. Calico's Felix (iptables dataplane, default mark mask 0xffff0000) marks
-// every packet from a workload interface 0x40000 in raw PREROUTING and sets its accept mark
-// 0x10000 in its filter chains, an endpoint mark in 0xfff00000 in mangle. Cilium's eBPF
-// programs write the whole mark of a pod's packets (its identity in the upper 16 bits, the
-// magic 0x0f00 below; an nftables rule stands in for the BPF program here), and its ip rule
-// sends the proxy's 0x200/0xf00 to table 2004. Istio's ambient mode marks in 0xfff and keeps the
-// mark in the connection's (CONNMARK). kube-proxy's own masquerade mark 0x4000 is the real
-// kube-proxy's, in every case.
-var cniMarksCases = []cniMarks{
-	{name: "calico", set: `
-iptables -t raw -N cali-PREROUTING
-iptables -t raw -A cali-PREROUTING -j MARK --set-xmark 0x0/0xf0000
-iptables -t raw -A cali-PREROUTING -i cni0 -j MARK --set-xmark 0x40000/0x40000
-iptables -t raw -I PREROUTING -j cali-PREROUTING
-iptables -t mangle -N cali-PREROUTING
-iptables -t mangle -A cali-PREROUTING -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT
-iptables -t mangle -A cali-PREROUTING -i cni0 -j MARK --set-xmark 0x100000/0xfff00000
-iptables -t mangle -A cali-PREROUTING -m mark --mark 0x10000/0x10000 -j ACCEPT
-iptables -t mangle -I PREROUTING -j cali-PREROUTING
-iptables -t filter -N cali-FORWARD
-iptables -t filter -A cali-FORWARD -j MARK --set-xmark 0x0/0xe0000
-iptables -t filter -A cali-FORWARD -i cni0 -j MARK --set-xmark 0x10000/0x10000
-iptables -t filter -A cali-FORWARD -o cni0 -j MARK --set-xmark 0x10000/0x10000
-iptables -t filter -A cali-FORWARD -m mark --mark 0x10000/0x10000 -j ACCEPT
-iptables -t filter -I FORWARD -j cali-FORWARD`, unset: `
-iptables -t raw -D PREROUTING -j cali-PREROUTING; iptables -t raw -F cali-PREROUTING; iptables -t raw -X cali-PREROUTING
-iptables -t mangle -D PREROUTING -j cali-PREROUTING; iptables -t mangle -F cali-PREROUTING; iptables -t mangle -X cali-PREROUTING
-iptables -t filter -D FORWARD -j cali-FORWARD; iptables -t filter -F cali-FORWARD; iptables -t filter -X cali-FORWARD`},
-	{name: "cilium", set: `
-nft add table ip cilium-bpf-standin
-nft 'add chain ip cilium-bpf-standin from-container { type filter hook prerouting priority raw; }'
-nft add rule ip cilium-bpf-standin from-container iifname cni0 meta mark set 0x0a5b0f00
-iptables -t mangle -N CILIUM_PRE_mangle
-iptables -t mangle -A CILIUM_PRE_mangle -m mark --mark 0xa00/0xe00 -j ACCEPT
-iptables -t mangle -I PREROUTING -j CILIUM_PRE_mangle
-ip rule add fwmark 0x200/0xf00 lookup 2004 pref 9`, unset: `
-nft delete table ip cilium-bpf-standin
-iptables -t mangle -D PREROUTING -j CILIUM_PRE_mangle; iptables -t mangle -F CILIUM_PRE_mangle; iptables -t mangle -X CILIUM_PRE_mangle
-ip rule del fwmark 0x200/0xf00 lookup 2004 pref 9`},
-	{name: "istio", set: `
-iptables -t mangle -N ISTIO_PRERT
-iptables -t mangle -A ISTIO_PRERT -i cni0 -j MARK --set-xmark 0x539/0xfff
-iptables -t mangle -A ISTIO_PRERT -m mark --mark 0x539/0xfff -j CONNMARK --set-xmark 0x111/0xfff
-iptables -t mangle -A ISTIO_PRERT -m connmark --mark 0x111/0xfff -j MARK --set-xmark 0x220/0x220
-iptables -t mangle -A ISTIO_PRERT -m mark --mark 0x100/0x100 -j ACCEPT
-iptables -t mangle -I PREROUTING -j ISTIO_PRERT`, unset: `
-iptables -t mangle -D PREROUTING -j ISTIO_PRERT; iptables -t mangle -F ISTIO_PRERT; iptables -t mangle -X ISTIO_PRERT`},
-}
 
 // TestHandoffBesideCNIMarksNftables and TestHandoffBesideCNIMarksIptables: the hand-off shares
 // the node's marks with the CNI and kube-proxy (nftables or iptables mode) and none of them
@@ -93,11 +42,17 @@ func handoffBesideCNIMarks(t *testing.T, proxyMode string) {
 			must(t, err)
 			t.Cleanup(func() { _ = stop() })
 		}
-		for _, cni := range cniMarksCases {
-			t.Run(cni.name, func(t *testing.T) {
+		// The hand-off bit is free beside each; Istio's ambient mode takes the default slot bits,
+		// so there the hand-off runs by address only.
+		reasons := map[string]string{"calico": v1alpha1.ReasonMarksFree, "cilium": v1alpha1.ReasonMarksFree, "istio": v1alpha1.ReasonSlotMarksInUse}
+		for _, cni := range netlab.CNIMarks {
+			t.Run(cni.Name, func(t *testing.T) {
 				e.t = t
 				e.withMarks(cni)
-				svc, ip := e.markedService("marks-" + cni.name)
+				for _, n := range e.Nodes {
+					e.handoffMarks(n.Name, reasons[cni.Name], "")
+				}
+				svc, ip := e.markedService("marks-" + cni.Name)
 				owner, next := ownerAndNext(ip)
 				e.expectOwner(ip, owner)
 				r := e.startRequests(svc, ip)
@@ -114,15 +69,15 @@ func handoffBesideCNIMarks(t *testing.T, proxyMode string) {
 
 // withMarks applies cni's marks on every node and restarts the speakers, as they would start on
 // a node whose CNI runs already; the marks go when the test ends.
-func (e *dpEnv) withMarks(cni cniMarks) {
+func (e *dpEnv) withMarks(cni netlab.CNIMark) {
 	t := e.t
 	for _, n := range e.Nodes {
-		if out, err := exec.Command("ip", "netns", "exec", n.NS, "sh", "-ec", cni.set).CombinedOutput(); err != nil {
-			t.Fatalf("%s's marks on %s: %v\n%s", cni.name, n.Name, err, out)
+		if out, err := exec.Command("ip", "netns", "exec", n.NS, "sh", "-ec", cni.Set).CombinedOutput(); err != nil {
+			t.Fatalf("%s's marks on %s: %v\n%s", cni.Name, n.Name, err, out)
 		}
 		t.Cleanup(func() {
-			if out, err := exec.Command("ip", "netns", "exec", n.NS, "sh", "-c", cni.unset).CombinedOutput(); err != nil {
-				t.Errorf("removing %s's marks on %s: %v\n%s", cni.name, n.Name, err, out)
+			if out, err := exec.Command("ip", "netns", "exec", n.NS, "sh", "-c", cni.Unset).CombinedOutput(); err != nil {
+				t.Errorf("removing %s's marks on %s: %v\n%s", cni.Name, n.Name, err, out)
 			}
 		})
 	}
@@ -261,4 +216,95 @@ func (r *requests) check(t *testing.T) {
 			}
 		}
 	}
+}
+
+// handoffMarks waits until node's Speaker carries the HandoffMarks condition with reason (and
+// its message has note).
+func (e *l2Env) handoffMarks(node, reason, note string) {
+	e.t.Helper()
+	waitFor(e.t, node+"'s Speaker says HandoffMarks "+reason, 20*time.Second, func() bool {
+		var sp v1alpha1.Speaker
+		if e.c.Get(context.Background(), clientKey(node), &sp) != nil {
+			return false
+		}
+		c := meta.FindStatusCondition(sp.Status.Conditions, v1alpha1.ConditionHandoffMarks)
+		return c != nil && c.Reason == reason && strings.Contains(c.Message, note) &&
+			(c.Status == metav1.ConditionTrue) == (reason == v1alpha1.ReasonMarksFree)
+	})
+}
+
+// TestHandoffRefusesMarksInUse: a node where another rule sets the hand-off bit runs no
+// hand-off: its speaker says why on its Speaker (HandoffMarks False, HandoffMarkInUse, naming
+// the rule) and in a Warning event, and makes no table, rule or route; once the rule is gone, a
+// restarted speaker runs the hand-off again.
+func TestHandoffRefusesMarksInUse(t *testing.T) {
+	inHandoffLab(t, func(t *testing.T, e *l2Env, pod labPod) {
+		ns := e.node("node-b").NS
+		other := `nft add table ip other; nft 'add chain ip other pre { type filter hook prerouting priority mangle; }'; nft add rule ip other pre iifname cni0 meta mark set meta mark or 0x2000`
+		run(t, "ip", "netns", "exec", ns, "sh", "-ec", other)
+		logged := e.logOffsets()
+		e.kill("node-b", syscall.SIGTERM)
+		e.startSpeaker("node-b")
+		e.waitJoined("node-b", logged)
+		e.handoffMarks("node-b", v1alpha1.ReasonHandoffMarkInUse, "table ip other chain pre (0x2000)")
+		e.handoffMarks("node-a", v1alpha1.ReasonMarksFree, "")
+		waitFor(t, "a Warning event HandoffMarkInUse on node-b's Speaker", 20*time.Second, func() bool {
+			var evs eventsv1.EventList
+			if err := e.c.List(context.Background(), &evs); err != nil {
+				return false
+			}
+			return slices.ContainsFunc(evs.Items, func(ev eventsv1.Event) bool {
+				return ev.Regarding.Kind == "Speaker" && ev.Regarding.Name == "node-b" && ev.Type == corev1.EventTypeWarning &&
+					ev.Reason == v1alpha1.ReasonHandoffMarkInUse && strings.Contains(ev.Note, "--l2-handoff-mark")
+			})
+		})
+		if left := porticoKernelState(ns); left != "" {
+			t.Errorf("node-b holds hand-off state though its hand-off is off:\n%s", left)
+		}
+		run(t, "ip", "netns", "exec", ns, "nft", "delete", "table", "ip", "other")
+		logged = e.logOffsets()
+		e.kill("node-b", syscall.SIGTERM)
+		e.startSpeaker("node-b")
+		e.waitJoined("node-b", logged)
+		e.handoffMarks("node-b", v1alpha1.ReasonMarksFree, "")
+	})
+}
+
+// porticoKernelState is what of the hand-off's namespace ns holds: its nftables table, a
+// policy-routing rule or a route of its routing tables (3580 to 3835); empty: nothing.
+func porticoKernelState(ns string) string {
+	var left []string
+	out, _ := exec.Command("ip", "netns", "exec", ns, "nft", "list", "tables").CombinedOutput()
+	if strings.Contains(string(out), "portico-handoff") {
+		left = append(left, "nft list tables: "+string(out))
+	}
+	for _, family := range []string{"-4", "-6"} {
+		rules, _ := exec.Command("ip", "-n", ns, family, "rule").CombinedOutput()
+		for _, line := range strings.Split(string(rules), "\n") {
+			if handoffTable(line) {
+				left = append(left, "ip "+family+" rule: "+line)
+			}
+		}
+		routes, _ := exec.Command("ip", "-n", ns, family, "route", "show", "table", "all").CombinedOutput()
+		for _, line := range strings.Split(string(routes), "\n") {
+			if handoffTable(line) {
+				left = append(left, "ip "+family+" route: "+line)
+			}
+		}
+	}
+	return strings.Join(left, "\n")
+}
+
+// handoffTable reports whether a line of `ip rule` or `ip route show table all` names one of
+// the hand-off's routing tables (3580 to 3835).
+func handoffTable(line string) bool {
+	f := strings.Fields(line)
+	for i := range f[:max(len(f)-1, 0)] {
+		if f[i] == "lookup" || f[i] == "table" {
+			if n, err := strconv.Atoi(f[i+1]); err == nil && n >= 3580 && n <= 3835 {
+				return true
+			}
+		}
+	}
+	return false
 }
