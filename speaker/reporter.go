@@ -49,11 +49,14 @@ type reporter struct {
 	macsAgain bool                            // a re-read is on its way
 	checks    atomic.Pointer[selfCheckReport] // the latest self-check results (selfcheck.go)
 	foreign   atomic.Pointer[foreignRound]    // the conflict prober's latest round (conflicts.go)
+
+	handoffMarks *metav1.Condition // the Speaker's HandoffMarks condition (nil: none)
+	marksTold    bool              // a False one's event sent
 }
 
 func newReporter(s *Speaker) *reporter {
 	r := &reporter{node: s.Node, ignoreExcludeLabel: s.IgnoreExcludeLabel, client: s.Client, cache: s.Cache, log: s.Log, metrics: s.Metrics, trigger: s.trigger,
-		busy: events.NewLull(eventLull), reports: make(chan status.Report, 1)}
+		busy: events.NewLull(eventLull), reports: make(chan status.Report, 1), handoffMarks: s.HandoffMarks}
 	r.events = events.NewSender(events.Options{Create: s.Client.CreateEvent, Scheme: s.Client.Scheme(), Controller: "portico-speaker",
 		Instance: "portico-speaker-" + s.Node, Quiet: r.busy.Quiet, Metrics: s.Metrics.events})
 	return r
@@ -240,8 +243,20 @@ func (r *reporter) writeStatus(ctx context.Context, rep status.Report) error {
 	} else {
 		meta.RemoveStatusCondition(&st.Conditions, v1alpha1.ConditionStrictARP)
 	}
+	if r.handoffMarks != nil {
+		setCondition(&st.Conditions, *r.handoffMarks, sp.Generation)
+	} else {
+		meta.RemoveStatusCondition(&st.Conditions, v1alpha1.ConditionHandoffMarks)
+	}
 	sp.Status = st
-	return r.client.UpdateStatus(ctx, sp)
+	if err := r.client.UpdateStatus(ctx, sp); err != nil {
+		return err
+	}
+	if c := r.handoffMarks; c != nil && c.Status == metav1.ConditionFalse && !r.marksTold {
+		r.marksTold = true // told once per start: the condition stays
+		r.events.Eventf(sp, nil, corev1.EventTypeWarning, c.Reason, "Handoff", "node %s: %s", r.node, c.Message)
+	}
+	return nil
 }
 
 // interfaceStatus lists the interfaces that answer first, then those left out with the reason,

@@ -11,6 +11,7 @@ import (
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -51,6 +52,9 @@ type Speaker struct {
 	Handoff       Handoff
 	HandoffGrace  time.Duration
 	HandoffLinger time.Duration
+	// HandoffMarks is the HandoffMarks condition the Speaker status carries, and tells once by
+	// an event when False (handoffmarks.go); nil: none (the hand-off is off).
+	HandoffMarks *metav1.Condition
 	// ShareFlows: before this node changes its place in its BGP addresses' ECMP sets (a
 	// drain, an uncordon), the members share their flows through the hand-off
 	// (flowsharing.go); needs Handoff.

@@ -154,3 +154,23 @@ const (
 	ReasonIPVSWithoutStrictARP = "IPVSWithoutStrictARP"
 	ReasonArpIgnoreUnreadable  = "ArpIgnoreUnreadable"
 )
+
+// ConditionHandoffMarks on a Speaker, present when its hand-off is on (--l2-handoff-grace > 0):
+// whether the hand-off's mark bits are used by no other rule the speaker sees on the node
+// (another nftables table, iptables-nft, a policy-routing rule); the hand-off does not run on
+// a bit another rule uses.
+const ConditionHandoffMarks = "HandoffMarks"
+
+// Reasons of ConditionHandoffMarks. MarksFree: the hand-off runs, by address and by flow.
+// HandoffMarkInUse: another rule uses the hand-off bit, so nothing is handed off. SlotMarksInUse:
+// another rule uses a slot bit, or there are none (NoSlotMarks), so the hand-off runs by address
+// only (over L2) and BGP flow sharing is off. MarksUnreadable: the node's rules could not be read,
+// HandoffFailed: the hand-off's table or rules could not be made; in both the hand-off is off.
+const (
+	ReasonMarksFree        = "MarksFree"
+	ReasonHandoffMarkInUse = "HandoffMarkInUse"
+	ReasonSlotMarksInUse   = "SlotMarksInUse"
+	ReasonNoSlotMarks      = "NoSlotMarks"
+	ReasonMarksUnreadable  = "MarksUnreadable"
+	ReasonHandoffFailed    = "HandoffFailed"
+)

@@ -7,6 +7,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"net/http"
@@ -18,6 +19,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -166,7 +168,8 @@ func run(o options) error {
 	cache := kubeapi.NewCache(cl, speaker.TrimForCache)
 	var handing speaker.Handoff
 	var exempt uint32
-	if h, err := openHandoff(o, log); err == nil && h != nil {
+	h, marks, byFlow, err := openHandoff(o, log)
+	if err == nil && h != nil {
 		handing, exempt = h, uint32(o.handoffMark) // every flow it picks up has the bit in its connection mark
 		speaker.RegisterHandoffCounts(reg, h.Counts, h.FlowCounts, h.HeldBackCount)
 	}
@@ -185,7 +188,7 @@ func run(o options) error {
 	s := &speaker.Speaker{
 		Node: o.node, LBClass: o.lbClass, Cache: cache, Client: cl, MLPort: o.port,
 		Announce: l2.NewAnnouncer(log.WithName("l2"), metrics), BGP: bgpSide, Guard: fwd,
-		Handoff: handing, HandoffGrace: o.handoffGrace, HandoffLinger: o.handoffLinger, ShareFlows: o.shareFlows && o.handoffSlotMask != 0, ShareFlowsLate: o.shareFlowsLate,
+		Handoff: handing, HandoffGrace: o.handoffGrace, HandoffLinger: o.handoffLinger, HandoffMarks: marks, ShareFlows: o.shareFlows && byFlow, ShareFlowsLate: o.shareFlowsLate,
 		Metrics: metrics, Log: log, SelfCheck: o.selfCheck, Conflicts: o.conflicts, KeyRefresh: o.keyRefresh,
 		IgnoreExcludeLabel: o.ignoreExcludeLabel, IgnoreClassless: o.ignoreClassless, RoutesUpWait: o.routesUpWait,
 		DrainGrace: o.drainGrace, L2BalanceSettle: o.l2BalanceSettle, LeaseNamespace: o.leaseNamespace, LeaseRenew: o.leaseRenew, WatchLinks: true,
@@ -268,20 +271,32 @@ func bindAddress(r *kubeapi.Client, node, flagValue string) (netip.Addr, error) 
 	return netip.Addr{}, fmt.Errorf("no --memberlist-bind-address nor HOST_IP, and Node %s has no InternalIP", node)
 }
 
-// openHandoff opens the hand-off (nil when --l2-handoff-grace is 0, after removing what an
-// earlier run left); a failure is logged, and the speaker runs on without it.
-func openHandoff(o options, log logr.Logger) (*handoff.Handoff, error) {
+// openHandoff opens the hand-off when --l2-handoff-grace is above 0 and its mark bit is no
+// other rule's on the node (by flow too when its slot bits are no other rule's either: byFlow),
+// and returns the Speaker's HandoffMarks condition; otherwise it removes what an earlier run
+// left. A failure is logged, and the speaker runs on without it.
+func openHandoff(o options, log logr.Logger) (h *handoff.Handoff, marks *metav1.Condition, byFlow bool, err error) {
 	cfg := handoff.Defaults
 	cfg.Mark, cfg.SlotMask = uint32(o.handoffMark), uint32(o.handoffSlotMask)
-	h, err := handoff.Open(cfg)
-	if err != nil {
-		if o.handoffGrace > 0 {
-			log.Error(err, "no L2 hand-off: connections open through a node that stays up are reset when their address moves (the speaker needs CAP_NET_ADMIN and the kernel nf_tables; --l2-handoff-grace=0 silences this)")
-		}
-		return nil, err
-	}
 	if o.handoffGrace <= 0 {
-		return nil, h.Clear()
+		return nil, nil, false, handoff.Cleanup(cfg, true)
 	}
-	return h, nil
+	uses, err := cfg.SeenMarks(handoff.TableName, guard.TableName)
+	check := cfg.CheckMarks(uses)
+	cond := speaker.HandoffMarksCondition(cfg, check, err, nil)
+	if err != nil || !check.Handoff {
+		log.Error(err, "no L2 hand-off: connections open through a node that stays up are reset when their address moves", "reason", cond.Reason, "message", cond.Message)
+		// An earlier run's table and rules go; the entries with the bit may be another's.
+		return nil, &cond, false, errors.Join(err, handoff.Cleanup(cfg, false))
+	}
+	if !check.Flows {
+		log.Info("no BGP flow sharing", "reason", cond.Reason, "message", cond.Message)
+		cfg.SlotMask = 0
+	}
+	if h, err = handoff.Open(cfg); err != nil {
+		log.Error(err, "no L2 hand-off: connections open through a node that stays up are reset when their address moves (the speaker needs CAP_NET_ADMIN and the kernel nf_tables; --l2-handoff-grace=0 silences this)")
+		cond = speaker.HandoffMarksCondition(cfg, check, nil, err)
+		return nil, &cond, false, err
+	}
+	return h, &cond, check.Flows, nil
 }

@@ -344,12 +344,14 @@ func TestForwardGuardValue(t *testing.T) {
 }
 
 // TestSpeakerTuningValues: the speakers' balance settle time, drain grace, late flow-sharing
-// round and BGP memory limit are chart values that reach their flags.
+// round, BGP memory limit and hand-off mark bits are chart values that reach their flags.
 func TestSpeakerTuningValues(t *testing.T) {
 	c := container(t, render(t, map[string]any{"speaker": map[string]any{
 		"l2BalanceSettle": "5m", "bgpDrainGrace": "0s", "bgpShareFlowsLate": "2s", "bgpMemoryLimitMiB": 0,
+		"handoffMark": "0x1000", "handoffSlotMask": "0x0",
 	}})["DaemonSet/"+namespace+"/portico-speaker"])
-	for _, arg := range []string{"--l2-balance-settle=5m", "--bgp-drain-grace=0s", "--bgp-share-flows-late=2s", "--bgp-memory-limit-mib=0"} {
+	for _, arg := range []string{"--l2-balance-settle=5m", "--bgp-drain-grace=0s", "--bgp-share-flows-late=2s", "--bgp-memory-limit-mib=0",
+		"--l2-handoff-mark=0x1000", "--handoff-slot-mask=0x0"} {
 		if !slices.Contains(c["args"].([]any), any(arg)) {
 			t.Errorf("args %v lack %s", c["args"], arg)
 		}

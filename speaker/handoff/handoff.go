@@ -425,12 +425,33 @@ func (h *Handoff) Release() error {
 	return h.conn.CloseLasting()
 }
 
-// Clear removes the table, the rules and the routes, and releases the socket: the hand-off is
-// switched off.
+// Clear removes the table, the rules and the routes, and the connection-tracking entries
+// marked by the hand-off, and releases the socket: the hand-off is switched off.
 func (h *Handoff) Clear() error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	return h.clear(true)
+}
+
+// Cleanup removes what a hand-off of cfg's table and routing tables left on the node, without
+// opening one: the table, the rules and the routes, and, with entries, the connection-tracking
+// entries whose mark has cfg.Mark (false when that bit is not the hand-off's alone on this node:
+// the entries may be another's). It is what a speaker whose hand-off is off does at its start;
+// nothing left is no error. It needs CAP_NET_ADMIN in the node's network namespace.
+func Cleanup(cfg Config, entries bool) error {
+	conn, err := nftables.New(nftables.AsLasting())
+	if err != nil {
+		return err
+	}
+	h := &Handoff{cfg: cfg, conn: conn, table: &nftables.Table{Name: TableName, Family: nftables.TableFamilyINet},
+		ruled: map[RoutingRule]bool{}}
+	return h.clear(entries)
+}
+
+// clear is Clear's and Cleanup's (under h.mu when h is open).
+func (h *Handoff) clear(entries bool) error {
 	var errs []error
+	h.conn.AddTable(h.table) // added first: a table already gone is no error
 	h.conn.DelTable(h.table)
 	errs = append(errs, h.conn.Flush())
 	routes, err := h.routes()
@@ -443,7 +464,9 @@ func (h *Handoff) Clear() error {
 	h.slots = nil
 	clear(h.ruled)
 	errs = append(errs, h.pruneSlotRoutes(), h.syncRules(nil), h.conn.CloseLasting())
-	errs = append(errs, forget(func(f *netlink.ConntrackFlow) bool { return f.Mark&h.cfg.Mark != 0 }))
+	if entries {
+		errs = append(errs, forget(func(f *netlink.ConntrackFlow) bool { return f.Mark&h.cfg.Mark != 0 }))
+	}
 	return errors.Join(errs...)
 }
 
