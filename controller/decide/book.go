@@ -35,6 +35,18 @@ type Book struct {
 // Seed switches on deliberately broken rules: for the simulator's positive controls only.
 func (b *Book) Seed(bugs seeded.Bugs) { b.bugs = bugs }
 
+// allocateSeeded is the allocator's Allocate, but for the broken rules Seed switched on.
+func (b *Book) allocateSeeded(req allocator.Request) (allocator.Assignment, error) {
+	if b.bugs.Repack {
+		b.alloc.Release(req.Service)
+	}
+	asg, err := b.alloc.Allocate(req)
+	if err != nil && b.bugs.RequestedOutsidePools && len(req.IPs) > 0 {
+		return b.alloc.Restore(req, req.IPs)
+	}
+	return asg, err
+}
+
 // NewBook is an empty book: no pool, no Service, not yet rebuilt.
 func NewBook() *Book {
 	return &Book{alloc: allocator.New(), waiting: map[string]waiter{}, orphanOf: map[string]string{}, uid: map[string]types.UID{}}

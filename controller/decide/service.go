@@ -87,7 +87,7 @@ func Service(b *Book, in Seen) Ready {
 		delete(b.uid, in.Key)
 	}
 	rd := Ready{asg: o.asg, Pools: o.pools}
-	if len(o.freedIn) > 0 {
+	if len(o.freedIn) > 0 && !b.bugs.NoRetryOnRelease {
 		rd.Retry = b.WaitingServices()
 		rd.Pools = append(rd.Pools, o.freedIn...)
 	}
@@ -172,7 +172,7 @@ func allocate(b *Book, in Seen) outcome {
 		o.asg, _ = b.alloc.Assignment(key) // keep what it has
 		o.err = in.ReqErr
 	} else {
-		o.asg, o.err = b.alloc.Allocate(in.Req)
+		o.asg, o.err = b.allocateSeeded(in.Req)
 		if o.err != nil {
 			o.asg, _ = b.alloc.Assignment(key)
 		}

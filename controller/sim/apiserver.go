@@ -251,6 +251,10 @@ func (a *apiserver) setPool(name string, ranges ...string) {
 	if name == "home" && a.w.opts.AddressHolds {
 		p.Spec.AddressHold = &porticov1.AddressHold{Duration: metav1.Duration{Duration: addressHold}}
 	}
+	if name == "tenant" {
+		p.Spec.ServiceAllocation = &porticov1.ServiceAllocation{
+			NamespaceSelectors: []metav1.LabelSelector{{MatchLabels: map[string]string{"team": "b"}}}}
+	}
 	p.ResourceVersion = a.nextRV()
 	a.w.logf("user sets pool %s: %v", name, ranges)
 	a.pools[name] = p
@@ -299,6 +303,19 @@ func (a *apiserver) acquire(who string, observedAt time.Duration) bool {
 	}
 	a.lease = lease{holder: who, renew: a.w.now}
 	return true
+}
+
+// labelNamespace sets a namespace's team label, as a user does.
+func (a *apiserver) labelNamespace(name, team string) {
+	if a.namespaces[name]["team"] == team {
+		return
+	}
+	a.namespaces[name] = map[string]string{"team": team}
+	a.w.logf("user labels namespace %s team=%s", name, team)
+	labels := a.namespaceLabels()
+	for _, r := range a.watchers {
+		r.watch(watchEvent{namespaces: labels, namespace: name})
+	}
 }
 
 // namespaceLabels is every namespace's labels as stored now.

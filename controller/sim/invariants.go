@@ -2,6 +2,7 @@ package sim
 
 import (
 	"cmp"
+	"fmt"
 	"maps"
 	"net/netip"
 	"slices"
@@ -17,7 +18,8 @@ import (
 // checkChange checks the invariants a change of one Service's stored addresses may break
 // (before → after), made by the write or edit by names:
 //   - one address, one sharing key: a write never puts an address on a Service while another
-//     Service of another sharing key (or none) lists it;
+//     Service of another sharing key (or none), or one with a port of the same number and
+//     protocol, lists it;
 //   - an address a write adds was in a pool the deciding replica knew (an address it gave while
 //     it was in a pool may be written after the pool shrank) or in a stored status it restored
 //     (an orphan it keeps); one already held may stay outside
@@ -65,6 +67,10 @@ func (a *apiserver) checkChange(key string, before, after []netip.Addr, d *decis
 			a.w.fail("%s is on %s and %s (sharing key %q; %s may share under %q), after %s", ip, key, other, sharingKey(svc), other, a.sharedAs[other], by)
 			return
 		}
+		if other, port, ok := a.portSharer(ip, key, svc); ok {
+			a.w.fail("%s is on %s and %s, both on port %s, after %s", ip, key, other, port, by)
+			return
+		}
 		if !inPool(ip, d.pools) && !slices.Contains(d.kept, ip) {
 			a.w.fail("%s on %s was in no pool the controller knew, after %s", ip, key, by)
 			return
@@ -97,6 +103,25 @@ func (a *apiserver) holder(ip netip.Addr, key, k string) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// portSharer is a Service other than key listing ip with a port svc has too (protocol and
+// number): two such Services cannot share an address.
+func (a *apiserver) portSharer(ip netip.Addr, key string, svc *corev1.Service) (string, string, bool) {
+	for _, other := range slices.Sorted(maps.Keys(a.services)) {
+		o := a.services[other]
+		if other == key || !slices.Contains(porticov1.IngressAddrs(o), ip) {
+			continue
+		}
+		for _, p := range svc.Spec.Ports {
+			for _, q := range o.Spec.Ports {
+				if p.Protocol == q.Protocol && p.Port == q.Port {
+					return other, fmt.Sprintf("%s/%d", p.Protocol, p.Port), true
+				}
+			}
+		}
+	}
+	return "", "", false
 }
 
 // terminatingHolds reports whether a Terminating Service lists one of ips. A Terminating
@@ -154,7 +179,7 @@ func (w *world) checkQuiet() {
 			w.fail("%s has no IPAllocated condition once the world is quiet", key)
 			return
 		}
-		req, _ := decide.Request(svc, pools, nil)
+		req, _ := decide.Request(svc, pools, w.api.namespaces[svc.Namespace])
 		if ips := porticov1.IngressAddrs(svc); len(ips) > 0 {
 			stored = append(stored, decide.StoredOf(svc, req))
 		} else if svc.DeletionTimestamp == nil {
@@ -167,7 +192,7 @@ func (w *world) checkQuiet() {
 	})
 	for _, svc := range without {
 		in := decide.Seen{Key: svc.Namespace + "/" + svc.Name, Svc: svc, Ours: true}
-		in.Req, in.ReqErr = decide.Request(svc, pools, nil)
+		in.Req, in.ReqErr = decide.Request(svc, pools, w.api.namespaces[svc.Namespace])
 		probe := svc.DeepCopy()
 		decide.Service(oracle, in).Apply(probe)
 		if ips := porticov1.IngressAddrs(probe); len(ips) > 0 && !w.api.terminatingHolds(ips) {

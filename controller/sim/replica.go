@@ -14,7 +14,6 @@ import (
 
 	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
 	"github.com/portico-lb/portico/controller"
-	"github.com/portico-lb/portico/controller/internal/seeded"
 	"github.com/portico-lb/portico/rules"
 )
 
@@ -160,7 +159,7 @@ func (r *replica) lead() {
 	r.shell = controller.NewShell(controller.Ports{Cache: cacheReader{r}, Live: liveReader{r}, Status: status, Clock: clock{r}, Lanes: t, Queues: queues,
 		Stores: controller.Stores{Speakers: noObjects, L2Advertisements: noObjects, BGPAdvertisements: noObjects, Pools: pools, Nodes: noObjects}},
 		controller.Options{Metrics: r.w.metrics})
-	r.shell.Seed(seeded.Bugs{OldConflictRule: r.w.opts.OldConflictRule})
+	r.shell.Seed(r.w.opts.Bugs)
 	r.w.logf("%s leads", r.name)
 	// The leader's first review, once its cache has synced; then the controllers start: their
 	// first list puts every cached object in their queues.

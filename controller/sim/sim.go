@@ -19,22 +19,23 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/portico-lb/portico/controller"
+	"github.com/portico-lb/portico/controller/internal/seeded"
 )
 
 // Options choose what the simulated controller runs.
 type Options struct {
-	// OldConflictRule re-applies a write's addresses after a conflict on whatever is stored
-	// then: the rule before the fix.
-	OldConflictRule bool
-	// NoLeaseCheck lets a lane send while its replica's leader context is not cancelled, as
+	// Bugs switch on the controller's deliberately broken rules (seeded.Bugs): each invariant
+	// is seen to catch one (TestSeededBugs).
+	Bugs seeded.Bugs
+	// NoLeaseCheck runs the controller without its lease fence (controller.LeaseFence), as
 	// before the lease check: a replica that woke from a pause writes until its elector notices
 	// that the lease is lost.
 	NoLeaseCheck bool
 	// SharingKeyEdits lets users edit the sharing key of a Service: they find a known problem
 	// (a Service keeps an address shared under its old key), off until it is fixed.
 	SharingKeyEdits bool
-	// AddressHolds gives pool home an addressHold: a deleted Service's address is kept for it
-	// (not across a replica's restart: the simulated pools have no status).
+	// AddressHolds gives pool home an addressHold: a deleted Service's address is kept for it,
+	// across a replica's restart too (the pool reconciler writes the holds in its status).
 	AddressHolds bool
 	// Transcript records every step (slower): for a replay.
 	Transcript bool

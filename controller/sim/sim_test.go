@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/portico-lb/portico/controller/internal/seeded"
 )
 
 var (
@@ -23,14 +25,16 @@ var (
 	simShare = flag.Bool("sim.sharing-edits", false, "users edit sharing keys too (SIM_SHARING_EDITS; off in CI, docs/reliability.md)")
 	simHolds = flag.Bool("sim.holds", false, "pool home keeps deleted Services' addresses for them (SIM_HOLDS)")
 	simOld   = flag.String("sim.old", "", "run the controller before a fix (SIM_OLD): rule (the conflict rule), lease (no lease check) or both")
+	simBug   = flag.String("sim.bug", "", "run the controller with a seeded bug (SIM_BUG): outside-pools, repack or no-retry")
 )
 
 // simGC is the heap goal TestSimulate runs with (GOGC's percentage).
 const simGC = 300
 
 func options() Options {
-	return Options{OldConflictRule: *simOld == "rule" || *simOld == "both", NoLeaseCheck: *simOld == "lease" || *simOld == "both",
-		SharingKeyEdits: *simShare, AddressHolds: *simHolds}
+	return Options{NoLeaseCheck: *simOld == "lease" || *simOld == "both", SharingKeyEdits: *simShare, AddressHolds: *simHolds,
+		Bugs: seeded.Bugs{OldConflictRule: *simOld == "rule" || *simOld == "both", RequestedOutsidePools: *simBug == "outside-pools",
+			Repack: *simBug == "repack", NoRetryOnRelease: *simBug == "no-retry"}}
 }
 
 // TestSimulate runs seeds of the simulated controller (200 fixed ones by default: a few
@@ -112,8 +116,8 @@ func TestSimulate(t *testing.T) {
 	if again.Violation != bad.Violation {
 		t.Errorf("seed %d does not replay: %q, then %q", bad.Seed, bad.Violation, again.Violation)
 	}
-	t.Fatalf("seed %d: %s\nreplay: make simulate SIM_SEED=%d%s\n%s", bad.Seed, bad.Violation, bad.Seed,
-		map[bool]string{true: " SIM_OLD=" + *simOld}[*simOld != ""], Head(again.Transcript, 40, 60))
+	t.Fatalf("seed %d: %s\nreplay: make simulate SIM_SEED=%d%s%s\n%s", bad.Seed, bad.Violation, bad.Seed,
+		map[bool]string{true: " SIM_OLD=" + *simOld}[*simOld != ""], map[bool]string{true: " SIM_BUG=" + *simBug}[*simBug != ""], Head(again.Transcript, 40, 60))
 }
 
 // TestReplay: a seed runs the same every time.
@@ -130,27 +134,37 @@ func TestReplay(t *testing.T) {
 	}
 }
 
-// TestFindsTheBugsTheFixesClosed: seeds the simulator finds on the controller before the fixes
-// break an invariant there and not with them. 2547 is issue 30's sequence (seed 382 before the
-// simulator ran controller's own shell): r1, leading, decides s6 and pauses past its lease;
-// r2 leads, gives 10.0.1.2 to s2 and writes it; r1 wakes, its write for s6 meets r2's, and
-// the old rule re-applies an address r2 had given away meanwhile: s6 and s2 both list
-// 10.0.1.2. It takes both old rules: the lease check alone keeps r1 from sending, the new
-// conflict rule alone drops its write. A change to the simulator may move these to other
-// seeds: find new ones with make simulate SIM_OLD=both SIM_FIND='is on .*rebased over r' SIM_FIRST=1.
-func TestFindsTheBugsTheFixesClosed(t *testing.T) {
+// TestSeededBugs: each invariant the simulator checks catches a controller that breaks it (a
+// positive control: a checker that never fails proves nothing). Each case is a deliberately
+// broken rule (seeded.Bugs, switched on here alone), the seed that finds it, and what the
+// invariant says; the same seed passes with the rule whole. Issue 30's bug (seed 7007; 382,
+// then 2547, before the simulator changed) takes both its old rules: r1's write meets r2's,
+// the next leader's, and the old conflict rule re-applies the address r2 had given away to
+// another Service; the lease fence alone keeps r1 from sending, the new rule alone drops its
+// write. A change to the simulator may move these to other seeds: find new ones with
+// make simulate SIM_FIRST=1 and SIM_BUG (SIM_OLD=both SIM_FIND='is on .*rebased over r' for
+// issue 30's).
+func TestSeededBugs(t *testing.T) {
 	for _, tc := range []struct {
-		seed uint64
-		old  Options
-		want string
+		invariant string
+		seed      uint64
+		bug       Options
+		want      string
 	}{
-		{2547, Options{OldConflictRule: true, NoLeaseCheck: true}, "10.0.1.2 is on default/s6 and default/s2"},
+		{"one address, one sharing key", 7007, Options{Bugs: seeded.Bugs{OldConflictRule: true}, NoLeaseCheck: true},
+			"10.0.0.1 is on default/s6 and team-a/s2"},
+		{"an address from a pool the controller knew", 1, Options{Bugs: seeded.Bugs{RequestedOutsidePools: true}},
+			"10.0.0.8 on team-a/s4 was in no pool the controller knew"},
+		{"no address changes without an edit", 2, Options{Bugs: seeded.Bugs{Repack: true}},
+			"default/s0's addresses changed from [10.0.0.1] to [10.0.1.1] though nobody edited it"},
+		{"once quiet, every Service that can have an address has one", 16, Options{Bugs: seeded.Bugs{NoRetryOnRelease: true}},
+			"default/s21 has no address once the world is quiet, but could get [10.0.0.4]"},
 	} {
-		if res := Run(tc.seed, tc.old); !strings.Contains(res.Violation, tc.want) {
-			t.Errorf("seed %d before the fixes: want %q, got %q", tc.seed, tc.want, res.Violation)
+		if res := Run(tc.seed, tc.bug); !strings.Contains(res.Violation, tc.want) {
+			t.Errorf("%s: seed %d with the bug: want %q, got %q", tc.invariant, tc.seed, tc.want, res.Violation)
 		}
 		if res := Run(tc.seed, Options{}); res.Violation != "" {
-			t.Errorf("seed %d with the fixes: %s", tc.seed, res.Violation)
+			t.Errorf("%s: seed %d without the bug: %s", tc.invariant, tc.seed, res.Violation)
 		}
 	}
 }

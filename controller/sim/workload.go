@@ -13,13 +13,23 @@ import (
 	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
 )
 
-// workload schedules what users and the infrastructure do until busyUntil: Services created,
-// edited (pool, requested address, sharing key, type), deleted (some held by a finalizer),
-// pool edits, and replicas paused (some past their lease) and restarted. Pools are small, so
-// Services wait for addresses and get them as others let go.
+// workload schedules what users and the infrastructure do until busyUntil: Services created
+// in three namespaces, edited (pool, requested address, sharing key, type), deleted (some
+// held by a finalizer), namespaces relabelled, pool edits, and replicas paused (some past their
+// lease) and restarted. Pools are small, so Services wait for addresses and get them as
+// others let go; pool tenant takes only the Services of namespaces labelled team=b.
 func (w *world) workload() {
 	a := w.api
+	for ns, team := range map[string]string{"default": "", "team-a": "a", "team-b": "b"} {
+		a.namespaces[ns] = map[string]string{}
+		if team != "" {
+			a.namespaces[ns]["team"] = team
+		}
+	}
 	w.after(0, nil, func() { a.setPool("home", "10.0.0.1-10.0.0.6") })
+	if w.chance(0.5) {
+		w.after(0, nil, func() { a.setPool("tenant", "10.0.2.1-10.0.2.3") })
+	}
 	if w.chance(0.5) {
 		w.after(0, nil, func() { a.setPool("extra", "10.0.1.1-10.0.1.3") })
 	}
@@ -57,13 +67,16 @@ func (w *world) pick() *replica {
 	return w.replicas[w.rng.IntN(len(w.replicas))]
 }
 
-// newService is Service i: a LoadBalancer with its own port (so Services with one sharing key
-// may share an address), maybe a finalizer, a sharing key, a requested address or pool.
+// newService is Service i, in one of the three namespaces: a LoadBalancer with its own port
+// mostly (so Services with one sharing key may share an address), 80 or 443 sometimes (so they
+// may not), maybe a finalizer, a sharing key, a requested address or pool.
 func (w *world) newService(i int) *corev1.Service {
 	name := fmt.Sprintf("s%d", i)
-	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, Annotations: map[string]string{}},
+	ns := []string{"default", "default", "default", "team-a", "team-b"}[w.rng.IntN(5)]
+	port := []int32{int32(1000 + i), int32(1000 + i), int32(1000 + i), 80, 443}[w.rng.IntN(5)]
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Annotations: map[string]string{}},
 		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Selector: map[string]string{"app": name},
-			Ports: []corev1.ServicePort{{Protocol: corev1.ProtocolTCP, Port: int32(1000 + i)}}}}
+			Ports: []corev1.ServicePort{{Protocol: corev1.ProtocolTCP, Port: port}}}}
 	if w.chance(0.3) {
 		svc.Finalizers = []string{"example.com/hold"}
 	}
@@ -88,7 +101,7 @@ func (w *world) address() string {
 }
 
 func (w *world) poolName() string {
-	return []string{"home", "extra", "other"}[w.rng.IntN(3)]
+	return []string{"home", "extra", "tenant", "other"}[w.rng.IntN(4)]
 }
 
 // userAction is one random thing a user does.
@@ -142,6 +155,10 @@ func (w *world) userAction() {
 		} else {
 			a.setPool("extra", "10.0.1.1-10.0.1.3")
 		}
+	case n < 96:
+		// team-a joins team b or leaves it: pool tenant's namespaceSelectors take its Services
+		// or let them go elsewhere.
+		a.labelNamespace("team-a", []string{"a", "b"}[w.rng.IntN(2)])
 	default:
 		a.createService(w.newService(20 + w.rng.IntN(20)))
 	}

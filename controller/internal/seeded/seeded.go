@@ -9,6 +9,15 @@ package seeded
 type Bugs struct {
 	// OldConflictRule re-applies a write's addresses, after a conflict, to whatever is stored
 	// then: the rule before the fix of issue 30 (decide.Writes.Rebase). Broken: one address on
-	// two Services.
+	// two Services (with the lease fence off too, which the simulator does itself).
 	OldConflictRule bool
+	// RequestedOutsidePools gives a Service the address it asks for even when no pool holds
+	// it (decide's allocate). Broken: an address from no pool.
+	RequestedOutsidePools bool
+	// Repack allocates a Service afresh at every decision, the lowest free address first
+	// (decide's allocate). Broken: an address that changes though nobody edited the Service.
+	Repack bool
+	// NoRetryOnRelease does not wake the waiting Services when a decision frees an address
+	// (decide.Service). Broken: a Service that waits for good while an address is free.
+	NoRetryOnRelease bool
 }
