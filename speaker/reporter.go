@@ -52,11 +52,13 @@ type reporter struct {
 
 	handoffMarks *metav1.Condition // the Speaker's HandoffMarks condition (nil: none)
 	marksTold    bool              // a False one's event sent
+	dataPath     *metav1.Condition // Speaker.DataPath
 }
 
 func newReporter(s *Speaker) *reporter {
 	r := &reporter{node: s.Node, ignoreExcludeLabel: s.IgnoreExcludeLabel, client: s.Client, cache: s.Cache, log: s.Log, metrics: s.Metrics, trigger: s.trigger,
-		busy: events.NewLull(eventLull), reports: make(chan status.Report, 1), handoffMarks: s.HandoffMarks}
+		busy: events.NewLull(eventLull), reports: make(chan status.Report, 1), handoffMarks: s.HandoffMarks,
+		dataPath: s.DataPath}
 	r.events = events.NewSender(events.Options{Create: s.Client.CreateEvent, Scheme: s.Client.Scheme(), Controller: "portico-speaker",
 		Instance: "portico-speaker-" + s.Node, Quiet: r.busy.Quiet, Metrics: s.Metrics.events})
 	return r
@@ -247,6 +249,9 @@ func (r *reporter) writeStatus(ctx context.Context, rep status.Report) error {
 		setCondition(&st.Conditions, *r.handoffMarks, sp.Generation)
 	} else {
 		meta.RemoveStatusCondition(&st.Conditions, v1alpha1.ConditionHandoffMarks)
+	}
+	if r.dataPath != nil {
+		setCondition(&st.Conditions, *r.dataPath, sp.Generation)
 	}
 	sp.Status = st
 	if err := r.client.UpdateStatus(ctx, sp); err != nil {

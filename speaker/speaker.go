@@ -46,6 +46,8 @@ type Speaker struct {
 	Announce   Announcer
 	BGP        Router
 	Guard      Guard // nil: none
+	// DataPath is the Speaker's DataPath condition, found at start (status.DataPath); nil: none.
+	DataPath *metav1.Condition
 	// Handoff passes the flows of addresses this node took over to their previous owner for
 	// HandoffGrace after the move, and for HandoffLinger after that owner answers again
 	// (handoffs.go; zero: DefaultHandoffLinger); nil: none.

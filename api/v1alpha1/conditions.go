@@ -174,3 +174,23 @@ const (
 	ReasonMarksUnreadable  = "MarksUnreadable"
 	ReasonHandoffFailed    = "HandoffFailed"
 )
+
+// ConditionDataPath on a Speaker: whether the speaker holds what its packet path needs on the
+// node: CAP_NET_RAW for the ARP/NDP answers, self-checks and conflict probes; CAP_NET_ADMIN and
+// the kernel's nf_tables for the forwarding guard and the L2 hand-off (when they are on).
+const ConditionDataPath = "DataPath"
+
+// Reasons of ConditionDataPath. NetRawMissing: no CAP_NET_RAW, so the node answers no ARP or
+// NDP and probes nothing. NetAdminMissing: no CAP_NET_ADMIN, so no forwarding guard and no
+// hand-off. NftablesUnavailable: the guard's or the hand-off's nftables table could not be
+// made (the kernel lacks nf_tables, or refused).
+const (
+	ReasonDataPathComplete    = "Complete"
+	ReasonNetRawMissing       = "NetRawMissing"
+	ReasonNetAdminMissing     = "NetAdminMissing"
+	ReasonNftablesUnavailable = "NftablesUnavailable"
+)
+
+// ReasonCannotAnswer (ConditionAnnounced): the node that should answer for the address over L2
+// runs a speaker that cannot (its DataPath condition says NetRawMissing).
+const ReasonCannotAnswer = "CannotAnswer"

@@ -39,6 +39,7 @@ import (
 	"github.com/portico-lb/portico/speaker/l2"
 	"github.com/portico-lb/portico/speaker/membership"
 	"github.com/portico-lb/portico/speaker/selfcheck"
+	"github.com/portico-lb/portico/speaker/status"
 )
 
 type options struct {
@@ -166,28 +167,13 @@ func run(o options) error {
 	bgpSide := &bgpproc.Supervisor{Log: log.WithName("bgp"), Command: bgpCommand(o.node, o.bgpMemoryLimitMiB),
 		MemoryLimit: o.bgpMemoryLimitMiB << 20, Metrics: bgpproc.NewMetrics(reg)}
 	cache := kubeapi.NewCache(cl, speaker.TrimForCache)
-	var handing speaker.Handoff
-	var exempt uint32
-	h, marks, byFlow, err := openHandoff(o, log)
-	if err == nil && h != nil {
-		handing, exempt = h, uint32(o.handoffMark) // every flow it picks up has the bit in its connection mark
-		speaker.RegisterHandoffCounts(reg, h.Counts, h.FlowCounts, h.HeldBackCount)
-	}
-	var fwd speaker.Guard
-	if o.forwardGuard {
-		if g, err := guard.Open(exempt); err != nil {
-			log.Error(err, "no forwarding guard: untranslated packets to announced addresses will be routed back out (the speaker needs CAP_NET_ADMIN and the kernel nf_tables; --forward-guard=false silences this)")
-		} else {
-			fwd = g
-			speaker.RegisterGuardDrops(reg, g.Dropped)
-		}
-	}
+	handing, fwd, marks, byFlow, dataPath := openDataPath(o, log, reg)
 	if o.daemonSet != "" && o.leaseNamespace == "" {
 		return fmt.Errorf("--daemonset %q needs --namespace (default $POD_NAMESPACE), where the DaemonSet is", o.daemonSet)
 	}
 	s := &speaker.Speaker{
 		Node: o.node, LBClass: o.lbClass, Cache: cache, Client: cl, MLPort: o.port,
-		Announce: l2.NewAnnouncer(log.WithName("l2"), metrics), BGP: bgpSide, Guard: fwd,
+		Announce: l2.NewAnnouncer(log.WithName("l2"), metrics), BGP: bgpSide, Guard: fwd, DataPath: &dataPath,
 		Handoff: handing, HandoffGrace: o.handoffGrace, HandoffLinger: o.handoffLinger, HandoffMarks: marks, ShareFlows: o.shareFlows && byFlow, ShareFlowsLate: o.shareFlowsLate,
 		Metrics: metrics, Log: log, SelfCheck: o.selfCheck, Conflicts: o.conflicts, KeyRefresh: o.keyRefresh,
 		IgnoreExcludeLabel: o.ignoreExcludeLabel, IgnoreClassless: o.ignoreClassless, RoutesUpWait: o.routesUpWait,
@@ -269,6 +255,40 @@ func bindAddress(r *kubeapi.Client, node, flagValue string) (netip.Addr, error) 
 		return ips[0], nil
 	}
 	return netip.Addr{}, fmt.Errorf("no --memberlist-bind-address nor HOST_IP, and Node %s has no InternalIP", node)
+}
+
+// openDataPath opens the hand-off and the forwarding guard as the flags ask, and says in the
+// Speaker's DataPath condition what the node lacks of its packet path: a capability or
+// nf_tables (status.DataPath). A failure is logged, and the speaker runs on without them.
+// It returns the hand-off's HandoffMarks condition and whether it hands off by flow too
+// (openHandoff).
+func openDataPath(o options, log logr.Logger, reg *prometheus.Registry) (handing speaker.Handoff, fwd speaker.Guard, marks *metav1.Condition, byFlow bool, dataPath metav1.Condition) {
+	var exempt uint32
+	path := status.DataPathFacts{Guard: o.forwardGuard, Handoff: o.handoffGrace > 0}
+	if procStatus, err := os.ReadFile("/proc/self/status"); err == nil {
+		path.NetRaw, path.NetAdmin = status.HeldCapabilities(string(procStatus))
+	}
+	h, marks, byFlow, err := openHandoff(o, log)
+	if err == nil && h != nil {
+		handing, exempt = h, uint32(o.handoffMark) // every flow it picks up has the bit in its connection mark
+		speaker.RegisterHandoffCounts(reg, h.Counts, h.FlowCounts, h.HeldBackCount)
+	} else if marks != nil && (marks.Reason == v1alpha1.ReasonMarksUnreadable || marks.Reason == v1alpha1.ReasonHandoffFailed) {
+		path.HandoffErr = err // nftables refused, not a mark in use (that is HandoffMarks' news alone)
+	}
+	if o.forwardGuard {
+		if g, err := guard.Open(exempt); err != nil {
+			path.GuardErr = err
+			log.Error(err, "no forwarding guard: untranslated packets to announced addresses will be routed back out (the speaker needs CAP_NET_ADMIN and the kernel nf_tables; --forward-guard=false silences this)")
+		} else {
+			fwd = g
+			speaker.RegisterGuardDrops(reg, g.Dropped)
+		}
+	}
+	dataPath = status.DataPath(path)
+	if dataPath.Status != metav1.ConditionTrue {
+		log.Error(nil, "the speaker lacks part of its packet path", "reason", dataPath.Reason, "message", dataPath.Message)
+	}
+	return handing, fwd, marks, byFlow, dataPath
 }
 
 // openHandoff opens the hand-off when --l2-handoff-grace is above 0 and its mark bit is no

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
@@ -28,6 +29,11 @@ func announcedCondition(svc *corev1.Service, f HealthFacts) metav1.Condition {
 	var said []string
 	var l2, bgp bool
 	for _, ip := range ips {
+		if node, why := cannotAnswer(key, ip, f.Speakers); node != "" {
+			c.Status, c.Reason = metav1.ConditionFalse, porticov1.ReasonCannotAnswer
+			c.Message = fmt.Sprintf("node %s should answer for %s but its speaker cannot: %s", node, ip, why)
+			return c
+		}
 		msg, proto := announcers(key, ip, f.Speakers, f.Subnets)
 		if msg != "" {
 			said = append(said, msg)
@@ -86,6 +92,23 @@ func bgpUnfit(f HealthFacts) string {
 func AnnouncedConditionOf(svc *corev1.Service, c rules.Cluster, speakers []porticov1.Speaker) metav1.Condition {
 	c.Subnets, c.Holders = rules.SubnetsOf(speakers), rules.HoldersOf(speakers)
 	return announcedCondition(svc, HealthFacts{Cluster: c, Speakers: speakers})
+}
+
+// cannotAnswer names a node that lists ip as its L2 announcement for the Service while its
+// Speaker's DataPath condition says it answers no ARP or NDP (no CAP_NET_RAW), and why.
+func cannotAnswer(key string, ip netip.Addr, speakers []porticov1.Speaker) (node, why string) {
+	for i := range speakers {
+		dp := meta.FindStatusCondition(speakers[i].Status.Conditions, porticov1.ConditionDataPath)
+		if dp == nil || dp.Status != metav1.ConditionFalse || dp.Reason != porticov1.ReasonNetRawMissing {
+			continue
+		}
+		if slices.ContainsFunc(speakers[i].Status.Announcements, func(a porticov1.Announcement) bool {
+			return a.Protocol == porticov1.ProtocolL2 && a.Service == key && porticov1.SameAddr(a.IP, ip)
+		}) {
+			return speakers[i].Name, dp.Message
+		}
+	}
+	return "", ""
 }
 
 // announcers describes who reports announcing ip for the Service: "10.0.0.200 from node

@@ -38,7 +38,7 @@ import (
 //	pods <k=v>...                       the labels of the pods in namespace default
 //	node <name>...                      Ready nodes
 //	l2advertisement <name> [pools=<p>,...]
-//	speaker <node> [mac=<m>] [announces=<svc>] [heard=<svc>:<mac>]  a speaker's report
+//	speaker <node> [mac=<m>] [announces=<svc>] [heard=<svc>:<mac>] [datapath=<reason>]  a speaker's report
 //	health <name>                       the health reconciler's decision for it
 //	tick <duration>                     the clock moves on
 //	pools                               the pool reconciler: holds whose time is up end, and every pool's
@@ -218,7 +218,7 @@ func (w *world) run(t *testing.T, d *datadriven.TestData) {
 		}
 		w.facts.L2Advertisements = append(w.facts.L2Advertisements, ad)
 	case "speaker":
-		w.speaker(d.CmdArgs[0].Key, arg("mac"), arg("announces"), arg("heard"), arg("subnets"))
+		w.speaker(d.CmdArgs[0].Key, arg("mac"), arg("announces"), arg("heard"), arg("subnets"), arg("datapath"))
 	case "health":
 		svc := w.svcs["default/"+d.CmdArgs[0].Key]
 		rd, again := Health(svc, w.facts, w.desk, w.now)
@@ -345,8 +345,11 @@ func condLine(c metav1.Condition) string {
 
 // speaker sets a node's speaker report: its MAC, the Service whose addresses it announces
 // over L2, and a self-check of a Service's first address that heard mac.
-func (w *world) speaker(node, mac, announces, heard, subnets string) {
+func (w *world) speaker(node, mac, announces, heard, subnets, dataPath string) {
 	s := porticov1.Speaker{ObjectMeta: metav1.ObjectMeta{Name: node}}
+	if dataPath != "" { // a lack, by its reason: the speaker's message is the reason's
+		s.Status.Conditions = []metav1.Condition{{Type: porticov1.ConditionDataPath, Status: metav1.ConditionFalse, Reason: dataPath, Message: "lacks " + dataPath}}
+	}
 	switch subnets {
 	case "": // not reported: answers anywhere
 	case "none":
