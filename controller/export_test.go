@@ -72,3 +72,8 @@ var PoolReadyCondition = decide.PoolReadyCondition
 
 // testQueue is a test's channel as a reconciler's queue.
 func testQueue(q chan<- event.GenericEvent) Queue { return chanQueue{send: q} }
+
+// Refused and Transitions read what the lease series export (portico_lease_writes_refused_total,
+// portico_leader_transitions).
+func (f *LeaseFence) Refused() uint64    { return f.refused.Load() }
+func (f *LeaseFence) Transitions() int64 { return f.transitions.Load() }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -55,6 +56,9 @@ type LeaseFence struct {
 	clock     clock.PassiveClock
 	renewed   time.Time // when the last renewal that succeeded was sent (with its monotonic reading)
 	confirmed tenure    // the tenure the apiserver was seen to admit our writes in
+
+	refused     atomic.Uint64 // writes not sent because the proof had run out
+	transitions atomic.Int64  // the Lease's leaseTransitions as last read or written
 }
 
 // tenure is one leadership of this replica: the Lease's acquire time and transition count,
@@ -109,6 +113,7 @@ func (f *LeaseFence) remaining() time.Duration {
 func (f *LeaseFence) send(ctx context.Context, write func(context.Context) error) error {
 	left := f.remaining()
 	if left <= 0 {
+		f.refused.Add(1)
 		return errLeaseUnproven
 	}
 	ctx, cancel := context.WithTimeout(ctx, left)
@@ -214,6 +219,16 @@ type fencedLock struct {
 	probe func(context.Context) error // a dry-run write that portico-controller-leader-only judges
 }
 
+// Get reads the Lease, as every replica does at each retry: the leader changes it counts are
+// the ones any replica has seen.
+func (l fencedLock) Get(ctx context.Context) (*resourcelock.LeaderElectionRecord, []byte, error) {
+	ler, raw, err := l.Interface.Get(ctx)
+	if err == nil && ler != nil {
+		l.fence.transitions.Store(int64(ler.LeaderTransitions))
+	}
+	return ler, raw, err
+}
+
 func (l fencedLock) Create(ctx context.Context, ler resourcelock.LeaderElectionRecord) error {
 	sent := l.fence.now()
 	err := l.Interface.Create(ctx, ler)
@@ -229,6 +244,9 @@ func (l fencedLock) Update(ctx context.Context, ler resourcelock.LeaderElectionR
 }
 
 func (l fencedLock) renewed(ctx context.Context, ler resourcelock.LeaderElectionRecord, sent time.Time, err error) {
+	if err == nil {
+		l.fence.transitions.Store(int64(ler.LeaderTransitions))
+	}
 	if err != nil || ler.HolderIdentity != l.Identity() {
 		return
 	}

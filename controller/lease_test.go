@@ -44,7 +44,7 @@ func TestUnprovenLeaseSendsNothing(t *testing.T) {
 		lockMu.Lock()
 		defer lockMu.Unlock()
 		now := metav1.Now()
-		ler := resourcelock.LeaderElectionRecord{HolderIdentity: lock.Identity(), LeaseDurationSeconds: 2, AcquireTime: now, RenewTime: now}
+		ler := resourcelock.LeaderElectionRecord{HolderIdentity: lock.Identity(), LeaseDurationSeconds: 2, AcquireTime: now, RenewTime: now, LeaderTransitions: 3}
 		if !created {
 			created = true
 			return lock.Create(ctx, ler)
@@ -90,6 +90,14 @@ func TestUnprovenLeaseSendsNothing(t *testing.T) {
 	}
 	if err := cp.Client.Get(ctx, client.ObjectKeyFromObject(cm), &corev1.ConfigMap{}); !apierrors.IsNotFound(err) {
 		t.Fatalf("the refused create reached the apiserver: %v", err)
+	}
+	// Both refusals are counted (portico_lease_writes_refused_total), and the leader changes
+	// the lock wrote are known (portico_leader_transitions).
+	if n := fence.Refused(); n < 2 {
+		t.Fatalf("%d refused writes counted, want at least 2 (the status write and the create)", n)
+	}
+	if n := fence.Transitions(); n != 3 {
+		t.Fatalf("leader transitions %d, want the 3 the lock wrote", n)
 	}
 
 	// Renewing again, as a leader does every retry period, lets the write through.

@@ -99,6 +99,9 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if err := mgr.Add(liveness); err != nil {
 		return err
 	}
+	if err := sh.Pools.metrics.registerObjectMetrics(mgr.GetCache(), sh.cluster, mgr.Elected(), opts.Lease); err != nil {
+		return err
+	}
 	for _, setup := range []func(ctrl.Manager) error{sh.Pools.setup, sh.peers.setup, sh.ads.setup, sh.Services.setup, sh.Health.setup} {
 		if err := setup(mgr); err != nil {
 			return err

@@ -18,10 +18,14 @@ type Metrics struct {
 	poolServicesWaiting *prometheus.GaugeVec
 	poolForeign         *prometheus.GaugeVec
 	poolHeld            *prometheus.GaugeVec
+	poolAvailable       *prometheus.GaugeVec
+	poolProxies         *prometheus.GaugeVec
 	allocationFailures  *prometheus.CounterVec
 	allocations         prometheus.Counter
 	conditionChanges    *prometheus.CounterVec // the health conditions' changes on Services
 	events              events.Metrics
+	// reg is where Setup registers the series read at scrape time (objectmetrics.go).
+	reg prometheus.Registerer
 }
 
 // NewMetrics creates the series and registers them with reg.
@@ -43,6 +47,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "portico_pool_addresses_held",
 			Help: "Addresses of a pool kept for deleted Services (the pool's addressHold, status.holds): neither in use nor available.",
 		}, []string{"pool"}),
+		poolAvailable: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "portico_pool_addresses_available",
+			Help: "Addresses of a pool neither in use nor held, by family: what allocation can still hand out (those a foreign host answers for included).",
+		}, []string{"pool", "family"}),
+		poolProxies: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "portico_pool_proxy_answerers",
+			Help: "MACs that answered for more of a pool's probed addresses than one host plausibly holds (the pool's status.proxyAnswerers): proxy ARP/NDP, whose answers hold no address back.",
+		}, []string{"pool"}),
 		poolServicesWaiting: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "portico_pool_services_waiting",
 			Help: "Services that want an address from a pool and have none.",
@@ -60,15 +72,18 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Changes of a Service's EndpointsReady, Announced or Reachable condition, by type and new reason.",
 		}, []string{"condition", "reason"}),
 		events: events.NewMetrics(reg),
+		reg:    reg,
 	}
-	reg.MustRegister(m.poolAddresses, m.poolAddressesInUse, m.poolServicesWaiting, m.poolForeign, m.poolHeld, m.allocationFailures, m.allocations, m.conditionChanges)
+	reg.MustRegister(m.poolAddresses, m.poolAddressesInUse, m.poolServicesWaiting, m.poolForeign, m.poolHeld, m.poolAvailable, m.poolProxies,
+		m.allocationFailures, m.allocations, m.conditionChanges)
 	return m
 }
 
 var families = []string{"IPv4", "IPv6"}
 
-// pool exports what the allocator knows of one pool.
-func (m *Metrics) pool(name string, f decide.PoolFacts) {
+// pool exports what the allocator knows of one pool, and how many proxy answerers the probes
+// heard on it.
+func (m *Metrics) pool(name string, f decide.PoolFacts, proxies int) {
 	for i, fam := range families {
 		if f.Stats.Size[i] == nil {
 			continue
@@ -76,7 +91,9 @@ func (m *Metrics) pool(name string, f decide.PoolFacts) {
 		avail, _ := new(big.Float).SetInt(f.Stats.Available[i]).Float64()
 		m.poolAddresses.WithLabelValues(name, fam).Set(avail + float64(f.Stats.Assigned[i]+f.Stats.Held[i]))
 		m.poolAddressesInUse.WithLabelValues(name, fam).Set(float64(f.Stats.Assigned[i]))
+		m.poolAvailable.WithLabelValues(name, fam).Set(avail)
 	}
+	m.poolProxies.WithLabelValues(name).Set(float64(proxies))
 	m.poolServicesWaiting.WithLabelValues(name).Set(float64(f.Waiting))
 	m.poolForeign.WithLabelValues(name).Set(float64(len(f.InUse)))
 	m.poolHeld.WithLabelValues(name).Set(float64(f.Stats.Held[0] + f.Stats.Held[1]))
@@ -87,7 +104,9 @@ func (m *Metrics) poolGone(name string) {
 	for _, fam := range families {
 		m.poolAddresses.DeleteLabelValues(name, fam)
 		m.poolAddressesInUse.DeleteLabelValues(name, fam)
+		m.poolAvailable.DeleteLabelValues(name, fam)
 	}
+	m.poolProxies.DeleteLabelValues(name)
 	m.poolServicesWaiting.DeleteLabelValues(name)
 	m.poolForeign.DeleteLabelValues(name)
 	m.poolHeld.DeleteLabelValues(name)

@@ -65,6 +65,15 @@ func TestMetrics(t *testing.T) {
 		{"portico_pool_addresses", v4, func(v float64) bool { return v == 2 }, "2"},
 		{"portico_pool_addresses_in_use", v4, func(v float64) bool { return v == 2 }, "2"},
 		{"portico_pool_services_waiting", ofPool, func(v float64) bool { return v == 1 }, "1"},
+		{"portico_pool_addresses_available", v4, func(v float64) bool { return v == 0 }, "0"},
+		{"portico_pool_proxy_answerers", ofPool, func(v float64) bool { return v == 0 }, "0"},
+		// Read from the cache at scrape time, over every test's Services and objects.
+		{"portico_service_conditions", map[string]string{"condition": porticov1.ConditionIPAllocated, "status": "False", "reason": porticov1.ReasonPoolExhausted},
+			func(v float64) bool { return v >= 1 }, "at least 1"},
+		{"portico_service_conditions", map[string]string{"condition": porticov1.ConditionIPAllocated, "status": "True", "reason": porticov1.ReasonAllocated},
+			func(v float64) bool { return v >= 2 }, "at least 2"},
+		{"portico_config_errors", map[string]string{"kind": "L2Advertisement"}, func(v float64) bool { return v >= 0 }, "a series"},
+		{"portico_speakers", map[string]string{"state": "stale"}, func(v float64) bool { return v == 0 }, "0 (no Lease is read)"},
 		// Services other tests left behind may be told something too.
 		{"portico_allocations_total", nil, func(v float64) bool { return v >= 2 }, "at least 2"},
 		{"portico_allocation_failures_total", map[string]string{"reason": porticov1.ReasonPoolExhausted}, func(v float64) bool { return v >= 1 }, "at least 1"},

@@ -81,7 +81,7 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 		delete(r.lastWrite, req.Name)
 		return ctrl.Result{}, nil
 	}
-	r.metrics.pool(pool.Name, in.Facts)
+	r.metrics.pool(pool.Name, in.Facts, len(in.Proxies))
 	// Within a poolWriteInterval of its last write a pool gets no other: it is decided once
 	// the interval is over (in a burst of allocations, once a second, not once a Service).
 	if wait := poolWriteInterval - now.Sub(r.lastWrite[pool.Name]); wait > 0 {

@@ -149,7 +149,7 @@ func TestPoolReadyFollowsEdits(t *testing.T) {
 // TestOverlappingPoolsCountEachAddress: an address taken from one pool is counted by every
 // pool that contains it, and freed in each when the Service lets it go.
 func TestOverlappingPoolsCountEachAddress(t *testing.T) {
-	startManager(t)
+	reg := startManager(t)
 	ns := namespace(t, nil)
 	createPool(t, "overlap-a-narrow", addresses("10.0.9.0/30"))
 	createPool(t, "overlap-b-wide", addresses("10.0.9.0/28"))
@@ -160,6 +160,14 @@ func TestOverlappingPoolsCountEachAddress(t *testing.T) {
 		}
 	}
 	waitPool(t, "overlap-b-wide", "0 assigned, 16 available, Overlapping", counts(0, "16"))
+	// Both are configuration errors to the leader's series (portico_config_errors).
+	var errs float64
+	if err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		errs, _ = sample(t, reg, "portico_config_errors", map[string]string{"kind": "IPAddressPool"})
+		return errs == 2, nil
+	}); err != nil {
+		t.Fatalf("portico_config_errors{kind=IPAddressPool} is %v, want the 2 overlapping pools", errs)
+	}
 
 	svc := createService(t, ns, "web")
 	waitIPs(t, ns, "web", "10.0.9.0") // the narrow pool comes first by name

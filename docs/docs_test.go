@@ -55,7 +55,7 @@ func TestMetricsDocumented(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	name := regexp.MustCompile(`Name:\s+"(portico_[a-z0-9_]+)"`)
+	name := regexp.MustCompile(`(?:Name:\s+|NewDesc\()"(portico_[a-z0-9_]+)"`)
 	found := 0
 	for _, dir := range []string{"../controller", "../speaker"} {
 		err := filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {

@@ -25,6 +25,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Times the BGP process ended and was started again, by why: exited (a crash), stuck (an unanswered ping), memory (above its limit), start (could not be started)."},
 			[]string{"reason"}),
 	}
+	// Every reason exists from the start, at 0, so a rule's increase() sees the first restart.
+	for _, reason := range []string{"exited", "stuck", "memory", "start"} {
+		m.restarts.WithLabelValues(reason)
+	}
 	reg.MustRegister(m.up, m.restarts)
 	return m
 }
