@@ -16,13 +16,15 @@ CONTROLLER_GEN := go tool controller-gen
 all: build
 
 ## generate: regenerate deepcopy code and CRD manifests from api/ (controller-gen), their copy
-## in the Helm chart, then the rendered install manifests that include the CRDs.
+## in the Helm chart (and the chart's copy of the alerts and the dashboard of config/monitoring),
+## then the rendered install manifests that include the CRDs.
 generate:
 	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./api/...
 	$(CONTROLLER_GEN) crd paths=./api/... output:crd:dir=config/crd/bases
 	cp config/crd/bases/*.yaml charts/portico/crds/
 	cp config/rbac/speaker_policy.yaml charts/portico/templates/speaker-policy.yaml
 	sed 's/^\(    namespace:\) portico-system$$/\1 {{ .Release.Namespace }}/' config/rbac/controller_policy.yaml > charts/portico/templates/controller-policy.yaml
+	cp config/monitoring/prometheusrule.yaml config/monitoring/dashboard.json charts/portico/files/
 	@$(MAKE) --no-print-directory manifests
 
 ## manifests: render config/default into config/manifests/portico.yaml with the real kubectl

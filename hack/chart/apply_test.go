@@ -71,11 +71,11 @@ func buildHelm(t *testing.T) string {
 	return bin
 }
 
-// helmTemplate is `helm template portico charts/portico -n portico-system`: no cluster to look
-// anything up in, no CRDs (the control plane has them).
-func helmTemplate(t *testing.T, helm string) string {
+// helmTemplate is `helm template portico charts/portico -n portico-system` with args: no
+// cluster to look anything up in, no CRDs (the control plane has them).
+func helmTemplate(t *testing.T, helm string, args ...string) string {
 	t.Helper()
-	cmd := exec.Command(helm, "template", "portico", chartDir, "-n", namespace)
+	cmd := exec.Command(helm, append([]string{"template", "portico", chartDir, "-n", namespace}, args...)...)
 	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+t.TempDir(), "HELM_CONFIG_HOME="+t.TempDir(), "HELM_DATA_HOME="+t.TempDir())
 	out, err := cmd.Output()
 	if err != nil {

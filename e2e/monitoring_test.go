@@ -1,0 +1,206 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	promv1 "github.com/prometheus/client_golang/api/prometheus/v1"
+	"github.com/prometheus/common/model"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/portico-lb/portico/api/v1alpha1"
+	"github.com/portico-lb/portico/internal/netlab"
+	"github.com/portico-lb/portico/speaker/bgpproc"
+)
+
+// quietPeriod is how long the quiet lab must fire nothing: with the rules' durations divided by
+// 20, a hundred minutes of the shipped rules.
+const quietPeriod = 5 * time.Minute
+
+// TestMonitoringQuiet: a lab doing nothing wrong (three speakers, two controller replicas,
+// bird with BFD, L2, BGP and home-lab Services) fires no alert for five minutes, the rules
+// loaded and evaluated the whole time.
+func TestMonitoringQuiet(t *testing.T) {
+	requirePrometheus(t)
+	inBGPLab(t, 1, func(t *testing.T, e *l2Env) {
+		m := startMonitoredLab(t, e)
+		m.checkRulesEvaluate(t)
+		// The test's subject is this span of time: nothing to wait for but the clock.
+		<-time.After(quietPeriod)
+		m.checkRulesEvaluate(t)
+		if fired := m.watch.everFired(); len(fired) > 0 {
+			t.Errorf("alerts fired in a quiet lab within %v: %v", quietPeriod, fired)
+		}
+		t.Logf("no alert fired in %v of a quiet lab (rules' durations divided by %d)", quietPeriod, durationScale)
+	})
+}
+
+// checkRulesEvaluate fails unless Prometheus has every alert loaded and evaluated without error,
+// and the series the pools' alerts read are there: a quiet lab whose rules never ran would
+// prove nothing.
+func (m *monitoredLab) checkRulesEvaluate(t *testing.T) {
+	rules, err := m.prom.API.Rules(context.Background(), nil)
+	must(t, err)
+	var ok []string
+	for _, g := range rules.Groups {
+		for _, r := range g.Rules {
+			if a, isAlert := r.(promv1.AlertingRule); isAlert {
+				if a.Health != promv1.RuleHealthGood {
+					t.Errorf("alert %s: health %s: %s", a.Name, a.Health, a.LastError)
+				}
+				ok = append(ok, a.Name)
+			}
+		}
+	}
+	if len(ok) != len(m.fors) {
+		t.Errorf("Prometheus evaluates %d alerts %v, the rules have %d", len(ok), ok, len(m.fors))
+	}
+	v, _, err := m.prom.API.Query(context.Background(), `count(portico_pool_addresses_available) >= 3`, time.Now())
+	must(t, err)
+	if vec, _ := v.(model.Vector); len(vec) == 0 {
+		t.Errorf("the pools' series are not scraped: %v", v)
+	}
+}
+
+// faultResult is one alert's record for a fault.
+type faultResult struct {
+	fault, alert        string
+	firing, resolved    time.Duration // fault → firing; end of the fault → resolved
+	scaledFor, detected time.Duration
+}
+
+// TestMonitoringFaults: in one lab, the faults the labs make, two lanes at once (the
+// controller's pools and addresses; the speakers and BGP), each one firing its alerts within
+// its detection time, its for: and two scrape intervals, and resolving them once it ends. No
+// other alert fires meanwhile. Then every dashboard panel's queries return data.
+func TestMonitoringFaults(t *testing.T) {
+	requirePrometheus(t)
+	inBGPLab(t, 1, func(t *testing.T, e *l2Env) {
+		m := startMonitoredLab(t, e)
+		var mu sync.Mutex
+		var results []faultResult
+		record := func(r []faultResult) { mu.Lock(); results = append(results, r...); mu.Unlock() }
+		t.Run("faults", func(t *testing.T) {
+			t.Run("pools and addresses", func(t *testing.T) {
+				t.Parallel()
+				record(m.exhaustHomeLab(t))
+				record(m.foreignAnswer(t))
+			})
+			t.Run("speakers and BGP", func(t *testing.T) {
+				t.Parallel()
+				record(m.killSpeaker(t))
+				record(m.birdDown(t))
+				record(m.crashBGPProcess(t))
+			})
+		})
+		var expected []string
+		var table strings.Builder
+		fmt.Fprintf(&table, "| fault | alert | for (scaled) | detection allowed | fault → firing | fault over → resolved |\n|---|---|---|---|---|---|\n")
+		for _, r := range results {
+			expected = append(expected, r.alert)
+			fmt.Fprintf(&table, "| %s | %s | %v | %v | %v | %v |\n", r.fault, r.alert, r.scaledFor, r.detected,
+				r.firing.Round(100*time.Millisecond), r.resolved.Round(100*time.Millisecond))
+		}
+		t.Logf("alerts the faults fired:\n%s", table.String())
+		for _, a := range m.watch.everFired() {
+			if !slices.Contains(expected, a) {
+				t.Errorf("%s fired, which no fault should have fired", a)
+			}
+		}
+		m.checkPanels(t)
+	})
+}
+
+// fault runs one fault: do at start, its alerts firing (firingFor), then undo, and its alerts
+// resolved within resolve.
+func (m *monitoredLab) fault(t *testing.T, name string, detect, resolve time.Duration, do, undo func(), alerts ...string) []faultResult {
+	start := time.Now()
+	do()
+	took := m.firingFor(t, start, detect, alerts...)
+	end := time.Now()
+	undo()
+	resolved := m.resolvedWithin(t, end, resolve, alerts...)
+	var out []faultResult
+	for _, a := range alerts {
+		out = append(out, faultResult{fault: name, alert: a, firing: took[a], resolved: resolved, scaledFor: m.fors[a], detected: detect})
+	}
+	return out
+}
+
+// exhaustHomeLab fills the home-lab pool (16 addresses, 4 in use): 13 more Services, the
+// last of which waits. Its end deletes them.
+func (m *monitoredLab) exhaustHomeLab(t *testing.T) []faultResult {
+	var fill []*corev1.Service
+	for i := range 13 {
+		fill = append(fill, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("fill-%02d", i), Namespace: "default",
+			Annotations: map[string]string{v1alpha1.AnnotationAddressPool: "home-lab"}},
+			Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Selector: map[string]string{"app": "fill"},
+				Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}}})
+	}
+	ctx := context.Background()
+	return m.fault(t, "home-lab pool exhausted (13 more Services, 1 waits)", 2*time.Second, 30*time.Second, func() {
+		for _, svc := range fill {
+			must(t, m.e.c.Create(ctx, svc))
+		}
+	}, func() {
+		for _, svc := range fill {
+			must(t, m.e.c.Delete(ctx, svc))
+		}
+	}, "PorticoPoolExhausted", "PorticoPoolNearlyExhausted")
+}
+
+// foreignAnswer makes the client answer ARP for web-a's address besides node-a: the
+// self-check (every 2 s) hears a second MAC no speaker owns.
+func (m *monitoredLab) foreignAnswer(t *testing.T) []faultResult {
+	addr := m.otherIP.String() + "/32"
+	return m.fault(t, "a second MAC answers web-a's address", 6*time.Second, 30*time.Second, func() {
+		run(t, "ip", "-n", m.e.Client.NS, "addr", "add", addr, "dev", "eth0")
+		t.Cleanup(func() { _ = exec.Command("ip", "-n", m.e.Client.NS, "addr", "del", addr, "dev", "eth0").Run() })
+	}, func() {
+		run(t, "ip", "-n", m.e.Client.NS, "addr", "del", addr, "dev", "eth0")
+	}, "PorticoAddressAnsweredByForeignHost")
+}
+
+// killSpeaker SIGKILLs node-c's speaker, which answers for web-c (it fails over); its Lease
+// runs out after 3 s. Its end starts the speaker again.
+func (m *monitoredLab) killSpeaker(t *testing.T) []faultResult {
+	r := m.fault(t, "node-c's speaker killed", 4*time.Second, 60*time.Second, func() {
+		m.e.kill("node-c", syscall.SIGKILL)
+	}, func() {
+		m.e.startSpeaker("node-c")
+	}, "PorticoSpeakerDown", "PorticoSpeakerNotReporting")
+	m.e.waitEstablished("tor", 60*time.Second, "node-c")
+	return r
+}
+
+// birdDown stops the router: every node's BGP and BFD sessions go down. Its end starts it.
+func (m *monitoredLab) birdDown(t *testing.T) []faultResult {
+	all := []string{"node-a", "node-b", "node-c"}
+	r := m.fault(t, "bird stopped", 3*time.Second, 60*time.Second, m.bird.Stop, m.bird.Start,
+		"PorticoBGPSessionDown", "PorticoBFDSessionDown")
+	m.e.waitEstablished("tor", 60*time.Second, all...)
+	return r
+}
+
+// crashBGPProcess kills node-a's BGP process with SIGSEGV (what a panic in GoBGP does); the
+// speaker starts another. Nothing ends the fault: the alert ends when the restart leaves its
+// window (15 minutes, 45 s scaled).
+func (m *monitoredLab) crashBGPProcess(t *testing.T) []faultResult {
+	pid := m.e.bgpProcess("node-a")
+	waitFor(t, "the BGP process running stably", 2*bgpproc.StableRun, func() bool { return processAge(pid) >= bgpproc.StableRun })
+	return m.fault(t, "node-a's BGP process crashed (SIGSEGV)", time.Second, 90*time.Second, func() {
+		must(t, syscall.Kill(pid, syscall.SIGSEGV))
+	}, func() {}, "PorticoBGPProcessRestarting")
+}
+
+// requirePrometheus fails in CI, and skips elsewhere, without root or Debian's prometheus.
+func requirePrometheus(t *testing.T) { netlab.Require(t, "prometheus") }
