@@ -98,6 +98,7 @@ func TestMonitoringFaults(t *testing.T) {
 			t.Run("speakers and BGP", func(t *testing.T) {
 				t.Parallel()
 				record(m.killSpeaker(t))
+				m.plannedRestart(t)
 				record(m.birdDown(t))
 				record(m.crashBGPProcess(t))
 			})
@@ -136,9 +137,16 @@ func (m *monitoredLab) fault(t *testing.T, name string, detect, resolve time.Dur
 	return out
 }
 
-// exhaustHomeLab fills the home-lab pool (16 addresses, 4 in use): 13 more Services, the
-// last of which waits. Its end deletes them.
+// exhaustHomeLab fills the home-lab pool (16 addresses, 4 in use) as users would, one Service
+// after another (every 500 ms), once Prometheus has seen the pool a while: 12 more take its
+// last addresses, and the 13th, the fault, waits. Its end deletes them.
 func (m *monitoredLab) exhaustHomeLab(t *testing.T) []faultResult {
+	ctx := context.Background()
+	waitFor(t, "ten samples of the home-lab pool", time.Minute, func() bool {
+		v, _, err := m.prom.API.Query(ctx, `count_over_time(portico_pool_addresses_available{pool="home-lab"}[1m]) >= 10`, time.Now())
+		vec, _ := v.(model.Vector)
+		return err == nil && len(vec) > 0
+	})
 	var fill []*corev1.Service
 	for i := range 13 {
 		fill = append(fill, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("fill-%02d", i), Namespace: "default",
@@ -146,11 +154,12 @@ func (m *monitoredLab) exhaustHomeLab(t *testing.T) []faultResult {
 			Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Selector: map[string]string{"app": "fill"},
 				Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}}})
 	}
-	ctx := context.Background()
-	return m.fault(t, "home-lab pool exhausted (13 more Services, 1 waits)", 2*time.Second, 30*time.Second, func() {
-		for _, svc := range fill {
-			must(t, m.e.c.Create(ctx, svc))
-		}
+	for _, svc := range fill[:12] {
+		must(t, m.e.c.Create(ctx, svc))
+		<-time.After(500 * time.Millisecond) // a user's pace, not a wait for anything
+	}
+	return m.fault(t, "home-lab pool exhausted (a 17th Service waits)", 3*time.Second, 30*time.Second, func() {
+		must(t, m.e.c.Create(ctx, fill[12]))
 	}, func() {
 		for _, svc := range fill {
 			must(t, m.e.c.Delete(ctx, svc))
@@ -180,6 +189,29 @@ func (m *monitoredLab) killSpeaker(t *testing.T) []faultResult {
 	}, "PorticoSpeakerDown", "PorticoSpeakerNotReporting")
 	m.e.waitEstablished("tor", 60*time.Second, "node-c")
 	return r
+}
+
+// plannedRestart stops node-b's speaker with SIGTERM, as a rolling update does, and starts it
+// again at once: node-b's address moves at once (its speaker says goodbye), which the failover
+// histogram measures, and no alert fires (the test checks none but the faults' did).
+func (m *monitoredLab) plannedRestart(t *testing.T) {
+	before := m.failovers(t)
+	m.e.kill("node-b", syscall.SIGTERM)
+	waitFor(t, "a failover measured", 30*time.Second, func() bool { return m.failovers(t) > before })
+	m.e.startSpeaker("node-b")
+	m.e.waitEstablished("tor", 60*time.Second, "node-b")
+	t.Logf("node-b's speaker restarted (SIGTERM): failovers measured %v, then %v", before, m.failovers(t))
+}
+
+// failovers is the number of L2 failovers the speakers have measured, as Prometheus sees it.
+func (m *monitoredLab) failovers(t *testing.T) float64 {
+	v, _, err := m.prom.API.Query(context.Background(), "sum(portico_l2_failover_seconds_count)", time.Now())
+	must(t, err)
+	vec, _ := v.(model.Vector)
+	if len(vec) == 0 {
+		return 0
+	}
+	return float64(vec[0].Value)
 }
 
 // birdDown stops the router: every node's BGP and BFD sessions go down. Its end starts it.

@@ -50,11 +50,12 @@ type monitoredLab struct {
 	watch   *alertWatch
 	failIP  netip.Addr // an L2 address node-c answers for (it fails over when node-c dies)
 	otherIP netip.Addr // an L2 address node-a answers for
+	movedIP netip.Addr // an L2 address node-b answers for (it moves when node-b restarts)
 }
 
 // webPool is the L2 pool the lab's Services announce from; the home-lab pool is there to be
 // exhausted, the routed one is advertised over BGP.
-var webPool = netip.MustParsePrefix("198.51.100.144/29")
+var webPool = netip.MustParsePrefix("198.51.100.144/28")
 
 func startMonitoredLab(t *testing.T, e *l2Env) *monitoredLab {
 	ctx := context.Background()
@@ -82,16 +83,17 @@ func startMonitoredLab(t *testing.T, e *l2Env) *monitoredLab {
 		Spec: v1alpha1.L2AdvertisementSpec{IPAddressPools: []v1alpha1.Name{"web"}}})
 	e.createObject(&v1alpha1.BGPAdvertisement{ObjectMeta: metav1.ObjectMeta{Name: "routed"},
 		Spec: v1alpha1.BGPAdvertisementSpec{IPAddressPools: []v1alpha1.Name{"routed"}}})
-	m.failIP, m.otherIP = ownedBy(webPool, "node-c", all), ownedBy(webPool, "node-a", all)
+	m.failIP, m.otherIP, m.movedIP = ownedBy(t, webPool, "node-c", all), ownedBy(t, webPool, "node-a", all), ownedBy(t, webPool, "node-b", all)
 	m.service(t, "web-c", "web", m.failIP)
 	m.service(t, "web-a", "web", m.otherIP)
+	m.service(t, "web-b", "web", m.movedIP)
 	m.service(t, "routed", "routed", netip.Addr{})
 	for _, name := range []string{"gitea", "argocd", "harbor", "grafana"} {
 		m.service(t, name, "home-lab", netip.Addr{})
 	}
 	e.waitEstablished("tor", 60*time.Second, all...)
 	waitFor(t, "BFD Up with every node", 60*time.Second, func() bool { return bfdUp(t, m.bird, e.nodeIPs(false, all...)...) })
-	for _, name := range []string{"web-c", "web-a"} {
+	for _, name := range []string{"web-c", "web-a", "web-b"} {
 		m.waitReachable(t, name, v1alpha1.ReasonAnswered, 60*time.Second)
 	}
 
@@ -116,13 +118,14 @@ func startMonitoredLab(t *testing.T, e *l2Env) *monitoredLab {
 }
 
 // ownedBy is the first address of pool whose owner among nodes is node.
-func ownedBy(pool netip.Prefix, node string, nodes []string) netip.Addr {
+func ownedBy(t *testing.T, pool netip.Prefix, node string, nodes []string) netip.Addr {
 	for ip := pool.Addr(); pool.Contains(ip); ip = ip.Next() {
 		if hashOwner(ip, nodes...) == node {
 			return ip
 		}
 	}
-	panic("no address of " + pool.String() + " for " + node)
+	t.Fatalf("no address of %s for %s", pool, node)
+	return netip.Addr{}
 }
 
 // service creates a LoadBalancer Service the controller gives an address from pool (ip, when
