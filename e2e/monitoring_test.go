@@ -44,25 +44,32 @@ func TestMonitoringQuiet(t *testing.T) {
 	})
 }
 
-// checkRulesEvaluate fails unless Prometheus has every alert loaded and evaluated without error,
-// and the series the pools' alerts read are there: a quiet lab whose rules never ran would
-// prove nothing.
+// checkRulesEvaluate waits until Prometheus has every alert loaded and evaluated without error,
+// and checks the series the pools' alerts read are there: a quiet lab whose rules never ran
+// would prove nothing.
 func (m *monitoredLab) checkRulesEvaluate(t *testing.T) {
-	rules, err := m.prom.API.Rules(context.Background(), nil)
-	must(t, err)
-	var ok []string
-	for _, g := range rules.Groups {
-		for _, r := range g.Rules {
-			if a, isAlert := r.(promv1.AlertingRule); isAlert {
-				if a.Health != promv1.RuleHealthGood {
-					t.Errorf("alert %s: health %s: %s", a.Name, a.Health, a.LastError)
+	var last string
+	if !pollUntil(30*time.Second, func() bool {
+		rules, err := m.prom.API.Rules(context.Background(), nil)
+		if err != nil {
+			last = err.Error()
+			return false
+		}
+		var good []string
+		last = ""
+		for _, g := range rules.Groups {
+			for _, r := range g.Rules {
+				if a, isAlert := r.(promv1.AlertingRule); isAlert {
+					if a.Health != promv1.RuleHealthGood {
+						last += fmt.Sprintf("%s: health %s %s; ", a.Name, a.Health, a.LastError)
+					}
+					good = append(good, a.Name)
 				}
-				ok = append(ok, a.Name)
 			}
 		}
-	}
-	if len(ok) != len(m.fors) {
-		t.Errorf("Prometheus evaluates %d alerts %v, the rules have %d", len(ok), ok, len(m.fors))
+		return last == "" && len(good) == len(m.fors)
+	}) {
+		t.Fatalf("Prometheus does not evaluate every alert: %s", last)
 	}
 	v, _, err := m.prom.API.Query(context.Background(), `count(portico_pool_addresses_available) >= 3`, time.Now())
 	must(t, err)
