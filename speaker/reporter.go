@@ -117,7 +117,7 @@ func (r *reporter) report(rc reconciled) {
 		rep.Status.SelfChecks, rep.Status.OmittedSelfChecks = c.checks, c.omitted
 	}
 	r.foreign.Load().setForeign(&rep.Status)
-	rep.Status.Sessions, rep.Status.BGPPeersUp = sessionStatus(rc.sessions)
+	rep.Status.Sessions, rep.Status.BGPPeersUp = sessionStatus(rc.sessions, rc.plan.BFDProblems)
 	rep.Status.BGP = status.BGPPeers(rc.plan.BGP, rc.sessions) // its routes are listed when it is written
 	rep.Status.Interfaces, rep.Status.OmittedInterfaces = interfaceStatus(rc.interfaces)
 	rep.Status.Subnets = rc.subnets
@@ -281,13 +281,15 @@ func interfaceStatus(verdicts []l2.Verdict) ([]v1alpha1.SpeakerInterface, int32)
 	return out, 0
 }
 
-// sessionStatus lists the sessions by peer name and counts the Established ones.
-func sessionStatus(states map[string]bgp.State) ([]v1alpha1.PeerSession, int32) {
+// sessionStatus lists the sessions by peer name, with why one runs without the BFD its peer
+// asks for, and counts the Established ones.
+func sessionStatus(states map[string]bgp.State, noBFD map[string]plan.BFDProblem) ([]v1alpha1.PeerSession, int32) {
 	out := make([]v1alpha1.PeerSession, 0, len(states))
 	up := int32(0)
 	for _, name := range slices.Sorted(maps.Keys(states)) {
 		st := states[name]
-		ps := v1alpha1.PeerSession{Peer: name, State: st.State, Since: &metav1.Time{Time: st.Since}}
+		ps := v1alpha1.PeerSession{Peer: name, State: st.State, Since: &metav1.Time{Time: st.Since},
+			BFDReason: noBFD[name].Reason, BFDMessage: noBFD[name].Message}
 		switch {
 		case st.Established():
 			up++

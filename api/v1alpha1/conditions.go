@@ -194,3 +194,18 @@ const (
 // ReasonCannotAnswer (ConditionAnnounced): the node that should answer for the address over L2
 // runs a speaker that cannot (its DataPath condition says NetRawMissing).
 const ReasonCannotAnswer = "CannotAnswer"
+
+// ConditionBFD on a BGPPeer that names a bfdProfile: whether every node's session with the
+// peer runs BFD with it. A node that cannot apply the profile runs the BGP session without BFD.
+const ConditionBFD = "BFD"
+
+// Reasons of ConditionBFD (and of a Speaker's status.sessions[].bfdReason). BFDKeyUnusable: the
+// key's Secret cannot be read (missing, or the speaker may not get it), lacks the key, or the
+// key is too long. BFDProfileNotFound: no BFDProfile of that name. BFDNotSupported: BFD with an
+// unnumbered (interface) or vrf peer.
+const (
+	ReasonBFDProfileApplied  = "ProfileApplied"
+	ReasonBFDKeyUnusable     = "BFDKeyUnusable"
+	ReasonBFDProfileNotFound = "BFDProfileNotFound"
+	ReasonBFDNotSupported    = "BFDNotSupported"
+)

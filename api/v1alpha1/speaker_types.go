@@ -50,6 +50,14 @@ type PeerSession struct {
 	// +kubebuilder:validation:MaxLength=64
 	// +optional
 	Reason string `json:"reason,omitempty"`
+	// BFDReason is set when the BGPPeer names a bfdProfile this node cannot apply, so the
+	// session runs without BFD: BFDKeyUnusable, BFDProfileNotFound or BFDNotSupported.
+	// +kubebuilder:validation:MaxLength=64
+	// +optional
+	BFDReason string `json:"bfdReason,omitempty"`
+	// BFDMessage says why, naming the profile or the Secret (never the key).
+	// +optional
+	BFDMessage string `json:"bfdMessage,omitempty"`
 }
 
 // Self-check results come from whoever answers on the LAN, so their size is capped: at most

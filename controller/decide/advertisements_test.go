@@ -126,12 +126,21 @@ func TestPeerTranscripts(t *testing.T) {
 				if d.HasArg("reason") {
 					d.ScanArgs(t, "reason", &ps.Reason)
 				}
+				if d.HasArg("nobfd") { // nobfd=REASON: the node cannot apply the peer's bfdProfile
+					d.ScanArgs(t, "nobfd", &ps.BFDReason)
+					ps.BFDMessage = "bfdProfile says " + ps.BFDReason
+				}
 				s.Sessions = append(s.Sessions, ps)
 				return "ok\n"
 			case "peer":
 				name := d.CmdArgs[0].Key
 				if peers[name] == nil {
 					peers[name] = &porticov1.BGPPeer{ObjectMeta: metav1.ObjectMeta{Name: name, Generation: 1}}
+				}
+				if d.HasArg("bfd") {
+					var profile string
+					d.ScanArgs(t, "bfd", &profile)
+					peers[name].Spec.BFDProfile = porticov1.Name(profile)
 				}
 				st, writes := Peer(peers[name], speakers, now)
 				if !writes {

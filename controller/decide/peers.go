@@ -23,7 +23,61 @@ func Peer(peer *porticov1.BGPPeer, speakers []porticov1.Speaker, now time.Time) 
 	cond := sessionsCondition(st.Sessions)
 	cond.ObservedGeneration, cond.LastTransitionTime = peer.Generation, metav1.NewTime(now)
 	meta.SetStatusCondition(&st.Conditions, cond)
+	if profile := peer.Spec.BFDProfile; profile != "" {
+		bfd := bfdCondition(string(profile), peer.Name, speakers)
+		bfd.ObservedGeneration, bfd.LastTransitionTime = peer.Generation, metav1.NewTime(now)
+		meta.SetStatusCondition(&st.Conditions, bfd)
+	} else {
+		meta.RemoveStatusCondition(&st.Conditions, porticov1.ConditionBFD)
+	}
 	return st, !equality.Semantic.DeepEqual(st, peer.Status)
+}
+
+// bfdCondition says whether every node's session with the peer runs BFD with its profile, from
+// the speakers' reports: the nodes that cannot apply it, grouped by why (the first group's
+// reason is the condition's), or how many do.
+func bfdCondition(profile, peer string, speakers []porticov1.Speaker) metav1.Condition {
+	c := metav1.Condition{Type: porticov1.ConditionBFD}
+	type why struct{ reason, message string }
+	var whys []why
+	without := map[why][]string{}
+	sessions := 0
+	for _, sp := range speakers {
+		for _, s := range sp.Status.Sessions {
+			if s.Peer != peer {
+				continue
+			}
+			sessions++
+			if s.BFDReason != "" {
+				w := why{s.BFDReason, s.BFDMessage}
+				if without[w] == nil {
+					whys = append(whys, w)
+				}
+				without[w] = append(without[w], sp.Name)
+			}
+		}
+	}
+	switch {
+	case sessions == 0:
+		c.Status, c.Reason, c.Message = metav1.ConditionUnknown, porticov1.ReasonNoSessions, "no speaker holds a session with this peer"
+	case len(whys) > 0:
+		slices.SortFunc(whys, func(a, b why) int { return strings.Compare(slices.Min(without[a]), slices.Min(without[b])) })
+		parts := make([]string, 0, len(whys))
+		for _, w := range whys {
+			nodes := without[w]
+			slices.Sort(nodes)
+			verb := "runs"
+			if len(nodes) > 1 {
+				verb = "run"
+			}
+			parts = append(parts, fmt.Sprintf("%s %s without BFD: %s", strings.Join(nodes, ", "), verb, w.message))
+		}
+		c.Status, c.Reason, c.Message = metav1.ConditionFalse, whys[0].reason, strings.Join(parts, "; ")
+	default:
+		c.Status, c.Reason = metav1.ConditionTrue, porticov1.ReasonBFDProfileApplied
+		c.Message = fmt.Sprintf("%d of %d sessions run BFD with profile %s", sessions, sessions, profile)
+	}
+	return c
 }
 
 // foldSessions collects every node's session with the named peer, sorted by node.

@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -20,10 +21,10 @@ func peerBFD(bp *v1alpha1.BGPPeer, profiles []v1alpha1.BFDProfile, secrets []cor
 		return bfdprofile.Config{}, nil
 	}
 	if bp.Spec.Interface != "" {
-		return bfdprofile.Config{}, fmt.Errorf("bfdProfile %s: BFD with an unnumbered (interface) peer is not supported", name)
+		return bfdprofile.Config{}, bfdUnusable(v1alpha1.ReasonBFDNotSupported, fmt.Errorf("bfdProfile %s: BFD with an unnumbered (interface) peer is not supported", name))
 	}
 	if bp.Spec.VRF != "" {
-		return bfdprofile.Config{}, fmt.Errorf("bfdProfile %s: BFD with a vrf peer is not supported", name)
+		return bfdprofile.Config{}, bfdUnusable(v1alpha1.ReasonBFDNotSupported, fmt.Errorf("bfdProfile %s: BFD with a vrf peer is not supported", name))
 	}
 	for i := range profiles {
 		if profiles[i].Name != string(name) {
@@ -42,13 +43,37 @@ func peerBFD(bp *v1alpha1.BGPPeer, profiles []v1alpha1.BFDProfile, secrets []cor
 		if a := s.Authentication; a != nil {
 			auth, err := bfdAuth(a, secrets)
 			if err != nil {
-				return bfdprofile.Config{}, fmt.Errorf("bfdProfile %s: %w", name, err)
+				return bfdprofile.Config{}, bfdUnusable(v1alpha1.ReasonBFDKeyUnusable, fmt.Errorf("bfdProfile %s: %w", name, err))
 			}
 			cfg.Auth = auth
 		}
 		return cfg, nil
 	}
-	return bfdprofile.Config{}, fmt.Errorf("bfdProfile %s not found", name)
+	return bfdprofile.Config{}, bfdUnusable(v1alpha1.ReasonBFDProfileNotFound, fmt.Errorf("bfdProfile %s not found", name))
+}
+
+// BFDProblem is why a node runs a BGPPeer's session without the BFD its bfdProfile asks for:
+// the reason (v1alpha1.ReasonBFD*) and the problem, for the Speaker status.
+type BFDProblem struct{ Reason, Message string }
+
+// bfdError is a bfdProfile that cannot be applied, with its reason.
+type bfdError struct {
+	reason string
+	err    error
+}
+
+func (e *bfdError) Error() string { return e.err.Error() }
+func (e *bfdError) Unwrap() error { return e.err }
+
+func bfdUnusable(reason string, err error) error { return &bfdError{reason: reason, err: err} }
+
+// bfdProblemOf is err's BFDProblem.
+func bfdProblemOf(err error) BFDProblem {
+	p := BFDProblem{Message: err.Error()}
+	if be, ok := errors.AsType[*bfdError](err); ok {
+		p.Reason = be.reason
+	}
+	return p
 }
 
 func orDefault(v *uint32, def uint32) uint32 {

@@ -27,12 +27,14 @@ const (
 // owner: every selected node advertises (ECMP at the router), except that
 // externalTrafficPolicy Local needs a ready endpoint on the node.
 type bgpNode struct {
-	name     string
-	node     *corev1.Node
-	peers    map[string]Peer
-	mine     map[netip.Addr]bool
-	excluded bool
-	standing rules.BGPStanding
+	name  string
+	node  *corev1.Node
+	peers map[string]Peer
+	// bfdProblems: the peers whose sessions run without the BFD their bfdProfile asks for.
+	bfdProblems map[string]BFDProblem
+	mine        map[netip.Addr]bool
+	excluded    bool
+	standing    rules.BGPStanding
 }
 
 // bgpNodeOf resolves node name's sessions, adding what is wrong with them to problems; nil
@@ -47,7 +49,7 @@ func bgpNodeOf(w *World, name string, fitNodes int, problems *[]string) *bgpNode
 		*problems = append(*problems, fmt.Sprintf("BGP: node %s not found, so no BGPPeer can select it", name))
 		return nil
 	}
-	n := &bgpNode{name: name, node: node, peers: map[string]Peer{}, mine: map[netip.Addr]bool{},
+	n := &bgpNode{name: name, node: node, peers: map[string]Peer{}, bfdProblems: map[string]BFDProblem{}, mine: map[netip.Addr]bool{},
 		excluded: rules.ExcludedFromLB(node, w.IgnoreExcludeLabel)}
 	h := rules.FitnessOf(node)
 	if h.Fit() && !n.excluded {
@@ -72,6 +74,7 @@ func bgpNodeOf(w *World, name string, fitNodes int, problems *[]string) *bgpNode
 		}
 		if peer.BFD, err = peerBFD(bp, w.BFDProfiles, w.Secrets); err != nil {
 			*problems = append(*problems, fmt.Sprintf("BGPPeer %s: %v; the session runs without BFD", bp.Name, err))
+			n.bfdProblems[bp.Name] = bfdProblemOf(err)
 		}
 		n.peers[bp.Name] = peer
 	}

@@ -197,6 +197,9 @@ func renderBGPPlan(p plan.Plan) string {
 	for _, pr := range p.Problems {
 		fmt.Fprintf(&b, "problem: %s\n", pr)
 	}
+	for _, peer := range slices.Sorted(maps.Keys(p.BFDProblems)) {
+		fmt.Fprintf(&b, "no bfd on %s: %s\n", peer, p.BFDProblems[peer].Reason)
+	}
 	if !p.ReplanAt.IsZero() {
 		fmt.Fprintf(&b, "plans again in %v\n", p.ReplanAt.Sub(transcriptNow))
 	}

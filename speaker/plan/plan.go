@@ -78,6 +78,9 @@ type Plan struct {
 	BGP      BGP
 	Routed   map[netip.Addr]BGPClaim // addresses this node advertises over BGP
 	Problems []string
+	// BFDProblems: the BGPPeers whose sessions run without the BFD their bfdProfile asks for,
+	// and why (nil: none).
+	BFDProblems map[string]BFDProblem
 	// ReplanAt is when a cordoned node's grace ends or the cluster will have settled for
 	// balance (ReplanFor says which), so that the plan changes with no change to the cluster:
 	// the speaker plans everything again then (zero: no such time).

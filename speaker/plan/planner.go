@@ -187,7 +187,7 @@ func (pl *Planner) Replan(w World, alive func(node string) bool) Changes {
 	pl.graceAt = replanAt
 	pl.plan = Plan{Mine: map[netip.Addr]Claim{}, BGP: pl.mine.desired(), Routed: map[netip.Addr]BGPClaim{}}
 	if pl.mine != nil {
-		pl.plan.Standing = pl.mine.standing
+		pl.plan.Standing, pl.plan.BFDProblems = pl.mine.standing, pl.mine.bfdProblems
 	}
 	pl.update(services, eps, nil)
 	for ip := range pl.owners { // addresses no Service lists any more
