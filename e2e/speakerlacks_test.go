@@ -96,7 +96,7 @@ func holdTables(t *testing.T, ns string, names ...string) {
 func (e *l2Env) waitDataPath(t *testing.T, node string, status metav1.ConditionStatus, reason, note string) {
 	t.Helper()
 	sp := &v1alpha1.Speaker{ObjectMeta: metav1.ObjectMeta{Name: node}}
-	e.waitCondition(t, sp, func() []metav1.Condition { return sp.Status.Conditions }, v1alpha1.ConditionDataPath, status, reason, note)
+	e.waitCondition(t, 20*time.Second, sp, func() []metav1.Condition { return sp.Status.Conditions }, v1alpha1.ConditionDataPath, status, reason, note)
 }
 
 // waitServiceCondition waits until the Service's condition of type typ has status and reason
@@ -104,23 +104,28 @@ func (e *l2Env) waitDataPath(t *testing.T, node string, status metav1.ConditionS
 func (e *l2Env) waitServiceCondition(t *testing.T, name, typ string, status metav1.ConditionStatus, reason, note string) {
 	t.Helper()
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name}}
-	e.waitCondition(t, svc, func() []metav1.Condition { return svc.Status.Conditions }, typ, status, reason, note)
+	e.waitCondition(t, 20*time.Second, svc, func() []metav1.Condition { return svc.Status.Conditions }, typ, status, reason, note)
 }
 
-// waitCondition waits until obj, read again on each poll, has the condition of type typ (from
-// conditions) with status and reason and a message containing note, and says what it had when
-// it does not.
-func (e *l2Env) waitCondition(t *testing.T, obj client.Object, conditions func() []metav1.Condition, typ string, status metav1.ConditionStatus, reason, note string) {
+// waitCondition waits, at most within, until obj, read again on each poll, has the condition
+// of type typ (from conditions) with status and reason and a message containing note, and says
+// what it had when it does not.
+func (e *l2Env) waitCondition(t *testing.T, within time.Duration, obj client.Object, conditions func() []metav1.Condition, typ string, status metav1.ConditionStatus, reason, note string) {
 	t.Helper()
 	var last *metav1.Condition
-	if !pollUntil(20*time.Second, func() bool {
+	if !pollUntil(within, func() bool {
 		if e.c.Get(context.Background(), client.ObjectKeyFromObject(obj), obj) != nil {
 			return false
 		}
 		last = meta.FindStatusCondition(conditions(), typ)
 		return last != nil && last.Status == status && last.Reason == reason && strings.Contains(last.Message, note)
 	}) {
-		t.Fatalf("%T %s has %s %s, want %s %s (%q)", obj, client.ObjectKeyFromObject(obj), typ, describeCondition(last), status, reason, note)
+		var all []string
+		for _, c := range conditions() {
+			all = append(all, c.Type+"="+describeCondition(&c))
+		}
+		t.Fatalf("%T %s has %s %s, want %s %s (%q); its conditions: %s", obj, client.ObjectKeyFromObject(obj), typ, describeCondition(last),
+			status, reason, note, strings.Join(all, "; "))
 	}
 }
 
