@@ -67,6 +67,7 @@ type options struct {
 	drainGrace                 time.Duration
 	l2BalanceSettle            time.Duration
 	bgpMemoryLimitMiB          int64
+	bgpSocket                  string
 	leaseNamespace             string
 	daemonSet                  string
 	leaseRenew                 time.Duration
@@ -88,7 +89,8 @@ func main() {
 	flag.DurationVar(&o.routesUpWait, "bgp-ready-wait", speaker.DefaultRoutesUpWait, "how long after the start readiness waits for the BGP sessions that carry this node's routes, so that a rolling update replaces the next node only once this one's routes are back; 0 does not wait")
 	flag.DurationVar(&o.drainGrace, "bgp-drain-grace", speaker.DefaultDrainGrace, "how long a cordoned node (kubectl cordon or drain) advertises its routes with the GRACEFUL_SHUTDOWN community (65535:0) before it withdraws them, so that routers move traffic away while the routes still exist; 0 withdraws at once")
 	flag.DurationVar(&o.l2BalanceSettle, "l2-balance-settle", rules.DefaultL2BalanceSettle, "an L2 address stays on the node answering for it; once every speaker has been alive, no node cordoned and no address moved for this long, one address moves from a node holding more than 1.25 × the mean to its hash's choice, then one per this interval (every speaker must run with the same value; 0 never balances)")
-	flag.Int64Var(&o.bgpMemoryLimitMiB, "bgp-memory-limit-mib", 128, "the BGP side (GoBGP and BFD) runs in a child process, restarted when it fails; it is killed and restarted when its anonymous resident memory (heap and runtime, not the binary's pages) goes above this many MiB (0: no limit)")
+	flag.Int64Var(&o.bgpMemoryLimitMiB, "bgp-memory-limit-mib", 128, "without --bgp-socket the BGP side (GoBGP and BFD) runs in a child process, restarted when it fails; it is killed and restarted when its anonymous resident memory (heap and runtime, not the binary's pages) goes above this many MiB (0: no limit)")
+	flag.StringVar(&o.bgpSocket, "bgp-socket", "", "a unix socket (in a volume shared with the pod's bgp container) where the BGP side, run by the kubelet in a container of its own with its own memory limit (portico-speaker bgp-process --speaker-socket), connects; empty: the speaker runs it as its child process (--bgp-memory-limit-mib)")
 	flag.StringVar(&o.pprofAddr, "pprof-bind-address", "0", "address Go's /debug/pprof endpoints bind to, for memory and CPU profiles (a port alone: this node's address); 0 disables them")
 	flag.StringVar(&o.bindAddr, "memberlist-bind-address", os.Getenv("HOST_IP"),
 		"address memberlist gossip binds to (UDP and TCP), one of this node's InternalIP addresses (default $HOST_IP, from the downward API's status.hostIP; when empty, the Node's first InternalIP)")
@@ -165,7 +167,10 @@ func run(o options) error {
 	// GoBGP runs in a child process: a panic or a hang there ends that process alone, and the
 	// ARP/NDP answers, which never depend on it, go on (docs/speaker-bgp.md).
 	bgpSide := &bgpproc.Supervisor{Log: log.WithName("bgp"), Command: bgpCommand(o.node, o.bgpMemoryLimitMiB),
-		MemoryLimit: o.bgpMemoryLimitMiB << 20, Metrics: bgpproc.NewMetrics(reg)}
+		MemoryLimit: o.bgpMemoryLimitMiB << 20, Socket: o.bgpSocket, Metrics: bgpproc.NewMetrics(reg)}
+	if o.bgpSocket != "" {
+		bgpSide.MemoryLimit = 0 // its container's limit, which the kernel enforces
+	}
 	cache := kubeapi.NewCache(cl, speaker.TrimForCache)
 	handing, fwd, marks, byFlow, dataPath := openDataPath(o, log, reg)
 	if o.daemonSet != "" && o.leaseNamespace == "" {

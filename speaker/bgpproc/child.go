@@ -36,6 +36,8 @@ func Serve(conn net.Conn, sessions *bgp.Sessions, gather prometheus.Gatherer) er
 }
 
 func serve(conn net.Conn, sessions *bgp.Sessions, gather prometheus.Gatherer, silence time.Duration) error {
+	// Closed on return, so the speaker sees this process done even before it exits.
+	defer conn.Close()
 	s := newStream(conn)
 	snapshot := func(id uint64, a answer) func() any {
 		return func() any {

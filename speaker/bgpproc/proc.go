@@ -13,15 +13,17 @@ import (
 	"time"
 )
 
-// proc is one run of the BGP process, seen from the speaker: the command, its end of the
+// proc is one run of the BGP process, seen from the speaker: the process, its end of the
 // channel and the calls waiting for an answer.
 type proc struct {
-	cmd    *exec.Cmd
-	s      *stream
-	done   chan struct{} // closed once the process has exited; exit holds why, reason in a word
-	read   chan struct{} // closed once every message it sent has been read (readAll)
-	exit   error
-	reason string // exited (on its own), stuck, memory, start
+	// process is the BGP process: the speaker's child, or one that connected to its socket
+	// (another container of the pod) seen in its PID namespace; nil when it is out of sight.
+	process *os.Process
+	s       *stream
+	done    chan struct{} // closed once the process has exited (or closed its channel); exit holds why, reason in a word
+	read    chan struct{} // closed once every message it sent has been read (readAll)
+	exit    error
+	reason  string // exited (on its own), stuck, memory, start
 
 	mu      sync.Mutex
 	next    uint64
@@ -59,18 +61,33 @@ func startProc(cmd *exec.Cmd) (*proc, error) {
 		_ = cmd.Wait()
 		return nil, err
 	}
-	p := &proc{cmd: cmd, s: newStream(conn), done: make(chan struct{}), read: make(chan struct{}), pending: map[uint64]chan answer{}}
-	go func() {
-		err, reason := cmd.Wait(), "exited"
-		p.mu.Lock()
-		if p.killed != "" {
-			err, reason = errors.New(p.killed), p.kind
-		}
-		p.mu.Unlock()
-		p.exit, p.reason = err, reason
-		close(p.done)
-	}()
+	p := newProc(cmd.Process, conn)
+	go func() { p.ended(cmd.Wait()) }()
 	return p, nil
+}
+
+func newProc(process *os.Process, conn net.Conn) *proc {
+	return &proc{process: process, s: newStream(conn), done: make(chan struct{}), read: make(chan struct{}), pending: map[uint64]chan answer{}}
+}
+
+// ended records why the process ended (the kill's reason when the speaker killed it).
+func (p *proc) ended(err error) {
+	reason := "exited"
+	p.mu.Lock()
+	if p.killed != "" {
+		err, reason = errors.New(p.killed), p.kind
+	}
+	p.mu.Unlock()
+	p.exit, p.reason = err, reason
+	close(p.done)
+}
+
+// pid is the process's PID as the speaker sees it, 0 when out of sight.
+func (p *proc) pid() int {
+	if p.process == nil {
+		return 0
+	}
+	return p.process.Pid
 }
 
 // readAll hands each answer to its call and every answer's states to states, until the channel
@@ -139,20 +156,28 @@ func (p *proc) call(r request, wait time.Duration) (answer, error) {
 	}
 }
 
-// kill ends the process (SIGKILL), recording why (and the reason in a word) for the exit.
+// kill ends the process (SIGKILL), recording why (and the reason in a word) for the exit, and
+// closes its channel: a process out of sight (another PID namespace) exits once it reads the
+// end of it (cmd/portico-speaker's bgp-process), unless it is frozen whole.
 func (p *proc) kill(reason, why string) {
 	p.mu.Lock()
 	if p.killed == "" {
 		p.killed, p.kind = why, reason
 	}
 	p.mu.Unlock()
-	_ = p.cmd.Process.Kill()
+	if p.process != nil {
+		_ = p.process.Kill()
+	}
+	_ = p.s.conn.Close()
 }
 
 // anonymous is the process's anonymous resident memory in bytes (RssAnon: the Go heap, stacks
 // and runtime; the binary's pages, which the speaker maps too, left out), 0 when unreadable.
 func (p *proc) anonymous() int64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+	if p.pid() == 0 {
+		return 0
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.pid()))
 	if err != nil {
 		return 0
 	}

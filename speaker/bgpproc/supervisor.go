@@ -1,10 +1,12 @@
 package bgpproc
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"maps"
+	"net"
 	"os/exec"
 	"runtime"
 	"sync"
@@ -43,6 +45,9 @@ const (
 // next one whole.
 var errRestarting = errors.New("the BGP process is restarting; it gets this plan when it is back")
 
+// errNotYet is what the first Apply reports when no BGP process took the plan within applyWait.
+var errNotYet = errors.New("no BGP process has taken the plan yet (its container may still be starting); it gets it when one does")
+
 // Supervisor runs the BGP side in a child process (Serve at the other end) for the speaker,
 // implementing what the speaker needs of it (Apply, Close, States, OnChange) and serving the
 // process's metrics (Gather).
@@ -53,12 +58,18 @@ type Supervisor struct {
 	// Command makes the command that runs the BGP process: the speaker binary again, whose
 	// subcommand calls Serve with file descriptor 3.
 	Command func() *exec.Cmd
+	// Socket, when set, is where the BGP process connects instead: it runs on its own (its own
+	// container in the pod, started and restarted by the kubelet, with a memory limit of its
+	// own) and the speaker listens here (a unix socket in a volume both containers mount) for
+	// it and for each one after it. Command is then not used.
+	Socket string
 	// MemoryLimit, in bytes: the process is killed (and restarted) when its anonymous resident
 	// memory goes above it. 0: no limit.
 	MemoryLimit int64
 	Metrics     *Metrics
 
-	timing timing // zero: pingEvery, pingWait
+	timing    timing        // zero: pingEvery, pingWait
+	firstWait time.Duration // zero: applyWait
 
 	stop     chan struct{} // closed by Close: no more restarts
 	firstRun chan struct{} // closed once the first process got its first plan (or failed to start)
@@ -67,6 +78,7 @@ type Supervisor struct {
 	desired   plan.BGP   // the latest plan, whole (Changed nil)
 	started   bool
 	closed    bool
+	listener  *net.UnixListener    // on Socket, once made
 	running   atomic.Pointer[proc] // nil while none runs
 	firstErrs []error
 	// suspect: the running process left a ping or a plan unanswered. Plans then wait for it to
@@ -112,9 +124,14 @@ func (s *Supervisor) Apply(ctx context.Context, d plan.BGP) []error {
 	s.mu.Unlock()
 	switch {
 	case first:
+		// A process that connects (Socket) may be late: its container is still starting.
+		wait := time.NewTimer(cmp.Or(s.firstWait, applyWait))
+		defer wait.Stop()
 		select {
 		case <-s.firstRun:
 		case <-ctx.Done():
+		case <-wait.C:
+			return []error{errNotYet}
 		}
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -145,6 +162,9 @@ func (s *Supervisor) end(last request) (kept []string) {
 	}
 	s.closed = true
 	close(s.stop)
+	if s.listener != nil {
+		_ = s.listener.Close() // ends a wait for the next process
+	}
 	p := s.running.Swap(nil)
 	if p == nil {
 		return nil
@@ -196,7 +216,7 @@ func (s *Supervisor) supervise() {
 
 // runOnce runs one process until it exits, and returns why it did (in a word and in full).
 func (s *Supervisor) runOnce() (string, error) {
-	p, err := startProc(s.Command())
+	p, err := s.start()
 	if err == nil {
 		go p.readAll(s.received)
 		err = s.handPlan(p)
@@ -217,7 +237,7 @@ func (s *Supervisor) runOnce() (string, error) {
 	}
 	s.Metrics.up.Set(1)
 	defer s.Metrics.up.Set(0)
-	s.Log.Info("BGP process started", "pid", p.cmd.Process.Pid)
+	s.Log.Info("BGP process started", "pid", p.pid(), "socket", s.Socket)
 	tick := time.NewTicker(s.pings().every)
 	defer tick.Stop()
 	missed := 0

@@ -2,10 +2,12 @@ package bgpproc
 
 import (
 	"context"
+	"errors"
 	"net"
 	"net/netip"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -27,9 +29,16 @@ import (
 const childEnv = "PORTICO_BGPPROC_TEST_CHILD"
 
 func TestMain(m *testing.M) {
-	if os.Getenv(childEnv) != "" {
-		f := os.NewFile(3, "speaker")
-		conn, err := net.FileConn(f)
+	if how := os.Getenv(childEnv); how != "" {
+		// "1": the speaker's child, on file descriptor 3; else the path of the speaker's
+		// socket, as the BGP container connects.
+		var conn net.Conn
+		var err error
+		if how == "1" {
+			conn, err = net.FileConn(os.NewFile(3, "speaker"))
+		} else {
+			conn, err = Dial(context.Background(), how)
+		}
 		if err != nil {
 			os.Exit(2)
 		}
@@ -70,6 +79,36 @@ func supervised(t *testing.T) *watched {
 	return w
 }
 
+// bgpContainer makes w wait for its BGP processes on a socket, and starts them as the kubelet
+// starts the BGP container: one, then another each time the last one has exited, until the
+// test ends.
+func bgpContainer(t *testing.T, w *watched) {
+	w.Socket = filepath.Join(t.TempDir(), "bgp.sock")
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	t.Cleanup(func() { close(stop); <-done })
+	go func() {
+		defer close(done)
+		for {
+			cmd := exec.Command(os.Args[0], "-test.run=^$")
+			cmd.Env = append(os.Environ(), childEnv+"="+w.Socket)
+			if err := cmd.Start(); err != nil {
+				t.Error(err)
+				return
+			}
+			exited := make(chan struct{})
+			go func() { _ = cmd.Wait(); close(exited) }()
+			select {
+			case <-stop:
+				_ = cmd.Process.Kill()
+				<-exited
+				return
+			case <-exited:
+			}
+		}
+	}()
+}
+
 func (w *watched) restarts(reason string) float64 {
 	var m dto.Metric
 	_ = w.Metrics.restarts.WithLabelValues(reason).Write(&m)
@@ -79,7 +118,7 @@ func (w *watched) restarts(reason string) float64 {
 // child is the running BGP process's PID, once it has its plan.
 func (w *watched) child() int {
 	if p := w.running.Load(); p != nil {
-		return p.cmd.Process.Pid
+		return p.pid()
 	}
 	return 0
 }
@@ -249,4 +288,62 @@ func must(t *testing.T, err error) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestSocketProcessRestartsAndGetsThePlanAgain: a BGP process that runs on its own (its own
+// container) connects to the speaker's socket and gets the plan; after it crashes (SIGSEGV) or
+// is frozen (SIGSTOP, found stuck and killed) the next one the container starts connects and
+// gets the same plan, and the sessions read down in between. Closing the supervisor ends the
+// process it talks to.
+func TestSocketProcessRestartsAndGetsThePlanAgain(t *testing.T) {
+	w := supervised(t)
+	bgpContainer(t, w)
+	w.timing = timing{100 * time.Millisecond, 500 * time.Millisecond}
+	if errs := w.Apply(context.Background(), onePeer()); len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	if st := w.States()["tor"]; st.Routes != 1 || st.Message != "" {
+		t.Fatalf("after the first plan: %+v", st)
+	}
+	for _, sig := range []syscall.Signal{syscall.SIGSEGV, syscall.SIGSTOP} {
+		pid := w.child()
+		if pid == 0 {
+			t.Fatal("the process's PID is not seen through the socket (same PID namespace here)")
+		}
+		must(t, syscall.Kill(pid, sig))
+		netlab.WaitFor(t, "a new process with the plan after "+sig.String(), 10*time.Second, func() bool {
+			st := w.States()["tor"]
+			return w.child() != 0 && w.child() != pid && st.Routes == 1 && st.Message == ""
+		})
+	}
+	for _, reason := range []string{"exited", "stuck"} {
+		if n := w.restarts(reason); n != 1 {
+			t.Errorf("restarts for %s: %v, want 1", reason, n)
+		}
+	}
+	p := w.running.Load()
+	w.Close()
+	select {
+	case <-p.done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the process still runs after Close")
+	}
+}
+
+// TestSocketFirstPlanWaitsBoundedly: with no BGP process connecting yet (its container not
+// started), the first Apply returns after its wait (applyWait; a second here), and the plan goes to the first
+// process that connects.
+func TestSocketFirstPlanWaitsBoundedly(t *testing.T) {
+	w := supervised(t)
+	w.Socket, w.firstWait = filepath.Join(t.TempDir(), "bgp.sock"), time.Second
+	if errs := w.Apply(context.Background(), onePeer()); len(errs) != 1 || !errors.Is(errs[0], errNotYet) {
+		t.Fatalf("first Apply with nothing connecting: %v, want %v", errs, errNotYet)
+	}
+	conn, err := Dial(context.Background(), w.Socket)
+	must(t, err)
+	sessions := &bgp.Sessions{Log: logr.Discard()}
+	go func() { _ = Serve(conn, sessions, prometheus.NewRegistry()) }()
+	netlab.WaitFor(t, "the late process holding the plan", 10*time.Second, func() bool {
+		return sessions.States()["tor"].Routes == 1
+	})
 }
