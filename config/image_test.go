@@ -76,8 +76,9 @@ func TestManifestsForImage(t *testing.T) {
 			t.Fatalf("make manifests IMAGE=%s: %v\n%s", image, err, b)
 		}
 		got := string(readFile(t, out))
-		if n := strings.Count(got, "image: "+image+"\n"); n != 2 {
-			t.Errorf("IMAGE=%s: %d containers run it, want 2", image, n)
+		// The controller, the speaker and the speaker pod's bgp container.
+		if n := strings.Count(got, "image: "+image+"\n"); n != 3 {
+			t.Errorf("IMAGE=%s: %d containers run it, want 3", image, n)
 		}
 		if strings.ReplaceAll(got, "image: "+image+"\n", "image: ghcr.io/portico-lb/portico:v0.1.0\n") != want {
 			t.Errorf("IMAGE=%s: the manifests differ in more than the image", image)

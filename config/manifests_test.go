@@ -146,6 +146,43 @@ func TestSpeakerDaemonSet(t *testing.T) {
 	}
 }
 
+// TestSpeakerBGPContainer: the BGP side runs in a container of its own in the speaker's pod,
+// with a memory limit of its own (the kernel ends it alone above it) and no softer one for its
+// Go runtime (which would keep a flooded process crawling below the kernel's), NET_RAW alone,
+// and connects to the socket the speaker listens on, in a volume both mount.
+func TestSpeakerBGPContainer(t *testing.T) {
+	var ds appsv1.DaemonSet
+	renderedObject(t, "DaemonSet", "portico-speaker", &ds)
+	pod := ds.Spec.Template.Spec
+	if len(pod.Containers) != 2 || pod.Containers[1].Name != "bgp" {
+		t.Fatalf("containers %d: want the speaker's and bgp", len(pod.Containers))
+	}
+	speaker, bgp := pod.Containers[0], pod.Containers[1]
+	checkLocked(t, bgp, []corev1.Capability{"NET_RAW"})
+	if bgp.Image != speaker.Image || !slices.Equal(bgp.Command, speaker.Command) || len(bgp.Args) == 0 || bgp.Args[0] != "bgp-process" {
+		t.Errorf("bgp runs %s %v %v, want the speaker's binary's bgp-process", bgp.Image, bgp.Command, bgp.Args)
+	}
+	const socket = "/run/portico/bgp.sock"
+	if !slices.Contains(speaker.Args, "--bgp-socket="+socket) || !slices.Contains(bgp.Args, "--speaker-socket="+socket) {
+		t.Errorf("the speaker (%v) and bgp (%v) do not meet at %s", speaker.Args, bgp.Args, socket)
+	}
+	for _, c := range []corev1.Container{speaker, bgp} {
+		if !slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == "/run/portico" && m.Name == "run" }) {
+			t.Errorf("%s does not mount the run volume at /run/portico: %v", c.Name, c.VolumeMounts)
+		}
+	}
+	if !slices.ContainsFunc(pod.Volumes, func(v corev1.Volume) bool { return v.Name == "run" && v.EmptyDir != nil }) {
+		t.Errorf("volumes %v: want run, an emptyDir", pod.Volumes)
+	}
+	if bgp.Resources.Limits.Memory().IsZero() || slices.ContainsFunc(bgp.Args, func(a string) bool { return strings.HasPrefix(a, "--memory-limit-mib") }) ||
+		slices.ContainsFunc(bgp.Env, func(e corev1.EnvVar) bool { return e.Name == "GOMEMLIMIT" }) {
+		t.Errorf("bgp: want a memory limit (%v) and no Go soft limit (args %v, env %v)", bgp.Resources.Limits.Memory(), bgp.Args, bgp.Env)
+	}
+	if bgp.Resources.Requests.Memory().IsZero() || !bgp.Resources.Limits.Cpu().IsZero() {
+		t.Errorf("bgp's resources %v: want a memory request and no CPU limit", bgp.Resources)
+	}
+}
+
 // checkProbes: HTTP liveness and readiness probes on the port named probes, where the binary's
 // --health-probe-bind-address listens.
 func checkProbes(t *testing.T, c corev1.Container) {

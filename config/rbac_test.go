@@ -126,10 +126,20 @@ func TestRBAC(t *testing.T) {
 	var ds appsv1.DaemonSet
 	renderedObject(t, "DaemonSet", "portico-speaker", &ds)
 	spProbes := freePort(t)
-	spArgs := append(podArgs(t, ds.Spec.Template.Spec.Containers[0], speakerPod, node),
+	// The pod's two containers, the speaker and its bgp container, which meet at a socket in
+	// the pod's run volume (a directory of the test's here).
+	run := t.TempDir()
+	inRun := func(args []string) []string {
+		for i := range args {
+			args[i] = strings.ReplaceAll(args[i], "=/run/portico/", "="+run+"/")
+		}
+		return args
+	}
+	spArgs := append(inRun(podArgs(t, ds.Spec.Template.Spec.Containers[0], speakerPod, node)),
 		"--memberlist-bind-address=127.0.0.1", "--memberlist-port="+freePort(t), "--metrics-bind-address=127.0.0.1:"+freePort(t),
 		"--health-probe-bind-address=127.0.0.1:"+spProbes)
 	speaker := start(t, filepath.Join(bins, "portico-speaker"), impersonating(t, speakerSA, speakerPod, node), []string{"NODE_NAME=" + node}, spArgs)
+	start(t, filepath.Join(bins, "portico-speaker"), "", []string{"NODE_NAME=" + node}, inRun(podArgs(t, ds.Spec.Template.Spec.Containers[1], speakerPod, node)))
 	poll(t, "the speaker reports "+ip+" in Speaker "+node, func(ctx context.Context) (bool, error) {
 		var sp porticov1.Speaker
 		if err := c.Get(ctx, client.ObjectKey{Name: node}, &sp); err != nil {

@@ -153,6 +153,7 @@ type l2Env struct {
 	kubeconfig string
 	logs       string
 	speakers   map[string]*speakerProc
+	bgpSockets map[string]string // by node: its BGP container's socket (useBGPContainers)
 }
 
 type speakerProc struct {
@@ -220,6 +221,9 @@ func (e *l2Env) startSpeaker(name string) {
 	// A hand-off linger the tests can wait out (a minute by default).
 	args := append([]string{"--node-name", name, "--kubeconfig", e.kubeconfig, "--l2-handoff-linger=5s",
 		"--memberlist-bind-address", n.IPv4.Addr().String(), "--metrics-bind-address", n.IPv4.Addr().String() + ":7474"}, e.extraArgs...)
+	if socket := e.bgpSockets[name]; socket != "" {
+		args = append(args, "--bgp-socket", socket)
+	}
 	cmd := exec.Command("ip", append([]string{"netns", "exec", n.NS}, e.Security.command(e.Speaker, args...)...)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Env = append(os.Environ(), e.Security.GoEnv...)

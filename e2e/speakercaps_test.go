@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -11,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/portico-lb/portico/internal/controlplane"
@@ -31,17 +33,25 @@ type speakerSecurity struct {
 var capabilityBits = map[string]int{"NET_RAW": unix.CAP_NET_RAW, "NET_ADMIN": unix.CAP_NET_ADMIN,
 	"NET_BIND_SERVICE": unix.CAP_NET_BIND_SERVICE, "SYS_ADMIN": unix.CAP_SYS_ADMIN}
 
-// daemonSetSecurity reads config/speaker/daemonset.yaml's container security context.
-func daemonSetSecurity(t testing.TB) speakerSecurity {
+// daemonSetSecurity reads config/speaker/daemonset.yaml's speaker container's security context.
+func daemonSetSecurity(t testing.TB) speakerSecurity { return containerSecurity(t, "speaker") }
+
+// containerSecurity reads the security context of the speaker DaemonSet's container name
+// (speaker, or bgp: the BGP side's own container).
+func containerSecurity(t testing.TB, name string) speakerSecurity {
 	root, err := controlplane.ModuleRoot()
 	must(t, err)
 	raw, err := os.ReadFile(filepath.Join(root, "config", "speaker", "daemonset.yaml"))
 	must(t, err)
 	var ds appsv1.DaemonSet
 	must(t, yaml.UnmarshalStrict(raw, &ds))
-	sc := ds.Spec.Template.Spec.Containers[0].SecurityContext
+	i := slices.IndexFunc(ds.Spec.Template.Spec.Containers, func(c corev1.Container) bool { return c.Name == name })
+	if i < 0 {
+		t.Fatalf("the speaker DaemonSet has no container %s", name)
+	}
+	sc := ds.Spec.Template.Spec.Containers[i].SecurityContext
 	if sc == nil || sc.RunAsUser == nil || sc.Capabilities == nil || len(sc.Capabilities.Drop) != 1 || sc.Capabilities.Drop[0] != "ALL" {
-		t.Fatalf("speaker security context %+v: the lab needs runAsUser and drop [ALL]", sc)
+		t.Fatalf("%s security context %+v: the lab needs runAsUser and drop [ALL]", name, sc)
 	}
 	s := speakerSecurity{User: *sc.RunAsUser, NoNewPrivs: sc.AllowPrivilegeEscalation != nil && !*sc.AllowPrivilegeEscalation}
 	if sc.RunAsGroup != nil {
@@ -53,7 +63,7 @@ func daemonSetSecurity(t testing.TB) speakerSecurity {
 		}
 		s.Capabilities = append(s.Capabilities, string(c))
 	}
-	for _, v := range ds.Spec.Template.Spec.Containers[0].Env {
+	for _, v := range ds.Spec.Template.Spec.Containers[i].Env {
 		if strings.HasPrefix(v.Name, "GO") && v.ValueFrom == nil {
 			s.GoEnv = append(s.GoEnv, v.Name+"="+v.Value)
 		}

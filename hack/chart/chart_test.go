@@ -255,14 +255,24 @@ func values(t *testing.T, path string) map[string]any {
 	return v
 }
 
+// container is a workload's first container (the speaker's pod has the bgp container second).
 func container(t *testing.T, o map[string]any) map[string]any {
+	t.Helper()
+	return containers(t, o)[0]
+}
+
+func containers(t *testing.T, o map[string]any) []map[string]any {
 	t.Helper()
 	spec, _ := o["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
 	cs, _ := spec["containers"].([]any)
-	if len(cs) != 1 {
-		t.Fatalf("%v: want one container", o["metadata"])
+	if len(cs) == 0 {
+		t.Fatalf("%v: no container", o["metadata"])
 	}
-	return cs[0].(map[string]any)
+	out := make([]map[string]any, len(cs))
+	for i, c := range cs {
+		out[i] = c.(map[string]any)
+	}
+	return out
 }
 
 // withoutPullPolicy drops imagePullPolicy from a workload's containers.
@@ -344,16 +354,20 @@ func TestForwardGuardValue(t *testing.T) {
 }
 
 // TestSpeakerTuningValues: the speakers' balance settle time, drain grace, late flow-sharing
-// round, BGP memory limit and hand-off mark bits are chart values that reach their flags.
+// round and hand-off mark bits are chart values that reach their flags; the BGP memory limit is
+// the bgp container's.
 func TestSpeakerTuningValues(t *testing.T) {
-	c := container(t, render(t, map[string]any{"speaker": map[string]any{
-		"l2BalanceSettle": "5m", "bgpDrainGrace": "0s", "bgpShareFlowsLate": "2s", "bgpMemoryLimitMiB": 0,
+	cs := containers(t, render(t, map[string]any{"speaker": map[string]any{
+		"l2BalanceSettle": "5m", "bgpDrainGrace": "0s", "bgpShareFlowsLate": "2s", "bgpMemoryLimitMiB": 300,
 		"handoffMark": "0x1000", "handoffSlotMask": "0x0",
 	}})["DaemonSet/"+namespace+"/portico-speaker"])
-	for _, arg := range []string{"--l2-balance-settle=5m", "--bgp-drain-grace=0s", "--bgp-share-flows-late=2s", "--bgp-memory-limit-mib=0",
+	for _, arg := range []string{"--l2-balance-settle=5m", "--bgp-drain-grace=0s", "--bgp-share-flows-late=2s", "--bgp-socket=/run/portico/bgp.sock",
 		"--l2-handoff-mark=0x1000", "--handoff-slot-mask=0x0"} {
-		if !slices.Contains(c["args"].([]any), any(arg)) {
-			t.Errorf("args %v lack %s", c["args"], arg)
+		if !slices.Contains(cs[0]["args"].([]any), any(arg)) {
+			t.Errorf("args %v lack %s", cs[0]["args"], arg)
 		}
+	}
+	if len(cs) != 2 || cs[1]["name"] != "bgp" || cs[1]["resources"].(map[string]any)["limits"].(map[string]any)["memory"] != "300Mi" {
+		t.Errorf("the bgp container does not have the memory limit of 300 MiB: %v", cs[1:])
 	}
 }
