@@ -111,13 +111,8 @@ func TestBGPMemoryLimitKeepsL2(t *testing.T) {
 		}
 		b := startBird(t, tor.NS, floodBirdConfig(tor.IPv4.Addr(), e.Nodes, routes))
 		e.restartSpeakers([]string{"--bgp-memory-limit-mib", strconv.Itoa(limitMiB)})
-		e.createObject(bgpPeer("tor", tor.IPv4.Addr(), clusterASN, routerASN))
-		e.waitEstablished("tor", 30*time.Second, all...)
-
 		l2ip := netip.MustParseAddr("198.51.100.131")
-		e.create(scenario{name: "memory-l2", ip: l2ip})
-		owner := e.soleAnnouncer(l2ip, 10*time.Second)
-		e.expectARP(l2ip, owner)
+		owner := e.peeredL2Owner(tor.IPv4.Addr(), "memory-l2", l2ip, all)
 		metrics := e.node(owner).IPv4.Addr().String() + ":7474"
 		memoryRestarts := func() float64 {
 			m, err := scrapeMetrics(context.Background(), metrics)
@@ -348,4 +343,17 @@ func (e *l2Env) routedByBird(routed netip.Prefix, all []string) (netlab.Host, ne
 	e.waitEstablished("tor", 30*time.Second, all...)
 	e.expectRoute(router.NS, routed, e.nodeIPs(false, all...), 30*time.Second)
 	return router, routed
+}
+
+// peeredL2Owner peers every node in all with the router at tor (BGPPeer "tor") and waits for
+// their sessions, then gives a Service (scenario name) the L2 address l2ip and returns the node
+// that answers ARP for it.
+func (e *l2Env) peeredL2Owner(tor netip.Addr, name string, l2ip netip.Addr, all []string) string {
+	e.t.Helper()
+	e.createObject(bgpPeer("tor", tor, clusterASN, routerASN))
+	e.waitEstablished("tor", 30*time.Second, all...)
+	e.create(scenario{name: name, ip: l2ip})
+	owner := e.soleAnnouncer(l2ip, 10*time.Second)
+	e.expectARP(l2ip, owner)
+	return owner
 }

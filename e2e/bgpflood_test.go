@@ -45,13 +45,8 @@ func TestBGPFloodKeepsL2(t *testing.T) {
 		}
 		e.useBGPContainers(containers)
 		e.restartSpeakers(nil)
-		e.createObject(bgpPeer("tor", tor.IPv4.Addr(), clusterASN, routerASN))
-		e.waitEstablished("tor", 30*time.Second, all...)
-
 		l2ip := netip.MustParseAddr("198.51.100.132")
-		e.create(scenario{name: "flood-l2", ip: l2ip})
-		owner := e.soleAnnouncer(l2ip, 10*time.Second)
-		e.expectARP(l2ip, owner)
+		owner := e.peeredL2Owner(tor.IPv4.Addr(), "flood-l2", l2ip, all)
 		c := containers[owner]
 		speakerPID := e.speakers[owner].cmd.Process.Pid
 		metrics := e.node(owner).IPv4.Addr().String() + ":7474"

@@ -229,13 +229,7 @@ func TestCloseEndsTheProcess(t *testing.T) {
 	if errs := w.Apply(context.Background(), onePeer()); len(errs) > 0 {
 		t.Fatal(errs)
 	}
-	p := w.running.Load()
-	w.Close()
-	select {
-	case <-p.done:
-	case <-time.After(5 * time.Second):
-		t.Fatal("the process still runs after Close")
-	}
+	closeAndWait(t, w)
 	if errs := w.Apply(context.Background(), onePeer()); len(errs) != 1 || w.child() != 0 {
 		t.Fatalf("after Close: errors %v, process %d", errs, w.child())
 	}
@@ -321,6 +315,12 @@ func TestSocketProcessRestartsAndGetsThePlanAgain(t *testing.T) {
 			t.Errorf("restarts for %s: %v, want 1", reason, n)
 		}
 	}
+	closeAndWait(t, w)
+}
+
+// closeAndWait closes w and waits for the process it talked to to be done.
+func closeAndWait(t *testing.T, w *watched) {
+	t.Helper()
 	p := w.running.Load()
 	w.Close()
 	select {
