@@ -129,6 +129,16 @@ func (w *watched) child() int {
 func TestRestartsAndHandsThePlanAgain(t *testing.T) {
 	w := supervised(t)
 	w.timing = timing{100 * time.Millisecond, 500 * time.Millisecond}
+	// OnChange is set before the first Apply: the supervisor reads it from its own goroutine.
+	var mu sync.Mutex
+	var down int
+	w.OnChange = func(_, after bgp.State) {
+		mu.Lock()
+		defer mu.Unlock()
+		if after.Message != "" {
+			down++
+		}
+	}
 	if errs := w.Apply(context.Background(), onePeer()); len(errs) > 0 {
 		t.Fatal(errs)
 	}
@@ -139,15 +149,6 @@ func TestRestartsAndHandsThePlanAgain(t *testing.T) {
 	if i := slices.IndexFunc(families, func(f *dto.MetricFamily) bool { return f.GetName() == "portico_bgp_prefixes_advertised" }); err != nil || i < 0 ||
 		families[i].GetMetric()[0].GetGauge().GetValue() != 1 {
 		t.Fatalf("the process's metrics lack the route: %v %v", families, err)
-	}
-	var mu sync.Mutex
-	var down int
-	w.OnChange = func(_, after bgp.State) {
-		mu.Lock()
-		defer mu.Unlock()
-		if after.Message != "" {
-			down++
-		}
 	}
 	restartedWithPlan := func(how string, old int) {
 		t.Helper()
@@ -293,6 +294,16 @@ func TestSocketProcessRestartsAndGetsThePlanAgain(t *testing.T) {
 	w := supervised(t)
 	bgpContainer(t, w)
 	w.timing = timing{100 * time.Millisecond, 500 * time.Millisecond}
+	// OnChange is set before the first Apply: the supervisor reads it from its own goroutine.
+	var mu sync.Mutex
+	var down int
+	w.OnChange = func(_, after bgp.State) {
+		mu.Lock()
+		defer mu.Unlock()
+		if after.Message != "" {
+			down++
+		}
+	}
 	if errs := w.Apply(context.Background(), onePeer()); len(errs) > 0 {
 		t.Fatal(errs)
 	}
