@@ -71,7 +71,7 @@ build:
 # What the root-only suites (L2, BGP, data plane, the router examples) need besides root; .ci/run
 # installs them (`make -s lab-packages` prints the list). prometheus: promtool and the server the
 # monitoring tests start themselves on loopback (docs/monitoring.md).
-LAB_PACKAGES := iproute2 arping iputils-ping ndisc6 tcpdump nftables conntrack bird2 frr containerd runc containernetworking-plugins openssl gcc libc6-dev prometheus
+LAB_PACKAGES := iproute2 arping iputils-ping ndisc6 tcpdump nftables conntrack bird2 frr containerd runc containernetworking-plugins openssl gcc libc6-dev prometheus procps iptables
 
 # The race detector (make test, make chaos) needs cgo, so a C compiler.
 NEED_CC = @command -v gcc >/dev/null || { echo "make $@ runs the race detector, which needs a C compiler: apt-get install -y gcc libc6-dev"; exit 1; }
