@@ -64,7 +64,7 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	in := decide.PoolSeen{Pool: &pool, Pools: pools.Items, Proxies: verdict.Proxies[pool.Name], Now: now}
 	var look decide.PoolsLook
 	if err := r.state.withLock(ctx, nil, func(b *decide.Book, _ []porticov1.IPAddressPool) {
-		look = b.LookAtPools(verdict.Addrs(), now)
+		look = b.LookAtPools(verdict.Answerers(), now)
 		if found {
 			in.Facts = b.PoolFacts(pool.Name)
 			in.Facts.InUse = b.InUseIn(pool.Name, verdict.InUse)

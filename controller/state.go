@@ -68,7 +68,7 @@ func (s *state) ours(svc *corev1.Service) bool {
 type rebuildFacts struct {
 	pools  []porticov1.IPAddressPool // as stored: the holds the old leader made are in their status
 	stored []decide.Stored           // only what the rebuild needs of each Service holding addresses
-	inUse  []netip.Addr              // what foreign hosts answer for
+	inUse  map[netip.Addr]string     // what foreign hosts answer for, and their MACs
 	paged  bool                      // read from the apiserver, not the cache: fence what was read
 }
 
@@ -95,7 +95,7 @@ func (s *state) gatherRebuild(ctx context.Context) (*rebuildFacts, error) {
 		return nil, err
 	}
 	f := &rebuildFacts{pools: pools.Items, paged: paged,
-		inUse: decide.JudgeProbes(speakers.Items, pools.Items, s.clock.Now()).Addrs()}
+		inUse: decide.JudgeProbes(speakers.Items, pools.Items, s.clock.Now()).Answerers()}
 	err := eachService(ctx, services, paged, func(svc *corev1.Service) {
 		if !s.ours(svc) || len(porticov1.IngressAddrs(svc)) == 0 {
 			return

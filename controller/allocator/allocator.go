@@ -18,8 +18,8 @@ type Allocator struct {
 	ips      map[netip.Addr]*holding
 	byKey    map[string]map[netip.Addr]struct{} // sharing key → addresses used under it
 	services map[string]*assignment
-	inUse    map[netip.Addr]struct{} // answered for by a foreign host: skipped by automatic allocation
-	holds    holds                   // addresses kept for deleted Services, in the taken runs too
+	inUse    map[netip.Addr]string // answered for by a foreign host (its MAC): skipped by automatic allocation
+	holds    holds                 // addresses kept for deleted Services, in the taken runs too
 }
 
 // assignment is what one Service holds and the request it was made for.

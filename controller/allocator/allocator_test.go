@@ -25,7 +25,8 @@ import (
 //	restore-hold svc=NS/NAME ip=A pool=P for=DURATION [key=K]  a hold read back from a pool's status (RestoreHold)
 //	tick DURATION          the clock moves on; the holds whose time is up end (Expire)
 //	holds                  every pool's holds
-//	inuse [ip=(...)]       the addresses foreign hosts answer for (SetInUse); none: no address
+//	inuse [ip=(...)] [mac=(...)]  the addresses foreign hosts answer for (SetInUse; each from the
+//	                       MAC at its place, else 52:54:00:00:00:01); none: no address
 //	next pool=P [n=N]      the pool's next addresses (NextAddresses; n defaults to 4)
 //	stats                  every pool's counts
 //	show                   every assignment
@@ -71,7 +72,25 @@ func runCommand(t *testing.T, a *Allocator, d *datadriven.TestData) string {
 		}
 		return "freed " + commaAddrs(freed) + "\n"
 	case "inuse":
-		if a.SetInUse(parseRequest(t, d).IPs) {
+		var ips, macs []string
+		for _, arg := range d.CmdArgs {
+			switch arg.Key {
+			case "ip":
+				ips = arg.Vals
+			case "mac":
+				macs = arg.Vals
+			default:
+				d.Fatalf(t, "unknown argument %s", arg.Key)
+			}
+		}
+		found := map[netip.Addr]string{}
+		for i, ip := range ips {
+			found[netip.MustParseAddr(ip)] = "52:54:00:00:00:01" // the LAN's router, unless named
+			if i < len(macs) {
+				found[netip.MustParseAddr(ip)] = macs[i]
+			}
+		}
+		if a.SetInUse(found) {
 			return "released an address\n"
 		}
 		return "released nothing\n"
@@ -129,6 +148,9 @@ func stats(a *Allocator) string {
 				}
 				fmt.Fprintf(&b, " %s size %s assigned %d%s available %s;", fam, s.Size[i], s.Assigned[i], held, s.Available[i])
 			}
+		}
+		if s.InUse > 0 {
+			fmt.Fprintf(&b, " of those available, in use by foreign hosts %d (%s);", s.InUse, NamedMACs(s.InUseMACs))
 		}
 		b.WriteString("\n")
 	}

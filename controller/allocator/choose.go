@@ -193,8 +193,8 @@ func (a *Allocator) describeFull(p *poolState, fams []Family) string {
 	}
 	msg := fmt.Sprintf("pool %s is exhausted: all %s usable %s addresses are assigned", p.Name, usable, familyList(fams))
 	var also []string
-	if n := a.inUseFree(p); n > 0 {
-		also = append(also, fmt.Sprintf("in use by foreign hosts (%d, listed in the pool's status.inUse)", n))
+	if n, macs := a.inUseFree(p); n > 0 {
+		also = append(also, fmt.Sprintf("in use by foreign hosts (%d, answering from %s; listed in the pool's status.inUse; %s)", n, NamedMACs(macs), DisableProbingHint))
 	}
 	if n := p.held[0] + p.held[1]; n > 0 {
 		also = append(also, fmt.Sprintf("held for deleted Services (%d, listed in the pool's status.holds until they end; addressHold keeps them)", n))

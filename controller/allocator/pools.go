@@ -101,6 +101,10 @@ type Stats struct {
 	Assigned  [2]int64
 	Held      [2]int64 // held for deleted Services: neither assigned nor available
 	Available [2]*big.Int
+	// InUse counts the available addresses a foreign host answers for (SetInUse), which
+	// automatic allocation skips; InUseMACs names those hosts' MACs, sorted.
+	InUse     int64
+	InUseMACs []string
 }
 
 // Stats returns the named pool's counts.
@@ -117,6 +121,8 @@ func (a *Allocator) Stats(pool string) (Stats, bool) {
 		}
 		s.Available[i] = avail
 	}
+	n, macs := a.inUseFree(p)
+	s.InUse, s.InUseMACs = int64(n), macs
 	return s, true
 }
 

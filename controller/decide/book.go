@@ -122,12 +122,12 @@ func AllocatorPool(p *porticov1.IPAddressPool) allocator.Pool {
 	return ap
 }
 
-// SetInUse tells the allocator the addresses foreign hosts answer for: it hands none of them
-// out. changed says whether the set changed, released whether an address came free.
-func (b *Book) SetInUse(ips []netip.Addr) (changed, released bool) {
-	before := b.alloc.InUse()
-	released = b.alloc.SetInUse(ips)
-	return !slices.Equal(before, b.alloc.InUse()), released
+// SetInUse tells the allocator the addresses foreign hosts answer for, each with the MAC that
+// answers: it hands none of them out. It says whether they changed.
+func (b *Book) SetInUse(found map[netip.Addr]string) (changed bool) {
+	changed = !maps.Equal(found, b.alloc.Found())
+	b.alloc.SetInUse(found)
+	return changed
 }
 
 // PoolsContaining names every pool that contains ip.

@@ -26,7 +26,9 @@ import (
 // which pools and waiting Services it wakes. Each decision is applied to the Service as its
 // status write would, so the next one starts from what is stored. Commands:
 //
-//	pool <name> <entry>... [hold=<d>]   an IPAddressPool (added or replaced), hold: its addressHold; prints Services moved
+//	pool <name> <entry>... [hold=<d>] [probing=disabled]
+//	                                    an IPAddressPool (added or replaced), hold: its addressHold,
+//	                                    probing: its conflictProbing; prints Services moved
 //	service <name>... [ip=<a>] [pool=<p>] [share=<key>] [port=<PROTO/n>] [type=<t>] [finalizer=<f>] [writing=<a>] [brief]
 //	                                    create or edit Services in namespace default, and decide each;
 //	                                    writing: a write of ours listing <a> is still on its way
@@ -100,6 +102,9 @@ func (w *world) run(t *testing.T, d *datadriven.TestData) {
 			if len(a.Vals) == 0 {
 				p.Spec.Addresses = append(p.Spec.Addresses, porticov1.AddressRange(a.Key))
 			}
+		}
+		if arg("probing") == "disabled" {
+			p.Spec.ConflictProbing = porticov1.ConflictProbingDisabled
 		}
 		if h := arg("hold"); h != "" {
 			dur, err := time.ParseDuration(h)
@@ -416,7 +421,7 @@ func (w *world) restart() {
 // changes and the events it tells, and stores it.
 func (w *world) poolStatus(names []string) {
 	verdict := JudgeProbes(w.facts.Speakers, w.pools, w.now)
-	look := w.book.LookAtPools(verdict.Addrs(), w.now)
+	look := w.book.LookAtPools(verdict.Answerers(), w.now)
 	if len(look.Retry) > 0 {
 		fmt.Fprintf(w.out, "retry %s\n", strings.Join(look.Retry, ","))
 	}

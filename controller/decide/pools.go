@@ -56,17 +56,33 @@ func ExhaustedCondition(f PoolFacts) metav1.Condition {
 		c.Status, c.Reason, c.Message = metav1.ConditionUnknown, "NoAddresses", "the pool has no valid address"
 		return c
 	}
+	// The addresses a foreign host answers for count as available, but none is handed out.
 	free := new(big.Int).Add(f.Stats.Available[0], f.Stats.Available[1])
+	free.Sub(free, big.NewInt(f.Stats.InUse))
+	foreign := ""
+	if f.Stats.InUse > 0 {
+		foreign = fmt.Sprintf("%d in use by foreign hosts answering from %s (status.inUse; %s)",
+			f.Stats.InUse, allocator.NamedMACs(f.Stats.InUseMACs), allocator.DisableProbingHint)
+	}
 	if free.Sign() > 0 {
 		c.Status, c.Reason = metav1.ConditionFalse, "FreeAddresses"
 		c.Message = fmt.Sprintf("%s addresses free", free)
+		if foreign != "" {
+			c.Message += "; " + foreign
+		}
 		return c
 	}
+	assigned, held := f.Stats.Assigned[0]+f.Stats.Assigned[1], f.Stats.Held[0]+f.Stats.Held[1]
 	c.Status, c.Reason = metav1.ConditionTrue, porticov1.ReasonPoolExhausted
-	c.Message = fmt.Sprintf("all %d usable addresses are assigned; %d Services wait for one", f.Stats.Assigned[0]+f.Stats.Assigned[1], f.Waiting)
-	if held := f.Stats.Held[0] + f.Stats.Held[1]; held > 0 {
+	switch {
+	case foreign != "":
+		c.Message = fmt.Sprintf("no usable address is free: %d assigned, %d held for deleted Services, %s; %d Services wait for one",
+			assigned, held, foreign, f.Waiting)
+	case held > 0:
 		c.Message = fmt.Sprintf("all %d usable addresses are assigned or held: %d assigned, %d held for deleted Services (status.holds, until each ends); %d Services wait for one",
-			f.Stats.Assigned[0]+f.Stats.Assigned[1]+held, f.Stats.Assigned[0]+f.Stats.Assigned[1], held, f.Waiting)
+			assigned+held, assigned, held, f.Waiting)
+	default:
+		c.Message = fmt.Sprintf("all %d usable addresses are assigned; %d Services wait for one", assigned, f.Waiting)
 	}
 	return c
 }

@@ -198,20 +198,21 @@ type PoolsLook struct {
 	NextExpiry   time.Time
 }
 
-// LookAtPools gives the book the addresses foreign hosts answer for and ends the holds whose
-// time is up, at now.
-func (b *Book) LookAtPools(inUse []netip.Addr, now time.Time) PoolsLook {
+// LookAtPools gives the book the addresses foreign hosts answer for, each with the MAC that
+// answers, and ends the holds whose time is up, at now. Waiting Services are retried when an
+// address came free, and when the answers changed at all: their PoolExhausted names the MACs.
+func (b *Book) LookAtPools(inUse map[netip.Addr]string, now time.Time) PoolsLook {
 	var l PoolsLook
-	changed, released := b.SetInUse(inUse)
-	if changed {
+	retry := b.SetInUse(inUse)
+	if retry {
 		l.Dirty = b.PoolNames() // their next addresses may change
 	}
 	if ended := b.ExpireHolds(now); len(ended) > 0 {
-		released = true
+		retry = true
 		l.Dirty = append(l.Dirty, ended...)
 	}
 	l.NextExpiry = b.NextExpiry()
-	if released {
+	if retry {
 		l.Retry = b.WaitingServices()
 	}
 	return l

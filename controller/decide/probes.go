@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
+	"github.com/portico-lb/portico/controller/allocator"
 	"github.com/portico-lb/portico/rules"
 )
 
@@ -46,11 +47,11 @@ type Finding struct {
 	porticov1.AddressInUse
 }
 
-// Addrs are the addresses the verdict holds back.
-func (v ProbeVerdict) Addrs() []netip.Addr {
-	out := make([]netip.Addr, len(v.InUse))
-	for i, f := range v.InUse {
-		out[i] = f.Addr
+// Answerers are the addresses the verdict holds back, each with the MAC that answers for it.
+func (v ProbeVerdict) Answerers() map[netip.Addr]string {
+	out := make(map[netip.Addr]string, len(v.InUse))
+	for _, f := range v.InUse {
+		out[f.Addr] = f.MAC
 	}
 	return out
 }
@@ -212,11 +213,17 @@ func InUseCondition(probes bool, inUse []porticov1.AddressInUse, proxies []porti
 	var parts []string
 	if len(inUse) > 0 {
 		shown := make([]string, 0, 5)
-		for _, u := range inUse[:min(len(inUse), 5)] {
-			shown = append(shown, u.Address+" ("+u.MAC+")")
+		var macs []string
+		for i, u := range inUse {
+			if i < 5 {
+				shown = append(shown, u.Address+" ("+u.MAC+")")
+			}
+			macs = append(macs, u.MAC)
 		}
+		slices.Sort(macs)
 		c.Status, c.Reason = metav1.ConditionTrue, porticov1.ReasonAddressInUse
-		parts = append(parts, fmt.Sprintf("in use by foreign hosts, not handed out while they answer (%d): %s", len(inUse), strings.Join(shown, ", ")))
+		parts = append(parts, fmt.Sprintf("in use by foreign hosts, not handed out while they answer (%d, from %s): %s; %s",
+			len(inUse), allocator.NamedMACs(slices.Compact(macs)), strings.Join(shown, ", "), allocator.DisableProbingHint))
 	}
 	if len(proxies) > 0 {
 		shown := make([]string, 0, len(proxies))
