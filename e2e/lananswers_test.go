@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"net"
 	"net/netip"
@@ -16,7 +17,9 @@ import (
 	"github.com/mdlayher/packet"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/portico-lb/portico/api/v1alpha1"
 	"github.com/portico-lb/portico/internal/netlab"
@@ -104,7 +107,10 @@ func proxyARP(t *testing.T, ns string) {
 // arpForger is a host claiming every address of a prefix with forged ARP (forgeARP).
 type arpForger struct {
 	answering atomic.Bool // answer requests too, not only send unsolicited replies
-	stop      func()
+	// answerFrom, when set before answering, gives the MAC each answer comes from (nil: the
+	// host's own).
+	answerFrom func(ip netip.Addr) net.HardwareAddr
+	stop       func()
 }
 
 // forgeARP makes the host in namespace ns (MAC mac) claim every address of prefix: it
@@ -124,13 +130,13 @@ func forgeARP(t *testing.T, ns string, mac net.HardwareAddr, prefix netip.Prefix
 	}); err != nil {
 		t.Fatal(err)
 	}
-	send := func(op arp.Operation, dst net.HardwareAddr, ip netip.Addr, tha net.HardwareAddr, tpa netip.Addr) {
-		p, err := arp.NewPacket(op, mac, ip, tha, tpa)
+	send := func(from net.HardwareAddr, op arp.Operation, dst net.HardwareAddr, ip netip.Addr, tha net.HardwareAddr, tpa netip.Addr) {
+		p, err := arp.NewPacket(op, from, ip, tha, tpa)
 		if err != nil {
 			return
 		}
 		payload, _ := p.MarshalBinary()
-		f, _ := (&ethernet.Frame{Destination: dst, Source: mac, EtherType: ethernet.EtherTypeARP, Payload: payload}).MarshalBinary()
+		f, _ := (&ethernet.Frame{Destination: dst, Source: from, EtherType: ethernet.EtherTypeARP, Payload: payload}).MarshalBinary()
 		_, _ = conn.WriteTo(f, &packet.Addr{HardwareAddr: dst})
 	}
 	done := make(chan struct{})
@@ -142,8 +148,8 @@ func forgeARP(t *testing.T, ns string, mac net.HardwareAddr, prefix netip.Prefix
 		defer tick.Stop()
 		for {
 			for ip := prefix.Addr(); prefix.Contains(ip); ip = ip.Next() {
-				send(arp.OperationReply, ethernet.Broadcast, ip, mac, ip)
-				send(arp.OperationReply, ethernet.Broadcast, ip, net.HardwareAddr{0, 0, 0, 0, 0, 0}, netip.IPv4Unspecified())
+				send(mac, arp.OperationReply, ethernet.Broadcast, ip, mac, ip)
+				send(mac, arp.OperationReply, ethernet.Broadcast, ip, net.HardwareAddr{0, 0, 0, 0, 0, 0}, netip.IPv4Unspecified())
 			}
 			select {
 			case <-done:
@@ -166,7 +172,11 @@ func forgeARP(t *testing.T, ns string, mac net.HardwareAddr, prefix netip.Prefix
 				continue
 			}
 			if forger.answering.Load() && p.Operation == arp.OperationRequest && prefix.Contains(p.TargetIP) && p.SenderIP != p.TargetIP {
-				send(arp.OperationReply, p.SenderHardwareAddr, p.TargetIP, p.SenderHardwareAddr, p.SenderIP)
+				from := mac
+				if forger.answerFrom != nil {
+					from = forger.answerFrom(p.TargetIP)
+				}
+				send(from, arp.OperationReply, p.SenderHardwareAddr, p.TargetIP, p.SenderHardwareAddr, p.SenderIP)
 			}
 		}
 	}()
@@ -176,6 +186,52 @@ func forgeARP(t *testing.T, ns string, mac net.HardwareAddr, prefix netip.Prefix
 		wg.Wait()
 	}
 	return forger
+}
+
+// TestLANHoldsBackASmallPool: what conflict probing cannot stop. A host on the LAN answers
+// the speakers' probes for a pool of 8 addresses from a new MAC for every 2 of them, so no MAC
+// answers for more than 3 and none is taken for a proxy answerer: every address is held back,
+// and a Service asking for the pool waits. The pool's AddressesInUse and Exhausted conditions
+// and the Service's PoolExhausted name the answering MACs and point at conflictProbing:
+// Disabled; once the pool says so, the Service gets the pool's first address.
+func TestLANHoldsBackASmallPool(t *testing.T) {
+	inLANLab(t, []string{"forger"}, func(t *testing.T, e *l2Env) {
+		e.restartSpeakers([]string{"--conflict-probe-interval", "500ms", "--conflict-probe-spacing", "100ms", "--self-check-interval", "0"})
+		startInProcessController(t, e)
+		forger := e.LAN[0]
+		forge := forgeARP(t, forger.NS, forger.MAC, homeLab)
+		defer forge.stop()
+		forge.answerFrom = func(ip netip.Addr) net.HardwareAddr {
+			return net.HardwareAddr{0x02, 0x66, 0, 0, 0, ip.As4()[3] / 2} // .200 and .201 from :64, ...
+		}
+		var macs []string
+		for i := range 4 {
+			macs = append(macs, forge.answerFrom(netip.AddrFrom4([4]byte{10, 0, 0, byte(200 + 2*i)})).String())
+		}
+		forge.answering.Store(true)
+
+		pool := &v1alpha1.IPAddressPool{ObjectMeta: metav1.ObjectMeta{Name: "home-lab"},
+			Spec: v1alpha1.IPAddressPoolSpec{Addresses: []v1alpha1.AddressRange{"10.0.0.200-10.0.0.207"}}}
+		e.createObject(pool)
+		e.createObject(&v1alpha1.L2Advertisement{ObjectMeta: metav1.ObjectMeta{Name: "home-lab"},
+			Spec: v1alpha1.L2AdvertisementSpec{IPAddressPools: []v1alpha1.Name{"home-lab"}}})
+		e.waitPoolNamed(t, "home-lab", "all 8 addresses in use, no proxy answerer", 60*time.Second, func(p *v1alpha1.IPAddressPool) bool {
+			return len(p.Status.InUse) == 8 && len(p.Status.ProxyAnswerers) == 0
+		})
+		e.homeLabService(t, "gitea")
+		svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "gitea"}}
+		poolConds := func() []metav1.Condition { return pool.Status.Conditions }
+		svcConds := func() []metav1.Condition { return svc.Status.Conditions }
+		for _, note := range append(slices.Clone(macs), "spec.conflictProbing: Disabled") {
+			e.waitCondition(t, 10*time.Second, pool, poolConds, v1alpha1.ConditionAddressesInUse, metav1.ConditionTrue, v1alpha1.ReasonAddressInUse, note)
+			e.waitCondition(t, 10*time.Second, pool, poolConds, v1alpha1.ConditionExhausted, metav1.ConditionTrue, v1alpha1.ReasonPoolExhausted, note)
+			e.waitCondition(t, 20*time.Second, svc, svcConds, v1alpha1.ConditionIPAllocated, metav1.ConditionFalse, v1alpha1.ReasonPoolExhausted, note)
+		}
+
+		// The remedy, where no host really holds them.
+		must(t, e.c.Patch(context.Background(), pool, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"conflictProbing":"Disabled"}}`))))
+		e.waitServiceIP(t, "gitea", "10.0.0.200")
+	})
 }
 
 func forgerIsProxy(p *v1alpha1.IPAddressPool, mac string) bool {
