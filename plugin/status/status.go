@@ -5,11 +5,13 @@ package status
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
 	"github.com/portico-lb/portico/plugin"
@@ -66,7 +68,7 @@ func Run(ctx context.Context, e *plugin.Env) error {
 		if c := meta.FindStatusCondition(s.Status.Conditions, porticov1.ConditionReady); c != nil {
 			ready = string(c.Status)
 		}
-		plugin.Row(tw, s.Name, ready, s.Status.L2Announcements, s.Status.BGPPeersUp, len(s.Status.SelfChecks), strings.Join(s.Status.ConfigErrors, "; "))
+		plugin.Row(tw, s.Name, ready, s.Status.L2Announcements, s.Status.BGPPeersUp, len(s.Status.SelfChecks), speakerProblems(&s))
 		sessions += len(s.Status.Sessions)
 	}
 	if len(speakers.Items) == 0 {
@@ -88,6 +90,19 @@ func Run(ctx context.Context, e *plugin.Env) error {
 		}
 	}
 	return tw.Flush()
+}
+
+// speakerProblems are the Speaker's configErrors and its conditions other than Ready that are
+// False (DataPath, HandoffMarks, StrictARP: what the node lacks), so that a speaker running
+// without part of its packet path does not show as having no problem.
+func speakerProblems(s *porticov1.Speaker) string {
+	out := slices.Clone(s.Status.ConfigErrors)
+	for _, c := range s.Status.Conditions {
+		if c.Type != porticov1.ConditionReady && c.Status == metav1.ConditionFalse {
+			out = append(out, c.Type+" "+c.Reason+": "+c.Message)
+		}
+	}
+	return strings.Join(out, "; ")
 }
 
 // poolProblems names the pool's conditions that are not as they should be.

@@ -99,3 +99,25 @@ node-c  2026-12-03T14:10:00Z  bgp-standing  3        complete    31ms  -
 		t.Errorf("no rounds: got %q", out.String())
 	}
 }
+
+// TestSpeakerProblems: a speaker running without part of its packet path (its DataPath,
+// HandoffMarks or StrictARP condition False) shows it in PROBLEMS beside its configErrors;
+// Ready (its own column) and conditions that are True do not.
+func TestSpeakerProblems(t *testing.T) {
+	s := porticov1.Speaker{Status: porticov1.SpeakerStatus{
+		ConfigErrors: []string{"bgpPeer tor-a: passwordSecret portico-system/tor-a cannot be read"},
+		Conditions: []metav1.Condition{
+			{Type: porticov1.ConditionReady, Status: metav1.ConditionTrue, Reason: "Running", Message: "running"},
+			{Type: porticov1.ConditionDataPath, Status: metav1.ConditionFalse, Reason: porticov1.ReasonNftablesUnavailable,
+				Message: "nftables: the forwarding guard's table could not be made (not supported)"},
+			{Type: porticov1.ConditionStrictARP, Status: metav1.ConditionTrue, Reason: "StrictARP", Message: "arp_ignore=1"},
+		}}}
+	want := "bgpPeer tor-a: passwordSecret portico-system/tor-a cannot be read; " +
+		"DataPath NftablesUnavailable: nftables: the forwarding guard's table could not be made (not supported)"
+	if got := speakerProblems(&s); got != want {
+		t.Errorf("got %q\nwant %q", got, want)
+	}
+	if got := speakerProblems(&porticov1.Speaker{}); got != "" {
+		t.Errorf("no problem: got %q", got)
+	}
+}
