@@ -273,22 +273,24 @@ func TestHandoffRefusesMarksInUse(t *testing.T) {
 // porticoKernelState is what of the hand-off's namespace ns holds: its nftables table, a
 // policy-routing rule or a route of its routing tables (3580 to 3835); empty: nothing.
 func porticoKernelState(ns string) string {
-	var left []string
+	left := porticoRouting(ns)
 	out, _ := exec.Command("ip", "netns", "exec", ns, "nft", "list", "tables").CombinedOutput()
 	if strings.Contains(string(out), "portico-handoff") {
-		left = append(left, "nft list tables: "+string(out))
+		left = strings.TrimSpace(left + "\nnft list tables: " + string(out))
 	}
+	return left
+}
+
+// porticoRouting is the hand-off's policy-routing rules and the routes of its routing tables in
+// namespace ns, a line each; empty: none.
+func porticoRouting(ns string) string {
+	var left []string
 	for _, family := range []string{"-4", "-6"} {
 		rules, _ := exec.Command("ip", "-n", ns, family, "rule").CombinedOutput()
-		for _, line := range strings.Split(string(rules), "\n") {
-			if handoffTable(line) {
-				left = append(left, "ip "+family+" rule: "+line)
-			}
-		}
 		routes, _ := exec.Command("ip", "-n", ns, family, "route", "show", "table", "all").CombinedOutput()
-		for _, line := range strings.Split(string(routes), "\n") {
+		for _, line := range strings.Split(string(rules)+string(routes), "\n") {
 			if handoffTable(line) {
-				left = append(left, "ip "+family+" route: "+line)
+				left = append(left, "ip "+family+": "+line)
 			}
 		}
 	}

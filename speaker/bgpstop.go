@@ -21,6 +21,9 @@ type bgpStop struct {
 	// route is withdrawn and every session closed with a Cease, at once.
 	keep   bool
 	reason string // in a word, for the log and the metric
+	// last: no speaker follows on this node (an uninstall, the node going away), so the state
+	// the hand-off keeps in the node's kernel for the next speaker goes too (Handoff.Clear).
+	last bool
 }
 
 // Taints that announce a node about to go: the cluster autoscaler's and Karpenter's before
@@ -37,12 +40,12 @@ var leavingTaints = []string{"ToBeDeletedByClusterAutoscaler", "karpenter.sh/dis
 // alike from the node: stopBGP reads the DaemonSet to tell them apart (uninstalling).
 func bgpStopOf(n *corev1.Node, ignoreExcludeLabel bool) bgpStop {
 	if n == nil {
-		return bgpStop{reason: "node-gone"}
+		return bgpStop{reason: "node-gone", last: true}
 	}
 	h := rules.FitnessOf(n)
 	switch {
 	case n.DeletionTimestamp != nil:
-		return bgpStop{reason: "node-deleting"}
+		return bgpStop{reason: "node-deleting", last: true}
 	case h.Cordoned:
 		return bgpStop{reason: "cordoned"}
 	case h.NotReady || h.NetworkUnavailable:
@@ -53,7 +56,7 @@ func bgpStopOf(n *corev1.Node, ignoreExcludeLabel bool) bgpStop {
 	for _, t := range n.Spec.Taints {
 		for _, leaving := range leavingTaints {
 			if t.Key == leaving {
-				return bgpStop{reason: "node-leaving"}
+				return bgpStop{reason: "node-leaving", last: true}
 			}
 		}
 	}
@@ -83,8 +86,8 @@ type leaver interface {
 }
 
 // stopBGP ends the BGP side as bgpStopOf says for this node as the cache last saw it and, for
-// what would be a restart, as uninstalling says of the DaemonSet.
-func (s *Speaker) stopBGP() {
+// what would not be the last stop, as uninstalling says of the DaemonSet; it returns the stop.
+func (s *Speaker) stopBGP() bgpStop {
 	var node *corev1.Node
 	var n corev1.Node
 	switch err := s.Cache.Get(context.Background(), types.NamespacedName{Name: s.Node}, &n); {
@@ -94,12 +97,12 @@ func (s *Speaker) stopBGP() {
 		s.Log.Error(err, "reading this node at shutdown; its BGP routes are withdrawn")
 	}
 	stop := bgpStopOf(node, s.IgnoreExcludeLabel)
-	if stop.keep && s.DaemonSet.Name != "" {
+	if !stop.last && s.DaemonSet.Name != "" {
 		ctx, cancel := context.WithTimeout(context.Background(), daemonSetWait)
 		ds, err := s.Client.DaemonSetMeta(ctx, s.DaemonSet)
 		cancel()
 		if uninstalling(ds, err) {
-			stop = bgpStop{reason: "uninstall"}
+			stop = bgpStop{reason: "uninstall", last: true}
 		} else if err != nil {
 			s.Log.Error(err, "reading this speaker's DaemonSet at shutdown; taken for a restart", "daemonSet", s.DaemonSet)
 		}
@@ -113,11 +116,12 @@ func (s *Speaker) stopBGP() {
 	if !stop.keep || !ok {
 		s.BGP.Close()
 		s.Log.Info("stopping for good: every BGP route withdrawn, every session closed", "reason", stop.reason)
-		return
+		return stop
 	}
 	kept := l.Leave()
 	s.Log.Info("stopping for a restart: routers keep this node's BGP routes (graceful restart) until the next speaker refreshes them; sessions without graceful restart withdrawn",
 		"reason", stop.reason, "kept", kept)
+	return stop
 }
 
 // noteBGPStop sets the metric that says what a stop now would do, from this node as the plan

@@ -13,7 +13,8 @@ import (
 )
 
 // TestBGPStopOf: a stop is a restart (the routers keep the routes) only on a node that stays:
-// present, fit, schedulable, not excluded, not going away.
+// present, fit, schedulable, not excluded, not going away; it is the last (the hand-off's kernel
+// state goes too) only on a node going away (and, read at the stop, in an uninstall).
 func TestBGPStopOf(t *testing.T) {
 	node := func(edit func(*corev1.Node)) *corev1.Node {
 		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a", Labels: map[string]string{}},
@@ -32,8 +33,8 @@ func TestBGPStopOf(t *testing.T) {
 	}{
 		{"a rolling update: the node stays", node(nil), false, bgpStop{keep: true, reason: "restart"}},
 		{"no conditions yet (a lab)", node(func(n *corev1.Node) { n.Status.Conditions = nil }), false, bgpStop{keep: true, reason: "restart"}},
-		{"the Node gone", nil, false, bgpStop{reason: "node-gone"}},
-		{"the Node being deleted", node(func(n *corev1.Node) { n.DeletionTimestamp = &now }), false, bgpStop{reason: "node-deleting"}},
+		{"the Node gone", nil, false, bgpStop{reason: "node-gone", last: true}},
+		{"the Node being deleted", node(func(n *corev1.Node) { n.DeletionTimestamp = &now }), false, bgpStop{reason: "node-deleting", last: true}},
 		{"cordoned: a drain", node(func(n *corev1.Node) { n.Spec.Unschedulable = true }), false, bgpStop{reason: "cordoned"}},
 		{"not Ready", node(func(n *corev1.Node) { n.Status.Conditions[0].Status = corev1.ConditionUnknown }), false, bgpStop{reason: "not-ready"}},
 		{"network unavailable", node(func(n *corev1.Node) {
@@ -43,10 +44,10 @@ func TestBGPStopOf(t *testing.T) {
 		{"excluded, label ignored", node(func(n *corev1.Node) { n.Labels[v1alpha1.LabelExcludeFromExternalLoadBalancers] = "" }), true, bgpStop{keep: true, reason: "restart"}},
 		{"the autoscaler removing it", node(func(n *corev1.Node) {
 			n.Spec.Taints = []corev1.Taint{{Key: "ToBeDeletedByClusterAutoscaler", Effect: corev1.TaintEffectNoSchedule}}
-		}), false, bgpStop{reason: "node-leaving"}},
+		}), false, bgpStop{reason: "node-leaving", last: true}},
 		{"out of service", node(func(n *corev1.Node) {
 			n.Spec.Taints = []corev1.Taint{{Key: corev1.TaintNodeOutOfService, Effect: corev1.TaintEffectNoExecute}}
-		}), false, bgpStop{reason: "node-leaving"}},
+		}), false, bgpStop{reason: "node-leaving", last: true}},
 	} {
 		if got := bgpStopOf(tc.n, tc.ignoreExclude); got != tc.want {
 			t.Errorf("%s: %+v, want %+v", tc.name, got, tc.want)

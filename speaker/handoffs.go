@@ -28,6 +28,9 @@ type Handoff interface {
 	// would catch a handed-off connection reusing their client ports.
 	ForgetClosed(addr netip.Addr) error
 	Release() error
+	// Clear removes the table, rules, routes and marked connection-tracking entries: no
+	// speaker follows on this node.
+	Clear() error
 	// HeldFlows and SetFlows are flow sharing's (flowsharing.go): the flows this node holds,
 	// and those another node holds, listed to be handed to it.
 	HeldFlows(addrs []netip.Addr, max int) (map[netip.Addr][]handoff.Flow, error)
@@ -220,3 +223,23 @@ func (h *handoffs) status() []v1alpha1.Handoff {
 
 // maxHandoffsListed is the API's bound on status.handoffs.
 const maxHandoffsListed = 1024
+
+// endHandoff leaves the hand-off's kernel state to the next speaker on this node (a restart:
+// it adopts it, and the flows handed off keep their way meanwhile), or removes it all when no
+// speaker follows (stop.last: an uninstall, the node going away).
+func (s *Speaker) endHandoff(stop bgpStop) {
+	if s.Handoff == nil {
+		return
+	}
+	if !stop.last {
+		if err := s.Handoff.Release(); err != nil {
+			s.Log.Error(err, "releasing the hand-off")
+		}
+		return
+	}
+	if err := s.Handoff.Clear(); err != nil {
+		s.Log.Error(err, "removing the hand-off's table, rules, routes and marked entries", "reason", stop.reason)
+		return
+	}
+	s.Log.Info("removed the hand-off's table, rules, routes and marked entries: no speaker follows on this node", "reason", stop.reason)
+}

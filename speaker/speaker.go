@@ -261,7 +261,7 @@ func (s *Speaker) trigger(cause string) {
 func (s *Speaker) shutdown() {
 	// BGP first: for good, routers drop this node's routes as soon as they get the withdrawals
 	// and the NOTIFICATION that closes each session; for a restart they keep them (bgpstop.go).
-	s.stopBGP()
+	stop := s.stopBGP()
 	// Silent first, then the goodbye, then the sockets closed: closing them takes milliseconds
 	// (Responder.Silence), and the others take over as soon as they hear the goodbye.
 	s.Announce.Silence()
@@ -273,11 +273,7 @@ func (s *Speaker) shutdown() {
 	}
 	s.reporter.unlistL2()
 	s.dropLease()
-	if s.Handoff != nil {
-		if err := s.Handoff.Release(); err != nil {
-			s.Log.Error(err, "releasing the hand-off")
-		}
-	}
+	s.endHandoff(stop)
 	if s.Guard != nil {
 		if err := s.Guard.Close(); err != nil {
 			s.Log.Error(err, "removing the forwarding guard")

@@ -247,8 +247,15 @@ func (h *Handoff) RemoveSlot(via netip.Addr) error {
 	return errors.Join(h.unrouteSlot(s), forget(func(f *netlink.ConntrackFlow) bool { return f.Mark&mask == v }))
 }
 
-// leftSlots reads the slots an earlier run left from the routing tables.
+// leftSlots reads the slots an earlier run left from the routing tables: those whose rule has
+// this config's marks. A slot whose rule has other marks (an earlier version's, or another
+// --handoff-slot-mask) routes flows marked with bits this run neither sets nor reads: it is
+// not adopted, and pruned (pruneSlotRoutes, syncRules).
 func (h *Handoff) leftSlots() ([]slot, error) {
+	rules, err := listRules()
+	if err != nil {
+		return nil, err
+	}
 	var out []slot
 	for _, family := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
 		rs, err := netlink.RouteListFiltered(family, &netlink.Route{Table: unix.RT_TABLE_UNSPEC}, netlink.RT_FILTER_TABLE)
@@ -258,7 +265,7 @@ func (h *Handoff) leftSlots() ([]slot, error) {
 		for _, r := range rs {
 			n := r.Table - h.cfg.RouteTable
 			via, ok := netip.AddrFromSlice(r.Gw)
-			if n < 1 || n > h.cfg.maxSlots() || !ok {
+			if n < 1 || n > h.cfg.maxSlots() || !ok || !slices.Contains(rules, h.cfg.slotRule(n, family == netlink.FAMILY_V4)) {
 				continue
 			}
 			out = append(out, slot{n: n, via: via.Unmap()})
