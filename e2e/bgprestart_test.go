@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -214,15 +213,7 @@ func TestBGPPlannedRestartKeepsRoutes(t *testing.T) {
 
 		t.Run("an uninstall withdraws at once", func(t *testing.T) {
 			e.t = t
-			// The speakers' DaemonSet, as an object alone (no controller runs it here): the
-			// speaker reads it as it stops.
-			labels := map[string]string{"app": "portico-speaker"}
-			ds := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "portico-speaker"}, Spec: appsv1.DaemonSetSpec{
-				Selector: &metav1.LabelSelector{MatchLabels: labels},
-				Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
-					Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "speaker", Image: "portico"}}}}}}
-			must(t, e.c.Create(context.Background(), ds))
-			e.extraArgs = []string{"--namespace=default", "--daemonset=portico-speaker"}
+			ds := e.speakerDaemonSet()
 			t.Cleanup(func() { e.extraArgs = nil })
 			restarted := e.sessionSince("node-c", "tor")
 			e.kill("node-c", syscall.SIGTERM)

@@ -6,7 +6,6 @@ import (
 	"net/netip"
 	"os/exec"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -258,7 +257,7 @@ func TestHandoffRefusesMarksInUse(t *testing.T) {
 					ev.Reason == v1alpha1.ReasonHandoffMarkInUse && strings.Contains(ev.Note, "--l2-handoff-mark")
 			})
 		})
-		if left := porticoKernelState(ns); left != "" {
+		if left := netlab.HandoffState(ns, false); left != "" {
 			t.Errorf("node-b holds hand-off state though its hand-off is off:\n%s", left)
 		}
 		run(t, "ip", "netns", "exec", ns, "nft", "delete", "table", "ip", "other")
@@ -268,45 +267,4 @@ func TestHandoffRefusesMarksInUse(t *testing.T) {
 		e.waitJoined("node-b", logged)
 		e.handoffMarks("node-b", v1alpha1.ReasonMarksFree, "")
 	})
-}
-
-// porticoKernelState is what of the hand-off's namespace ns holds: its nftables table, a
-// policy-routing rule or a route of its routing tables (3580 to 3835); empty: nothing.
-func porticoKernelState(ns string) string {
-	left := porticoRouting(ns)
-	out, _ := exec.Command("ip", "netns", "exec", ns, "nft", "list", "tables").CombinedOutput()
-	if strings.Contains(string(out), "portico-handoff") {
-		left = strings.TrimSpace(left + "\nnft list tables: " + string(out))
-	}
-	return left
-}
-
-// porticoRouting is the hand-off's policy-routing rules and the routes of its routing tables in
-// namespace ns, a line each; empty: none.
-func porticoRouting(ns string) string {
-	var left []string
-	for _, family := range []string{"-4", "-6"} {
-		rules, _ := exec.Command("ip", "-n", ns, family, "rule").CombinedOutput()
-		routes, _ := exec.Command("ip", "-n", ns, family, "route", "show", "table", "all").CombinedOutput()
-		for _, line := range strings.Split(string(rules)+string(routes), "\n") {
-			if handoffTable(line) {
-				left = append(left, "ip "+family+": "+line)
-			}
-		}
-	}
-	return strings.Join(left, "\n")
-}
-
-// handoffTable reports whether a line of `ip rule` or `ip route show table all` names one of
-// the hand-off's routing tables (3580 to 3835).
-func handoffTable(line string) bool {
-	f := strings.Fields(line)
-	for i := range f[:max(len(f)-1, 0)] {
-		if f[i] == "lookup" || f[i] == "table" {
-			if n, err := strconv.Atoi(f[i+1]); err == nil && n >= 3580 && n <= 3835 {
-				return true
-			}
-		}
-	}
-	return false
 }
