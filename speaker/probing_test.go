@@ -6,12 +6,9 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/portico-lb/portico/api/v1alpha1"
-	"github.com/portico-lb/portico/speaker/plan/plantest"
 )
 
 // macs returns n distinct MACs, sorted as the prober reports them.
@@ -90,37 +87,56 @@ func TestSelfChecksAreCapped(t *testing.T) {
 	}
 }
 
-// TestOneProberPerAddress: of three nodes, exactly one probes each address, never its owner,
-// also when the owner is the only eligible node (externalTrafficPolicy Local with one
-// endpoint): a new address costs one self-check entry, not one per other node.
-func TestOneProberPerAddress(t *testing.T) {
-	var svcs []corev1.Service
-	ip := netip.MustParseAddr("198.51.100.10")
-	for range 30 {
-		svcs = append(svcs, plantest.LBService("s"+ip.String(), ip.String()))
-		ip = ip.Next()
+// TestForeignAnswers: a round's answers keep only foreign MACs, keep the time each was first
+// heard, list one entry per address and MAC (the lowest interface), and stop at the cap with
+// the lowest addresses.
+func TestForeignAnswers(t *testing.T) {
+	ip := netip.MustParseAddr
+	then := metav1.NewTime(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	now := metav1.NewTime(then.Add(time.Minute))
+	prev := []v1alpha1.ForeignAnswer{{IP: "10.0.0.201", MAC: "52:54:00:00:00:99", Interface: "eth0", Since: then}}
+	got := foreignAnswers([]heardAnswer{
+		{ip("10.0.0.201"), "52:54:00:00:00:99", "eth1"},
+		{ip("10.0.0.201"), "52:54:00:00:00:99", "eth0"},
+		{ip("10.0.0.200"), "02:00:00:00:00:0a", "eth0"}, // this node's own MAC
+		{ip("2001:db8::10"), "52:54:00:00:00:98", "eth0"},
+		{ip("10.0.0.9"), "52:54:00:00:00:97", "eth0"},
+	}, []string{"02:00:00:00:00:0a"}, prev, now)
+	want := []v1alpha1.ForeignAnswer{
+		{IP: "10.0.0.9", MAC: "52:54:00:00:00:97", Interface: "eth0", Since: now},
+		{IP: "10.0.0.201", MAC: "52:54:00:00:00:99", Interface: "eth0", Since: then},
+		{IP: "2001:db8::10", MAC: "52:54:00:00:00:98", Interface: "eth0", Since: now},
 	}
-	local := plantest.LBService("local", "198.51.100.99")
-	local.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
-	node, ready := "node-b", true
-	w := plantest.World(append(svcs, local)...)
-	w.EndpointSlices = []discoveryv1.EndpointSlice{{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "local-x", Labels: map[string]string{discoveryv1.LabelServiceName: "local"}},
-		Endpoints:  []discoveryv1.Endpoint{{Addresses: []string{"10.244.0.1"}, NodeName: &node, Conditions: discoveryv1.EndpointConditions{Ready: &ready}}},
-	}}
-	probers := map[netip.Addr][]string{}
-	for _, n := range plantest.NodeNames {
-		for _, ip := range selfCheckAddrs(w, n, v1alpha1.DefaultLoadBalancerClass, plantest.AllAlive, plantest.NodeNames) {
-			probers[ip] = append(probers[ip], n)
-		}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("got  %v\nwant %v", got, want)
 	}
-	owned := plantest.Owners(w, plantest.AllAlive)
-	if len(probers) != len(owned) || len(owned) != 31 {
-		t.Fatalf("%d addresses probed, %d owned; want 31 each", len(probers), len(owned))
+
+	var many []heardAnswer
+	for i := range 300 {
+		many = append(many, heardAnswer{netip.AddrFrom4([4]byte{10, 0, byte(i / 256), byte(i)}), "52:54:00:00:00:99", "eth0"})
 	}
-	for ip, who := range probers {
-		if len(who) != 1 || who[0] == owned[ip][0] {
-			t.Errorf("%v probed by %v, owned by %v: want one prober, not the owner", ip, who, owned[ip])
+	capped := foreignAnswers(many, nil, nil, now)
+	if len(capped) != v1alpha1.MaxForeignAnswers || capped[0].IP != "10.0.0.0" || capped[len(capped)-1].IP != "10.0.0.63" {
+		t.Errorf("a LAN answering for 300 addresses: %d entries, %s to %s; want %d, the lowest", len(capped), capped[0].IP, capped[len(capped)-1].IP, v1alpha1.MaxForeignAnswers)
+	}
+}
+
+// TestForeignRoundStatus: a round that heard anything puts its answers and its time in the
+// Speaker status (the controller counts them only while that time is recent); a quiet round,
+// or none yet, puts neither, so a quiet speaker writes nothing each round.
+func TestForeignRoundStatus(t *testing.T) {
+	at := metav1.NewTime(time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC))
+	answers := []v1alpha1.ForeignAnswer{{IP: "10.0.0.200", MAC: "52:54:00:00:00:99", Interface: "eth0", Since: at}}
+	var st v1alpha1.SpeakerStatus
+	(&foreignRound{answers: answers, at: at}).setForeign(&st)
+	if len(st.ForeignAnswers) != 1 || st.ProbedAt == nil || !st.ProbedAt.Equal(&at) {
+		t.Errorf("a round with answers: foreignAnswers %v, probedAt %v; want the answers and %v", st.ForeignAnswers, st.ProbedAt, at)
+	}
+	for name, r := range map[string]*foreignRound{"quiet round": {at: at}, "no round yet": nil} {
+		var st v1alpha1.SpeakerStatus
+		r.setForeign(&st)
+		if st.ForeignAnswers != nil || st.ProbedAt != nil {
+			t.Errorf("%s: foreignAnswers %v, probedAt %v; want neither", name, st.ForeignAnswers, st.ProbedAt)
 		}
 	}
 }
