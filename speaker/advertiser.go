@@ -23,7 +23,7 @@ type advertiser struct {
 	tell     *reporter
 	trigger  func(cause string) // the loop's: a session's change refreshes the Speaker status
 	routed   map[netip.Addr]plan.BGPClaim
-	standing rules.BGPStanding // this node's, as last applied (flowsToShare)
+	standing rules.BGPStanding // this node's, as last applied (plan.FlowsToShare)
 	problems []error           // what the latest Apply reported; a change after a problem applies every route
 }
 

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/portico-lb/portico/rules"
+	"github.com/portico-lb/portico/speaker/plan"
 )
 
 // bgpStop is what a stopping speaker does with its node's BGP routes (docs/speaker-bgp.md,
@@ -109,7 +110,7 @@ func (s *Speaker) stopBGP() bgpStop {
 	}
 	s.Metrics.bgpStopping(stop)
 	l, ok := s.BGP.(leaver)
-	if s.advertiser != nil && s.planner != nil && stopShares(stop.keep && ok, s.planner.Plan().BGP.Peers) {
+	if s.advertiser != nil && s.planner != nil && plan.StopShares(stop.keep && ok, s.planner.Plan().BGP.Peers) {
 		// The withdrawal changes the ECMP sets as a drain does: the members share first.
 		s.shareFlows(context.Background(), keysOf(s.advertiser.routed, map[netip.Addr]bool(nil)), "stopping-"+stop.reason)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/portico-lb/portico/rules"
 	"github.com/portico-lb/portico/speaker/handoff"
+	"github.com/portico-lb/portico/speaker/plan"
 )
 
 // Handoff passes the flows of an address this node took over, that it has no state for, to the
@@ -31,7 +32,7 @@ type Handoff interface {
 	// Clear removes the table, rules, routes and marked connection-tracking entries: no
 	// speaker follows on this node.
 	Clear() error
-	// HeldFlows and SetFlows are flow sharing's (flowsharing.go): the flows this node holds,
+	// HeldFlows and SetFlows are flow sharing's (flowshare.go): the flows this node holds,
 	// and those another node holds, listed to be handed to it.
 	HeldFlows(addrs []netip.Addr, max int) (map[netip.Addr][]handoff.Flow, error)
 	SetFlows(via netip.Addr, flows []handoff.Flow, grace time.Duration) (int, error)
@@ -154,7 +155,7 @@ func (s *Speaker) handOff(ctx context.Context, touched []netip.Addr) {
 			// ten minutes of moves back and forth every few seconds: every flow reset).
 			continue
 		}
-		via, ok := nodeAddressFor(ip, rules.InternalIPs(n), subnets)
+		via, ok := plan.NodeAddressFor(ip, rules.InternalIPs(n), subnets)
 		if !ok {
 			s.Log.Info("not handing off flows: the previous owner has no InternalIP of the address's family", "ip", ip, "node", prev)
 			continue
@@ -174,21 +175,6 @@ func (s *Speaker) handOff(ctx context.Context, touched []netip.Addr) {
 	}
 	s.Metrics.handoffEntries.Set(float64(len(h.entries)))
 	h.wake.at(lingerEnds, func() { s.replanAll("handoff-linger") })
-}
-
-// nodeAddressFor is the address of a node, among ips, to hand ip's flows to: of ip's family,
-// on one of this node's subnets when one is (the route's next hop must be on the link).
-func nodeAddressFor(ip netip.Addr, ips []netip.Addr, subnets []netip.Prefix) (netip.Addr, bool) {
-	ips = slices.DeleteFunc(slices.Clone(ips), func(a netip.Addr) bool { return a.Is4() != ip.Is4() })
-	for _, a := range ips {
-		if slices.ContainsFunc(subnets, func(p netip.Prefix) bool { return p.Contains(a) }) {
-			return a, true
-		}
-	}
-	if len(ips) == 0 {
-		return netip.Addr{}, false
-	}
-	return ips[0], true
 }
 
 // newHandoffs adopts the entries an earlier run left; the first plan keeps those still true.

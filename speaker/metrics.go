@@ -26,7 +26,7 @@ type Metrics struct {
 	// handoffs and handoffEntries are the hand-off's (handoffs.go).
 	handoffs       prometheus.Counter
 	handoffEntries prometheus.Gauge
-	// flowShares, flowsShared and flowsListed are flow sharing's (flowsharing.go).
+	// flowShares, flowsShared and flowsListed are flow sharing's (flowshare.go).
 	flowShares  *prometheus.CounterVec
 	flowsShared prometheus.Counter
 	flowsListed prometheus.Counter

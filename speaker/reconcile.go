@@ -46,8 +46,8 @@ func (s *Speaker) reconcile(ctx context.Context) {
 	s.Metrics.announced.Set(float64(len(p.Mine)))
 	// Before this node's place in its addresses' ECMP sets changes, and twice after it (the
 	// flows opened meanwhile, and those opened before the router applied it), the members
-	// share their flows (flowsharing.go).
-	shared := flowsToShare(s.advertiser.standing, p.Standing, s.advertiser.routed, p.Routed)
+	// share their flows (flowshare.go).
+	shared := plan.FlowsToShare(s.advertiser.standing, p.Standing, s.advertiser.routed, p.Routed)
 	if round := s.shareFlows(ctx, shared, "bgp-standing"); round != nil {
 		s.flowShare = round
 	}

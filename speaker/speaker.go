@@ -59,10 +59,10 @@ type Speaker struct {
 	HandoffMarks *metav1.Condition
 	// ShareFlows: before this node changes its place in its BGP addresses' ECMP sets (a
 	// drain, an uncordon), the members share their flows through the hand-off
-	// (flowsharing.go); needs Handoff.
+	// (flowshare.go); needs Handoff.
 	ShareFlows bool
 	// ShareFlowsLate is how long after a change of this node's place the members share their
-	// flows a last time (flowsharing.go; zero: DefaultShareFlowsLate).
+	// flows a last time (flowshare.go; zero: DefaultShareFlowsLate).
 	ShareFlowsLate time.Duration
 	Metrics        *Metrics
 	Log            logr.Logger
@@ -112,7 +112,7 @@ type Speaker struct {
 	secrets    secretCache         // the BGPPeers' password Secrets (secrets.go)
 	vrfAbsent  atomic.Bool         // a BGPPeer names a VRF device this node lacks (vrfs.go)
 	cordons    cordons             // when each cordoned node was first seen cordoned (drain.go)
-	flowRounds flowRounds          // the flow-sharing rounds this node awaits acks of (flowsharing.go)
+	flowRounds flowRounds          // the flow-sharing rounds this node awaits acks of (flowshare.go)
 	flowShare  *v1alpha1.FlowShare // the latest round asked before a change, for the status; the loop's alone
 	loopAt     atomic.Int64        // unix nanos of the main loop's latest turn; 0 until it starts (probes.go)
 	startedAt  time.Time           // when Start began (RoutesUp)
@@ -157,7 +157,7 @@ func (s *Speaker) Start(ctx context.Context) error {
 	s.handoffs = newHandoffs(s.Handoff, s.HandoffGrace, cmp.Or(s.HandoffLinger, DefaultHandoffLinger))
 	s.answerer = &answerer{announce: s.Announce, node: s.Node, metrics: s.Metrics, log: s.Log, tell: s.reporter,
 		owned: map[netip.Addr]plan.Claim{}}
-	s.advertiser = &advertiser{router: s.BGP, node: s.Node, log: s.Log, tell: s.reporter, trigger: s.trigger, standing: unknownStanding,
+	s.advertiser = &advertiser{router: s.BGP, node: s.Node, log: s.Log, tell: s.reporter, trigger: s.trigger, standing: plan.UnknownStanding,
 		routed: map[netip.Addr]plan.BGPClaim{}}
 	onChange := func(before, after bgp.State) { s.advertiser.sessionChanged(ctx, before, after) }
 	switch r := s.BGP.(type) {
