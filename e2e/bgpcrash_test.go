@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -50,7 +49,7 @@ func TestBGPCrashKeepsL2(t *testing.T) {
 			// The router sees the session go (the process's socket closes, or for SIGSTOP the
 			// hold time runs out or the speaker kills the process), then come back.
 			e.expectRoute(router.NS, routed, e.nodeIPs(false, others...), 60*time.Second)
-			if sent, failed, _ := probes.counts(); failed > 0 || exited(e.speakers[owner]) {
+			if sent, failed, _ := probes.Counts(); failed > 0 || exited(e.speakers[owner]) {
 				t.Fatalf("run %d (%v): %d of %d ARP asks for %s unanswered so far; %s's speaker exited: %v",
 					i+1, sig, failed, sent, l2ip, owner, exited(e.speakers[owner]))
 			}
@@ -62,7 +61,7 @@ func TestBGPCrashKeepsL2(t *testing.T) {
 			}
 			t.Logf("run %d (%v): %s's route back at the router %v after the signal", i+1, sig, owner, took.Round(time.Millisecond))
 		}
-		sent, failed, slowest := probes.finish()
+		sent, failed, slowest := probes.Finish()
 		t.Logf("%d ARP asks for %s every 10 ms, %d unanswered by %s; slowest answer %v", sent, l2ip, failed, owner, slowest.Round(time.Millisecond))
 		sorted := slices.Clone(back[:3])
 		slices.Sort(sorted)
@@ -139,7 +138,7 @@ func TestBGPMemoryLimitKeepsL2(t *testing.T) {
 			peak = max(peak, e.bgpStatus(owner)["RssAnon"])
 			return memoryRestarts() >= 1
 		})
-		sent, failed, slowest := probes.finish()
+		sent, failed, slowest := probes.Finish()
 		t.Logf("%s's BGP process: RssAnon %d KiB before the flood of %d routes, killed above %d MiB %v after it began; %d ARP asks for %s every 10 ms, %d unanswered; slowest answer %v",
 			owner, before, routes, limitMiB, took.Round(time.Millisecond), sent, l2ip, failed, slowest.Round(time.Millisecond))
 		if failed > 0 {
@@ -235,62 +234,14 @@ func processAge(pid int) time.Duration {
 	return time.Duration((up - ticks/100) * float64(time.Second))
 }
 
-// arpProbes asks for one address at a steady pace from the client and counts the asks that
-// want's MAC did not answer.
-type arpProbes struct {
-	once         sync.Once
-	stop         chan struct{}
-	done         chan struct{}
-	mu           sync.Mutex
-	sent, failed int
-	slowest      time.Duration
-}
-
-// probeARP asks for ip every interval (an ask waits up to a second for its answer) until finish.
-func (e *l2Env) probeARP(ip netip.Addr, want string, every time.Duration) *arpProbes {
-	p := &arpProbes{stop: make(chan struct{}), done: make(chan struct{})}
-	prober := e.arpProber()
-	e.t.Cleanup(func() { p.finish() }) // a test that failed first
-	go func() {
-		defer close(p.done)
-		defer prober.close()
-		// The pace of the asks, not a wait for anything.
-		tick := time.NewTicker(every)
-		defer tick.Stop()
-		for {
-			select {
-			case <-p.stop:
-				return
-			case <-tick.C:
-			}
-			asked := time.Now()
-			macs := prober.askUntil(ip, time.Second, 1)
-			took := time.Since(asked)
-			p.mu.Lock()
-			p.sent++
-			if !slices.Equal(macs, []string{want}) {
-				p.failed++
-				e.t.Logf("ARP ask for %s at %s: answered by %v, want %s", ip, asked.Format("15:04:05.000"), macs, want)
-			}
-			p.slowest = max(p.slowest, took)
-			p.mu.Unlock()
-		}
-	}()
+// probeARP asks for ip from the client every interval (netlab.ProbeARP) until Finish or the
+// test's end.
+func (e *l2Env) probeARP(ip netip.Addr, want string, every time.Duration) *netlab.ARPProbes {
+	a, err := netlab.NewARPAsker(e.Client)
+	must(e.t, err)
+	p := netlab.ProbeARP(e.t.Logf, a, ip, want, every)
+	e.t.Cleanup(func() { p.Finish() }) // a test that failed first
 	return p
-}
-
-// finish stops asking and returns the asks sent, those want did not answer, and the slowest answer.
-func (p *arpProbes) finish() (sent, failed int, slowest time.Duration) {
-	p.once.Do(func() { close(p.stop) })
-	<-p.done
-	return p.counts()
-}
-
-// counts are the asks sent so far, those want did not answer, and the slowest answer.
-func (p *arpProbes) counts() (sent, failed int, slowest time.Duration) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.sent, p.failed, p.slowest
 }
 
 // TestBGPHungSpeakerWithdraws freezes a node's speaker alone (SIGSTOP), its BGP process left

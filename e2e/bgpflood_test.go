@@ -101,7 +101,7 @@ func TestBGPFloodKeepsL2(t *testing.T) {
 			starts, _ := c.runs()
 			return starts > 1 && e.sessions(owner)["tor"].State == "Established"
 		})
-		sent, failed, slowest := probes.finish()
+		sent, failed, slowest := probes.Finish()
 		starts, ends := c.runs()
 		t.Logf("%d ARP asks for %s every 10 ms through both floods, %d unanswered by %s; slowest answer %v; BGP container started %d times, its runs ended %v; the speaker's peak resident memory %d KiB",
 			sent, l2ip, failed, owner, slowest.Round(time.Millisecond), starts, ends, e.procStatus(owner)["VmHWM"])

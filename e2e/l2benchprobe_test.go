@@ -46,20 +46,7 @@ func (e *l2Env) arpProber() *arpProber {
 func (p *arpProber) close() { _ = p.Close() }
 
 // ask broadcasts one request for ip and returns the MACs that answer within wait.
-func (p *arpProber) ask(ip netip.Addr, wait time.Duration) []string { return p.askUntil(ip, wait, 0) }
-
-// askUntil is ask that returns as soon as enough MACs answered (0: wait for all).
-func (p *arpProber) askUntil(ip netip.Addr, wait time.Duration, enough int) []string {
-	p.Ask(ip)
-	var macs []string
-	p.Answers(time.Now().Add(wait), func(from netip.Addr, mac string, gratuitous bool) bool {
-		if !gratuitous && from == ip && !slices.Contains(macs, mac) {
-			macs = append(macs, mac)
-		}
-		return enough == 0 || len(macs) < enough
-	})
-	return macs
-}
+func (p *arpProber) ask(ip netip.Addr, wait time.Duration) []string { return p.AskUntil(ip, wait, 0) }
 
 // hogCPU starts four busy loops (twice the two CPUs of these machines), which run until ctx
 // ends; the function it returns waits for that.
