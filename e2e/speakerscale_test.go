@@ -21,7 +21,6 @@ import (
 	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
 	"github.com/portico-lb/portico/internal/controlplane"
 	"github.com/portico-lb/portico/speaker"
-	"github.com/portico-lb/portico/speaker/bgp"
 	"github.com/portico-lb/portico/speaker/kubeapi"
 	"github.com/portico-lb/portico/speaker/l2"
 	"github.com/portico-lb/portico/speaker/membership"
@@ -41,7 +40,7 @@ const (
 // and keeps the wanted BGP sessions, as Established.
 type networkRecorder struct {
 	mu    sync.Mutex
-	peers map[string]bgp.State
+	peers map[string]plan.SessionState
 }
 
 // l2Side and bgpSide are the recorder as the speaker's Announcer and Router.
@@ -72,17 +71,20 @@ func (r l2Side) SolicitNeighbour(netip.Addr) (bool, error) { return false, nil }
 func (r bgpSide) Apply(_ context.Context, d plan.BGP) []error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.peers = map[string]bgp.State{}
+	r.peers = map[string]plan.SessionState{}
 	for name, p := range d.Peers {
-		r.peers[name] = bgp.State{Peer: name, Address: p.Address, State: "Established", Since: time.Unix(1_800_000_000, 0)}
+		r.peers[name] = plan.SessionState{Peer: name, Address: p.Address, State: "Established", Since: time.Unix(1_800_000_000, 0)}
 	}
 	return nil
 }
 
-func (r bgpSide) States() map[string]bgp.State {
+// SetOnChange: the sessions come up with the plan and never change by themselves.
+func (bgpSide) SetOnChange(func(before, after plan.SessionState)) {}
+
+func (r bgpSide) States() map[string]plan.SessionState {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := make(map[string]bgp.State, len(r.peers))
+	out := make(map[string]plan.SessionState, len(r.peers))
 	for k, v := range r.peers {
 		out[k] = v
 	}

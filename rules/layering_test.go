@@ -28,9 +28,9 @@ func packages(t *testing.T, pattern, field string) map[string][]string {
 }
 
 // TestLayering: controller/ and speaker/ are siblings that never link each other's code, the
-// speaker does not link controller-runtime's client, the rules they share and the two pure cores
-// (controller/decide, speaker/plan) do no I/O, and internal/ helpers do not import testing
-// outside tests.
+// speaker does not link controller-runtime's client (nor its loop GoBGP), the rules they share
+// and the two pure cores (controller/decide, speaker/plan) do no I/O, and internal/ helpers do
+// not import testing outside tests.
 func TestLayering(t *testing.T) {
 	forbid := func(pattern, field string, bad func(string) bool) {
 		for pkg, uses := range packages(t, pattern, field) {
@@ -87,6 +87,10 @@ func TestLayering(t *testing.T) {
 			strings.HasPrefix(p, "sigs.k8s.io/controller-runtime") ||
 			strings.HasPrefix(p, module+"speaker/") && !strings.HasPrefix(p, module+"speaker/plan")
 	})
+	// The speaker's loop knows no concrete router (speaker.Router carries its change callback)
+	// and reads session states as plan.SessionState: it links no GoBGP, which only speaker/bgp
+	// embeds (run in the BGP process, or in the speaker by tests).
+	forbid("speaker", "Deps", func(p string) bool { return strings.HasPrefix(p, "github.com/osrg/gobgp") })
 }
 
 // TestNoWallClock: the two pure cores take the time they decide at as an argument, so a

@@ -9,7 +9,6 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/portico-lb/portico/rules"
-	"github.com/portico-lb/portico/speaker/bgp"
 	"github.com/portico-lb/portico/speaker/plan"
 )
 
@@ -77,7 +76,7 @@ func (a *advertiser) routesChanged(ctx context.Context, now map[netip.Addr]plan.
 
 // sessionChanged runs when a BGP session changes state: it logs, tells the BGPPeer by an event
 // when the session goes up or down, and refreshes the Speaker status.
-func (a *advertiser) sessionChanged(ctx context.Context, before, after bgp.State) {
+func (a *advertiser) sessionChanged(ctx context.Context, before, after plan.SessionState) {
 	a.log.Info("BGP session state", "peer", after.Peer, "address", after.Address, "from", before.State, "to", after.State)
 	if up := after.Established(); up != before.Established() {
 		a.tell.session(ctx, after, up)

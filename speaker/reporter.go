@@ -19,7 +19,6 @@ import (
 
 	"github.com/portico-lb/portico/api/v1alpha1"
 	"github.com/portico-lb/portico/internal/events"
-	"github.com/portico-lb/portico/speaker/bgp"
 	"github.com/portico-lb/portico/speaker/kubeapi"
 	"github.com/portico-lb/portico/speaker/l2"
 	"github.com/portico-lb/portico/speaker/plan"
@@ -94,7 +93,7 @@ type reconciled struct {
 	mine, routed []netip.Addr
 	prefixes     []netip.Prefix
 	all          bool
-	sessions     map[string]bgp.State
+	sessions     map[string]plan.SessionState
 	handoffs     []v1alpha1.Handoff
 	flowShare    *v1alpha1.FlowShare
 }
@@ -144,7 +143,7 @@ func (r *reporter) services(ctx context.Context, services []string, format strin
 }
 
 // session tells the BGPPeer of a session that went up or down.
-func (r *reporter) session(ctx context.Context, st bgp.State, up bool) {
+func (r *reporter) session(ctx context.Context, st plan.SessionState, up bool) {
 	var peer v1alpha1.BGPPeer
 	if err := r.cache.Get(ctx, types.NamespacedName{Name: st.Peer}, &peer); err != nil {
 		return
@@ -283,7 +282,7 @@ func interfaceStatus(verdicts []l2.Verdict) ([]v1alpha1.SpeakerInterface, int32)
 
 // sessionStatus lists the sessions by peer name, with why one runs without the BFD its peer
 // asks for, and counts the Established ones.
-func sessionStatus(states map[string]bgp.State, noBFD map[string]plan.BFDProblem) ([]v1alpha1.PeerSession, int32) {
+func sessionStatus(states map[string]plan.SessionState, noBFD map[string]plan.BFDProblem) ([]v1alpha1.PeerSession, int32) {
 	out := make([]v1alpha1.PeerSession, 0, len(states))
 	up := int32(0)
 	for _, name := range slices.Sorted(maps.Keys(states)) {

@@ -17,8 +17,6 @@ import (
 
 	"github.com/portico-lb/portico/api/v1alpha1"
 	"github.com/portico-lb/portico/rules"
-	"github.com/portico-lb/portico/speaker/bgp"
-	"github.com/portico-lb/portico/speaker/bgpproc"
 	"github.com/portico-lb/portico/speaker/kubeapi"
 	"github.com/portico-lb/portico/speaker/l2"
 	"github.com/portico-lb/portico/speaker/membership"
@@ -139,12 +137,13 @@ type Announcer interface {
 }
 
 // Router holds this node's BGP sessions and routes: a *bgpproc.Supervisor (GoBGP in a child
-// process) or a *bgp.Sessions (in this one), whose state changes the speaker watches, or a
-// recorder as for Announcer.
+// process) or a *bgp.Sessions (in this one), or a recorder as for Announcer. SetOnChange, called
+// before the first Apply, gives it the function it calls when a session changes state.
 type Router interface {
 	Apply(ctx context.Context, d plan.BGP) []error
 	Close()
-	States() map[string]bgp.State
+	States() map[string]plan.SessionState
+	SetOnChange(func(before, after plan.SessionState))
 }
 
 // Start runs until ctx ends; then it stops answering at once and leaves the group, so the other
@@ -159,13 +158,7 @@ func (s *Speaker) Start(ctx context.Context) error {
 		owned: map[netip.Addr]plan.Claim{}}
 	s.advertiser = &advertiser{router: s.BGP, node: s.Node, log: s.Log, tell: s.reporter, trigger: s.trigger, standing: plan.UnknownStanding,
 		routed: map[netip.Addr]plan.BGPClaim{}}
-	onChange := func(before, after bgp.State) { s.advertiser.sessionChanged(ctx, before, after) }
-	switch r := s.BGP.(type) {
-	case *bgp.Sessions:
-		r.OnChange = onChange
-	case *bgpproc.Supervisor:
-		r.OnChange = onChange
-	}
+	s.BGP.SetOnChange(func(before, after plan.SessionState) { s.advertiser.sessionChanged(ctx, before, after) })
 	// Events and the status go to the apiserver from their own goroutines: a slow or
 	// unreachable apiserver must never delay reacting to a member's loss.
 	s.reporter.start(ctx)

@@ -21,38 +21,19 @@ import (
 	"github.com/portico-lb/portico/speaker/plan"
 )
 
-// State is one session's state as the speaker reports it.
-type State struct {
-	Peer    string
-	Address netip.Addr
-	State   string // Idle, Connect, Active, OpenSent, OpenConfirm, Established
-	Since   time.Time
-	Routes  int    // routes this node advertises on the session
-	PeerASN uint32 // the router's AS as its OPEN gave it (dynamicASN); 0 before that
-	Message string // why the session cannot be opened or was refused; empty when nothing is wrong
-	// Reason, in a word, why this node keeps the session down (v1alpha1's
-	// ReasonPrefixLimitReached); empty otherwise.
-	Reason string
-}
-
-// Established reports whether the session is up.
-func (s State) Established() bool { return s.State == "Established" }
-
 // Sessions runs the node's BGP sessions: one embedded GoBGP server per peer. (GoBGP v4.8.0
 // keeps its route selection options in package variables that each server's StartBgp writes
 // while the others read them: a data race, harmless here since every server writes the same
 // zero values; osrg/gobgp#3659 moves them into the server.)
 type Sessions struct {
 	Log logr.Logger
-	// OnChange is called (from a GoBGP goroutine, without locks held) when a session changes
-	// state, with the state before and after.
-	OnChange func(before, after State)
 	// BFD runs the BFD sessions of the peers that ask for one; made on first use when nil.
 	BFD *bfd.Manager
 
-	mu      sync.Mutex
-	running map[string]*session
-	ceases  map[string]uint64 // sessions ceased for their prefix limit, by peer name
+	mu       sync.Mutex
+	onChange func(before, after plan.SessionState) // SetOnChange's
+	running  map[string]*session
+	ceases   map[string]uint64 // sessions ceased for their prefix limit, by peer name
 }
 
 type session struct {
@@ -61,7 +42,7 @@ type session struct {
 	srv    *server.BgpServer
 	cancel context.CancelFunc // ends the state watch
 	routes map[netip.Prefix]plan.Route
-	state  State
+	state  plan.SessionState
 	bfd    *bfd.Peer   // nil: no BFD session watches this one
 	retry  *time.Timer // opens a session ceased for its prefix limit again; nil when none waits
 }
@@ -147,11 +128,19 @@ func (s *Sessions) Leave() (kept []string) {
 	return kept
 }
 
-// States lists the sessions' states by peer name.
-func (s *Sessions) States() map[string]State {
+// SetOnChange sets the function called (from a GoBGP goroutine, without locks held) when a
+// session changes state, with the state before and after.
+func (s *Sessions) SetOnChange(f func(before, after plan.SessionState)) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make(map[string]State, len(s.running))
+	s.onChange = f
+}
+
+// States lists the sessions' states by peer name.
+func (s *Sessions) States() map[string]plan.SessionState {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]plan.SessionState, len(s.running))
 	for name, ss := range s.running {
 		st := ss.state
 		st.Routes = len(ss.routes)
@@ -173,7 +162,7 @@ func (s *Sessions) start(ctx context.Context, p plan.Peer) (*session, error) {
 	}
 	wctx, cancel := context.WithCancel(context.Background())
 	ss := &session{peer: p, addr: p.Address, srv: srv, cancel: cancel, routes: map[netip.Prefix]plan.Route{},
-		state: State{Peer: p.Name, Address: p.Address, State: "Idle", Since: time.Now()}}
+		state: plan.SessionState{Peer: p.Name, Address: p.Address, State: "Idle", Since: time.Now()}}
 	err := rejectImports(ctx, srv)
 	if err == nil {
 		err = srv.WatchEvent(wctx, server.WatchEventMessageCallbacks{OnPeerUpdate: func(pe *apiutil.WatchEventMessage_PeerEvent, _ time.Time) {
@@ -221,6 +210,7 @@ func (s *Sessions) observe(ss *session, state string, peerASN uint32, admin api.
 	after := ss.state
 	before.Routes, after.Routes = len(ss.routes), len(ss.routes)
 	refused := ss.state.Message != ""
+	onChange := s.onChange
 	s.mu.Unlock()
 	switch {
 	case state == "Established" && ss.peer.ExternalOnly && peerASN == ss.peer.MyASN:
@@ -228,8 +218,8 @@ func (s *Sessions) observe(ss *session, state string, peerASN uint32, admin api.
 	case before.Established() && state == "Idle" && !refused:
 		go s.redial(ss)
 	}
-	if s.OnChange != nil {
-		s.OnChange(before, after)
+	if onChange != nil {
+		onChange(before, after)
 	}
 }
 

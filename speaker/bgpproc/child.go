@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 
 	"github.com/portico-lb/portico/speaker/bgp"
+	"github.com/portico-lb/portico/speaker/plan"
 )
 
 // speakerSilence is how long the BGP process waits for a word from the speaker (which pings
@@ -45,7 +46,7 @@ func serve(conn net.Conn, sessions *bgp.Sessions, gather prometheus.Gatherer, si
 			return a
 		}
 	}
-	sessions.OnChange = func(_, _ bgp.State) { _ = s.send(snapshot(0, answer{})) }
+	sessions.SetOnChange(func(_, _ plan.SessionState) { _ = s.send(snapshot(0, answer{})) })
 	requests, failed := make(chan request), make(chan error, 1)
 	go func() {
 		for {

@@ -6,7 +6,6 @@ import (
 	"net"
 	"sync"
 
-	"github.com/portico-lb/portico/speaker/bgp"
 	"github.com/portico-lb/portico/speaker/plan"
 )
 
@@ -31,7 +30,7 @@ type answer struct {
 	Errors  []string // what Apply reported
 	Metrics []byte   // the process's metric families, protobuf-delimited
 	Kept    []string // the sessions Leave left for graceful restart
-	States  map[string]bgp.State
+	States  map[string]plan.SessionState
 }
 
 // errGone answers the calls in flight when the BGP process goes away.

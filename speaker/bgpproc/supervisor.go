@@ -15,7 +15,6 @@ import (
 
 	"github.com/go-logr/logr"
 
-	"github.com/portico-lb/portico/speaker/bgp"
 	"github.com/portico-lb/portico/speaker/plan"
 )
 
@@ -49,12 +48,10 @@ var errRestarting = errors.New("the BGP process is restarting; it gets this plan
 var errNotYet = errors.New("no BGP process has taken the plan yet (its container may still be starting); it gets it when one does")
 
 // Supervisor runs the BGP side in a child process (Serve at the other end) for the speaker,
-// implementing what the speaker needs of it (Apply, Close, States, OnChange) and serving the
+// implementing what the speaker needs of it (Apply, Close, States, SetOnChange) and serving the
 // process's metrics (Gather).
 type Supervisor struct {
 	Log logr.Logger
-	// OnChange is called (without locks held) when a session changes state or message.
-	OnChange func(before, after bgp.State)
 	// Command makes the command that runs the BGP process: the speaker binary again, whose
 	// subcommand calls Serve with file descriptor 3.
 	Command func() *exec.Cmd
@@ -87,7 +84,8 @@ type Supervisor struct {
 	suspect atomic.Bool
 
 	statesMu sync.Mutex
-	states   map[string]bgp.State
+	states   map[string]plan.SessionState
+	onChange func(before, after plan.SessionState) // SetOnChange's
 }
 
 // Apply hands d to the BGP process and returns what it reported. The first plan that names a
@@ -183,7 +181,7 @@ func (s *Supervisor) end(last request) (kept []string) {
 }
 
 // States lists the sessions' states by peer name, as the process last reported them.
-func (s *Supervisor) States() map[string]bgp.State {
+func (s *Supervisor) States() map[string]plan.SessionState {
 	s.statesMu.Lock()
 	defer s.statesMu.Unlock()
 	return maps.Clone(s.states)
@@ -319,13 +317,13 @@ func (s *Supervisor) isClosed() bool {
 
 // received takes the states in a message from the process and reports what changed.
 func (s *Supervisor) received(a answer) {
-	s.setStates(func(map[string]bgp.State) map[string]bgp.State { return a.States })
+	s.setStates(func(map[string]plan.SessionState) map[string]plan.SessionState { return a.States })
 }
 
 // sessionsGone marks every session down: they ended with the process.
 func (s *Supervisor) sessionsGone(why error) {
-	s.setStates(func(old map[string]bgp.State) map[string]bgp.State {
-		now := make(map[string]bgp.State, len(old))
+	s.setStates(func(old map[string]plan.SessionState) map[string]plan.SessionState {
+		now := make(map[string]plan.SessionState, len(old))
 		for name, st := range old {
 			if st.State != "Idle" {
 				st.State, st.Since = "Idle", time.Now()
@@ -337,10 +335,18 @@ func (s *Supervisor) sessionsGone(why error) {
 	})
 }
 
-// setStates replaces the states with what next makes of them and calls OnChange for each
+// SetOnChange sets the function called (without locks held) when a session changes state or
+// message.
+func (s *Supervisor) SetOnChange(f func(before, after plan.SessionState)) {
+	s.statesMu.Lock()
+	defer s.statesMu.Unlock()
+	s.onChange = f
+}
+
+// setStates replaces the states with what next makes of them and calls onChange for each
 // session whose state or message changed.
-func (s *Supervisor) setStates(next func(map[string]bgp.State) map[string]bgp.State) {
-	type change struct{ before, after bgp.State }
+func (s *Supervisor) setStates(next func(map[string]plan.SessionState) map[string]plan.SessionState) {
+	type change struct{ before, after plan.SessionState }
 	var changes []change
 	s.statesMu.Lock()
 	now := next(s.states)
@@ -351,10 +357,11 @@ func (s *Supervisor) setStates(next func(map[string]bgp.State) map[string]bgp.St
 		}
 	}
 	s.states = now
+	onChange := s.onChange
 	s.statesMu.Unlock()
-	if s.OnChange != nil {
+	if onChange != nil {
 		for _, c := range changes {
-			s.OnChange(c.before, c.after)
+			onChange(c.before, c.after)
 		}
 	}
 }

@@ -129,16 +129,15 @@ func (w *watched) child() int {
 func TestRestartsAndHandsThePlanAgain(t *testing.T) {
 	w := supervised(t)
 	w.timing = timing{100 * time.Millisecond, 500 * time.Millisecond}
-	// OnChange is set before the first Apply: the supervisor reads it from its own goroutine.
 	var mu sync.Mutex
 	var down int
-	w.OnChange = func(_, after bgp.State) {
+	w.SetOnChange(func(_, after plan.SessionState) {
 		mu.Lock()
 		defer mu.Unlock()
 		if after.Message != "" {
 			down++
 		}
-	}
+	})
 	if errs := w.Apply(context.Background(), onePeer()); len(errs) > 0 {
 		t.Fatal(errs)
 	}
@@ -294,16 +293,15 @@ func TestSocketProcessRestartsAndGetsThePlanAgain(t *testing.T) {
 	w := supervised(t)
 	bgpContainer(t, w)
 	w.timing = timing{100 * time.Millisecond, 500 * time.Millisecond}
-	// OnChange is set before the first Apply: the supervisor reads it from its own goroutine.
 	var mu sync.Mutex
 	var down int
-	w.OnChange = func(_, after bgp.State) {
+	w.SetOnChange(func(_, after plan.SessionState) {
 		mu.Lock()
 		defer mu.Unlock()
 		if after.Message != "" {
 			down++
 		}
-	}
+	})
 	if errs := w.Apply(context.Background(), onePeer()); len(errs) > 0 {
 		t.Fatal(errs)
 	}

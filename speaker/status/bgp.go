@@ -9,14 +9,13 @@ import (
 	"strings"
 
 	"github.com/portico-lb/portico/api/v1alpha1"
-	"github.com/portico-lb/portico/speaker/bgp"
 	"github.com/portico-lb/portico/speaker/plan"
 )
 
 // BGPPeers is the Speaker status's view of the BGP side: each peer's AS numbers and
 // address as resolved here (learned ones from the running sessions). Nil when this node holds
 // no session.
-func BGPPeers(d plan.BGP, states map[string]bgp.State) *v1alpha1.SpeakerBGP {
+func BGPPeers(d plan.BGP, states map[string]plan.SessionState) *v1alpha1.SpeakerBGP {
 	if len(d.Peers) == 0 {
 		return nil
 	}
