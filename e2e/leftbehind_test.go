@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"net/netip"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -18,9 +19,11 @@ import (
 // TestNothingLeftBehind: what the hand-off made in a node's kernel (its nftables table, its
 // policy-routing rules, the routes of its routing tables, the connection-tracking entries it
 // marked) and the forwarding guard's table go when no speaker follows on the node (an uninstall:
-// the speakers' DaemonSet deleted; the node's Node deleted), and when a speaker starts with
-// --l2-handoff-grace=0; and a starting speaker prunes what an earlier version left. Each time,
-// hand-off state exists first: an address moved while connections were open through its owner.
+// the speakers' DaemonSet deleted; the node's Node deleted), when the next speaker runs no
+// hand-off (a rolling update to the chart's speaker.forwardGuard=false: no NET_ADMIN to remove
+// it with), and when a speaker starts with --l2-handoff-grace=0; and a starting speaker prunes
+// what an earlier version left. Each time, hand-off state exists first: an address moved while
+// connections were open through its owner.
 func TestNothingLeftBehind(t *testing.T) {
 	inHandoffLab(t, func(t *testing.T, e *l2Env, pod labPod) {
 		stop, err := netlab.ServeEcho(pod.NS, echoPort)
@@ -82,6 +85,29 @@ func TestNothingLeftBehind(t *testing.T) {
 			e.restartSpeaker(taker)
 		})
 
+		t.Run("a rolling update to speakers without the hand-off removes it", func(t *testing.T) {
+			e.t = t
+			taker, s := e.handOff(t)
+			defer s.stop()
+			// The chart's speaker.forwardGuard=false (config/no-forward-guard): the next
+			// speaker has no NET_ADMIN and no hand-off, and can neither adopt nor remove it.
+			full, shipped := e.Security, ds.Spec.Template.DeepCopy()
+			withoutHandoff(&ds.Spec.Template.Spec.Containers[0])
+			must(t, e.c.Update(context.Background(), ds))
+			e.kill(taker, syscall.SIGTERM)
+			e.Security.Capabilities = slices.DeleteFunc(slices.Clone(full.Capabilities), func(c string) bool { return c == "NET_ADMIN" })
+			e.extraArgs = append(e.extraArgs, "--forward-guard=false", "--l2-handoff-grace=0s")
+			defer func() {
+				e.Security, e.extraArgs, ds.Spec.Template = full, e.extraArgs[:len(e.extraArgs)-2], *shipped
+				must(t, e.c.Update(context.Background(), ds))
+				e.restartSpeaker(taker)
+			}()
+			logged := e.logOffsets()
+			e.startSpeaker(taker)
+			e.waitJoined(taker, logged)
+			e.leftNothing(taker, true)
+		})
+
 		t.Run("an uninstall removes it all on every node", func(t *testing.T) {
 			e.t = t
 			_, s := e.handOff(t)
@@ -137,14 +163,11 @@ func (e *l2Env) leftNothing(node string, guard bool) {
 	}
 }
 
-// speakerDaemonSet creates the speakers' DaemonSet in default, as an object alone (no
-// controller runs it here), and has the speakers started from now on read it as they stop.
+// speakerDaemonSet creates the speakers' DaemonSet as shipped in default, as an object alone
+// (no controller runs it here), and has the speakers started from now on read it as they stop.
 func (e *l2Env) speakerDaemonSet() *appsv1.DaemonSet {
-	labels := map[string]string{"app": "portico-speaker"}
-	ds := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "portico-speaker"}, Spec: appsv1.DaemonSetSpec{
-		Selector: &metav1.LabelSelector{MatchLabels: labels},
-		Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
-			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "speaker", Image: "portico"}}}}}}
+	ds := shippedDaemonSet(e.t)
+	ds.Namespace = "default"
 	must(e.t, e.c.Create(context.Background(), ds))
 	e.extraArgs = []string{"--namespace=default", "--daemonset=portico-speaker"}
 	return ds
@@ -165,4 +188,19 @@ func (e *l2Env) stopReason(node string) string {
 		}
 	}
 	return ""
+}
+
+// withoutHandoff makes the speaker container c as the chart's speaker.forwardGuard=false does:
+// the guard and the hand-off off, NET_ADMIN not granted.
+func withoutHandoff(c *corev1.Container) {
+	for i, arg := range c.Args {
+		switch {
+		case arg == "--forward-guard=true":
+			c.Args[i] = "--forward-guard=false"
+		case strings.HasPrefix(arg, "--l2-handoff-grace="):
+			c.Args[i] = "--l2-handoff-grace=0s"
+		}
+	}
+	caps := c.SecurityContext.Capabilities
+	caps.Add = slices.DeleteFunc(caps.Add, func(c corev1.Capability) bool { return c == "NET_ADMIN" })
 }

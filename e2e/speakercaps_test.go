@@ -36,15 +36,21 @@ var capabilityBits = map[string]int{"NET_RAW": unix.CAP_NET_RAW, "NET_ADMIN": un
 // daemonSetSecurity reads config/speaker/daemonset.yaml's speaker container's security context.
 func daemonSetSecurity(t testing.TB) speakerSecurity { return containerSecurity(t, "speaker") }
 
-// containerSecurity reads the security context of the speaker DaemonSet's container name
-// (speaker, or bgp: the BGP side's own container).
-func containerSecurity(t testing.TB, name string) speakerSecurity {
+// shippedDaemonSet is the speaker DaemonSet as config/speaker/daemonset.yaml ships it.
+func shippedDaemonSet(t testing.TB) *appsv1.DaemonSet {
 	root, err := controlplane.ModuleRoot()
 	must(t, err)
 	raw, err := os.ReadFile(filepath.Join(root, "config", "speaker", "daemonset.yaml"))
 	must(t, err)
 	var ds appsv1.DaemonSet
 	must(t, yaml.UnmarshalStrict(raw, &ds))
+	return &ds
+}
+
+// containerSecurity reads the security context of the speaker DaemonSet's container name
+// (speaker, or bgp: the BGP side's own container).
+func containerSecurity(t testing.TB, name string) speakerSecurity {
+	ds := shippedDaemonSet(t)
 	i := slices.IndexFunc(ds.Spec.Template.Spec.Containers, func(c corev1.Container) bool { return c.Name == name })
 	if i < 0 {
 		t.Fatalf("the speaker DaemonSet has no container %s", name)

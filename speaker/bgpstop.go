@@ -25,6 +25,9 @@ type bgpStop struct {
 	// last: no speaker follows on this node (an uninstall, the node going away), so the state
 	// the hand-off keeps in the node's kernel for the next speaker goes too (Handoff.Clear).
 	last bool
+	// handoffEnds: the next speaker runs no hand-off (runsHandoff, read from the DaemonSet), so
+	// that state goes too, though BGP stops for a restart.
+	handoffEnds bool
 }
 
 // Taints that announce a node about to go: the cluster autoscaler's and Karpenter's before
@@ -87,7 +90,8 @@ type leaver interface {
 }
 
 // stopBGP ends the BGP side as bgpStopOf says for this node as the cache last saw it and, for
-// what would not be the last stop, as uninstalling says of the DaemonSet; it returns the stop.
+// what would not be the last stop, as uninstalling and runsHandoff say of the DaemonSet; it
+// returns the stop.
 func (s *Speaker) stopBGP() bgpStop {
 	var node *corev1.Node
 	var n corev1.Node
@@ -100,12 +104,15 @@ func (s *Speaker) stopBGP() bgpStop {
 	stop := bgpStopOf(node, s.IgnoreExcludeLabel)
 	if !stop.last && s.DaemonSet.Name != "" {
 		ctx, cancel := context.WithTimeout(context.Background(), daemonSetWait)
-		ds, err := s.Client.DaemonSetMeta(ctx, s.DaemonSet)
+		ds, err := s.Client.DaemonSet(ctx, s.DaemonSet)
 		cancel()
-		if uninstalling(ds, err) {
+		switch {
+		case uninstalling(ds.ObjectMeta, err):
 			stop = bgpStop{reason: "uninstall", last: true}
-		} else if err != nil {
+		case err != nil:
 			s.Log.Error(err, "reading this speaker's DaemonSet at shutdown; taken for a restart", "daemonSet", s.DaemonSet)
+		default:
+			stop.handoffEnds = !runsHandoff(ds.Template)
 		}
 	}
 	s.Metrics.bgpStopping(stop)

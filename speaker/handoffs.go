@@ -77,6 +77,10 @@ type handoffEntry struct {
 // reset when a killed speaker came back and took its address again).
 const DefaultHandoffLinger = time.Minute
 
+// DefaultHandoffGrace is --l2-handoff-grace's default: how long after taking an address over
+// this node passes on the packets of connections opened through the node it took it from.
+const DefaultHandoffGrace = 10 * time.Minute
+
 // handOff brings the entries up to date after a plan: before the node answers for the
 // addresses it gains (touched), so that their first handed-off packets find the entry.
 func (s *Speaker) handOff(ctx context.Context, touched []netip.Addr) {
@@ -212,12 +216,16 @@ const maxHandoffsListed = 1024
 
 // endHandoff leaves the hand-off's kernel state to the next speaker on this node (a restart:
 // it adopts it, and the flows handed off keep their way meanwhile), or removes it all when no
-// speaker follows (stop.last: an uninstall, the node going away).
+// speaker follows (stop.last: an uninstall, the node going away) or the next one runs no
+// hand-off (stop.handoffEnds: it could not adopt it, nor, without NET_ADMIN, remove it).
 func (s *Speaker) endHandoff(stop bgpStop) {
 	if s.Handoff == nil {
 		return
 	}
-	if !stop.last {
+	if stop.handoffEnds {
+		stop.reason = "next-speaker-without-handoff"
+	}
+	if !stop.last && !stop.handoffEnds {
 		if err := s.Handoff.Release(); err != nil {
 			s.Log.Error(err, "releasing the hand-off")
 		}

@@ -140,18 +140,33 @@ func (c *Client) Get(ctx context.Context, key types.NamespacedName, obj runtime.
 	return into(r.at(r.client.Get(), key.Namespace).Name(key.Name).Do(ctx), obj)
 }
 
-// appsV1 is read for one object's metadata alone (DaemonSetMeta): its types stay out of the scheme.
+// appsV1 is read for one object alone (DaemonSet): its types stay out of the scheme, and out
+// of the binary.
 var appsV1 = schema.GroupVersion{Group: "apps", Version: "v1"}
 
-// DaemonSetMeta reads the metadata of the DaemonSet named by key: the speaker asks for its own
-// at shutdown, to tell an uninstall (gone, or being deleted) from a rolling update.
-func (c *Client) DaemonSetMeta(ctx context.Context, key types.NamespacedName) (metav1.ObjectMeta, error) {
-	var ds metav1.PartialObjectMetadata
+// DaemonSet is what the speaker reads of its DaemonSet.
+type DaemonSet struct {
+	metav1.ObjectMeta
+	Template corev1.PodSpec // the spec of the pods it starts
+}
+
+// DaemonSet reads the DaemonSet named by key: the speaker asks for its own at shutdown, to tell
+// an uninstall (gone, or being deleted) from a rolling update, and whether the speakers it
+// starts next run the L2 hand-off.
+func (c *Client) DaemonSet(ctx context.Context, key types.NamespacedName) (DaemonSet, error) {
+	var ds struct {
+		metav1.ObjectMeta `json:"metadata"`
+		Spec              struct {
+			Template struct {
+				Spec corev1.PodSpec `json:"spec"`
+			} `json:"template"`
+		} `json:"spec"`
+	}
 	raw, err := c.groups[appsV1].Get().Namespace(key.Namespace).Resource("daemonsets").Name(key.Name).Do(ctx).Raw()
 	if err == nil {
 		err = json.Unmarshal(raw, &ds)
 	}
-	return ds.ObjectMeta, err
+	return DaemonSet{ObjectMeta: ds.ObjectMeta, Template: ds.Spec.Template.Spec}, err
 }
 
 // Create creates obj and reads back what the apiserver stored.

@@ -2,6 +2,7 @@ package kubeapi_test
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -76,21 +77,25 @@ func TestClient(t *testing.T) {
 		t.Error("a ConfigMap, which the speaker does not use, was read")
 	}
 
-	// The speaker's DaemonSet, whose metadata alone it reads at shutdown.
+	// The speaker's DaemonSet, whose metadata and pod template it reads at shutdown.
 	dsKey := types.NamespacedName{Namespace: "default", Name: "portico-speaker"}
-	if _, err := c.DaemonSetMeta(ctx, dsKey); !apierrors.IsNotFound(err) {
+	if _, err := c.DaemonSet(ctx, dsKey); !apierrors.IsNotFound(err) {
 		t.Errorf("a missing DaemonSet: got %v, want NotFound", err)
 	}
 	labels := map[string]string{"app": "speaker"}
 	ds := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Namespace: dsKey.Namespace, Name: dsKey.Name}, Spec: appsv1.DaemonSetSpec{
 		Selector: &metav1.LabelSelector{MatchLabels: labels},
 		Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
-			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "speaker", Image: "portico"}}}}}}
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "speaker", Image: "portico", Args: []string{"--l2-handoff-grace=0s"}}}}}}}
 	if err := cp.Client.Create(ctx, ds); err != nil {
 		t.Fatal(err)
 	}
-	if meta, err := c.DaemonSetMeta(ctx, dsKey); err != nil || meta.UID != ds.UID || meta.DeletionTimestamp != nil {
-		t.Errorf("the DaemonSet's metadata: %+v, %v; want UID %s, not being deleted", meta, err, ds.UID)
+	read, err := c.DaemonSet(ctx, dsKey)
+	if err != nil || read.UID != ds.UID || read.DeletionTimestamp != nil {
+		t.Errorf("the DaemonSet's metadata: %+v, %v; want UID %s, not being deleted", read.ObjectMeta, err, ds.UID)
+	}
+	if cs := read.Template.Containers; len(cs) != 1 || cs[0].Name != "speaker" || !slices.Equal(cs[0].Args, []string{"--l2-handoff-grace=0s"}) {
+		t.Errorf("the DaemonSet's pod template: %+v, want the speaker container with its args", read.Template)
 	}
 }
 
