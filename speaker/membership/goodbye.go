@@ -79,16 +79,14 @@ func (g *Group) heardGoodbye(name, life string) {
 
 // delegate publishes the life and hears goodbyes, heartbeats, death notices and user messages. Only NodeMeta and NotifyMsg
 // do anything. Heartbeats come this way from members that take no direct ones (heartbeat.go):
-// one that names a life that does was recorded and sent again, and is ignored.
+// one that names a life that does was recorded and sent again, and is refused (accept.go).
 type delegate struct{ g *Group }
 
 func (d delegate) NodeMeta(int) []byte { return d.g.life }
 
 func (d delegate) NotifyMsg(msg []byte) {
 	if name, life, ok := parseMessage(heartbeatPrefix, msg); ok {
-		if !takesDirect(life) {
-			d.g.heardHeartbeat(name, life, 0, time.Now())
-		}
+		d.g.heardHeartbeat(heartbeat{name: name, life: life, at: time.Now()})
 	} else if name, life, ok := parseMessage(goodbyePrefix, msg); ok {
 		d.g.heardGoodbye(name, life)
 	} else if name, life, ok := parseMessage(deathPrefix, msg); ok {

@@ -18,20 +18,23 @@ import (
 // its first byte, hands it to the fast path itself.
 //
 // With keys set it is sealed with the primary key (AES-GCM, as memberlist seals the gossip)
-// and opened with any key, so no host without a key can forge one; and it carries a sequence
-// number that only grows within a life, so one recorded and sent again later is ignored.
+// and opened with any key, so no host without a key can forge one. It names the life of the
+// member it is for, so one recorded before that member restarted is ignored there, and it
+// carries a sequence number that only grows within the sender's life, so one recorded and sent
+// again later is ignored too (the rule: accept.go).
 //
-// Members that started before direct heartbeats existed publish a life without the mark
-// (directMark) and get theirs as memberlist user messages, as they send them: a group in a
-// rolling update keeps its fast path both ways.
+// Members that started before direct heartbeats named their receiver publish a life without
+// the mark (directMark) and get theirs as memberlist user messages, as they send them to such
+// a member: a group in a rolling update keeps its fast path both ways.
 
 // heartbeatMagic is a direct heartbeat's first byte. memberlist's packets start with a
 // message type (below 16, or 244 before a label) or, sealed, the encryption version (0 or 1).
 const heartbeatMagic byte = 0xb7
 
-// directMark ends the life of a member that takes direct heartbeats, after its random bytes;
-// older members' lives are the random bytes alone.
-const directMark byte = 'd'
+// directMark ends the life of a member that takes direct heartbeats naming its life, after its
+// random bytes. Older members' lives end with 'd' (direct heartbeats that named no receiver)
+// or are the random bytes alone.
+const directMark byte = 'r'
 
 // lifeRandom is how many random bytes a life has.
 const lifeRandom = 8
@@ -41,24 +44,26 @@ func takesDirect(life string) bool {
 	return len(life) == lifeRandom+1 && life[lifeRandom] == directMark
 }
 
-// heartbeatBody is a direct heartbeat's content: its sequence number, the sender's name and
-// its life.
-func heartbeatBody(seq uint64, name string, life []byte) []byte {
+// heartbeatBody is a direct heartbeat's content: its sequence number, the life of the member
+// it is for (after its length), the sender's name and its life.
+func heartbeatBody(seq uint64, to, name string, life []byte) []byte {
 	b := binary.BigEndian.AppendUint64(nil, seq)
+	b = append(append(b, byte(len(to))), to...)
 	b = append(append(b, name...), 0)
 	return append(b, life...)
 }
 
 // parseHeartbeatBody undoes heartbeatBody; ok is false for anything else.
-func parseHeartbeatBody(b []byte) (seq uint64, name, life string, ok bool) {
-	if len(b) < 8 {
-		return 0, "", "", false
+func parseHeartbeatBody(b []byte) (h heartbeat, ok bool) {
+	if len(b) < 9 || len(b) < 9+int(b[8]) {
+		return heartbeat{}, false
 	}
-	n, l, ok := bytes.Cut(b[8:], []byte{0})
+	to := b[9 : 9+int(b[8])]
+	n, l, ok := bytes.Cut(b[9+len(to):], []byte{0})
 	if !ok || len(n) == 0 || len(l) == 0 {
-		return 0, "", "", false
+		return heartbeat{}, false
 	}
-	return binary.BigEndian.Uint64(b), string(n), string(l), true
+	return heartbeat{seq: binary.BigEndian.Uint64(b), to: string(to), name: string(n), life: string(l), direct: true}, true
 }
 
 // sealer seals and opens direct heartbeats with the group's keys; with none it leaves them

@@ -79,21 +79,22 @@ func TestForgedHeartbeatsAreIgnored(t *testing.T) {
 	}
 	next := uint64(1 << 40)
 	other := sealer{keys: func() [][]byte { return [][]byte{[]byte("fedcba9876543210")} }}
-	sendTo(append([]byte{heartbeatMagic}, heartbeatBody(next, "b", b.life)...), nil) // in clear
-	sendTo(other.seal(heartbeatBody(next, "b", b.life)))                             // another key
-	sendTo(b.seal.seal(heartbeatBody(seqOf(a, "b"), "b", b.life)))                   // recorded
+	sendTo(append([]byte{heartbeatMagic}, heartbeatBody(next, string(a.life), "b", b.life)...), nil) // in clear
+	sendTo(other.seal(heartbeatBody(next, string(a.life), "b", b.life)))                             // another key
+	sendTo(b.seal.seal(heartbeatBody(seqOf(a, "b"), string(a.life), "b", b.life)))                   // recorded
 	// c's heartbeat, sent after them on the same path, is taken after them.
-	sendTo(c.seal.seal(heartbeatBody(next, "c", c.life)))
+	sendTo(c.seal.seal(heartbeatBody(next, string(a.life), "c", c.life)))
 	netlab.WaitFor(t, "a takes the heartbeat sent after the forged ones", 5*time.Second, func() bool { return seqOf(a, "c") == next })
 	if a.IsAlive("b") {
 		t.Fatal("a forged heartbeat brought b back")
 	}
-	sendTo(b.seal.seal(heartbeatBody(next, "b", b.life)))
+	sendTo(b.seal.seal(heartbeatBody(next, string(a.life), "b", b.life)))
 	netlab.WaitFor(t, "b's own heartbeat brings it back", 5*time.Second, func() bool { return a.IsAlive("b") })
 }
 
-// olderMember is a speaker from before direct heartbeats, as the wire sees it: memberlist with
-// an 8-byte life and heartbeats as user messages.
+// olderMember is a speaker from before direct heartbeats named their receiver, as the wire
+// sees it: memberlist with its life (8 random bytes, then 'd' if it took direct heartbeats
+// that named no receiver) and heartbeats as user messages to and from this version.
 type olderMember struct {
 	life []byte
 	mu   sync.Mutex
@@ -118,12 +119,19 @@ func (o *olderMember) heard(name string) int {
 	return o.from[name]
 }
 
-// TestOlderMembersKeepTheFastPath: in a rolling update, a member from before direct heartbeats
-// gets its heartbeats as memberlist user messages, and its own are heard.
+// TestOlderMembersKeepTheFastPath: in a rolling update, a member from before direct heartbeats,
+// and one from before they named their receiver, get their heartbeats as memberlist user
+// messages, and their own are heard.
 func TestOlderMembersKeepTheFastPath(t *testing.T) {
+	for _, life := range []string{"8 bytes!", "8 bytes!d"} {
+		t.Run(life, func(t *testing.T) { olderMemberKeepsTheFastPath(t, life) })
+	}
+}
+
+func olderMemberKeepsTheFastPath(t *testing.T, life string) {
 	key := []byte("0123456789abcdef")
 	a := startWith(t, Config{Name: "a", BindAddr: "127.0.0.1", Keys: Keys{Primary: key}})
-	old := &olderMember{life: []byte("8 bytes!"), from: map[string]int{}}
+	old := &olderMember{life: []byte(life), from: map[string]int{}}
 	mc := memberlist.DefaultLANConfig()
 	mc.Name, mc.BindAddr, mc.BindPort, mc.Delegate = "old", "127.0.0.1", 0, old
 	ring, err := memberlist.NewKeyring(nil, key)

@@ -13,29 +13,100 @@ import (
 
 // heartbeatSocket is where direct heartbeats arrive: a second socket on the gossip address
 // and port, beside memberlist's (both SO_REUSEPORT), and a filter on the two that sends a
-// datagram here when its first byte is heartbeatMagic and to memberlist otherwise. It stays
-// out of Go's network poller: the watch loop reads what arrived once a heartbeat, so a
-// heartbeat wakes no thread when it arrives (each wake cost the idle speaker a thread switch
-// or more, and the runtime's monitor thread another). The kernel stamps each datagram with the
-// time it arrived, so reading late judges no member's silence longer than it was.
+// datagram here when its first byte is heartbeatMagic and it comes from the address of a
+// member, and to memberlist otherwise. It stays out of Go's network poller: the watch loop
+// reads what arrived once a heartbeat, so a heartbeat wakes no thread when it arrives (each
+// wake cost the idle speaker a thread switch or more, and the runtime's monitor thread
+// another). The kernel stamps each datagram with the time it arrived, so reading late judges
+// no member's silence longer than it was.
+//
+// The members' addresses in the filter keep a flood from elsewhere (garbage, or heartbeats
+// recorded and sent again from another host) out of this socket's queue: it goes to
+// memberlist's reader, which drops it, and the members' heartbeats wait behind none of it. A
+// flood that forges a member's source address still reaches this queue; the watch loop then
+// reads at most maxReadsPerTick datagrams a tick, so it goes on sending and judging.
 type heartbeatSocket struct {
 	fd       int
+	v6       bool // bound to an IPv6 address: the members' addresses are IPv6 too
 	buf, oob []byte
 	read     time.Time // the last read: nothing waiting arrived before it
 }
 
-// maxHeartbeat bounds a direct heartbeat: a node's name (at most 253 bytes), its life, a
-// sequence number and the seal's nonce and tag. A longer datagram is cut short and opens for no
-// key.
+// maxHeartbeat bounds a direct heartbeat: a node's name (at most 253 bytes), two lives, a
+// sequence number and the seal's nonce and tag. A longer datagram is cut short and opens for
+// no key.
 const maxHeartbeat = 512
 
-// steerHeartbeats is the filter (classic BPF, run on the UDP payload) that picks the socket
-// of the group, in the order they were bound: memberlist's (0) or the heartbeats' (1).
-var steerHeartbeats = []unix.SockFilter{
-	{Code: unix.BPF_LD | unix.BPF_B | unix.BPF_ABS, K: 0}, // the first byte (none: return 0)
+// maxReadsPerTick bounds what the watch loop reads in one tick: far more heartbeats than a
+// member is sent in one, however many members there are.
+const maxReadsPerTick = 4096
+
+// skfNetOff is SKF_NET_OFF (-0x100000) as a classic BPF load's offset: what follows it counts
+// from the start of the IP header, where the filter's own offsets count from the UDP payload.
+const skfNetOff = 0xfff00000
+
+// steerFilter is the filter (classic BPF) that picks the socket of the group, in the order
+// they were bound: the heartbeats' (1) for a datagram whose first byte is heartbeatMagic and
+// whose source is one of sources, memberlist's (0) for every other. Each address is tested in
+// a block of its own, so no jump is longer than a block (classic BPF jumps 255 at most).
+func steerFilter(sources []netip.Addr, v6 bool) ([]unix.SockFilter, error) {
+	ld := func(k uint32) unix.SockFilter {
+		return unix.SockFilter{Code: unix.BPF_LD | unix.BPF_W | unix.BPF_ABS, K: k}
+	}
+	jeq := func(k uint32, jf uint8) unix.SockFilter {
+		return unix.SockFilter{Code: unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K, K: k, Jf: jf}
+	}
+	ret := func(k uint32) unix.SockFilter { return unix.SockFilter{Code: unix.BPF_RET | unix.BPF_K, K: k} }
+	f := []unix.SockFilter{
+		{Code: unix.BPF_LD | unix.BPF_B | unix.BPF_ABS, K: 0}, // the first byte (none: return 0)
+		{Code: unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K, K: uint32(heartbeatMagic), Jt: 1},
+		ret(0),
+	}
+	for _, a := range sources {
+		switch a = a.Unmap(); {
+		case !v6 && a.Is4():
+			b := a.As4()
+			f = append(f, ld(skfNetOff+12), jeq(binary.BigEndian.Uint32(b[:]), 1), ret(1))
+		case v6 && a.Is6():
+			b := a.As16()
+			for i := range 4 { // the source's four words, from the header's 8th byte
+				f = append(f, ld(skfNetOff+8+uint32(4*i)), jeq(binary.BigEndian.Uint32(b[4*i:]), uint8(7-2*i)))
+			}
+			f = append(f, ret(1))
+		}
+	}
+	f = append(f, ret(0))
+	if len(f) > unix.BPF_MAXINSNS {
+		return nil, fmt.Errorf("%d members' addresses make a filter of %d instructions, past the kernel's %d", len(sources), len(f), unix.BPF_MAXINSNS)
+	}
+	return f, nil
+}
+
+// fromAnywhere is the filter that steers by the first byte alone, for a group whose members'
+// addresses do not fit in one.
+var fromAnywhere = []unix.SockFilter{
+	{Code: unix.BPF_LD | unix.BPF_B | unix.BPF_ABS, K: 0},
 	{Code: unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K, K: uint32(heartbeatMagic), Jt: 0, Jf: 1},
 	{Code: unix.BPF_RET | unix.BPF_K, K: 1},
 	{Code: unix.BPF_RET | unix.BPF_K, K: 0},
+}
+
+// steer has the kernel send this socket the heartbeats from sources, and from nowhere else;
+// when they do not fit in a filter, the heartbeats from anywhere, and the error says so.
+func (s *heartbeatSocket) steer(sources []netip.Addr) error {
+	f, tooMany := steerFilter(sources, s.v6)
+	if tooMany != nil {
+		f = fromAnywhere
+	}
+	if err := s.attach(f); err != nil {
+		return err
+	}
+	return tooMany
+}
+
+func (s *heartbeatSocket) attach(f []unix.SockFilter) error {
+	prog := unix.SockFprog{Len: uint16(len(f)), Filter: &f[0]}
+	return unix.SetsockoptSockFprog(s.fd, unix.SOL_SOCKET, unix.SO_ATTACH_REUSEPORT_CBPF, &prog)
 }
 
 // reusePort is a net.ListenConfig Control that lets the heartbeats' socket share the port.
@@ -59,15 +130,12 @@ func listenHeartbeats(gossip *net.UDPConn) (*heartbeatSocket, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &heartbeatSocket{fd: fd, buf: make([]byte, maxHeartbeat), oob: make([]byte, 128), read: time.Now()}
-	steer := unix.SockFprog{Len: uint16(len(steerHeartbeats)), Filter: &steerHeartbeats[0]}
+	s := &heartbeatSocket{fd: fd, v6: family == unix.AF_INET6, buf: make([]byte, maxHeartbeat), oob: make([]byte, 128), read: time.Now()}
 	for _, step := range []func() error{
 		func() error { return unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEPORT, 1) },
 		func() error { return unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TIMESTAMPNS, 1) },
 		func() error { return unix.Bind(fd, sa) },
-		func() error {
-			return unix.SetsockoptSockFprog(fd, unix.SOL_SOCKET, unix.SO_ATTACH_REUSEPORT_CBPF, &steer)
-		},
+		func() error { return s.steer(nil) }, // no member known yet
 	} {
 		if err := step(); err != nil {
 			s.close()
@@ -77,11 +145,11 @@ func listenHeartbeats(gossip *net.UDPConn) (*heartbeatSocket, error) {
 	return s, nil
 }
 
-// readAll calls take with each heartbeat waiting and the time it arrived; take must not keep
-// the packet.
+// readAll calls take with each heartbeat waiting (up to maxReadsPerTick) and the time it
+// arrived; take must not keep the packet.
 func (s *heartbeatSocket) readAll(take func(packet []byte, at time.Time)) {
 	now := time.Now()
-	for {
+	for range maxReadsPerTick {
 		// syscall's, not unix's: that one asks the socket's protocol for every datagram.
 		n, oobn, _, _, err := syscall.Recvmsg(s.fd, s.buf, s.oob, unix.MSG_DONTWAIT)
 		if err != nil {

@@ -43,6 +43,9 @@ type Config struct {
 	// message to say). It is called on memberlist's goroutine for that stream, one at a time
 	// per stream.
 	Message func(msg []byte)
+
+	// took, in tests, is told of each heartbeat taken and when it was read.
+	took func(h heartbeat, read time.Time)
 }
 
 // Detection is the failure-detection timing. A member that stops answering is probed within
@@ -85,11 +88,15 @@ type Group struct {
 
 	life      []byte // this process's life: see goodbye.go
 	heartbeat time.Duration
-	resumed   func(netip.Addr) // Config.Resumed
-	message   func([]byte)     // Config.Message
-	seal      sealer           // direct heartbeats (heartbeat.go)
-	seq       uint64           // the last direct heartbeat's sequence number; the watch loop's alone
-	beats     *heartbeatSocket // where direct heartbeats arrive; nil: at the transport. The watch loop's alone
+	resumed   func(netip.Addr)                  // Config.Resumed
+	message   func([]byte)                      // Config.Message
+	seal      sealer                            // direct heartbeats (heartbeat.go)
+	seq       uint64                            // the last direct heartbeat's sequence number; the watch loop's alone
+	beats     *heartbeatSocket                  // where direct heartbeats arrive; nil: at the transport. The watch loop's alone
+	refused   [refusedReasonCount]atomic.Uint64 // heartbeats refused, by reason (accept.go)
+	sources   atomic.Bool                       // a member's gossip address changed: steer its heartbeats (heartsock.go)
+	log       *log.Logger
+	took      func(heartbeat, time.Time) // Config.took
 
 	mu      sync.Mutex
 	members map[string]*member
@@ -136,7 +143,8 @@ func Start(cfg Config) (*Group, error) {
 	}
 	mc.Logger = log.New(out, "memberlist ", log.LstdFlags)
 	g := &Group{changes: make(chan Change, 1024), self: cfg.Name, life: newLife(), heartbeat: d.Heartbeat, resumed: cfg.Resumed, message: cfg.Message,
-		keyring: mc.Keyring, members: map[string]*member{}, stop: make(chan struct{})}
+		keyring: mc.Keyring, members: map[string]*member{}, stop: make(chan struct{}), log: mc.Logger,
+		took: cfg.took}
 	if g.keyring != nil {
 		g.seal.keys = g.keyring.GetKeys
 	}
@@ -145,7 +153,7 @@ func Start(cfg Config) (*Group, error) {
 	if cfg.Admit != nil {
 		mc.Alive = admission{self: cfg.Name, admit: cfg.Admit}
 	}
-	t, err := listen(cfg.BindAddr, cfg.BindPort, mc.Logger, g.heardDirect)
+	t, err := listen(cfg.BindAddr, cfg.BindPort, mc.Logger, g.heardDirect, func() { g.refuse(refusedSource) })
 	if err != nil {
 		return nil, err
 	}
@@ -153,6 +161,8 @@ func Start(cfg Config) (*Group, error) {
 	if g.heartbeat > 0 {
 		if g.beats, err = listenHeartbeats(t.udp); err != nil {
 			mc.Logger.Printf("[WARN] portico: %v; direct heartbeats go through the gossip socket's reader", err)
+		} else {
+			t.steered.Store(true)
 		}
 	}
 	ml, err := memberlist.Create(mc)
@@ -230,13 +240,22 @@ type events struct{ g *Group }
 
 func (e events) NotifyJoin(n *memberlist.Node) {
 	// A member memberlist takes back is alive again, even the life the fast path found dead.
-	e.g.update(n.Name, "memberlist", func(m *member) { m.listed(n); m.foundDead = "" })
+	e.g.update(n.Name, "memberlist", func(m *member) { e.listed(m, n); m.foundDead = "" })
 }
 func (e events) NotifyLeave(n *memberlist.Node) {
 	e.g.update(n.Name, "memberlist", func(m *member) { m.unlisted(time.Now()) })
 }
 func (e events) NotifyUpdate(n *memberlist.Node) {
-	e.g.update(n.Name, "memberlist", func(m *member) { m.listed(n) })
+	e.g.update(n.Name, "memberlist", func(m *member) { e.listed(m, n) })
+}
+
+// listed notes what memberlist lists of m, and whether where it gossips from changed.
+func (e events) listed(m *member, n *memberlist.Node) {
+	was := m.gossip
+	m.listed(n)
+	if m.gossip != was {
+		e.g.sources.Store(true)
+	}
 }
 
 // admission refuses, before memberlist stores it, an alive message for another member that

@@ -29,6 +29,8 @@ type transport struct {
 	done    sync.WaitGroup
 	log     *log.Logger
 	direct  func(packet []byte, at time.Time) // takes each direct heartbeat; it must not keep the packet
+	stray   func()                            // counts a direct heartbeat from no member's address
+	steered atomic.Bool                       // the heartbeats' socket takes the members' heartbeats
 
 	sent, received atomic.Int64 // UDP packets
 }
@@ -39,9 +41,10 @@ var _ memberlist.NodeAwareTransport = (*transport)(nil)
 const maxPacket = 65536
 
 // listen binds TCP and UDP on addr (a specific address) and port (0: one free for both);
-// direct takes the direct heartbeats that reach it (all of them when the heartbeats' socket,
-// heartsock.go, could not be bound beside it).
-func listen(addr string, port int, logger *log.Logger, direct func(packet []byte, at time.Time)) (*transport, error) {
+// direct takes the direct heartbeats that reach it when the heartbeats' socket (heartsock.go)
+// could not be bound beside it; with that socket, those that reach it are from no member's
+// address, and stray counts each.
+func listen(addr string, port int, logger *log.Logger, direct func(packet []byte, at time.Time), stray func()) (*transport, error) {
 	ip := net.ParseIP(addr)
 	if ip == nil || ip.IsUnspecified() {
 		return nil, fmt.Errorf("membership: bind address %q is not one address", addr)
@@ -64,7 +67,7 @@ func listen(addr string, port int, logger *log.Logger, direct func(packet []byte
 		}
 	}
 	t := &transport{tcp: tcp, udp: udp, packets: make(chan *memberlist.Packet), streams: make(chan net.Conn), log: logger,
-		direct: direct}
+		direct: direct, stray: stray}
 	t.done.Add(2)
 	go t.accept()
 	go t.read()
@@ -130,7 +133,9 @@ func (t *transport) read() {
 			continue
 		}
 		t.received.Add(1)
-		if n > 0 && buf[0] == heartbeatMagic {
+		if n > 0 && buf[0] == heartbeatMagic && t.steered.Load() {
+			t.stray()
+		} else if n > 0 && buf[0] == heartbeatMagic {
 			t.direct(buf[:n], at)
 		} else if n > 0 {
 			t.packets <- &memberlist.Packet{Buf: bytes.Clone(buf[:n]), From: from, Timestamp: at}

@@ -47,6 +47,9 @@ func (g *Group) watch() {
 		case <-tick.C:
 		}
 		if g.beats != nil {
+			if g.sources.Swap(false) {
+				g.steer()
+			}
 			g.beats.readAll(g.heardDirect)
 		}
 		now := time.Now()
@@ -57,6 +60,22 @@ func (g *Group) watch() {
 			g.checkSilent(now)
 		}
 		last = now
+	}
+}
+
+// steer has the heartbeats' socket take heartbeats from the members' addresses alone
+// (heartsock.go).
+func (g *Group) steer() {
+	var sources []netip.Addr
+	g.mu.Lock()
+	for name, m := range g.members {
+		if name != g.self && m.gossip.IsValid() && !slices.Contains(sources, m.gossip.Addr()) {
+			sources = append(sources, m.gossip.Addr())
+		}
+	}
+	g.mu.Unlock()
+	if err := g.beats.steer(sources); err != nil {
+		g.log.Printf("[WARN] portico: steering heartbeats by their source: %v; the heartbeats' socket takes them from any address", err)
 	}
 }
 
@@ -74,7 +93,7 @@ func (g *Group) ringLocked() ring {
 // sendHeartbeats sends this node's heartbeat to its watchers, and to the members that want
 // heartbeats but are not counted alive: a partition that heals is seen at their first one.
 func (g *Group) sendHeartbeats(now time.Time) {
-	var direct []netip.AddrPort
+	var direct []directTo
 	var to []memberlist.Address
 	g.mu.Lock()
 	watchers := g.ringLocked().after(g.self)
@@ -83,9 +102,9 @@ func (g *Group) sendHeartbeats(now time.Time) {
 			continue
 		}
 		if takesDirect(m.life) {
-			direct = append(direct, m.gossip)
+			direct = append(direct, directTo{m.gossip, m.life})
 		} else {
-			to = append(to, m.to) // a member from before direct heartbeats
+			to = append(to, m.to) // a member from before direct heartbeats named their receiver
 		}
 	}
 	g.mu.Unlock()
@@ -96,30 +115,41 @@ func (g *Group) sendHeartbeats(now time.Time) {
 		return
 	}
 	g.seq++
-	packet, err := g.seal.seal(heartbeatBody(g.seq, g.self, g.life))
-	if err != nil {
-		return // the keys were validated: this is the random source failing, and the next tick tries again
-	}
-	for _, addr := range direct {
+	for _, d := range direct {
+		packet, err := g.seal.seal(heartbeatBody(g.seq, d.life, g.self, g.life))
+		if err != nil {
+			return // the keys were validated: this is the random source failing, and the next tick tries again
+		}
 		// A lost heartbeat is what the fast path is made for.
 		if g.beats != nil {
-			_ = g.beats.send(packet, addr)
+			_ = g.beats.send(packet, d.addr)
 			g.net.sent.Add(1)
 		} else {
-			_ = g.net.writeDirect(packet, addr)
+			_ = g.net.writeDirect(packet, d.addr)
 		}
 	}
+}
+
+// directTo is a member that takes direct heartbeats: where it gossips, and its life.
+type directTo struct {
+	addr netip.AddrPort
+	life string
 }
 
 // heardDirect takes a direct heartbeat (heartbeat.go) that arrived at that time.
 func (g *Group) heardDirect(packet []byte, at time.Time) {
 	body, ok := g.seal.open(packet)
 	if !ok {
+		g.refuse(refusedUnreadable)
 		return
 	}
-	if seq, name, life, ok := parseHeartbeatBody(body); ok && seq > 0 && takesDirect(life) {
-		g.heardHeartbeat(name, life, seq, at)
+	h, ok := parseHeartbeatBody(body)
+	if !ok || h.seq == 0 {
+		g.refuse(refusedUnreadable)
+		return
 	}
+	h.at = at
+	g.heardHeartbeat(h)
 }
 
 // stopWatching ends the watch loop, and with it the heartbeats' socket.
@@ -224,30 +254,44 @@ func (g *Group) heardOfDeath(name, life string) {
 	})
 }
 
-// heardHeartbeat notes a heartbeat from the member's current life, which is alive whatever a
-// check found, and tells Config.Resumed when it ends a silence: of the sender, and of this
-// node's watchers, whose entries in this node's kernel may wait to be resolved as well (its
-// own link may be the one that was down). seq is a direct heartbeat's sequence number, which
-// must be past the last one's (0: a memberlist user message, which has none); at is when it
-// arrived.
-func (g *Group) heardHeartbeat(name, life string, seq uint64, at time.Time) {
+// heardHeartbeat notes a heartbeat that acceptHeartbeat takes: its sender's current life is
+// alive whatever a check found, and Config.Resumed is told when it ends a silence: of the
+// sender, and of this node's watchers, whose entries in this node's kernel may wait to be
+// resolved as well (its own link may be the one that was down).
+func (g *Group) heardHeartbeat(h heartbeat) {
+	g.mu.Lock()
+	known := g.members[h.name] != nil
+	g.mu.Unlock()
+	if !known { // memberlist lists no such member: nothing to note, and no entry made for a made-up name
+		g.refuse(refusedOtherLife)
+		return
+	}
 	var resumed []netip.Addr
-	g.update(name, "heartbeat", func(m *member) {
-		if m.life != life || (seq > 0 && seq <= m.seq) || at.Before(m.heard) {
+	refused := ""
+	g.update(h.name, "heartbeat", func(m *member) {
+		var after sender
+		refused, after = acceptHeartbeat(h, sender{life: m.life, seq: m.seq, heard: m.heard}, string(g.life), g.seal.keys != nil)
+		if refused != "" {
 			return
 		}
-		m.seq = max(m.seq, seq)
-		if !m.heard.IsZero() && at.Sub(m.heard) > 2*g.heartbeat {
+		if !m.heard.IsZero() && h.at.Sub(m.heard) > 2*g.heartbeat {
 			resumed = append(resumed, m.gossip.Addr())
 		}
-		m.heard, m.beating, m.foundDead = at, true, ""
+		m.seq, m.heard, m.beating, m.foundDead = after.seq, after.heard, true, ""
 	})
+	if refused != "" {
+		g.refuse(refused)
+		return
+	}
+	if g.took != nil {
+		g.took(h, time.Now())
+	}
 	if len(resumed) == 0 || g.resumed == nil {
 		return
 	}
 	g.mu.Lock()
 	for _, w := range g.ringLocked().after(g.self) {
-		if m := g.members[w]; w != name && m != nil && m.gossip.IsValid() {
+		if m := g.members[w]; w != h.name && m != nil && m.gossip.IsValid() {
 			resumed = append(resumed, m.gossip.Addr())
 		}
 	}

@@ -88,7 +88,7 @@ func TestFastPathFindsAStoppedMember(t *testing.T) {
 	if ch := lastChange(t, a, "b"); ch.Joined || !strings.Contains(ch.How, "refused a connection") {
 		t.Fatalf("b's loss was told as %+v, want the refused connection", ch)
 	}
-	packet, err := b.seal.seal(heartbeatBody(1<<40, "b", b.life))
+	packet, err := b.seal.seal(heartbeatBody(1<<40, string(a.life), "b", b.life))
 	must(t, err)
 	a.heardDirect(packet, time.Now())
 	if !a.IsAlive("b") {
