@@ -2,49 +2,21 @@ package e2e
 
 import (
 	"context"
-	"errors"
 	"math/rand/v2"
-	"net"
 	"net/netip"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
-
-	"golang.org/x/net/ipv4"
-	"golang.org/x/sys/unix"
 
 	"github.com/portico-lb/portico/internal/netlab"
 	"github.com/portico-lb/portico/speaker/bfd"
 )
 
 // sendSpoofed sends each packet from namespace ns to to's BFD port with from as the source
-// address (not one ns has: IP_TRANSPARENT) and TTL 255, as a host on the LAN that impersonates the
-// router can.
+// address, as a host on the LAN that impersonates the router can (sendSpoofedUDP).
 func sendSpoofed(ns string, from, to netip.Addr, packets ...[]byte) error {
-	return netlab.In(ns, func() error {
-		lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
-			var serr error
-			err := c.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), unix.SOL_IP, unix.IP_TRANSPARENT, 1) })
-			return errors.Join(err, serr)
-		}}
-		pc, err := lc.ListenPacket(context.Background(), "udp4", netip.AddrPortFrom(from, 49999).String())
-		if err != nil {
-			return err
-		}
-		defer pc.Close()
-		if err := ipv4.NewPacketConn(pc).SetTTL(255); err != nil {
-			return err
-		}
-		dst := net.UDPAddrFromAddrPort(netip.AddrPortFrom(to, bfd.Port))
-		for _, p := range packets {
-			if _, err := pc.WriteTo(p, dst); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	return sendSpoofedUDP(ns, netip.AddrPortFrom(from, 49999), netip.AddrPortFrom(to, bfd.Port), packets...)
 }
 
 // forgedPackets are what a host on the LAN that guessed neither discriminator can send to take

@@ -2,91 +2,12 @@ package e2e
 
 import (
 	"context"
-	"encoding/binary"
-	"net"
-	"net/netip"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/mdlayher/packet"
-	"golang.org/x/sys/unix"
-
 	"github.com/portico-lb/portico/api/v1alpha1"
-	"github.com/portico-lb/portico/internal/netlab"
 	"github.com/portico-lb/portico/speaker/bfd"
 )
-
-// bfdRecorder records the BFD control packets an address sends to namespace ns, as a host on
-// the path that keeps them for later would: each UDP payload and when it arrived.
-type bfdRecorder struct {
-	conn *packet.Conn
-	from netip.Addr
-	done chan struct{}
-
-	mu  sync.Mutex
-	got []recordedBFD
-}
-
-type recordedBFD struct {
-	at      time.Time
-	payload []byte
-}
-
-func recordBFD(t testing.TB, ns string, from netip.Addr) *bfdRecorder {
-	r := &bfdRecorder{from: from, done: make(chan struct{})}
-	must(t, netlab.In(ns, func() error {
-		ifi, err := net.InterfaceByName("eth0")
-		if err != nil {
-			return err
-		}
-		r.conn, err = packet.Listen(ifi, packet.Datagram, unix.ETH_P_IP, nil)
-		return err
-	}))
-	go r.read()
-	t.Cleanup(r.stop)
-	return r
-}
-
-func (r *bfdRecorder) read() {
-	defer close(r.done)
-	buf := make([]byte, 1500)
-	for {
-		n, _, err := r.conn.ReadFrom(buf)
-		if err != nil {
-			return // closed
-		}
-		if payload, ok := bfdPayload(buf[:n], r.from); ok {
-			r.mu.Lock()
-			r.got = append(r.got, recordedBFD{at: time.Now(), payload: payload})
-			r.mu.Unlock()
-		}
-	}
-}
-
-// bfdPayload is the UDP payload of an IPv4 packet from src to the single-hop BFD port.
-func bfdPayload(ip []byte, src netip.Addr) ([]byte, bool) {
-	if len(ip) < 20 || ip[0]>>4 != 4 || ip[9] != unix.IPPROTO_UDP {
-		return nil, false
-	}
-	hl := int(ip[0]&0x0f) * 4
-	if from, _ := netip.AddrFromSlice(ip[12:16]); from != src || len(ip) < hl+8 || binary.BigEndian.Uint16(ip[hl+2:]) != bfd.Port {
-		return nil, false
-	}
-	return append([]byte(nil), ip[hl+8:]...), true
-}
-
-func (r *bfdRecorder) stop() {
-	_ = r.conn.Close()
-	<-r.done
-}
-
-// packets returns what was recorded so far.
-func (r *bfdRecorder) packets() []recordedBFD {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]recordedBFD(nil), r.got...)
-}
 
 // TestBFDReplayedPackets: bird2 and the speakers run BFD with Keyed SHA1 (the key from a
 // Secret), and the BFD packets bird sends node-a are recorded from the start. Then bird stops
@@ -99,7 +20,7 @@ func (r *bfdRecorder) packets() []recordedBFD {
 func TestBFDReplayedPackets(t *testing.T) {
 	inBGPLab(t, 1, func(t *testing.T, e *l2Env) {
 		router, target := e.Routers[0], e.node("node-a").IPv4.Addr()
-		rec := recordBFD(t, e.node("node-a").NS, router.IPv4.Addr())
+		rec := recordPackets(t, e.node("node-a").NS, udpTo(router.IPv4.Addr(), bfd.Port))
 		const key = "0123456789abcdefghij"
 		b := startBird(t, router.NS, birdBFDAuthConfig(router.IPv4.Addr(), e.Nodes, "keyed sha1", key))
 		e.createBFDAuthProfile("signed", v1alpha1.BFDKeyedSHA1, key)

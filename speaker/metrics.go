@@ -89,6 +89,16 @@ func RegisterGuardDrops(reg prometheus.Registerer, dropped func() (uint64, error
 		func() float64 { n, _ := dropped(); return float64(n) }))
 }
 
+// RegisterHeartbeatRefusals registers the gossip group's refused heartbeats, by reason, read
+// at each scrape.
+func RegisterHeartbeatRefusals(reg prometheus.Registerer, refused func() map[string]uint64) {
+	for reason := range refused() {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "portico_memberlist_heartbeats_refused_total",
+			Help:        "Direct heartbeats this node refused, by reason: unreadable (no key opens it), unknown-source (from no member's address), other-life (from a life the sender no longer gossips), receiver-restarted (recorded before this speaker started), replayed (numbered at or below the last one taken), wrong-path, out-of-order.",
+			ConstLabels: prometheus.Labels{"reason": reason}}, func() float64 { return float64(refused()[reason]) }))
+	}
+}
+
 // bgpStopping records what a stop does (or would do now) with the BGP routes.
 func (m *Metrics) bgpStopping(stop bgpStop) {
 	keep := 0.0

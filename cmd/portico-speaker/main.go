@@ -215,6 +215,7 @@ func run(o options) error {
 	if err != nil {
 		return err
 	}
+	speaker.RegisterHeartbeatRefusals(reg, s.Group.HeartbeatsRefused)
 	ctx := signals.SetupSignalHandler()
 	for _, srv := range []struct {
 		name, addr string
