@@ -134,23 +134,31 @@ func TestAnnounced(t *testing.T) {
 	waitAnnounced(t, ns, "web", metav1.ConditionFalse, porticov1.ReasonNoEligibleNode,
 		"203.0.113.10: no eligible node (speaker not alive: node-b; not Ready: node-a)")
 
-	// BGP instead of L2: pending until a speaker reports advertising it.
+	// BGP instead of L2, by the rule the speakers apply (rules.BGPEligibilityOf): no BGPPeer
+	// yet, so no node holds a session; then node-a does, but is not Ready.
 	if err := cp.Client.Delete(context.Background(), ad); err != nil {
 		t.Fatal(err)
 	}
 	create(t, &porticov1.BGPAdvertisement{ObjectMeta: metav1.ObjectMeta{Name: "announce"},
 		Spec: porticov1.BGPAdvertisementSpec{IPAddressPools: []porticov1.Name{"announce"}}})
+	waitAnnounced(t, ns, "web", metav1.ConditionFalse, porticov1.ReasonNoEligibleNode,
+		"203.0.113.10: no node may advertise (speaker not alive: node-b; no BGP session (no BGPPeer selects it): node-a)")
+	create(t, &porticov1.BGPPeer{ObjectMeta: metav1.ObjectMeta{Name: "tor-a"},
+		Spec: porticov1.BGPPeerSpec{MyASN: 64513, PeerASN: 64512, PeerAddress: "198.51.100.1"}})
+	waitAnnounced(t, ns, "web", metav1.ConditionFalse, porticov1.ReasonNoEligibleNode,
+		"203.0.113.10: no node may advertise (speaker not alive: node-b; not Ready: node-a)")
+	// Ready: pending until a speaker reports advertising it.
+	setNodeConditions(t, nodeA, corev1.NodeCondition{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady"})
 	waitAnnounced(t, ns, "web", metav1.ConditionUnknown, porticov1.ReasonAnnouncePending,
-		"a BGPAdvertisement selects pool announce; no speaker reports advertising 203.0.113.10 yet")
+		"node node-a should advertise 203.0.113.10 over BGP (to peers tor-a); no speaker reports it yet")
 	report(t, speakerA, porticov1.Announcement{IP: "203.0.113.10", Service: ns + "/web", Protocol: porticov1.ProtocolBGP, Peers: []string{"tor-a", "tor-b"}})
 	waitAnnounced(t, ns, "web", metav1.ConditionTrue, porticov1.ReasonAnnouncedBGP,
 		"203.0.113.10 over BGP to peers tor-a,tor-b (told by node node-a for every node advertising it)")
 
-	// A node holding sessions but unfit says what becomes of its routes (rules.BGPStandingOf):
-	// node-a is still not Ready, then Ready and cordoned.
-	setSpeakerStatus(t, speakerA, func(st *porticov1.SpeakerStatus) {
-		st.Sessions = []porticov1.PeerSession{{Peer: "tor-a", State: "Established"}}
-	})
+	// A node that would advertise but is unfit says what becomes of its routes
+	// (rules.BGPStandingOf): node-a not Ready (its report not yet taken back), then Ready and
+	// cordoned.
+	setNodeConditions(t, nodeA, corev1.NodeCondition{Type: corev1.NodeReady, Status: corev1.ConditionUnknown, Reason: "NodeStatusUnknown"})
 	waitAnnounced(t, ns, "web", metav1.ConditionTrue, porticov1.ReasonAnnouncedBGP,
 		"203.0.113.10 over BGP to peers tor-a,tor-b (told by node node-a for every node advertising it); node node-a not Ready: its routes are withdrawn")
 	setNodeConditions(t, nodeA, corev1.NodeCondition{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady"})

@@ -34,7 +34,8 @@ func InformerStores(ctx context.Context, c cache.Cache) (Stores, error) {
 		obj   client.Object
 		store *toolscache.Store
 	}{{&porticov1.Speaker{}, &k.Speakers}, {&porticov1.L2Advertisement{}, &k.L2Advertisements},
-		{&porticov1.BGPAdvertisement{}, &k.BGPAdvertisements}, {&porticov1.IPAddressPool{}, &k.Pools}, {&corev1.Node{}, &k.Nodes}} {
+		{&porticov1.BGPAdvertisement{}, &k.BGPAdvertisements}, {&porticov1.BGPPeer{}, &k.BGPPeers}, {&porticov1.IPAddressPool{}, &k.Pools},
+		{&corev1.Node{}, &k.Nodes}} {
 		inf, err := c.GetInformer(ctx, s.obj)
 		if err != nil {
 			return Stores{}, err
@@ -53,6 +54,7 @@ func (k *clusterKinds) fill(f *decide.HealthFacts) {
 	k.liveness.count(f, storeItems[porticov1.Speaker](k.Speakers), k.clock.Now())
 	f.L2Advertisements = storeItems[porticov1.L2Advertisement](k.L2Advertisements)
 	f.BGPAdvertisements = storeItems[porticov1.BGPAdvertisement](k.BGPAdvertisements)
+	f.BGPPeers = storeItems[porticov1.BGPPeer](k.BGPPeers)
 	f.Pools = storeItems[porticov1.IPAddressPool](k.Pools)
 	f.Nodes = storeItems[corev1.Node](k.Nodes)
 	f.IgnoreExcludeLabel = rules.IgnoreExcludeLabel(f.Speakers)

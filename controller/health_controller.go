@@ -78,6 +78,8 @@ func (r *HealthReconciler) setup(mgr ctrl.Manager) error {
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&porticov1.BGPAdvertisement{}, handler.EnqueueRequestsFromMapFunc(r.addressed),
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Watches(&porticov1.BGPPeer{}, handler.EnqueueRequestsFromMapFunc(r.addressed),
+			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&porticov1.IPAddressPool{}, handler.EnqueueRequestsFromMapFunc(r.addressed),
 			builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}))).
 		Complete(r)

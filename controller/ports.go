@@ -25,7 +25,7 @@ type Ports struct {
 // Stores are the informer stores of the cluster-wide kinds the health conditions are folded
 // from, read without a List's copies (clusterKinds).
 type Stores struct {
-	Speakers, L2Advertisements, BGPAdvertisements, Pools, Nodes toolscache.Store
+	Speakers, L2Advertisements, BGPAdvertisements, BGPPeers, Pools, Nodes toolscache.Store
 }
 
 // StatusUpdater sends one status update (client.Client's Status().Update): the only way the

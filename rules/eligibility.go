@@ -4,6 +4,7 @@ import (
 	"net/netip"
 	"slices"
 	"sort"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -12,7 +13,7 @@ import (
 	"github.com/portico-lb/portico/rules/election"
 )
 
-// Cluster is what the L2 rules read of the cluster.
+// Cluster is what the L2 and BGP rules read of the cluster.
 type Cluster struct {
 	Nodes            []corev1.Node
 	EndpointSlices   []discoveryv1.EndpointSlice
@@ -30,6 +31,38 @@ type Cluster struct {
 	Holders Holders
 	// Speakers are the nodes that run a speaker (have a Speaker): L2Rollout reads them.
 	Speakers []string
+	// BGPPeers and BGPAdvertisements are what BGPEligibilityOf reads besides the nodes, pools
+	// and endpoints, and Drain what it knows of cordoned nodes' drains.
+	BGPPeers          []v1alpha1.BGPPeer
+	BGPAdvertisements []v1alpha1.BGPAdvertisement
+	Drain             Drain
+}
+
+// Drain is what a speaker knows of drains (BGPStandingOf): when it first saw each cordoned node
+// cordoned (one missing was cordoned at Now) and its --bgp-drain-grace. The controller and
+// explain know neither (Known false): a cordoned node counts as within its grace.
+type Drain struct {
+	Known         bool
+	Now           time.Time
+	CordonedSince map[string]time.Time
+	Grace         time.Duration
+}
+
+// CordonedFor is how long node has been seen cordoned (zero when just now).
+func (d Drain) CordonedFor(node string) time.Duration {
+	since, ok := d.CordonedSince[node]
+	if !ok || since.After(d.Now) {
+		return 0
+	}
+	return d.Now.Sub(since)
+}
+
+// grace is the drain grace, or one that never ends when it is not known.
+func (d Drain) grace() time.Duration {
+	if !d.Known {
+		return time.Duration(1<<63 - 1)
+	}
+	return d.Grace
 }
 
 // Candidates describes every node for election under the L2Advertisements ads, and the

@@ -51,39 +51,9 @@ func announcedCondition(svc *corev1.Service, f HealthFacts) metav1.Condition {
 		c.Reason = porticov1.ReasonAnnouncedBGP
 	}
 	if bgp {
-		c.Message += bgpUnfit(f)
+		c.Message += bgpUnfit(svc, ips, f)
 	}
 	return c
-}
-
-// bgpUnfit names the nodes holding BGP sessions whose fitness keeps back their routes, by the
-// rule the speakers apply (rules.BGPStandingOf): "; node worker-2 cordoned: its routes carry
-// GRACEFUL_SHUTDOWN ...". Empty when every such node is fit.
-func bgpUnfit(f HealthFacts) string {
-	var notes []string
-	for i := range f.Speakers {
-		if len(f.Speakers[i].Status.Sessions) == 0 {
-			continue
-		}
-		name := f.Speakers[i].Name
-		at := slices.IndexFunc(f.Nodes, func(n corev1.Node) bool { return n.Name == name })
-		if at < 0 {
-			continue
-		}
-		switch h := rules.FitnessOf(&f.Nodes[at]); {
-		case h.NetworkUnavailable:
-			notes = append(notes, fmt.Sprintf("node %s condition NetworkUnavailable True: its routes are withdrawn", name))
-		case h.NotReady:
-			notes = append(notes, fmt.Sprintf("node %s not Ready: its routes are withdrawn", name))
-		case h.Cordoned:
-			notes = append(notes, fmt.Sprintf("node %s cordoned: its routes carry GRACEFUL_SHUTDOWN (65535:0), then are withdrawn after the speakers' --bgp-drain-grace while another node can advertise", name))
-		}
-	}
-	if len(notes) == 0 {
-		return ""
-	}
-	slices.Sort(notes)
-	return "; " + strings.Join(notes, "; ")
 }
 
 // AnnouncedConditionOf is the Announced condition the health reconciler writes for svc, from
@@ -168,54 +138,6 @@ func announcers(key string, ip netip.Addr, speakers []porticov1.Speaker, subnets
 		return "", ""
 	}
 	return ip.String() + " " + strings.Join(parts, " and "), proto
-}
-
-// notAnnounced says why nobody announces ip, by the L2 rules every speaker runs
-// (rules.L2EligibilityOf; a node runs a speaker when its Speaker counts, its speaker's Lease
-// live: f.Speakers) and the BGPAdvertisements.
-func notAnnounced(svc *corev1.Service, ip netip.Addr, f HealthFacts) (metav1.ConditionStatus, string, string) {
-	running := map[string]bool{}
-	for _, s := range f.Speakers {
-		running[s.Name] = true
-	}
-	e := rules.L2EligibilityOf(f.Cluster, svc, ip, func(node string) bool { return running[node] })
-	switch {
-	case e.Pool == "":
-		// Orphaned (its pool shrank or went): advertisements select pools, so no speaker
-		// announces it, however many run, while IPAllocated stays True.
-		return metav1.ConditionFalse, porticov1.ReasonOrphanedIP, fmt.Sprintf("%s is outside every IPAddressPool; no advertisement covers it, so no node announces it: restore the pool or move the Service", ip)
-	case len(f.Speakers) == 0 && len(f.Stale) > 0:
-		return metav1.ConditionFalse, porticov1.ReasonNoSpeakers, noLiveSpeaker(f.Stale, f.LastRenewed)
-	case len(f.Speakers) == 0:
-		return metav1.ConditionFalse, porticov1.ReasonNoSpeakers, "no speaker has reported (no Speaker objects): is the portico-speaker DaemonSet running?"
-	case !e.Advertised && bgpAdvertised(svc, e.Pool, f):
-		return metav1.ConditionUnknown, porticov1.ReasonAnnouncePending, fmt.Sprintf("a BGPAdvertisement selects pool %s; no speaker reports advertising %s yet", e.Pool, ip)
-	case !e.Advertised:
-		return metav1.ConditionFalse, porticov1.ReasonNoAdvertisement, fmt.Sprintf("no L2Advertisement or BGPAdvertisement selects pool %s for this Service", e.Pool)
-	case e.NoLocalEndpoint:
-		return metav1.ConditionFalse, porticov1.ReasonNoLocalEndpoints, fmt.Sprintf("%s: externalTrafficPolicy is Local: %s", ip, e.WhyNone)
-	case e.Nodes == 0:
-		return metav1.ConditionFalse, porticov1.ReasonNoEligibleNode, fmt.Sprintf("%s: the cluster has no Node objects to announce from", ip)
-	case len(e.Eligible) == 0:
-		return metav1.ConditionFalse, porticov1.ReasonNoEligibleNode, fmt.Sprintf("%s: %s", ip, e.WhyNone)
-	}
-	msg := fmt.Sprintf("node %s is elected to answer for %s; its speaker does not report it yet", e.Owner, ip)
-	if e.OffSubnet {
-		msg += "; " + rules.OffSubnetNote(ip)
-	}
-	return metav1.ConditionUnknown, porticov1.ReasonAnnouncePending, msg
-}
-
-// bgpAdvertised reports whether a BGPAdvertisement selects the pool for the Service.
-// BGP's own "why not" (no session Established, peers' nodeSelectors) is not told yet: the
-// speakers report their sessions in their Speakers' status, which Announced does not read.
-func bgpAdvertised(svc *corev1.Service, pool string, f HealthFacts) bool {
-	for i := range f.Pools {
-		if f.Pools[i].Name == pool {
-			return rules.Selectors(nil).BGPAdvertised(f.BGPAdvertisements, &f.Pools[i], svc)
-		}
-	}
-	return false
 }
 
 // noLiveSpeaker says that Speaker objects exist but none of their speakers renews its Lease:

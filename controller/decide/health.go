@@ -14,9 +14,8 @@ import (
 
 // HealthFacts is what a Service's health conditions are folded from.
 type HealthFacts struct {
-	rules.Cluster     // the nodes, the Service's EndpointSlices, the L2Advertisements, the pools, the live speakers' subnets
-	BGPAdvertisements []porticov1.BGPAdvertisement
-	Speakers          []porticov1.Speaker // those of live speakers (rules.CountedSpeakers)
+	rules.Cluster                     // the nodes, the Service's EndpointSlices, the advertisements, BGPPeers and pools, the live speakers' subnets
+	Speakers      []porticov1.Speaker // those of live speakers (rules.CountedSpeakers)
 	// Stale are the nodes whose Speaker does not count, their speaker's Lease having run out, and
 	// LastRenewed the latest renewal of any speaker's Lease (zero for none): what Announced says
 	// when no speaker is live.

@@ -157,7 +157,7 @@ func (r *replica) lead() {
 	}}
 	queues := controller.Queues{Services: queue{t, &r.svcQ}, Health: queue{t, &r.healthQ}, Pools: queue{t, &r.poolQ}}
 	r.shell = controller.NewShell(controller.Ports{Cache: cacheReader{r}, Live: liveReader{r}, Status: status, Clock: clock{r}, Lanes: t, Queues: queues,
-		Stores: controller.Stores{Speakers: noObjects, L2Advertisements: noObjects, BGPAdvertisements: noObjects, Pools: pools, Nodes: noObjects}},
+		Stores: controller.Stores{Speakers: noObjects, L2Advertisements: noObjects, BGPAdvertisements: noObjects, BGPPeers: noObjects, Pools: pools, Nodes: noObjects}},
 		controller.Options{Metrics: r.w.metrics})
 	r.shell.Seed(r.w.opts.Bugs)
 	r.w.logf("%s leads", r.name)

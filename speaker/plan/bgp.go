@@ -2,11 +2,8 @@ package plan
 
 import (
 	"fmt"
-	"maps"
 	"net/netip"
 	"slices"
-
-	corev1 "k8s.io/api/core/v1"
 
 	"github.com/portico-lb/portico/api/v1alpha1"
 	"github.com/portico-lb/portico/rules"
@@ -25,43 +22,37 @@ type BGPClaim struct {
 	FirstTo []string
 }
 
-// advertiseAddress adds ip of svc (from pool) to p's routes, to every session of the node's
-// that an advertisement covering it sends to.
-func (n *bgpNode) advertiseAddress(w *World, p *Plan, svc *corev1.Service, key string, ip netip.Addr, pool *v1alpha1.IPAddressPool, ready map[string]int) {
-	if n == nil || len(n.peers) == 0 || n.excluded || n.standing == rules.BGPWithdraw {
+// advertiseAddress adds ip of the Service key to p's routes from node n, as the BGP rule says
+// (rules.BGPSendsOf): through each of the Service's advertisements ads that selects n, to each
+// of n's sessions the advertisement sends to. ready counts the Service's ready endpoints by
+// node, for externalTrafficPolicy Local (isLocal).
+func (n *bgpNode) advertiseAddress(w *World, p *Plan, key string, ip netip.Addr, ads []*v1alpha1.BGPAdvertisement, isLocal bool, ready map[string]int) {
+	if n == nil {
 		return
 	}
-	endpoints := 0 // the node's ready endpoints of svc, counted for externalTrafficPolicy Local only
-	if svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal {
-		if endpoints = ready[n.name]; endpoints == 0 {
-			return
-		}
+	endpoints := 0 // the node's ready endpoints of the Service, counted for externalTrafficPolicy Local only
+	if isLocal {
+		endpoints = ready[n.name]
 	}
-	for i := range w.BGPAds {
-		ad := &w.BGPAds[i]
-		s := &ad.Spec
-		if !w.selectors.Covers(s.IPAddressPools, s.IPAddressPoolSelectors, s.ServiceSelectors, pool, svc) ||
-			len(s.NodeSelectors) > 0 && !w.selectors.MatchesAny(s.NodeSelectors, n.node.Labels) {
-			continue
-		}
-		advertise(p, ad, key, ip, n.mine, n.standing == rules.BGPGracefulShutdown, endpoints)
-	}
+	w.selectors.BGPSendsOf(&n.rule, ads, ip, isLocal, endpoints, func(ad *v1alpha1.BGPAdvertisement, to, noNextHop []rules.BGPSession) {
+		advertise(p, ad, key, ip, n.mine, to, noNextHop, n.rule.Standing == rules.BGPGracefulShutdown, endpoints)
+	})
 }
 
-// sentEarlier asks the live nodes before this one by name what they do with ip of svc: teller
+// sentEarlier asks the live nodes before this one by name what they do with ip of the Service key: teller
 // when none advertises it (the teller is the first advertising node in name order, so one
 // Announced event and one Speaker status entry stand for every node, however many advertise),
 // and firstTo, the peers of mine none of them sends it to (whose routes this node lists). Each
 // question stops at the first earlier node that answers it, and for a peer only the earlier
 // nodes holding that peer are asked: with peers per rack, the rack's nodes, not the cluster's.
-func (pl *Planner) sentEarlier(svc *corev1.Service, key string, ip netip.Addr, pool *v1alpha1.IPAddressPool, ready map[string]int, mine []string) (teller bool, firstTo []string) {
+func (pl *Planner) sentEarlier(key string, ip netip.Addr, ads []*v1alpha1.BGPAdvertisement, isLocal bool, ready map[string]int, mine []string) (teller bool, firstTo []string) {
 	asked := map[*bgpNode][]string{} // the peers each node asked sends ip to (nil: none)
 	sends := func(n *bgpNode) []string {
 		if peers, ok := asked[n]; ok {
 			return peers
 		}
 		theirs := pl.scratchFor(n)
-		n.advertiseAddress(&pl.w, theirs, svc, key, ip, pool, ready)
+		n.advertiseAddress(&pl.w, theirs, key, ip, ads, isLocal, ready)
 		asked[n] = theirs.Routed[ip].Peers
 		return asked[n]
 	}
@@ -86,11 +77,54 @@ const GracefulShutdown uint32 = 0xFFFF0000
 // between nodes matters to a router.
 const BandwidthPerEndpoint float32 = 1e6 / 8
 
-// advertise adds ip (or its aggregate) to every session ad sends to; shutdown adds
-// GracefulShutdown to its communities; endpoints, the node's ready endpoints of an
-// externalTrafficPolicy Local Service (0 for others), sets the link bandwidth when ad weighs
-// routes by endpoints.
-func advertise(p *Plan, ad *v1alpha1.BGPAdvertisement, service string, ip netip.Addr, mine map[netip.Addr]bool, shutdown bool, endpoints int) {
+// advertise adds ip (or its aggregate) to the sessions to that ad sends it to, and says that
+// it cannot go to those of noNextHop; shutdown adds GracefulShutdown to its communities;
+// endpoints, the node's ready endpoints of an externalTrafficPolicy Local Service (0 for
+// others), sets the link bandwidth when ad weighs routes by endpoints.
+func advertise(p *Plan, ad *v1alpha1.BGPAdvertisement, service string, ip netip.Addr, mine map[netip.Addr]bool, to, noNextHop []rules.BGPSession, shutdown bool, endpoints int) {
+	for _, s := range noNextHop {
+		p.Problems = append(p.Problems, fmt.Sprintf("BGPPeer %s: cannot advertise %s over an %s session: this node has no %s InternalIP for the next hop",
+			s.Peer, ip, familyName(!s.IPv6), familyName(ip.Is4())))
+	}
+	if len(to) == 0 {
+		return
+	}
+	prefix, attrs, ok := routeOf(p, ad, ip, shutdown, endpoints)
+	if !ok {
+		return
+	}
+	claim := p.Routed[ip]
+	if !slices.Contains(claim.Services, service) {
+		claim.Services = append(claim.Services, service)
+		slices.Sort(claim.Services)
+	}
+	for _, s := range to {
+		peer := p.BGP.Peers[s.Peer]
+		a := attrs
+		if peer.iBGP() && ad.Spec.LocalPref != nil {
+			a.LocalPref = *ad.Spec.LocalPref
+		}
+		if s.IPv6 == ip.Is4() {
+			// The session's local address is of the other family: name this node's own.
+			a.NextHop = addressOfFamily(mine, ip.Is4())
+		}
+		routes := p.BGP.Routes[s.Peer]
+		r, had := routes[prefix]
+		if problem := mergeRoute(&r, had, s.Peer, Route{Prefix: prefix, Attrs: a, Services: []string{service}}); problem != "" {
+			p.Problems = append(p.Problems, problem)
+		}
+		routes[prefix] = r
+		if !slices.Contains(claim.Peers, s.Peer) {
+			claim.Peers = append(claim.Peers, s.Peer)
+			slices.Sort(claim.Peers)
+		}
+	}
+	p.Routed[ip] = claim
+}
+
+// routeOf is the prefix ad advertises ip in (itself or its aggregate) and the attributes it
+// gives it; false, with the problem added to p, when ad's aggregation does not fit ip.
+func routeOf(p *Plan, ad *v1alpha1.BGPAdvertisement, ip netip.Addr, shutdown bool, endpoints int) (netip.Prefix, Attrs, bool) {
 	s := &ad.Spec
 	bits := 32
 	if s.AggregationLength != nil {
@@ -102,12 +136,12 @@ func advertise(p *Plan, ad *v1alpha1.BGPAdvertisement, service string, ip netip.
 			bits = int(*s.AggregationLengthV6)
 		}
 	}
+	var attrs Attrs
 	prefix, err := ip.Prefix(bits)
 	if err != nil {
 		p.Problems = append(p.Problems, fmt.Sprintf("BGPAdvertisement %s: %v", ad.Name, err))
-		return
+		return prefix, attrs, false
 	}
-	var attrs Attrs
 	for _, c := range s.Communities {
 		if err := attrs.addCommunity(c); err != nil {
 			p.Problems = append(p.Problems, fmt.Sprintf("BGPAdvertisement %s: %v", ad.Name, err))
@@ -119,43 +153,7 @@ func advertise(p *Plan, ad *v1alpha1.BGPAdvertisement, service string, ip netip.
 	if s.WeightByEndpoints {
 		attrs.LinkBandwidth = float32(endpoints) * BandwidthPerEndpoint
 	}
-	claim := p.Routed[ip]
-	if !slices.Contains(claim.Services, service) {
-		claim.Services = append(claim.Services, service)
-		slices.Sort(claim.Services)
-	}
-	for _, name := range slices.Sorted(maps.Keys(p.BGP.Peers)) {
-		peer := p.BGP.Peers[name]
-		if len(s.Peers) > 0 && !slices.Contains(s.Peers, v1alpha1.Name(name)) {
-			continue
-		}
-		a := attrs
-		if peer.iBGP() && s.LocalPref != nil {
-			a.LocalPref = *s.LocalPref
-		}
-		if peer.ipv6Session() == ip.Is4() {
-			// The session's local address is of the other family: name this node's own.
-			a.NextHop = addressOfFamily(mine, ip.Is4())
-			if !a.NextHop.IsValid() {
-				p.Problems = append(p.Problems, fmt.Sprintf("BGPPeer %s: cannot advertise %s over an %s session: this node has no %s InternalIP for the next hop",
-					name, ip, familyName(!peer.ipv6Session()), familyName(ip.Is4())))
-				continue
-			}
-		}
-		routes := p.BGP.Routes[name]
-		r, had := routes[prefix]
-		if problem := mergeRoute(&r, had, name, Route{Prefix: prefix, Attrs: a, Services: []string{service}}); problem != "" {
-			p.Problems = append(p.Problems, problem)
-		}
-		routes[prefix] = r
-		if !slices.Contains(claim.Peers, name) {
-			claim.Peers = append(claim.Peers, name)
-			slices.Sort(claim.Peers)
-		}
-	}
-	if len(claim.Peers) > 0 {
-		p.Routed[ip] = claim
-	}
+	return prefix, attrs, true
 }
 
 // mergeRoute adds add to the route r to BGPPeer peer (had: r holds one already), and says

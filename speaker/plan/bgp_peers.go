@@ -3,7 +3,6 @@ package plan
 import (
 	"fmt"
 	"net/netip"
-	"slices"
 	"strconv"
 	"time"
 
@@ -23,9 +22,8 @@ const (
 )
 
 // bgpNode is what the BGP plan needs of one node: the sessions it holds (BGPPeers whose
-// nodeSelectors match it) and its InternalIPs (router ID and next hops). Unlike L2 there is no
-// owner: every selected node advertises (ECMP at the router), except that
-// externalTrafficPolicy Local needs a ready endpoint on the node.
+// nodeSelectors match it and that resolve), its InternalIPs (router ID and next hops) and what
+// the BGP rule reads of it (rules.BGPNode: which addresses it advertises is the rule's).
 type bgpNode struct {
 	name  string
 	node  *corev1.Node
@@ -33,13 +31,12 @@ type bgpNode struct {
 	// bfdProblems: the peers whose sessions run without the BFD their bfdProfile asks for.
 	bfdProblems map[string]BFDProblem
 	mine        map[netip.Addr]bool
-	excluded    bool
-	standing    rules.BGPStanding
+	rule        rules.BGPNode
 }
 
 // bgpNodeOf resolves node name's sessions, adding what is wrong with them to problems; nil
 // when the cluster has no BGPPeer. fitNodes counts the live nodes that may advertise without
-// reservation (fitBGPNodes), for the standing of a cordoned node.
+// reservation (rules.BGPFitNodes), for the standing of a cordoned node.
 func bgpNodeOf(w *World, name string, fitNodes int, problems *[]string) *bgpNode {
 	if len(w.BGPPeers) == 0 {
 		return nil
@@ -50,18 +47,13 @@ func bgpNodeOf(w *World, name string, fitNodes int, problems *[]string) *bgpNode
 		return nil
 	}
 	n := &bgpNode{name: name, node: node, peers: map[string]Peer{}, bfdProblems: map[string]BFDProblem{}, mine: map[netip.Addr]bool{},
-		excluded: rules.ExcludedFromLB(node, w.IgnoreExcludeLabel)}
-	h := rules.FitnessOf(node)
-	if h.Fit() && !n.excluded {
-		fitNodes-- // itself
-	}
-	n.standing = rules.BGPStandingOf(h, w.cordonedFor(name), w.DrainGrace, fitNodes > 0)
+		rule: w.selectors.BGPNodeOf(node, w.BGPPeers, w.IgnoreExcludeLabel, w.drain(), fitNodes)}
 	for _, ip := range rules.InternalIPs(node) {
 		n.mine[ip] = true
 	}
 	for i := range w.BGPPeers {
 		bp := &w.BGPPeers[i]
-		if len(bp.Spec.NodeSelectors) > 0 && !w.selectors.MatchesAny(bp.Spec.NodeSelectors, node.Labels) {
+		if !w.selectors.BGPPeerSelects(bp, node.Labels) {
 			continue
 		}
 		peer, err := resolvePeer(bp, node.Labels, n.mine, w.Secrets)
@@ -78,43 +70,22 @@ func bgpNodeOf(w *World, name string, fitNodes int, problems *[]string) *bgpNode
 		}
 		n.peers[bp.Name] = peer
 	}
+	n.rule.Keep(func(peer string) bool { _, ok := n.peers[peer]; return ok })
 	return n
 }
 
-// cordonedFor is how long node name has been seen cordoned (zero when it was just now).
-func (w *World) cordonedFor(name string) time.Duration {
-	since, ok := w.CordonedSince[name]
-	if !ok || since.After(w.Now) {
-		return 0
-	}
-	return w.Now.Sub(since)
+// drain is what the speaker knows of drains.
+func (w *World) drain() rules.Drain {
+	return rules.Drain{Known: true, Now: w.Now, CordonedSince: w.CordonedSince, Grace: w.DrainGrace}
 }
 
 // graceEnds is when node n's GRACEFUL_SHUTDOWN ends in a withdrawal (zero: it is not in it, or
 // it stays in it because no other node may advertise).
 func (n *bgpNode) graceEnds(w *World) time.Time {
-	if n == nil || n.standing != rules.BGPGracefulShutdown || w.cordonedFor(n.name) >= w.DrainGrace {
+	if n == nil || n.rule.Standing != rules.BGPGracefulShutdown || w.drain().CordonedFor(n.name) >= w.DrainGrace {
 		return time.Time{}
 	}
-	return w.Now.Add(w.DrainGrace - w.cordonedFor(n.name))
-}
-
-// fitBGPNodes counts the live nodes that hold a BGP session and may advertise without
-// reservation: not labelled excluded, Ready, their network available, not cordoned.
-func fitBGPNodes(w *World, alive map[string]bool) int {
-	fit := 0
-	for i := range w.Nodes {
-		n := &w.Nodes[i]
-		if !alive[n.Name] || rules.ExcludedFromLB(n, w.IgnoreExcludeLabel) || !rules.FitnessOf(n).Fit() {
-			continue
-		}
-		if slices.ContainsFunc(w.BGPPeers, func(bp v1alpha1.BGPPeer) bool {
-			return len(bp.Spec.NodeSelectors) == 0 || w.selectors.MatchesAny(bp.Spec.NodeSelectors, n.Labels)
-		}) {
-			fit++
-		}
-	}
-	return fit
+	return w.Now.Add(w.DrainGrace - w.drain().CordonedFor(n.name))
 }
 
 // desired is the node's sessions with no route yet.

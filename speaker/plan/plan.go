@@ -58,10 +58,11 @@ type World struct {
 	selectors rules.Selectors // filled while one plan is made
 }
 
-// Cluster is what the shared L2 rules read of the world.
+// Cluster is what the shared L2 and BGP rules read of the world.
 func (w World) Cluster() rules.Cluster {
 	return rules.Cluster{Nodes: w.Nodes, EndpointSlices: w.EndpointSlices, L2Advertisements: w.Advertisements, Pools: w.Pools,
-		IgnoreExcludeLabel: w.IgnoreExcludeLabel, Subnets: w.Subnets, Holders: w.Holders, Speakers: w.Speakers}
+		IgnoreExcludeLabel: w.IgnoreExcludeLabel, Subnets: w.Subnets, Holders: w.Holders, Speakers: w.Speakers,
+		BGPPeers: w.BGPPeers, BGPAdvertisements: w.BGPAds, Drain: w.drain()}
 }
 
 // Claim is one address this node answers for.

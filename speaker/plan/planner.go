@@ -160,7 +160,7 @@ func (pl *Planner) Replan(w World, alive func(node string) bool) Changes {
 	pl.rollout = rolloutOf(&pl.w, pl.alive)
 	pl.global = nil
 	pl.pools, pl.global = rules.ParsePools(w.Pools)
-	fitNodes := fitBGPNodes(&pl.w, pl.alive)
+	fitNodes := pl.w.selectors.BGPFitNodes(w.Nodes, w.BGPPeers, func(n string) bool { return pl.alive[n] }, w.IgnoreExcludeLabel)
 	pl.mine = bgpNodeOf(&pl.w, pl.me, fitNodes, &pl.global)
 	replanAt := pl.mine.graceEnds(&pl.w)
 	pl.earlier, pl.earlierWith = nil, map[string][]*bgpNode{}
@@ -187,7 +187,7 @@ func (pl *Planner) Replan(w World, alive func(node string) bool) Changes {
 	pl.graceAt = replanAt
 	pl.plan = Plan{Mine: map[netip.Addr]Claim{}, BGP: pl.mine.desired(), Routed: map[netip.Addr]BGPClaim{}}
 	if pl.mine != nil {
-		pl.plan.Standing, pl.plan.BFDProblems = pl.mine.standing, pl.mine.bfdProblems
+		pl.plan.Standing, pl.plan.BFDProblems = pl.mine.rule.Standing, pl.mine.bfdProblems
 	}
 	pl.update(services, eps, nil)
 	for ip := range pl.owners { // addresses no Service lists any more
@@ -286,9 +286,14 @@ func (pl *Planner) planService(svc *corev1.Service, key string, ready map[string
 		if ads := w.selectors.L2AdvertisementsFor(w.Advertisements, pool, svc); len(ads) > 0 {
 			sp.l2 = append(sp.l2, sharerAt{ip, w.selectors.L2ShareOf(&cluster, ads, svc, ready, pl.me, alive)})
 		}
-		pl.mine.advertiseAddress(w, own, svc, key, ip, pool, ready)
+		if pl.mine == nil {
+			continue
+		}
+		bgpAds := w.selectors.BGPAdvertisementsFor(w.BGPAds, pool, svc)
+		isLocal := svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal
+		pl.mine.advertiseAddress(w, own, key, ip, bgpAds, isLocal, ready)
 		if c, ok := own.Routed[ip]; ok {
-			c.Teller, c.FirstTo = pl.sentEarlier(svc, key, ip, pool, ready, c.Peers)
+			c.Teller, c.FirstTo = pl.sentEarlier(key, ip, bgpAds, isLocal, ready, c.Peers)
 			sp.routed = append(sp.routed, routedAt{ip, c})
 		}
 	}
