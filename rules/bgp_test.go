@@ -43,7 +43,9 @@ func TestBGPEligibilityReasons(t *testing.T) {
 			"no node may advertise (not matched by the BGPAdvertisements' nodeSelectors: n1)"},
 		{"the advertisement names another peer", func(c *Cluster, _ *corev1.Service) { c.BGPAdvertisements[0].Spec.Peers = []v1alpha1.Name{"other"} }, v4,
 			"no node may advertise (the BGPAdvertisements' peers name none of its sessions: n1)"},
-		{"excluded", func(c *Cluster, _ *corev1.Service) { c.Nodes[0].Labels[v1alpha1.LabelExcludeFromExternalLoadBalancers] = "" }, v4,
+		{"excluded", func(c *Cluster, _ *corev1.Service) {
+			c.Nodes[0].Labels[v1alpha1.LabelExcludeFromExternalLoadBalancers] = ""
+		}, v4,
 			"no node may advertise (labelled node.kubernetes.io/exclude-from-external-load-balancers: n1); speakers run with --ignore-exclude-lb-label announce from labelled nodes"},
 		{"not Ready", func(c *Cluster, _ *corev1.Service) {
 			c.Nodes[0].Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionFalse}}
