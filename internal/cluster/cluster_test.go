@@ -39,13 +39,15 @@ func TestMain(m *testing.M) {
 // says (the rendered manifests applied server-side, the memberlist Secret and the home-lab pool
 // with kubectl), then runs the home lab (homeLab), then debugs it as a user would (kubectl
 // logs, exec and port-forward), then deletes the controller leader's pod: no Service's
-// EXTERNAL-IP may change (measure).
+// EXTERNAL-IP may change (measure); then uninstalls it with `kubectl delete -f` after an
+// address moved (uninstallLeavesNothing).
 func TestHomeLabOnRealNodes(t *testing.T) {
 	homeLab(t, installWithKubectl, func(e *labEnv) {
 		debugsLikeAUser(e)
 		r := measure(e, operationNamed(e, "leader-deleted"), gitea, 8)
 		t.Logf("the controller leader's pod deleted: %d failed requests, longest gap %s; 8 keep-alive connections: %d failed requests, %d reset; moves %v",
 			r.failed, r.gap, r.kaFailed, r.kaResets, r.moves)
+		uninstallLeavesNothing(e, func() { uninstallWithKubectl(e) })
 	})
 }
 
@@ -58,29 +60,41 @@ func installWithKubectl(e *labEnv) {
 }
 
 // TestHomeLabWithHelm installs Portico with the real Helm (built from hack/chart's module) from
-// charts/portico, the image and the home-lab pool as values, then runs the home lab (homeLab).
+// charts/portico, the image and the home-lab pool as values, then runs the home lab (homeLab),
+// then uninstalls it with `helm uninstall` after an address moved (uninstallLeavesNothing).
 func TestHomeLabWithHelm(t *testing.T) {
+	var helm func(args ...string)
 	homeLab(t, func(e *labEnv) {
-		dir := t.TempDir()
-		helm := filepath.Join(dir, "helm")
-		build := exec.Command("go", "-C", filepath.Join(e.root, "hack", "chart"), "build", "-o", helm, "helm.sh/helm/v3/cmd/helm")
-		if out, err := build.CombinedOutput(); err != nil {
-			t.Fatalf("building helm: %v\n%s", err, out)
-		}
-		values := filepath.Join(dir, "values.yaml")
+		helm = helmCommand(e)
+		values := filepath.Join(t.TempDir(), "values.yaml")
 		repo, tag, _ := strings.Cut(testImage, ":")
 		if err := os.WriteFile(values, []byte(fmt.Sprintf("image: {repository: %s, tag: %s}\n"+
 			"pools:\n  - name: home-lab\n    addresses: [10.0.0.200-10.0.0.215]\n    l2Advertisement: {}\n", repo, tag)), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		cmd := exec.Command(helm, "install", "portico", filepath.Join(e.root, "charts", "portico"), "--namespace", "portico-system",
-			"--create-namespace", "--kubeconfig", e.c.Kubeconfig, "-f", values)
-		// Helm's cache, configuration and data stay in the test's directory.
+		helm("install", "portico", filepath.Join(e.root, "charts", "portico"), "--namespace", "portico-system", "--create-namespace", "-f", values)
+	}, func(e *labEnv) {
+		uninstallLeavesNothing(e, func() { helm("uninstall", "portico", "--namespace", "portico-system", "--wait", "--timeout=3m") })
+	})
+}
+
+// helmCommand builds the helm command from hack/chart's module and returns a runner of it
+// against the cluster, its cache, configuration and data in the test's directory.
+func helmCommand(e *labEnv) func(args ...string) {
+	dir := e.t.TempDir()
+	helm := filepath.Join(dir, "helm")
+	build := exec.Command("go", "-C", filepath.Join(e.root, "hack", "chart"), "build", "-o", helm, "helm.sh/helm/v3/cmd/helm")
+	if out, err := build.CombinedOutput(); err != nil {
+		e.t.Fatalf("building helm: %v\n%s", err, out)
+	}
+	return func(args ...string) {
+		e.t.Helper()
+		cmd := exec.Command(helm, append(args, "--kubeconfig", e.c.Kubeconfig)...)
 		cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+dir, "HELM_CONFIG_HOME="+dir, "HELM_DATA_HOME="+dir)
 		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("helm install: %v\n%s", err, out)
+			e.t.Fatalf("helm %s: %v\n%s", args[0], err, out)
 		}
-	}, nil)
+	}
 }
 
 // testImage is the reference Portico's image is built and imported under.
