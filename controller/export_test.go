@@ -10,12 +10,20 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
+	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
 	"github.com/portico-lb/portico/controller/decide"
 	"github.com/portico-lb/portico/internal/events"
 )
 
 // QueuedWritesMax is how many writes the lanes of a status writer hold together.
 const QueuedWritesMax = writeLanes * laneDepth
+
+// ServiceWriteLane and PoolWriteLane are the lanes a Service's and a pool's status writes go
+// out in.
+func ServiceWriteLane(ns, name string) int { return laneOf(ns + "/" + name) }
+func PoolWriteLane(name string) int {
+	return laneOf(objectKey(&porticov1.IPAddressPool{ObjectMeta: metav1.ObjectMeta{Name: name}}))
+}
 
 // TestWriter is a status writer with its own lanes, for the package's apiserver tests.
 type TestWriter struct {

@@ -3,6 +3,7 @@ package controller_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -26,21 +27,23 @@ import (
 // of the mover can list it.
 func TestMovedServiceWaitsForItsWrites(t *testing.T) {
 	ns, held := runHoldingWrites(t, "a")
-	createPool(t, "moving-from", addresses("198.51.100.190/32"))
-	createPool(t, "moving-to", addresses("198.51.100.191/32"))
+	from, to := held.apart("moving-from", controller.PoolWriteLane), held.apart("moving-to", controller.PoolWriteLane)
+	b := held.apart("b", func(name string) int { return controller.ServiceWriteLane(ns, name) })
+	createPool(t, from, addresses("198.51.100.190/32"))
+	createPool(t, to, addresses("198.51.100.191/32"))
 
-	a := createService(t, ns, "a", withAnnotation(porticov1.AnnotationAddressPool, "moving-from"))
+	a := createService(t, ns, "a", withAnnotation(porticov1.AnnotationAddressPool, from))
 	held.waitArrived(t) // a's write listing .190 is on its way, and stays there
-	update(t, a, func() { a.Annotations[porticov1.AnnotationAddressPool] = "moving-to" })
+	update(t, a, func() { a.Annotations[porticov1.AnnotationAddressPool] = to })
 	// a holds .191 now; none of its writes has landed.
-	waitPool(t, "moving-to", "1 address assigned", func(p *porticov1.IPAddressPool) bool { return p.Status.AssignedIPv4 == 1 })
+	waitPool(t, to, "1 address assigned", func(p *porticov1.IPAddressPool) bool { return p.Status.AssignedIPv4 == 1 })
 
-	createService(t, ns, "b", withAnnotation(porticov1.AnnotationAddressPool, "moving-from"))
-	expectWaiting(t, ns, "b", "a's write listing it was still on its way: both list it once that write lands")
+	createService(t, ns, b, withAnnotation(porticov1.AnnotationAddressPool, from))
+	expectWaiting(t, ns, b, "a's write listing it was still on its way: both list it once that write lands")
 
 	held.release()
 	waitIPs(t, ns, "a", "198.51.100.191")
-	waitIPs(t, ns, "b", "198.51.100.190")
+	waitIPs(t, ns, b, "198.51.100.190")
 }
 
 // TestFlippedServiceWaitsForItsWrites: found by the chaos run's duplicate watch. A Service whose
@@ -51,20 +54,22 @@ func TestMovedServiceWaitsForItsWrites(t *testing.T) {
 // write of ours can list it.
 func TestFlippedServiceWaitsForItsWrites(t *testing.T) {
 	ns, held := runHoldingWrites(t, "a")
-	createPool(t, "flipping", addresses("198.51.100.192/32"))
+	pool := held.apart("flipping", controller.PoolWriteLane)
+	b := held.apart("b", func(name string) int { return controller.ServiceWriteLane(ns, name) })
+	createPool(t, pool, addresses("198.51.100.192/32"))
 
-	a := createService(t, ns, "a", withAnnotation(porticov1.AnnotationAddressPool, "flipping"))
+	a := createService(t, ns, "a", withAnnotation(porticov1.AnnotationAddressPool, pool))
 	held.waitArrived(t) // a's write listing .192 is on its way, and stays there
 	update(t, a, func() { a.Spec.Type = corev1.ServiceTypeClusterIP })
 
 	// b comes after a's flip in the one queue of Service changes, so it is decided after it.
-	createService(t, ns, "b", withAnnotation(porticov1.AnnotationAddressPool, "flipping"))
-	expectWaiting(t, ns, "b", "a's write listing it was still on its way")
+	createService(t, ns, b, withAnnotation(porticov1.AnnotationAddressPool, pool))
+	expectWaiting(t, ns, b, "a's write listing it was still on its way")
 
 	update(t, a, func() { a.Spec.Type = corev1.ServiceTypeLoadBalancer })
 	held.release() // the held write lands on a, a LoadBalancer again
 	waitIPs(t, ns, "a", "198.51.100.192")
-	expectWaiting(t, ns, "b", "a lists it")
+	expectWaiting(t, ns, b, "a lists it")
 }
 
 // runHoldingWrites runs the controller in a new namespace, holding its status writes to the
@@ -73,6 +78,7 @@ func runHoldingWrites(t *testing.T, name string) (string, *heldWrites) {
 	t.Helper()
 	ns := namespace(t, nil)
 	held := holdStatusWrites(client.ObjectKey{Namespace: ns, Name: name})
+	held.lane = controller.ServiceWriteLane(ns, name)
 	cp.RunManager(t, func(mgr ctrl.Manager) error { return controller.Setup(mgr, controller.Options{}) }, held.wrap)
 	t.Cleanup(held.release) // before the manager stops (cleanups run last first)
 	return ns, held
@@ -94,6 +100,7 @@ func expectWaiting(t *testing.T, ns, name, while string) {
 // sent to the apiserver only then, as a slow request would be.
 type heldWrites struct {
 	key      client.ObjectKey
+	lane     int // the writer's lane the held writes wait in
 	arrived  chan struct{}
 	released chan struct{}
 	once     sync.Once
@@ -101,6 +108,22 @@ type heldWrites struct {
 
 func holdStatusWrites(key client.ObjectKey) *heldWrites {
 	return &heldWrites{key: key, arrived: make(chan struct{}, 100), released: make(chan struct{})}
+}
+
+// apart is the first of name, name-1, name-2, ... whose status writes go out in another of
+// the writer's lanes than the held ones: a held write holds its lane, as a slow request does
+// (each lane keeps its objects' writes in order), and these tests are about the address the
+// held write may list, not about the objects that happen to share its lane.
+func (h *heldWrites) apart(name string, laneOf func(string) int) string {
+	for i := 0; ; i++ {
+		n := name
+		if i > 0 {
+			n = fmt.Sprintf("%s-%d", name, i)
+		}
+		if laneOf(n) != h.lane {
+			return n
+		}
+	}
 }
 
 // wrap makes the manager's client hold the writes.

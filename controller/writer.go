@@ -86,20 +86,30 @@ func (w *statusWriter) submit(key string, cached *corev1.Service, p writePart) {
 // whole object its reconciler decided (which asks only when the status changes), from a cached
 // copy. Any failure, a conflict too, has the reconciler decide again after a backoff.
 func (w *statusWriter) submitStatus(want client.Object, p writePart) {
-	key := fmt.Sprintf("%T %s", want, client.ObjectKeyFromObject(want))
-	w.enqueue(&writeJob{object: want, key: key, part: p})
+	w.enqueue(&writeJob{object: want, key: objectKey(want), part: p})
+}
+
+// objectKey names an object other than a Service among the writer's jobs.
+func objectKey(obj client.Object) string {
+	return fmt.Sprintf("%T %s", obj, client.ObjectKeyFromObject(obj))
 }
 
 // enqueue gives the job to its lane (one per object, so that its writes keep their order), or
 // drops it once the writer stopped: the next leader decides again from what is stored.
 func (w *statusWriter) enqueue(job *writeJob) {
-	h := fnv.New32a()
-	h.Write([]byte(job.key))
-	if !w.lanes.Send(int(h.Sum32()%writeLanes), func(leading context.Context) { w.send(leading, job) }) {
+	if !w.lanes.Send(laneOf(job.key), func(leading context.Context) { w.send(leading, job) }) {
 		w.mu.Lock()
 		w.done(job)
 		w.mu.Unlock()
 	}
+}
+
+// laneOf is the lane an object's writes go out in: Services are keyed namespace/name, other
+// objects by their type and key (submitStatus).
+func laneOf(key string) int {
+	h := fnv.New32a()
+	h.Write([]byte(key))
+	return int(h.Sum32() % writeLanes)
 }
 
 // done forgets a write handed over: it is no longer on its way. Call with mu held.
