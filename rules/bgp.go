@@ -118,6 +118,7 @@ const (
 	BGPExcluded                     // ExcludedFromLB
 	BGPNetworkUnavailable           // its routes are withdrawn (BGPStandingOf)
 	BGPNotReady                     // its routes are withdrawn (BGPStandingOf)
+	BGPOutOfService                 // its routes are withdrawn (BGPStandingOf)
 	BGPDrained                      // cordoned past the drain grace while another node can advertise
 	BGPNoLocalEndpoint              // externalTrafficPolicy Local, and it holds no ready endpoint
 )
@@ -127,6 +128,7 @@ func (w BGPWhyNot) String() string {
 	return [...]string{"advertises", "no BGP session (no BGPPeer selects it)", "not matched by the BGPAdvertisements' nodeSelectors",
 		"the BGPAdvertisements' peers name none of its sessions", "no InternalIP of the address's family for the next hop over its sessions",
 		"labelled node.kubernetes.io/exclude-from-external-load-balancers", "condition NetworkUnavailable True", "not Ready",
+		"tainted node.kubernetes.io/out-of-service",
 		"cordoned, past the drain grace, while another node can advertise", "no ready local endpoint (externalTrafficPolicy Local)"}[w]
 }
 
@@ -195,6 +197,8 @@ func (n *BGPNode) withdrawn(isLocal bool, localEndpoints int) BGPWhyNot {
 		return BGPNetworkUnavailable
 	case n.Standing == BGPWithdraw && n.Fitness.NotReady:
 		return BGPNotReady
+	case n.Standing == BGPWithdraw && n.Fitness.OutOfService:
+		return BGPOutOfService
 	case n.Standing == BGPWithdraw:
 		return BGPDrained
 	case isLocal && localEndpoints == 0:

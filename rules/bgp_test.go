@@ -50,6 +50,10 @@ func TestBGPEligibilityReasons(t *testing.T) {
 		{"not Ready", func(c *Cluster, _ *corev1.Service) {
 			c.Nodes[0].Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionFalse}}
 		}, v4, "no node may advertise (not Ready: n1)"},
+		{"out of service, Ready", func(c *Cluster, _ *corev1.Service) {
+			c.Nodes[0].Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}
+			c.Nodes[0].Spec.Taints = []corev1.Taint{{Key: corev1.TaintNodeOutOfService, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute}}
+		}, v4, "no node may advertise (tainted node.kubernetes.io/out-of-service: n1)"},
 		{"cordoned, the only node: kept", func(c *Cluster, _ *corev1.Service) {
 			c.Nodes[0].Spec.Unschedulable = true
 			c.Drain = Drain{Known: true, Now: time.Unix(100, 0), CordonedSince: map[string]time.Time{"n1": time.Unix(0, 0)}, Grace: time.Second}

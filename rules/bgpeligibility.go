@@ -42,7 +42,7 @@ type BGPEligibility struct {
 // BGPWithdrawn is a node whose fitness withdraws its route of an address.
 type BGPWithdrawn struct {
 	Node string
-	Why  BGPWhyNot // BGPNetworkUnavailable, BGPNotReady or BGPDrained
+	Why  BGPWhyNot // BGPNetworkUnavailable, BGPNotReady, BGPOutOfService or BGPDrained
 }
 
 // AdvertiserNames are the advertisers' node names.
@@ -92,7 +92,7 @@ func BGPEligibilityOf(c Cluster, svc *corev1.Service, ip netip.Addr, alive func(
 		case BGPSends:
 			slices.Sort(peers)
 			e.Advertisers = append(e.Advertisers, BGPAdvertiser{Node: n.Name, Peers: slices.Compact(peers), Standing: b.Standing})
-		case BGPNetworkUnavailable, BGPNotReady, BGPDrained:
+		case BGPNetworkUnavailable, BGPNotReady, BGPOutOfService, BGPDrained:
 			e.Withdrawn = append(e.Withdrawn, BGPWithdrawn{Node: n.Name, Why: why})
 			fallthrough
 		default:

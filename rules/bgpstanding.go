@@ -17,14 +17,15 @@ const (
 )
 
 // BGPStandingOf applies to BGP the rule the L2 election applies to a node's fitness
-// (election.Eligible): a node that is not Ready or whose network is unavailable cannot serve,
+// (election.Eligible): a node that is not Ready, whose network is unavailable or that is out
+// of service (NodeFitness.Unfit) cannot serve,
 // so it withdraws at once; a cordoned node is being drained, so it keeps its routes with
 // GRACEFUL_SHUTDOWN during grace after it was cordoned, then withdraws, unless no other node
 // can advertise (othersFit false): as over L2, better a node being drained than none.
 // cordonedFor is how long the node has been seen cordoned.
 func BGPStandingOf(h NodeFitness, cordonedFor, grace time.Duration, othersFit bool) BGPStanding {
 	switch {
-	case h.NotReady || h.NetworkUnavailable:
+	case h.Unfit():
 		return BGPWithdraw
 	case !h.Cordoned:
 		return BGPAdvertise
@@ -35,5 +36,5 @@ func BGPStandingOf(h NodeFitness, cordonedFor, grace time.Duration, othersFit bo
 }
 
 // Fit reports whether the node may announce without reservation: Ready, its network
-// available, not cordoned.
+// available, in service, not cordoned.
 func (h NodeFitness) Fit() bool { return h == NodeFitness{} }

@@ -78,7 +78,7 @@ func (c Selectors) Candidates(nodes []corev1.Node, ads []*v1alpha1.L2Advertiseme
 		cand := election.Candidate{Name: n.Name, Alive: alive(n.Name), LocalEndpoint: local[n.Name] > 0}
 		cand.Excluded = ExcludedFromLB(n, ignoreExclude)
 		h := FitnessOf(n)
-		cand.NotReady, cand.NetworkUnavailable, cand.Cordoned = h.NotReady, h.NetworkUnavailable, h.Cordoned
+		cand.NotReady, cand.NetworkUnavailable, cand.OutOfService, cand.Cordoned = h.NotReady, h.NetworkUnavailable, h.OutOfService, h.Cordoned
 		for _, ad := range ads {
 			cand.Weight += c.preferenceOf(ad.Spec.PreferredNodeSelectors, n.Labels)
 			if len(ad.Spec.NodeSelectors) > 0 && !c.MatchesAny(ad.Spec.NodeSelectors, n.Labels) {
@@ -130,13 +130,25 @@ type NodeFitness struct {
 	// node that reports neither condition (no kubelet has posted yet, or none runs, as in a
 	// lab) counts as fit.
 	NotReady, NetworkUnavailable bool
+	// OutOfService: the node carries the node.kubernetes.io/out-of-service taint (any value or
+	// effect), which an administrator puts on a node that is shut down or cut off, so that its
+	// pods' volumes are detached and the pods run elsewhere; its kubelet may still say Ready
+	// for a while, or its Ready may be stale, but traffic sent there is lost.
+	OutOfService bool
 	// Cordoned: spec.unschedulable, as kubectl drain sets it first.
 	Cordoned bool
 }
 
+// Unfit reports whether the node cannot serve at all: not Ready, its network unavailable or
+// out of service. Its addresses move at once, over L2 and BGP alike.
+func (h NodeFitness) Unfit() bool { return h.NotReady || h.NetworkUnavailable || h.OutOfService }
+
 // FitnessOf reads a node's NodeFitness.
 func FitnessOf(n *corev1.Node) NodeFitness {
 	h := NodeFitness{Cordoned: n.Spec.Unschedulable}
+	for _, t := range n.Spec.Taints {
+		h.OutOfService = h.OutOfService || t.Key == corev1.TaintNodeOutOfService
+	}
 	for _, c := range n.Status.Conditions {
 		switch c.Type {
 		case corev1.NodeReady:

@@ -66,7 +66,7 @@ func L2Rollout(nodes []corev1.Node, speakers []string, alive func(string) bool) 
 		switch h := FitnessOf(n); {
 		case h.Cordoned:
 			cordoned = append(cordoned, n.Name)
-		case !h.NotReady && !alive(n.Name):
+		case !h.NotReady && !h.OutOfService && !alive(n.Name):
 			restarting = append(restarting, n.Name)
 		}
 	}

@@ -106,7 +106,7 @@ func (s *Speaker) handOff(ctx context.Context, touched []netip.Addr) {
 	byIP := map[netip.Addr]string{}
 	for i := range nodes.Items {
 		n := &nodes.Items[i]
-		if f := rules.FitnessOf(n); f.NotReady || f.NetworkUnavailable {
+		if rules.FitnessOf(n).Unfit() {
 			continue // its conntrack entries may be gone with it, or unreachable
 		}
 		byName[n.Name] = n

@@ -59,6 +59,9 @@ func randomBGPCluster(r *rand.Rand) bgpCluster {
 		if one(10) {
 			n.Status.Conditions = append(n.Status.Conditions, corev1.NodeCondition{Type: corev1.NodeNetworkUnavailable, Status: corev1.ConditionTrue})
 		}
+		if one(10) {
+			n.Spec.Taints = []corev1.Taint{{Key: corev1.TaintNodeOutOfService, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute}}
+		}
 		if n.Spec.Unschedulable = one(5); n.Spec.Unschedulable && one(2) {
 			w.CordonedSince[name] = drainNow.Add(-time.Minute)
 			c.past[name] = true
@@ -266,8 +269,8 @@ func (c bgpCluster) onlyDrained(named, want []string) ([]string, bool) {
 func (c bgpCluster) describe() string {
 	var b strings.Builder
 	for _, n := range c.w.Nodes {
-		fmt.Fprintf(&b, "node %s alive=%v labels=%v unschedulable=%v past-grace=%v conditions=%v addresses=%v\n", n.Name, c.alive[n.Name], n.Labels,
-			n.Spec.Unschedulable, c.past[n.Name], n.Status.Conditions, n.Status.Addresses)
+		fmt.Fprintf(&b, "node %s alive=%v labels=%v unschedulable=%v taints=%v past-grace=%v conditions=%v addresses=%v\n", n.Name, c.alive[n.Name], n.Labels,
+			n.Spec.Unschedulable, n.Spec.Taints, c.past[n.Name], n.Status.Conditions, n.Status.Addresses)
 	}
 	for _, p := range c.w.BGPPeers {
 		fmt.Fprintf(&b, "BGPPeer %s address=%q interface=%q nodeSelectors=%v\n", p.Name, p.Spec.PeerAddress, p.Spec.Interface, p.Spec.NodeSelectors)

@@ -62,6 +62,9 @@ func randomCluster(r *rand.Rand) cluster {
 		if one(10) {
 			n.Status.Conditions = append(n.Status.Conditions, corev1.NodeCondition{Type: corev1.NodeNetworkUnavailable, Status: corev1.ConditionTrue})
 		}
+		if one(10) {
+			n.Spec.Taints = []corev1.Taint{{Key: corev1.TaintNodeOutOfService, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute}}
+		}
 		n.Spec.Unschedulable = one(6)
 		w.Nodes = append(w.Nodes, n)
 		c.alive[name] = !one(6)
@@ -226,7 +229,7 @@ func TestControllerNamesTheNodeThatAnswers(t *testing.T) {
 func describe(c cluster) string {
 	var b strings.Builder
 	for _, n := range c.w.Nodes {
-		fmt.Fprintf(&b, "node %s alive=%v labels=%v unschedulable=%v conditions=%v subnets=%v held=%v\n", n.Name, c.alive[n.Name], n.Labels, n.Spec.Unschedulable, n.Status.Conditions, c.subnets[n.Name], c.held[n.Name])
+		fmt.Fprintf(&b, "node %s alive=%v labels=%v unschedulable=%v taints=%v conditions=%v subnets=%v held=%v\n", n.Name, c.alive[n.Name], n.Labels, n.Spec.Unschedulable, n.Spec.Taints, n.Status.Conditions, c.subnets[n.Name], c.held[n.Name])
 	}
 	for _, ad := range c.w.Advertisements {
 		fmt.Fprintf(&b, "L2Advertisement %s %+v\n", ad.Name, ad.Spec)

@@ -75,6 +75,8 @@ func TestTranscripts(t *testing.T) {
 							c.NotReady = true
 						case "nonetwork":
 							c.NetworkUnavailable = true
+						case "outofservice":
+							c.OutOfService = true
 						case "cordoned":
 							c.Cordoned = true
 						case "endpoint":

@@ -20,6 +20,9 @@ type Candidate struct {
 	// failing); NetworkUnavailable: its NetworkUnavailable condition is True (the CNI has not
 	// set up its network). Traffic sent there would be lost.
 	NotReady, NetworkUnavailable bool
+	// OutOfService: the node carries the node.kubernetes.io/out-of-service taint (shut down or
+	// cut off, as its administrator says), whatever its conditions say.
+	OutOfService bool
 	// Cordoned: the node is unschedulable, as `kubectl drain` makes it before it evicts the
 	// pods. It answers only when no other node may, so a drain moves its addresses while its
 	// speaker still runs, and a single-node cluster keeps them.
@@ -41,7 +44,7 @@ type Policy struct {
 // Eligible returns the sorted names of the candidates that may answer, and, when none may, a
 // reason that names what excluded them (for the Service's Announced condition).
 func Eligible(cands []Candidate, p Policy) (names []string, whyNone string) {
-	var dead, unselected, excluded, notReady, noNetwork, noEndpoint, cordoned []string
+	var dead, unselected, excluded, notReady, noNetwork, outOfService, noEndpoint, cordoned []string
 	for _, c := range cands {
 		switch {
 		case !c.Alive:
@@ -54,6 +57,8 @@ func Eligible(cands []Candidate, p Policy) (names []string, whyNone string) {
 			noNetwork = append(noNetwork, c.Name)
 		case c.NotReady:
 			notReady = append(notReady, c.Name)
+		case c.OutOfService:
+			outOfService = append(outOfService, c.Name)
 		case p.LocalOnly && !c.LocalEndpoint:
 			noEndpoint = append(noEndpoint, c.Name)
 		case c.Cordoned:
@@ -84,6 +89,7 @@ func Eligible(cands []Candidate, p Policy) (names []string, whyNone string) {
 	add("labelled node.kubernetes.io/exclude-from-external-load-balancers", excluded)
 	add("condition NetworkUnavailable True", noNetwork)
 	add("not Ready", notReady)
+	add("tainted node.kubernetes.io/out-of-service", outOfService)
 	add("no ready local endpoint (externalTrafficPolicy Local)", noEndpoint)
 	why := "no eligible node (" + strings.Join(parts, "; ") + ")"
 	if len(excluded) > 0 {
