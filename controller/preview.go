@@ -47,15 +47,16 @@ type PoolsPreview struct {
 // PreviewPools computes what replacing the cluster's pools by pools would do, with the
 // controller's own allocator and request rules, changing nothing: the allocator is rebuilt
 // from the Services' status exactly as on a controller restart, given the new pools, and the
-// waiting Services (oldest first, as the controller retries them) are allocated in it.
-// Pools not named in pools are kept unless removeOthers.
+// backlog of waiting Services is served in it as the controller serves it (oldest first,
+// decide.OlderFirst). Pools not named in pools are kept unless removeOthers.
 func PreviewPools(ctx context.Context, reader client.Reader, lbClass string, pools []porticov1.IPAddressPool, removeOthers bool) (PoolsPreview, error) {
 	if lbClass == "" {
 		lbClass = porticov1.DefaultLoadBalancerClass
 	}
 	s := newState(reader, lbClass)
 	b := decide.NewBook() // this call's own: nothing shares it
-	if err := s.load(ctx, b); err != nil {
+	pending, err := s.load(ctx, b)
+	if err != nil {
 		return PoolsPreview{}, err
 	}
 	alloc := b.Allocator()
@@ -69,9 +70,6 @@ func PreviewPools(ctx context.Context, reader client.Reader, lbClass string, poo
 	if err := reader.List(ctx, &svcs); err != nil {
 		return PoolsPreview{}, err
 	}
-	slices.SortFunc(svcs.Items, func(a, b corev1.Service) int {
-		return cmp.Or(a.CreationTimestamp.Compare(b.CreationTimestamp.Time), cmp.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name))
-	})
 	before := map[string]allocator.Assignment{}
 	for i := range svcs.Items {
 		key := svcs.Items[i].Namespace + "/" + svcs.Items[i].Name
@@ -81,22 +79,20 @@ func PreviewPools(ctx context.Context, reader client.Reader, lbClass string, poo
 	for i := range next {
 		apools[i] = decide.AllocatorPool(&next[i])
 	}
-	alloc.SetPools(apools)
+	alloc.SetPools(apools) // not the book's SetPools: a pool from a file may carry its stored generation
+	b.Await(pending)
+	b.ServeBacklog(next)
 
 	var preview PoolsPreview
 	for i := range svcs.Items {
 		if svc := &svcs.Items[i]; s.ours(svc) {
 			key := svc.Namespace + "/" + svc.Name
 			sp := ServicePreview{Service: key, Before: before[key]}
+			sp.After, _ = alloc.Assignment(key)
 			if len(sp.Before.IPs) > 0 {
-				sp.After, _ = alloc.Assignment(key)
 				sp.Effect = keptEffect(sp.Before, sp.After)
 			} else {
-				req, err := decide.Request(svc, next, s.namespaceLabels(ctx, svc.Namespace, next))
-				if err == nil {
-					sp.After, err = alloc.Allocate(req)
-				}
-				sp.Effect, sp.Why = waitEffect(err)
+				sp.Effect, sp.Why = waitEffect(waitsFor(ctx, s, alloc, svc, next, sp.After))
 			}
 			preview.Services = append(preview.Services, sp)
 		}
@@ -104,6 +100,20 @@ func PreviewPools(ctx context.Context, reader client.Reader, lbClass string, poo
 	preview.Pools = counted(poolPreviews, alloc)
 	slices.SortFunc(preview.Services, func(a, b ServicePreview) int { return cmp.Compare(a.Service, b.Service) })
 	return preview, nil
+}
+
+// waitsFor says why a Service the backlog did not serve still waits (nil: it was served),
+// asking the allocator again: a failed allocation changes nothing.
+func waitsFor(ctx context.Context, s *state, alloc *allocator.Allocator, svc *corev1.Service, pools []porticov1.IPAddressPool, got allocator.Assignment) error {
+	if len(got.IPs) > 0 {
+		return nil
+	}
+	req, err := decide.Request(svc, pools, s.labelsOf(ctx, svc.Namespace))
+	if err != nil {
+		return err
+	}
+	_, err = alloc.Allocate(req)
+	return err
 }
 
 // counted fills in each pool's counts after the change.

@@ -81,7 +81,9 @@ func (r *ServiceReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	var nsLabels map[string]string
 	gather := func(pools []porticov1.IPAddressPool) error {
 		if in.Ours {
-			nsLabels = r.state.namespaceLabels(ctx, svc.Namespace, pools)
+			// Read whether or not a pool selects by them now: a waiting Service's request is
+			// built again with them when the pools change.
+			nsLabels = r.state.labelsOf(ctx, svc.Namespace)
 		}
 		return nil
 	}
@@ -93,6 +95,7 @@ func (r *ServiceReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		switch {
 		case in.Ours:
 			in.Req, in.ReqErr = decide.Request(&svc, pools, nsLabels)
+			in.NSLabels = nsLabels
 			in.Listed = r.mayList(in.Key, &svc)
 		case found:
 			// Only what our own writes may list: a ClusterIP Service lists nothing (the apiserver

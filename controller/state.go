@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -70,6 +71,9 @@ type rebuildFacts struct {
 	stored []decide.Stored           // only what the rebuild needs of each Service holding addresses
 	inUse  map[netip.Addr]string     // what foreign hosts answer for, and their MACs
 	paged  bool                      // read from the apiserver, not the cache: fence what was read
+	// pending are the Services of ours holding no address, read from the cache (each is
+	// decided once its event comes): the backlog, served oldest first before any of them is.
+	pending []*decide.Asked
 }
 
 // gatherRebuild reads what the book is rebuilt from, once, before anything new is allocated:
@@ -97,14 +101,36 @@ func (s *state) gatherRebuild(ctx context.Context) (*rebuildFacts, error) {
 	f := &rebuildFacts{pools: pools.Items, paged: paged,
 		inUse: decide.JudgeProbes(speakers.Items, pools.Items, s.clock.Now()).Answerers()}
 	err := eachService(ctx, services, paged, func(svc *corev1.Service) {
-		if !s.ours(svc) || len(porticov1.IngressAddrs(svc)) == 0 {
+		if !s.ours(svc) {
+			return
+		}
+		if len(porticov1.IngressAddrs(svc)) == 0 {
+			if !paged {
+				f.pending = s.appendPending(ctx, f.pending, svc)
+			}
 			return
 		}
 		// A bad annotation does not stop the Service keeping its address.
 		req, _ := decide.Request(svc, pools.Items, s.namespaceLabels(ctx, svc.Namespace, pools.Items))
 		f.stored = append(f.stored, decide.StoredOf(svc, req))
 	})
+	if err == nil && paged {
+		// From the cache: each of them is decided when its event comes, gone ones too.
+		err = eachService(ctx, s.reader, false, func(svc *corev1.Service) {
+			if s.ours(svc) && len(porticov1.IngressAddrs(svc)) == 0 {
+				f.pending = s.appendPending(ctx, f.pending, svc)
+			}
+		})
+	}
 	return f, err
+}
+
+// appendPending adds a Service holding no address to the backlog, unless it is Terminating.
+func (s *state) appendPending(ctx context.Context, pending []*decide.Asked, svc *corev1.Service) []*decide.Asked {
+	if svc.DeletionTimestamp != nil {
+		return pending
+	}
+	return append(pending, decide.AskedOf(svc, s.labelsOf(ctx, svc.Namespace)))
 }
 
 // rebuild loads the book, fed its pools first, from what gatherRebuild read: pure work, under
@@ -136,19 +162,20 @@ func (r rebuilt) log(ctx context.Context) {
 	log.Info("state rebuilt from Service status", "services", r.services-len(r.refused), "holds", r.holds-len(r.dropped))
 }
 
-// load rebuilds b from the apiserver with no lock: a book of its own (PreviewPools).
-func (s *state) load(ctx context.Context, b *decide.Book) error {
+// load rebuilds b from the apiserver with no lock: a book of its own (PreviewPools). It
+// returns the backlog, not served yet.
+func (s *state) load(ctx context.Context, b *decide.Book) ([]*decide.Asked, error) {
 	pools, err := s.cachedPools(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	f, err := s.gatherRebuild(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	b.SetPools(pools)
 	rebuild(b, f, s.clock.Now()).log(ctx)
-	return nil
+	return f.pending, nil
 }
 
 // eachService calls fn with every Service r lists, a page of servicesPage at a time when
@@ -212,14 +239,20 @@ func (s *state) withLock(ctx context.Context, gather func([]porticov1.IPAddressP
 			if changed {
 				s.fed.Add(1)
 			}
+			var served []string
 			if !b.Loaded() { // load is set: s.loaded is stored only below
 				r := rebuild(b, load, s.clock.Now())
 				loaded, changed = &r, false
 				s.loaded.Store(true)
+				// Each of them is decided when its event comes: no retry needed.
+				b.Await(load.pending)
+				b.ServeBacklog(pools)
+			} else if changed {
+				served = b.ServeBacklog(pools)
 			}
 			fn(b, pools)
 			if changed {
-				retry, dirty = append(moved, b.WaitingServices()...), b.PoolNames()
+				retry, dirty = slices.Concat(moved, served, b.WaitingServices()), b.PoolNames()
 			}
 		})
 		if loaded != nil {
@@ -249,6 +282,13 @@ func (s *state) namespaceLabels(ctx context.Context, namespace string, pools []p
 	if !decide.NeedsNamespaceLabels(pools) {
 		return nil
 	}
+	return s.labelsOf(ctx, namespace)
+}
+
+// labelsOf reads a namespace's labels from the cache: those a waiting Service's request is
+// built with again when the pools change (a new pool may select by them). nil when it cannot
+// be read.
+func (s *state) labelsOf(ctx context.Context, namespace string) map[string]string {
 	var ns corev1.Namespace
 	if err := s.reader.Get(ctx, client.ObjectKey{Name: namespace}, &ns); err != nil {
 		return nil

@@ -54,17 +54,27 @@ func NewBook() *Book {
 
 // waiter is a Service waiting for an address.
 type waiter struct {
-	since time.Time // the Service's creation: the oldest waiter is retried first
+	since time.Time // the Service's creation: the oldest waiter is served first
 	pools []string  // pools it could get one from
+	// asked is what its request is built from (nil: not known), so the backlog can be served
+	// again against new pools (ServeBacklog).
+	asked *Asked
 }
 
-// WaitingServices lists the Services waiting for an address, oldest first.
+// WaitingServices lists the Services waiting for an address, oldest first (OlderFirst).
 func (b *Book) WaitingServices() []string {
 	names := slices.Collect(maps.Keys(b.waiting))
 	slices.SortFunc(names, func(x, y string) int {
-		return cmp.Or(b.waiting[x].since.Compare(b.waiting[y].since), cmp.Compare(x, y))
+		return OlderFirst(b.waiting[x].since, x, b.waiting[y].since, y)
 	})
 	return names
+}
+
+// OlderFirst is the order a backlog of Services is served in, and the order kubectl portico
+// plan predicts: by creationTimestamp (whole seconds), then by namespace/name. It makes the
+// result independent of the order the controller happens to see them in.
+func OlderFirst(createdX time.Time, keyX string, createdY time.Time, keyY string) int {
+	return cmp.Or(createdX.Compare(createdY), cmp.Compare(keyX, keyY))
 }
 
 // SetPools gives the allocator the pools if their generations changed, and returns whether
@@ -182,7 +192,7 @@ func (b *Book) Rebuild(stored []Stored, fence bool) []Refused {
 	// Oldest first: if two Services claim one address, the older keeps it.
 	stored = slices.Clone(stored)
 	slices.SortFunc(stored, func(a, b Stored) int {
-		return cmp.Or(a.Created.Compare(b.Created), cmp.Compare(a.Request.Service, b.Request.Service))
+		return OlderFirst(a.Created, a.Request.Service, b.Created, b.Request.Service)
 	})
 	// Services whose status still meets their spec go first: one edited after its status was
 	// written (moved to another pool, say) may still list an address that was freed and given

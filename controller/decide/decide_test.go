@@ -89,7 +89,7 @@ func (w *world) run(t *testing.T, d *datadriven.TestData) {
 	names := func() []string {
 		var n []string
 		for _, a := range d.CmdArgs {
-			if len(a.Vals) == 0 && a.Key != "brief" {
+			if len(a.Vals) == 0 && a.Key != "brief" && a.Key != "unseen" {
 				n = append(n, a.Key)
 			}
 		}
@@ -128,6 +128,7 @@ func (w *world) run(t *testing.T, d *datadriven.TestData) {
 		for _, moved := range w.book.alloc.SetPools(aps) {
 			fmt.Fprintf(w.out, "moved %s\n", moved)
 		}
+		w.printServed(w.book.ServeBacklog(w.pools))
 	case "service":
 		for _, name := range names() {
 			svc := w.svcs["default/"+name]
@@ -415,6 +416,22 @@ func (w *world) restart() {
 	refused := w.book.Rebuild(stored, false)
 	dropped := w.book.RestoreHolds(w.pools)
 	fmt.Fprintf(w.out, "rebuilt: %d Services, %d refused; holds dropped: %d\n", len(stored)-len(refused), len(refused), len(dropped))
+	var pending []*Asked // in the informers' order, by name: the backlog is served oldest first
+	for _, key := range slices.Sorted(maps.Keys(w.svcs)) {
+		svc := w.svcs[key]
+		if rules.Handles(svc, porticov1.DefaultLoadBalancerClass, true) && len(porticov1.IngressAddrs(svc)) == 0 && svc.DeletionTimestamp == nil {
+			pending = append(pending, AskedOf(svc, nil))
+		}
+	}
+	w.book.Await(pending)
+	w.printServed(w.book.ServeBacklog(w.pools))
+}
+
+// printServed tells which waiting Services the backlog gave addresses, in the order served.
+func (w *world) printServed(served []string) {
+	if len(served) > 0 {
+		fmt.Fprintf(w.out, "backlog served %s\n", strings.Join(served, ","))
+	}
 }
 
 // poolStatus runs the pool reconciler's decision for each named pool, prints what its write

@@ -32,6 +32,9 @@ type Seen struct {
 	// Listed is every address its stored status may list: the cached copy's, and those of our
 	// writes on their way or not yet in the cache (the status writer's mayList).
 	Listed []netip.Addr
+	// NSLabels are the labels of its namespace Req was built with: a waiting Service's request
+	// is built again when the pools change (ServeBacklog).
+	NSLabels map[string]string
 	// Health, when set, lets the first status write of a new Service carry its health
 	// conditions with its address: one write per new Service, not two.
 	Health *HealthFacts
@@ -178,7 +181,7 @@ func allocate(b *Book, in Seen) outcome {
 		}
 	}
 	if o.err != nil {
-		b.waiting[key] = waiter{since: svc.CreationTimestamp.Time, pools: b.alloc.PoolsFor(in.Req)}
+		b.waiting[key] = waiter{since: svc.CreationTimestamp.Time, pools: b.alloc.PoolsFor(in.Req), asked: AskedOf(svc, in.NSLabels)}
 	} else {
 		delete(b.waiting, key)
 	}
