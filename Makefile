@@ -215,12 +215,13 @@ chaos: controlplane
 ## SIM_FIND (a regular expression) counts only the violations it matches; SIM_SHARING_EDITS=1 lets
 ## users edit sharing keys (off in CI: 16 000 seeds clean after the fixes of 2026-12-03, not yet more;
 ## docs/reliability.md#simulation-make-simulate);
-## SIM_HOLDS=1 gives pool home an addressHold. SIM_BUG (outside-pools, repack, no-retry) seeds a bug
+## SIM_HOLDS=1 gives pool home an addressHold; SIM_DUAL_POOLS=1 adds an IPv6 pool and dual-stack
+## Services that take each family from another pool. SIM_BUG (outside-pools, repack, no-retry) seeds a bug
 ## each invariant must catch (TestSeededBugs).
 SIM_TIME ?= 2m
 SIM_ARGS = $(if $(SIM_SEED),-sim.seed=$(SIM_SEED),$(if $(SIM_SEEDS),-sim.seeds=$(SIM_SEEDS),-sim.time=$(SIM_TIME))) \
 	$(if $(SIM_FIRST),-sim.first=$(SIM_FIRST)) $(if $(SIM_OLD),-sim.old=$(SIM_OLD)) $(if $(SIM_FIND),-sim.find='$(SIM_FIND)') \
-	$(if $(SIM_SHARING_EDITS),-sim.sharing-edits) $(if $(SIM_HOLDS),-sim.holds) $(if $(SIM_BUG),-sim.bug=$(SIM_BUG))
+	$(if $(SIM_SHARING_EDITS),-sim.sharing-edits) $(if $(SIM_HOLDS),-sim.holds) $(if $(SIM_DUAL_POOLS),-sim.dual-pools) $(if $(SIM_BUG),-sim.bug=$(SIM_BUG))
 simulate:
 	go test -count=1 -v -run '^TestSimulate$$' -timeout 60m ./controller/sim/ -args $(SIM_ARGS)
 

@@ -133,7 +133,7 @@ func keptEffect(before, after allocator.Assignment) string {
 	switch {
 	case after.Orphaned() && !before.Orphaned():
 		return "orphaned"
-	case after.Pool != before.Pool:
+	case after.Pool() != before.Pool():
 		return "changes pool"
 	}
 	return "keeps"

@@ -3,6 +3,7 @@ package rules
 import (
 	"net/netip"
 	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -32,15 +33,17 @@ func ParsePools(in []v1alpha1.IPAddressPool) (pools []Pool, problems []string) {
 }
 
 // PoolOf finds the pool an address of svc came from: the controller's annotation when it
-// names a pool holding the address, otherwise the first pool (by name) that contains it.
+// names a pool holding the address (it names one pool, or two, "v4pool,v6pool", when a
+// dual-stack Service took each family from another), otherwise the first pool (by name) that
+// contains it.
 func PoolOf(svc *corev1.Service, ip netip.Addr, pools []Pool) (*v1alpha1.IPAddressPool, bool) {
-	named := svc.Annotations[v1alpha1.AnnotationAllocatedFromPool]
+	named := strings.Split(svc.Annotations[v1alpha1.AnnotationAllocatedFromPool], ",")
 	var found *v1alpha1.IPAddressPool
 	for _, p := range pools {
 		if !slices.ContainsFunc(p.Ranges, func(r Range) bool { return r.Contains(ip) }) {
 			continue
 		}
-		if p.Name == named {
+		if slices.Contains(named, p.Name) {
 			return p.IPAddressPool, true
 		}
 		if found == nil || p.Name < found.Name {

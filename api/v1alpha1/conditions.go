@@ -26,6 +26,9 @@ const (
 	// ReasonNotAllowedByPool: the requested pool, or the pool holding a requested address,
 	// has a serviceAllocation that does not select the Service.
 	ReasonNotAllowedByPool = "NotAllowedByPool"
+	// ReasonPoolsOfOneFamily: portico.dev/address-pool names two pools that both hold one
+	// family; each family must come from one named pool. The Service keeps what it holds.
+	ReasonPoolsOfOneFamily = "PoolsOfOneFamily"
 	// ReasonTerminating: the Service is deleted but a finalizer holds it; it keeps its
 	// addresses (True) or waits for none (False) until it is gone.
 	ReasonTerminating = "Terminating"

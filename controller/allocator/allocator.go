@@ -24,9 +24,9 @@ type Allocator struct {
 
 // assignment is what one Service holds and the request it was made for.
 type assignment struct {
-	req  Request
-	ips  []netip.Addr
-	pool string
+	req   Request
+	ips   []netip.Addr
+	pools []string // per address: the pool it belongs to, "" if none
 }
 
 // New returns an allocator with no pools and no assignments.
@@ -53,7 +53,7 @@ func (a *Allocator) Assignment(service string) (Assignment, bool) {
 	if !ok {
 		return Assignment{}, false
 	}
-	return Assignment{IPs: slices.Clone(asg.ips), Pool: asg.pool, SharingKey: asg.req.SharingKey}, true
+	return Assignment{IPs: slices.Clone(asg.ips), Pools: slices.Clone(asg.pools), SharingKey: asg.req.SharingKey}, true
 }
 
 // Held returns the request a Service's addresses were given or restored for.
@@ -82,7 +82,7 @@ func (a *Allocator) Allocate(req Request) (Assignment, error) {
 			return a.current(req.Service), nil
 		}
 	}
-	ips, pool, err := a.choose(&req)
+	ips, pools, err := a.choose(&req)
 	if err != nil {
 		if cur, ok := a.services[req.Service]; ok {
 			if why := a.follow(cur, req); why != nil {
@@ -96,7 +96,7 @@ func (a *Allocator) Allocate(req Request) (Assignment, error) {
 		return Assignment{}, err
 	}
 	a.Release(req.Service)
-	a.assign(&assignment{req: req, ips: ips, pool: pool})
+	a.assign(&assignment{req: req, ips: ips, pools: pools})
 	a.dropHoldsFor(req.Service)
 	return a.current(req.Service), nil
 }
@@ -111,7 +111,7 @@ func (a *Allocator) Restore(req Request, ips []netip.Addr) (Assignment, error) {
 		}
 	}
 	a.Release(req.Service)
-	a.assign(&assignment{req: req, ips: slices.Clone(ips), pool: a.poolHolding(ips, req.Pool)})
+	a.assign(&assignment{req: req, ips: slices.Clone(ips), pools: a.poolsHolding(ips, nil, req.Pools)})
 	a.dropHoldsFor(req.Service)
 	return a.current(req.Service), nil
 }
@@ -120,7 +120,7 @@ func (a *Allocator) Restore(req Request, ips []netip.Addr) (Assignment, error) {
 // it is now. One that does not was edited after its status was written (a new pool, a new
 // address), so on a restart it yields a contested address to a Service that does.
 func (a *Allocator) Satisfies(req Request, ips []netip.Addr) bool {
-	return matchesRequest(&assignment{req: req, ips: ips, pool: a.poolHolding(ips, req.Pool)}, &req)
+	return matchesRequest(&assignment{req: req, ips: ips, pools: a.poolsHolding(ips, nil, req.Pools)}, &req)
 }
 
 // Release frees what service holds and returns the addresses no Service uses any more.
@@ -274,14 +274,16 @@ func (a *Allocator) sharingBroken(cur *assignment, req *Request) *Error {
 	return nil
 }
 
-// matchesRequest: the addresses are the requested ones, from the requested pool, of the
-// requested families (sharing aside).
+// matchesRequest: the addresses are the requested ones, from the requested pools, of the
+// requested families (sharing aside). An orphaned address is in no pool, and stays.
 func matchesRequest(cur *assignment, req *Request) bool {
 	if len(req.IPs) > 0 && !sameAddrs(cur.ips, req.IPs) {
 		return false
 	}
-	if req.Pool != "" && cur.pool != req.Pool && cur.pool != "" {
-		return false
+	for _, p := range cur.pools {
+		if len(req.Pools) > 0 && p != "" && !slices.Contains(req.Pools, p) {
+			return false
+		}
 	}
 	return len(req.IPs) > 0 || familiesFit(cur.ips, req)
 }

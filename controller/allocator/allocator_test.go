@@ -1,6 +1,7 @@
 package allocator
 
 import (
+	"cmp"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -113,10 +114,17 @@ func describe(svc string, asg Assignment, err error) string {
 }
 
 func poolNote(asg Assignment) string {
-	if asg.Orphaned() {
+	switch {
+	case asg.Pool() == "":
 		return " (orphaned: in no pool)"
+	case !asg.Orphaned() && !strings.Contains(asg.Pool(), ","):
+		return " (pool " + asg.Pool() + ")"
 	}
-	return " (pool " + asg.Pool + ")"
+	each := make([]string, len(asg.Pools)) // a pool per family, or an address in none
+	for i, p := range asg.Pools {
+		each[i] = cmp.Or(p, "orphaned")
+	}
+	return " (pools " + strings.Join(each, ",") + ")"
 }
 
 func show(a *Allocator) string {
@@ -225,7 +233,7 @@ func parseRequest(t *testing.T, d *datadriven.TestData) Request {
 				req.IPs = append(req.IPs, ip)
 			}
 		case "pool":
-			req.Pool = arg.Vals[0]
+			req.Pools = arg.Vals
 		case "key":
 			req.SharingKey = arg.Vals[0]
 		case "ports":

@@ -8,8 +8,8 @@ import (
 	"strings"
 )
 
-// choose picks addresses for req without changing anything.
-func (a *Allocator) choose(req *Request) ([]netip.Addr, string, *Error) {
+// choose picks addresses for req without changing anything, and the pool of each.
+func (a *Allocator) choose(req *Request) ([]netip.Addr, []string, *Error) {
 	if len(req.IPs) > 0 {
 		return a.chooseRequested(req)
 	}
@@ -20,45 +20,40 @@ func admits(p *poolState, req *Request) bool {
 	return !p.HasServiceAllocation || slices.Contains(req.Selected, p.Name)
 }
 
-// chooseRequested checks explicitly requested addresses: each must be free or shareable, and
-// all must be in one pool that serves the Service (the requested pool, if one is named).
-func (a *Allocator) chooseRequested(req *Request) ([]netip.Addr, string, *Error) {
-	if req.Pool != "" {
-		if _, ok := a.pools[req.Pool]; !ok {
-			return nil, "", fail(NoMatchingPool, "the requested pool %s does not exist", req.Pool)
-		}
+// chooseRequested checks explicitly requested addresses: each must be free or shareable, in a
+// pool that serves the Service (one of the requested pools, if any are named). A dual-stack
+// Service's two addresses may be in two pools.
+func (a *Allocator) chooseRequested(req *Request) ([]netip.Addr, []string, *Error) {
+	if err := a.requestedPoolsExist(req, false); err != nil { // whether they select it: per address, below
+		return nil, nil, err
 	}
-	var common []string // pools serving the Service that hold every address so far
+	pools := make([]string, len(req.IPs))
 	for i, ip := range req.IPs {
 		names := a.PoolsContaining(ip)
 		var serving []string
 		for _, n := range names {
-			if (req.Pool == "" || n == req.Pool) && admits(a.pools[n], req) {
+			if (len(req.Pools) == 0 || slices.Contains(req.Pools, n)) && admits(a.pools[n], req) {
 				serving = append(serving, n)
 			}
 		}
 		switch {
 		case len(serving) > 0:
 		case len(names) == 0:
-			return nil, "", fail(RequestedIPNotInAnyPool, "%s is not in any pool", ip)
-		case req.Pool != "" && !slices.Contains(names, req.Pool):
-			return nil, "", fail(RequestedIPNotInAnyPool, "%s is not in the requested pool %s (it is in %s)", ip, req.Pool, strings.Join(names, ", "))
+			return nil, nil, fail(RequestedIPNotInAnyPool, "%s is not in any pool", ip)
+		case len(req.Pools) > 0 && len(intersect(names, req.Pools)) == 0:
+			return nil, nil, fail(RequestedIPNotInAnyPool, "%s is not in the requested pool %s (it is in %s)", ip, strings.Join(req.Pools, " or "), strings.Join(names, ", "))
 		default:
-			return nil, "", fail(NotAllowedByPool, "%s is in pool %s, whose serviceAllocation (namespaces, namespaceSelectors, serviceSelectors) does not select this Service", ip, strings.Join(names, ", "))
-		}
-		if i == 0 {
-			common = serving
-		} else if common = intersect(common, serving); len(common) == 0 {
-			return nil, "", fail(RequestedIPNotInAnyPool, "the requested addresses %s are not all in one pool; both families must come from the same pool", commaAddrs(req.IPs))
+			return nil, nil, fail(NotAllowedByPool, "%s is in pool %s, whose serviceAllocation (namespaces, namespaceSelectors, serviceSelectors) does not select this Service", ip, strings.Join(names, ", "))
 		}
 		if err := a.joinable(ip, req); err != nil {
-			return nil, "", err
+			return nil, nil, err
 		}
 		if err := a.heldAgainst(ip, req); err != nil {
-			return nil, "", err
+			return nil, nil, err
 		}
+		pools[i] = serving[0]
 	}
-	return slices.Clone(req.IPs), common[0], nil
+	return slices.Clone(req.IPs), pools, nil
 }
 
 func intersect(a, b []string) []string {
@@ -71,12 +66,13 @@ func intersect(a, b []string) []string {
 	return both
 }
 
-// chooseAuto picks the lowest free (or shareable) address of each wanted family from the
-// first pool, in allocation order, that has them all.
-func (a *Allocator) chooseAuto(req *Request) ([]netip.Addr, string, *Error) {
+// chooseAuto picks, for each wanted family, the lowest free (or shareable, or held for it)
+// address of the first pool in allocation order that has one: a dual-stack Service may take
+// its families from two pools.
+func (a *Allocator) chooseAuto(req *Request) ([]netip.Addr, []string, *Error) {
 	candidates, err := a.candidates(req)
 	if err != nil {
-		return nil, "", err
+		return nil, nil, err
 	}
 	if held := a.claimedPool(req); held != "" {
 		// The addresses kept for this Service come back from their pool, whatever the order.
@@ -84,35 +80,67 @@ func (a *Allocator) chooseAuto(req *Request) ([]netip.Addr, string, *Error) {
 			candidates = append([]*poolState{candidates[i]}, slices.Delete(slices.Clone(candidates), i, i+1)...)
 		}
 	}
-	want := wantedFamilies(req)
-	attempts := [][]Family{want}
-	if req.DualStack == PreferDualStack {
-		attempts = append(attempts, want[:1], want[1:])
-	}
-	for _, fams := range attempts {
-		for _, p := range candidates {
-			if ips, ok := a.pickIn(p, fams, req); ok {
-				return ips, p.Name, nil
-			}
+	var ips []netip.Addr
+	var pools []string
+	var missing []Family
+	for _, f := range wantedFamilies(req) {
+		if ip, pool, ok := a.pickFamily(candidates, f, req); ok {
+			ips, pools = append(ips, ip), append(pools, pool)
+		} else {
+			missing = append(missing, f)
 		}
 	}
-	err = a.explainNoAddress(candidates, req, want)
+	if len(missing) == 0 || req.DualStack == PreferDualStack && len(ips) > 0 {
+		return ips, pools, nil
+	}
+	err = a.explainNoAddress(candidates, missing)
 	if err.Reason == PoolExhausted && a.keyHeldElsewhere(req, candidates) {
 		err = fail(SharingConflict, "%s; sharing key %s is used in another namespace, and addresses are shared across namespaces only in pools with allowSharingAcrossNamespaces", err.Message, req.SharingKey)
 	}
-	return nil, "", err
+	return nil, nil, err
+}
+
+// requestedPoolsExist checks the pools a Service names: each exists (and, if selecting, selects
+// it), and no two hold one family (each family comes from one of them).
+func (a *Allocator) requestedPoolsExist(req *Request, selecting bool) *Error {
+	for _, name := range req.Pools {
+		p, ok := a.pools[name]
+		switch {
+		case !ok:
+			return fail(NoMatchingPool, "the requested pool %s does not exist", name)
+		case selecting && !admits(p, req):
+			return fail(NotAllowedByPool, "the requested pool %s has a serviceAllocation (namespaces, namespaceSelectors, serviceSelectors) that does not select this Service", name)
+		}
+	}
+	if len(req.Pools) < 2 {
+		return nil
+	}
+	for _, f := range []Family{IPv4, IPv6} {
+		var of []string
+		for _, name := range req.Pools {
+			if a.pools[name].hasFamily(f) {
+				of = append(of, name)
+			}
+		}
+		if len(of) > 1 {
+			return fail(PoolsOfOneFamily, "the requested pools %s both have %s addresses: name one pool per family (an IPv4 pool and an IPv6 pool), or one pool", strings.Join(of, " and "), f)
+		}
+	}
+	return nil
 }
 
 func (a *Allocator) candidates(req *Request) ([]*poolState, *Error) {
-	if req.Pool != "" {
-		p, ok := a.pools[req.Pool]
-		switch {
-		case !ok:
-			return nil, fail(NoMatchingPool, "the requested pool %s does not exist", req.Pool)
-		case !admits(p, req):
-			return nil, fail(NotAllowedByPool, "the requested pool %s has a serviceAllocation (namespaces, namespaceSelectors, serviceSelectors) that does not select this Service", req.Pool)
+	if len(req.Pools) > 0 {
+		if err := a.requestedPoolsExist(req, true); err != nil {
+			return nil, err
 		}
-		return []*poolState{p}, nil
+		var c []*poolState
+		for _, p := range a.order { // allocation order, whatever order they are named in
+			if slices.Contains(req.Pools, p.Name) {
+				c = append(c, p)
+			}
+		}
+		return c, nil
 	}
 	var c []*poolState
 	for _, p := range a.order {
@@ -129,23 +157,24 @@ func (a *Allocator) candidates(req *Request) ([]*poolState, *Error) {
 	return c, nil
 }
 
-// pickIn picks one address per family in pool p.
-func (a *Allocator) pickIn(p *poolState, fams []Family, req *Request) ([]netip.Addr, bool) {
-	var ips []netip.Addr
-	for _, f := range fams {
-		ip, ok := a.claimable(req, f, p)
-		if !ok {
-			ip, ok = a.shared(req, f, p)
+// pickFamily picks one address of family f for req: the one held for it (addressHold) in any
+// of the pools, else in the first pool that has one, one it may share or the lowest free.
+func (a *Allocator) pickFamily(pools []*poolState, f Family, req *Request) (netip.Addr, string, bool) {
+	for _, p := range pools { // each family's hold may be in another pool
+		if ip, ok := a.claimable(req, f, p); ok {
+			return ip, p.Name, true
 		}
+	}
+	for _, p := range pools {
+		ip, ok := a.shared(req, f, p)
 		if !ok {
 			ip, ok = a.lowestFree(p, f)
 		}
-		if !ok {
-			return nil, false
+		if ok {
+			return ip, p.Name, true
 		}
-		ips = append(ips, ip)
 	}
-	return ips, true
+	return netip.Addr{}, "", false
 }
 
 func (a *Allocator) lowestFree(p *poolState, f Family) (netip.Addr, bool) {
@@ -155,20 +184,20 @@ func (a *Allocator) lowestFree(p *poolState, f Family) (netip.Addr, bool) {
 	return netip.Addr{}, false
 }
 
-// explainNoAddress tells apart pools that lack a family from pools that are full.
-func (a *Allocator) explainNoAddress(candidates []*poolState, req *Request, want []Family) *Error {
-	needed := want
-	if req.DualStack == PreferDualStack {
-		needed = want[:1] // either family would have done; name the primary
-	}
+// explainNoAddress tells apart pools that lack a family from pools that are full, for the
+// families that could not be had: each pool serving the Service that has one of them is full
+// of it.
+func (a *Allocator) explainNoAddress(candidates []*poolState, missing []Family) *Error {
 	var full []string
 	for _, p := range candidates {
-		has := true
-		for _, f := range needed {
-			has = has && p.hasFamily(f)
+		var fams []Family
+		for _, f := range missing {
+			if p.hasFamily(f) {
+				fams = append(fams, f)
+			}
 		}
-		if has || req.DualStack == PreferDualStack && (p.hasFamily(want[0]) || p.hasFamily(want[1])) {
-			full = append(full, a.describeFull(p, needed))
+		if len(fams) > 0 {
+			full = append(full, a.describeFull(p, fams))
 		}
 	}
 	if len(full) == 0 {
@@ -176,7 +205,7 @@ func (a *Allocator) explainNoAddress(candidates []*poolState, req *Request, want
 		for i, p := range candidates {
 			names[i] = p.Name
 		}
-		return fail(FamilyUnavailable, "no pool serving this Service has %s addresses (tried %s)", familyList(needed), strings.Join(names, ", "))
+		return fail(FamilyUnavailable, "no pool serving this Service has %s addresses (tried %s)", familyList(missing), strings.Join(names, ", "))
 	}
 	return fail(PoolExhausted, "%s", strings.Join(full, "; "))
 }
@@ -220,7 +249,7 @@ func (a *Allocator) PoolsFor(req Request) []string {
 		var names []string
 		for _, ip := range req.IPs {
 			for _, n := range a.PoolsContaining(ip) {
-				if !slices.Contains(names, n) && (req.Pool == "" || n == req.Pool) {
+				if !slices.Contains(names, n) && (len(req.Pools) == 0 || slices.Contains(req.Pools, n)) {
 					names = append(names, n)
 				}
 			}

@@ -85,13 +85,10 @@ func (a *Allocator) HoldReleased(service string, now time.Time, maxHolds int) (f
 		return nil, nil
 	}
 	freed = a.Release(service)
-	p := a.pools[asg.pool]
-	if p == nil || p.HoldFor <= 0 {
-		return freed, nil
-	}
 	for _, ip := range freed {
-		if p.holds >= maxHolds {
-			break
+		p := a.pools[asg.pools[slices.Index(asg.ips, ip)]]
+		if p == nil || p.HoldFor <= 0 || p.holds >= maxHolds {
+			continue
 		}
 		x := Hold{IP: ip, Service: service, SharingKey: asg.req.SharingKey, Pool: p.Name, Until: now.Add(p.HoldFor)}
 		a.startHold(x)

@@ -163,8 +163,8 @@ func (a *Allocator) SetPools(pools []Pool) (moved []string) {
 		}
 	}
 	for svc, asg := range a.services {
-		if p := a.poolHolding(asg.ips, asg.pool); p != asg.pool {
-			asg.pool = p
+		if p := a.poolsHolding(asg.ips, asg.pools, asg.req.Pools); !slices.Equal(p, asg.pools) {
+			asg.pools = p
 			moved = append(moved, svc)
 		}
 	}
@@ -172,22 +172,29 @@ func (a *Allocator) SetPools(pools []Pool) (moved []string) {
 	return moved
 }
 
-// poolHolding names the pool that holds all of ips: the current one if it still does, else
-// the first in allocation order, else "" (orphaned).
-func (a *Allocator) poolHolding(ips []netip.Addr, current string) string {
-	holds := func(p *poolState) bool {
-		for _, ip := range ips {
-			if !p.contains(ip) {
-				return false
-			}
+// poolsHolding names, for each of ips, the pool that holds it: its current pool (current[i],
+// if given) if it still does, else the first requested pool that does, else the first in
+// allocation order, else "" (orphaned).
+func (a *Allocator) poolsHolding(ips []netip.Addr, current, requested []string) []string {
+	pools := make([]string, len(ips))
+	for i, ip := range ips {
+		names := requested
+		if i < len(current) {
+			names = append([]string{current[i]}, requested...)
 		}
-		return len(ips) > 0
+		pools[i] = a.firstHolding(ip, names)
 	}
-	if p, ok := a.pools[current]; ok && holds(p) {
-		return current
+	return pools
+}
+
+func (a *Allocator) firstHolding(ip netip.Addr, names []string) string {
+	for _, name := range names {
+		if p, ok := a.pools[name]; ok && p.contains(ip) {
+			return name
+		}
 	}
 	for _, p := range a.order {
-		if holds(p) {
+		if p.contains(ip) {
 			return p.Name
 		}
 	}

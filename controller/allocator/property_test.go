@@ -6,6 +6,7 @@ import (
 	"math/big"
 	"math/rand/v2"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -60,7 +61,7 @@ func step(a *Allocator, next func() byte) string {
 	}
 	switch next() % 8 {
 	case 0:
-		req.Pool = string(rune('a' + next()%4))
+		req.Pools = []string{string(rune('a' + next()%4))}
 	case 1:
 		req.IPs = []netip.Addr{netip.AddrFrom4([4]byte{198, 51, 100, next() % 8})}
 	}
@@ -145,8 +146,13 @@ func checkInvariants(t *testing.T, a *Allocator) {
 		for _, ip := range asg.ips {
 			held[ip] = append(held[ip], asg)
 		}
-		if want := a.poolHolding(asg.ips, asg.pool); want != asg.pool {
-			t.Fatalf("%s holds %v in pool %q, but the pool holding them is %q", svc, asg.ips, asg.pool, want)
+		if want := a.poolsHolding(asg.ips, asg.pools, asg.req.Pools); !slices.Equal(want, asg.pools) {
+			t.Fatalf("%s holds %v in pools %q, but the pools holding them are %q", svc, asg.ips, asg.pools, want)
+		}
+		for i, ip := range asg.ips {
+			if p := a.pools[asg.pools[i]]; asg.pools[i] != "" && (p == nil || !p.contains(ip)) {
+				t.Fatalf("%s holds %s in pool %q, which does not contain it", svc, ip, asg.pools[i])
+			}
 		}
 	}
 	if len(held) != len(a.ips) {
@@ -273,8 +279,8 @@ func checkInvariants(t *testing.T, a *Allocator) {
 // checkLowestFree: what an exclusive Service gets automatically is the lowest usable address.
 func checkLowestFree(t *testing.T, a *Allocator, asg Assignment) {
 	t.Helper()
-	p := a.pools[asg.Pool]
-	for _, got := range asg.IPs {
+	for i, got := range asg.IPs {
+		p := a.pools[asg.Pools[i]]
 		for _, r := range p.Ranges {
 			for x := r.First; x.IsValid() && x.Compare(r.Last) <= 0 && x.Less(got); x = x.Next() {
 				if FamilyOf(x) == FamilyOf(got) && a.ips[x] == nil && !(p.AvoidBuggyIPs && isBuggy(x)) {

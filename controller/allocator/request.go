@@ -3,6 +3,8 @@ package allocator
 import (
 	"fmt"
 	"net/netip"
+	"slices"
+	"strings"
 
 	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
 )
@@ -53,8 +55,9 @@ type Request struct {
 	DualStack DualStack
 	// IPs are requested addresses, at most one per family.
 	IPs []netip.Addr
-	// Pool is a requested pool name, or "".
-	Pool string
+	// Pools are the requested pools (portico.dev/address-pool), at most one per family: each
+	// address comes from the one holding its family. None: any pool that serves the Service.
+	Pools []string
 	// Selected names the pools with a serviceAllocation that selects this Service. Pools
 	// without a serviceAllocation serve every Service.
 	Selected []string
@@ -84,6 +87,7 @@ const (
 	SharingConflict         Reason = porticov1.ReasonSharingConflict
 	FamilyUnavailable       Reason = porticov1.ReasonFamilyUnavailable
 	NotAllowedByPool        Reason = porticov1.ReasonNotAllowedByPool
+	PoolsOfOneFamily        Reason = porticov1.ReasonPoolsOfOneFamily
 )
 
 // Error is a failed allocation: a reason and a message for a person.
@@ -101,11 +105,27 @@ func fail(reason Reason, format string, args ...any) *Error {
 // Assignment is what a Service holds.
 type Assignment struct {
 	IPs []netip.Addr
-	// Pool the addresses belong to; "" when they are in no pool any more (orphaned).
-	Pool string
+	// Pools are the pools the addresses belong to, one per address: a dual-stack Service may
+	// take each family from another pool. "" for an address in no pool any more (orphaned).
+	Pools []string
 	// SharingKey the addresses are held under ("": not shared).
 	SharingKey string
 }
 
-// Orphaned reports whether the addresses are outside every pool.
-func (a Assignment) Orphaned() bool { return len(a.IPs) > 0 && a.Pool == "" }
+// Pool names the pools the addresses belong to, once each, in the addresses' order and joined
+// by commas ("v4pool,v6pool"; pool names hold no comma): what allocated-from-pool says. ""
+// when every address is orphaned.
+func (a Assignment) Pool() string { return joinPools(a.Pools) }
+
+func joinPools(pools []string) string {
+	var names []string
+	for _, p := range pools {
+		if p != "" && !slices.Contains(names, p) {
+			names = append(names, p)
+		}
+	}
+	return strings.Join(names, ",")
+}
+
+// Orphaned reports whether an address is outside every pool.
+func (a Assignment) Orphaned() bool { return slices.Contains(a.Pools, "") }

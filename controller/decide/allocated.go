@@ -37,10 +37,14 @@ func allocatedCondition(svc *corev1.Service, o outcome) metav1.Condition {
 		c.Status, c.Reason, c.Message = metav1.ConditionFalse, "Error", o.err.Error()
 	case o.asg.Orphaned():
 		c.Status, c.Reason = metav1.ConditionTrue, porticov1.ReasonOrphanedIP
-		c.Message = fmt.Sprintf("%s is in no IPAddressPool any more; it stays assigned until the Service is deleted or asks for another address", andAddrs(o.asg.IPs))
+		orphans, pooled := splitOrphans(o.asg)
+		c.Message = fmt.Sprintf("%s is in no IPAddressPool any more; it stays assigned until the Service is deleted or asks for another address", andAddrs(orphans.IPs))
+		if len(pooled.IPs) > 0 {
+			c.Message += "; " + fromPools(pooled)
+		}
 	default:
 		c.Status, c.Reason = metav1.ConditionTrue, porticov1.ReasonAllocated
-		c.Message = fmt.Sprintf("%s from pool %s", andAddrs(o.asg.IPs), o.asg.Pool)
+		c.Message = fromPools(o.asg)
 	}
 	return c
 }

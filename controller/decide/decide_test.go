@@ -29,7 +29,8 @@ import (
 //	pool <name> <entry>... [hold=<d>] [probing=disabled]
 //	                                    an IPAddressPool (added or replaced), hold: its addressHold,
 //	                                    probing: its conflictProbing; prints Services moved
-//	service <name>... [ip=<a>] [pool=<p>] [share=<key>] [port=<PROTO/n>] [type=<t>] [finalizer=<f>] [writing=<a>] [brief]
+//	service <name>... [ip=<a>] [pool=<p>] [share=<key>] [port=<PROTO/n>] [type=<t>] [finalizer=<f>] [writing=<a>]
+//	        [families=4,6] [policy=single|prefer|require] [metallb-pool=<p>] [brief]
 //	                                    create or edit Services in namespace default, and decide each;
 //	                                    writing: a write of ours listing <a> is still on its way
 //	reconcile <name>...                 decide again, nothing changed (a retry)
@@ -141,7 +142,8 @@ func (w *world) run(t *testing.T, d *datadriven.TestData) {
 				w.svcs["default/"+name] = svc
 				w.uids++
 			}
-			for key, ann := range map[string]string{"ip": porticov1.AnnotationLoadBalancerIPs, "pool": porticov1.AnnotationAddressPool, "share": porticov1.AnnotationAllowSharedIP} {
+			for key, ann := range map[string]string{"ip": porticov1.AnnotationLoadBalancerIPs, "pool": porticov1.AnnotationAddressPool, "share": porticov1.AnnotationAllowSharedIP,
+				"metallb-pool": porticov1.MetalLBAddressPool[0]} {
 				if v := arg(key); v != "" {
 					metav1.SetMetaDataAnnotation(&svc.ObjectMeta, ann, v)
 				}
@@ -151,6 +153,16 @@ func (w *world) run(t *testing.T, d *datadriven.TestData) {
 				var n int32
 				fmt.Sscan(port, &n)
 				svc.Spec.Ports = []corev1.ServicePort{{Protocol: corev1.Protocol(proto), Port: n}}
+			}
+			if fams := arg("families"); fams != "" { // 4,6 or 6,4 or 6
+				svc.Spec.IPFamilies = nil
+				for _, f := range strings.Split(fams, ",") {
+					svc.Spec.IPFamilies = append(svc.Spec.IPFamilies, map[string]corev1.IPFamily{"4": corev1.IPv4Protocol, "6": corev1.IPv6Protocol}[f])
+				}
+			}
+			if policy := arg("policy"); policy != "" { // single, prefer, require
+				svc.Spec.IPFamilyPolicy = ptr.To(map[string]corev1.IPFamilyPolicy{"single": corev1.IPFamilyPolicySingleStack,
+					"prefer": corev1.IPFamilyPolicyPreferDualStack, "require": corev1.IPFamilyPolicyRequireDualStack}[policy])
 			}
 			if typ := arg("type"); typ != "" {
 				svc.Spec.Type = corev1.ServiceType(typ)

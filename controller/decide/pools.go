@@ -39,7 +39,7 @@ func (b *Book) PoolFacts(pool string) PoolFacts {
 		}
 	}
 	for svc, p := range b.orphanOf {
-		if p == pool {
+		if slices.Contains(strings.Split(p, ","), pool) {
 			f.Orphans = append(f.Orphans, svc)
 		}
 	}

@@ -3,6 +3,7 @@ package decide
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -78,10 +79,11 @@ func buildRequest(svc *corev1.Service, selected []string) (allocator.Request, er
 		req.SharingKey = v
 	}
 	if name, v, ok := annotation(svc, porticov1.AnnotationAddressPool, porticov1.MetalLBAddressPool); ok {
-		if v == "" {
-			return req, &annotationError{fmt.Sprintf("%s is empty; name an IPAddressPool", name)}
+		pools, err := requestedPools(name, v)
+		if err != nil {
+			return req, err
 		}
-		req.Pool = v
+		req.Pools = pools
 	}
 	ips, err := requestedIPs(svc)
 	req.IPs = ips
@@ -92,6 +94,29 @@ func buildRequest(svc *corev1.Service, selected []string) (allocator.Request, er
 		}
 	}
 	return req, err
+}
+
+// requestedPools reads the address-pool annotation (Portico's or MetalLB's spelling): one pool,
+// or two separated by a comma, one per family ("v4pool,v6pool").
+func requestedPools(name, v string) ([]string, error) {
+	if strings.TrimSpace(v) == "" {
+		return nil, &annotationError{fmt.Sprintf("%s is empty; name an IPAddressPool", name)}
+	}
+	var pools []string
+	for _, p := range strings.Split(v, ",") {
+		p = strings.TrimSpace(p)
+		switch {
+		case p == "":
+			return nil, &annotationError{fmt.Sprintf("%s: %q names an empty pool", name, v)}
+		case slices.Contains(pools, p):
+			return nil, &annotationError{fmt.Sprintf("%s: %q names pool %s twice", name, v, p)}
+		}
+		pools = append(pools, p)
+	}
+	if len(pools) > 2 {
+		return nil, &annotationError{fmt.Sprintf("%s: %q names %d pools; name one, or two (one per family: an IPv4 pool and an IPv6 pool)", name, v, len(pools))}
+	}
+	return pools, nil
 }
 
 // requestedIPs reads the loadBalancerIPs annotation, or else the deprecated

@@ -2,6 +2,7 @@ package decide
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -50,7 +51,11 @@ func FuzzBuildRequest(f *testing.F) {
 			}
 			return
 		}
-		if pool == "" || req.Pool != pool || req.SharingKey != key {
+		named := strings.Split(pool, ",") // one pool or two, each trimmed
+		for i := range named {
+			named[i] = strings.TrimSpace(named[i])
+		}
+		if pool == "" || !slices.Equal(req.Pools, named) || len(req.Pools) > 2 || req.SharingKey != key {
 			t.Fatalf("pool %q key %q became %+v", pool, key, req)
 		}
 		if len(req.IPs) == 0 || len(req.IPs) > 2 || len(req.Families) != len(req.IPs) {

@@ -3,6 +3,7 @@ package decide
 import (
 	"net/netip"
 	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -128,11 +129,11 @@ func (rd Ready) Apply(want *corev1.Service) {
 			want.Status.LoadBalancer.Ingress = append(want.Status.LoadBalancer.Ingress,
 				corev1.LoadBalancerIngress{IP: ip.String(), IPMode: ptr.To(corev1.LoadBalancerIPModeVIP)})
 		}
-		if rd.asg.Pool != "" {
+		if rd.asg.Pool() != "" {
 			if want.Annotations == nil {
 				want.Annotations = map[string]string{}
 			}
-			want.Annotations[porticov1.AnnotationAllocatedFromPool] = rd.asg.Pool
+			want.Annotations[porticov1.AnnotationAllocatedFromPool] = rd.asg.Pool()
 		} else if len(rd.asg.IPs) == 0 {
 			delete(want.Annotations, porticov1.AnnotationAllocatedFromPool)
 		} // an orphaned address keeps naming the pool it came from
@@ -186,7 +187,7 @@ func allocate(b *Book, in Seen) outcome {
 		delete(b.waiting, key)
 	}
 	if o.asg.Orphaned() {
-		b.orphanOf[key] = svc.Annotations[porticov1.AnnotationAllocatedFromPool]
+		b.orphanOf[key] = orphanedFrom(o.asg, svc.Annotations[porticov1.AnnotationAllocatedFromPool])
 	} else {
 		delete(b.orphanOf, key)
 	}
@@ -197,10 +198,10 @@ func allocate(b *Book, in Seen) outcome {
 		// Under its new key the addresses may be shared by Services waiting for one.
 		o.freedIn = append(o.freedIn, b.poolsContaining(o.asg.IPs)...)
 	}
-	if changed && before.Pool != "" {
-		o.freedIn = append(o.freedIn, before.Pool)
+	if changed {
+		o.freedIn = appendPools(o.freedIn, before.Pool())
 	}
-	o.pools = appendPools(o.pools, before.Pool, o.asg.Pool)
+	o.pools = appendPools(o.pools, before.Pool(), o.asg.Pool())
 	o.pools = append(o.pools, b.waiting[key].pools...)
 	if changed {
 		// Overlapping pools count an address in each pool that contains it, not only in the
@@ -235,14 +236,35 @@ func release(b *Book, key string, listed []netip.Addr, goneAt time.Time) []strin
 	}
 	orphanPool := b.orphanOf[key]
 	delete(b.orphanOf, key)
-	return append(appendPools(left, held.Pool, orphanPool), b.poolsContaining(held.IPs)...)
+	return append(appendPools(left, held.Pool(), orphanPool), b.poolsContaining(held.IPs)...)
 }
 
+// appendPools appends the pools names name: each is a pool, or a Service's pools as
+// allocated-from-pool lists them ("v4pool,v6pool"), or "".
 func appendPools(pools []string, names ...string) []string {
 	for _, n := range names {
-		if n != "" {
-			pools = append(pools, n)
+		for _, p := range strings.Split(n, ",") {
+			if p != "" {
+				pools = append(pools, p)
+			}
 		}
 	}
 	return pools
+}
+
+// orphanedFrom names the pools an orphaned address came from, as allocated-from-pool (written
+// before it was orphaned) lists them: when it names a pool per address, only those of the
+// orphaned ones (a dual-stack Service's IPv6 pool lost its range, its IPv4 one did not).
+func orphanedFrom(asg allocator.Assignment, written string) string {
+	names := strings.Split(written, ",")
+	if len(names) != len(asg.IPs) || len(names) < 2 {
+		return written
+	}
+	var lost []string
+	for i, p := range asg.Pools {
+		if p == "" {
+			lost = append(lost, names[i])
+		}
+	}
+	return strings.Join(lost, ",")
 }

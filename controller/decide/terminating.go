@@ -28,7 +28,7 @@ func keep(b *Book, in Seen) outcome {
 	var o outcome
 	o.asg, _ = b.alloc.Assignment(key)
 	// No longer waiting: the pools it waited on count one Service fewer.
-	o.pools = appendPools(b.waiting[key].pools, o.asg.Pool)
+	o.pools = appendPools(b.waiting[key].pools, o.asg.Pool())
 	delete(b.waiting, key)
 	o.freedIn = b.holdLeaving(key, b.dropLeaving(key), listed, o.asg.IPs)
 	o.pools = append(o.pools, o.freedIn...)

@@ -1,7 +1,6 @@
 package sim
 
 import (
-	"cmp"
 	"fmt"
 	"maps"
 	"net/netip"
@@ -188,7 +187,7 @@ func (w *world) checkQuiet() {
 	}
 	oracle.Rebuild(stored, false)
 	slices.SortFunc(without, func(a, b *corev1.Service) int {
-		return cmp.Or(a.CreationTimestamp.Compare(b.CreationTimestamp.Time), cmp.Compare(a.Name, b.Name))
+		return decide.OlderFirst(a.CreationTimestamp.Time, a.Namespace+"/"+a.Name, b.CreationTimestamp.Time, b.Namespace+"/"+b.Name)
 	})
 	for _, svc := range without {
 		in := decide.Seen{Key: svc.Namespace + "/" + svc.Name, Svc: svc, Ours: true}

@@ -37,6 +37,10 @@ type Options struct {
 	// AddressHolds gives pool home an addressHold: a deleted Service's address is kept for it,
 	// across a replica's restart too (the pool reconciler writes the holds in its status).
 	AddressHolds bool
+	// DualPools adds pool home-v6 (IPv6) beside the IPv4 pools: some Services are dual-stack and
+	// take each family from another pool, automatically, by naming both pools or by asking for
+	// an address of each; users edit home-v6 too.
+	DualPools bool
 	// Transcript records every step (slower): for a replay.
 	Transcript bool
 }

@@ -24,6 +24,7 @@ var (
 	simFind  = flag.String("sim.find", "", "count only violations whose message matches this regular expression (SIM_FIND)")
 	simShare = flag.Bool("sim.sharing-edits", false, "users edit sharing keys too (SIM_SHARING_EDITS; off in CI, docs/reliability.md)")
 	simHolds = flag.Bool("sim.holds", false, "pool home keeps deleted Services' addresses for them (SIM_HOLDS)")
+	simDual  = flag.Bool("sim.dual-pools", false, "dual-stack Services take each family from another pool (SIM_DUAL_POOLS)")
 	simOld   = flag.String("sim.old", "", "run the controller before a fix (SIM_OLD): rule (the conflict rule), lease (no lease check) or both")
 	simBug   = flag.String("sim.bug", "", "run the controller with a seeded bug (SIM_BUG): outside-pools, repack or no-retry")
 )
@@ -32,7 +33,7 @@ var (
 const simGC = 300
 
 func options() Options {
-	return Options{NoLeaseCheck: *simOld == "lease" || *simOld == "both", SharingKeyEdits: *simShare, AddressHolds: *simHolds,
+	return Options{NoLeaseCheck: *simOld == "lease" || *simOld == "both", SharingKeyEdits: *simShare, AddressHolds: *simHolds, DualPools: *simDual,
 		Bugs: seeded.Bugs{OldConflictRule: *simOld == "rule" || *simOld == "both", RequestedOutsidePools: *simBug == "outside-pools",
 			Repack: *simBug == "repack", NoRetryOnRelease: *simBug == "no-retry"}}
 }
@@ -172,20 +173,43 @@ func TestSeededBugs(t *testing.T) {
 // TestSimulateWithAddressHolds: the invariants hold with pool home keeping deleted Services'
 // addresses (its addressHold), on 200 fixed seeds; some of them end holds.
 func TestSimulateWithAddressHolds(t *testing.T) {
-	ended := 0
-	for seed := range uint64(200) {
-		res := Run(seed+1, Options{AddressHolds: true, Transcript: true})
-		if res.Violation != "" {
-			t.Fatalf("seed %d: %s\n%s", res.Seed, res.Violation, Head(res.Transcript, 40, 60))
-		}
-		for _, line := range res.Transcript {
-			if strings.Contains(line, "ends holds") {
-				ended++
-			}
-		}
-	}
+	ended := simulateFixed(t, Options{AddressHolds: true}, func(line string) bool { return strings.Contains(line, "ends holds") })
 	if ended == 0 {
 		t.Error("no seed ended a hold: the option holds nothing")
 	}
 	t.Logf("%d holds ended over 200 seeds", ended)
+}
+
+// TestSimulateDualPools: the invariants hold with dual-stack Services taking each family from
+// another pool (an IPv4 pool and pool home-v6), on 200 fixed seeds; some Services get both.
+func TestSimulateDualPools(t *testing.T) {
+	split := simulateFixed(t, Options{DualPools: true}, func(line string) bool {
+		// No pool has both families: an ingress listing both took them from two pools.
+		_, ingress, ok := strings.Cut(line, " lands on ")
+		return ok && strings.Contains(ingress, "10.0.") && strings.Contains(ingress, "2001:db8::")
+	})
+	if split == 0 {
+		t.Error("no Service was given addresses from two pools: the option splits nothing")
+	}
+	t.Logf("%d status writes listed addresses from two pools over 200 seeds", split)
+}
+
+// simulateFixed runs seeds 1 to 200 with opts, fails on the first violation, and returns how
+// many transcript lines counted (the option did something).
+func simulateFixed(t *testing.T, opts Options, counts func(line string) bool) int {
+	t.Helper()
+	opts.Transcript = true
+	n := 0
+	for seed := range uint64(200) {
+		res := Run(seed+1, opts)
+		if res.Violation != "" {
+			t.Fatalf("seed %d: %s\n%s", res.Seed, res.Violation, Head(res.Transcript, 40, 60))
+		}
+		for _, line := range res.Transcript {
+			if counts(line) {
+				n++
+			}
+		}
+	}
+	return n
 }

@@ -33,6 +33,9 @@ func (w *world) workload() {
 	if w.chance(0.5) {
 		w.after(0, nil, func() { a.setPool("extra", "10.0.1.1-10.0.1.3") })
 	}
+	if w.opts.DualPools {
+		w.after(0, nil, func() { a.setPool("home-v6", "2001:db8::1-2001:db8::4") })
+	}
 	services := 4 + w.rng.IntN(8)
 	for i := range services {
 		w.after(w.between(0, 20*time.Second), nil, func() { a.createService(w.newService(i)) })
@@ -89,7 +92,37 @@ func (w *world) newService(i int) *corev1.Service {
 	if w.chance(0.15) {
 		svc.Annotations[porticov1.AnnotationAddressPool] = w.poolName()
 	}
+	if w.opts.DualPools && w.chance(0.5) {
+		w.dualStack(svc)
+	}
 	return svc
+}
+
+// dualStack makes svc dual-stack (Options.DualPools), either family first, required or
+// preferred; it may name both pools or ask for an address of each.
+func (w *world) dualStack(svc *corev1.Service) {
+	svc.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol}
+	if w.chance(0.3) {
+		slices.Reverse(svc.Spec.IPFamilies)
+	}
+	policy := []corev1.IPFamilyPolicy{corev1.IPFamilyPolicyRequireDualStack, corev1.IPFamilyPolicyPreferDualStack}[w.rng.IntN(2)]
+	svc.Spec.IPFamilyPolicy = &policy
+	switch n := w.rng.IntN(10); {
+	case n < 3:
+		svc.Annotations[porticov1.AnnotationAddressPool] = w.dualPoolNames()
+	case n < 5:
+		svc.Annotations[porticov1.AnnotationLoadBalancerIPs] = w.address() + "," + w.address6()
+	}
+}
+
+// dualPoolNames names two pools, one per family mostly; sometimes two of one family (refused).
+func (w *world) dualPoolNames() string {
+	return []string{"home,home-v6", "home-v6,extra", "home-v6,home", "home,extra"}[w.rng.IntN(4)]
+}
+
+// address6 is an IPv6 address a user may ask for: in pool home-v6, or just outside.
+func (w *world) address6() string {
+	return fmt.Sprintf("2001:db8::%d", 1+w.rng.IntN(6))
 }
 
 // address is an address a user may ask for: in a pool, or just outside.
@@ -124,7 +157,11 @@ func (w *world) userAction() {
 	}
 	switch n := w.rng.IntN(100); {
 	case n < 15:
-		annotate("pool", porticov1.AnnotationAddressPool, []string{"", w.poolName()}[w.rng.IntN(2)])
+		pool := []string{"", w.poolName()}[w.rng.IntN(2)]
+		if w.opts.DualPools && w.chance(0.4) {
+			pool = w.dualPoolNames()
+		}
+		annotate("pool", porticov1.AnnotationAddressPool, pool)
 	case n < 30:
 		annotate("requested address", porticov1.AnnotationLoadBalancerIPs, []string{"", w.address()}[w.rng.IntN(2)])
 	case n < 40:
@@ -148,6 +185,10 @@ func (w *world) userAction() {
 	case n < 78:
 		a.dropFinalizers(key)
 	case n < 85:
+		if w.opts.DualPools && w.chance(0.5) {
+			a.setPool("home-v6", []string{"2001:db8::1-2001:db8::4", "2001:db8::1-2001:db8::2", "2001:db8::3-2001:db8::6"}[w.rng.IntN(3)])
+			return
+		}
 		a.setPool("home", []string{"10.0.0.1-10.0.0.6", "10.0.0.1-10.0.0.4", "10.0.0.3-10.0.0.8"}[w.rng.IntN(3)])
 	case n < 92:
 		if _, ok := a.pools["extra"]; ok && w.chance(0.5) {
@@ -176,6 +217,9 @@ func describe(svc *corev1.Service) string {
 		if v, ok := svc.Annotations[f.ann]; ok {
 			fmt.Fprintf(&b, " %s=%s", f.name, v)
 		}
+	}
+	if len(svc.Spec.IPFamilies) > 1 {
+		fmt.Fprintf(&b, " families=%v", svc.Spec.IPFamilies)
 	}
 	if len(svc.Finalizers) > 0 {
 		b.WriteString(" finalizer")

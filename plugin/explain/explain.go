@@ -162,8 +162,11 @@ func addressLayer(ctx context.Context, c client.Client, svc *corev1.Service) (la
 	for _, in := range svc.Status.LoadBalancer.Ingress {
 		ips = append(ips, in.IP)
 	}
-	poolName := svc.Annotations[porticov1.AnnotationAllocatedFromPool]
-	if poolName != "" {
+	// One pool, or two when a dual-stack Service took each family from another.
+	for _, poolName := range strings.Split(svc.Annotations[porticov1.AnnotationAllocatedFromPool], ",") {
+		if poolName == "" {
+			continue
+		}
 		var pool porticov1.IPAddressPool
 		switch found, err := get(ctx, c, client.ObjectKey{Name: poolName}, &pool); {
 		case err != nil:

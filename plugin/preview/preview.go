@@ -124,7 +124,7 @@ func show(a allocator.Assignment) string {
 	for i, ip := range a.IPs {
 		s[i] = ip.String()
 	}
-	pool := a.Pool
+	pool := a.Pool()
 	if pool == "" {
 		pool = "no pool"
 	}
