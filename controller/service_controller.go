@@ -164,10 +164,11 @@ func (r *ServiceReconciler) write(svc *corev1.Service, rd decide.Ready) {
 // allocations from one pool waiting together are one event on the pool (internal/events). nil
 // when the Service has no address from a pool the cache holds.
 func (r *ServiceReconciler) poolOf(svc *corev1.Service) runtime.Object {
-	name := svc.Annotations[porticov1.AnnotationAllocatedFromPool]
-	if name == "" {
+	names := porticov1.AllocatedFromPools(svc)
+	if len(names) == 0 {
 		return nil
 	}
+	name := names[0] // a dual-stack Service's second pool gets no events of its own
 	var pool porticov1.IPAddressPool
 	if found, err := get(context.Background(), r.reader, client.ObjectKey{Name: name}, &pool); err != nil || !found {
 		return nil

@@ -3,7 +3,6 @@ package rules
 import (
 	"net/netip"
 	"slices"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -37,7 +36,7 @@ func ParsePools(in []v1alpha1.IPAddressPool) (pools []Pool, problems []string) {
 // dual-stack Service took each family from another), otherwise the first pool (by name) that
 // contains it.
 func PoolOf(svc *corev1.Service, ip netip.Addr, pools []Pool) (*v1alpha1.IPAddressPool, bool) {
-	named := strings.Split(svc.Annotations[v1alpha1.AnnotationAllocatedFromPool], ",")
+	named := v1alpha1.AllocatedFromPools(svc)
 	var found *v1alpha1.IPAddressPool
 	for _, p := range pools {
 		if !slices.ContainsFunc(p.Ranges, func(r Range) bool { return r.Contains(ip) }) {

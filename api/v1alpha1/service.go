@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	"net/netip"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 )
@@ -17,6 +18,17 @@ func IngressAddrs(svc *corev1.Service) []netip.Addr {
 		}
 	}
 	return ips
+}
+
+// AllocatedFromPools reads the pools the controller wrote in AnnotationAllocatedFromPool: one,
+// or two ("v4pool,v6pool", in the addresses' order) when a dual-stack Service took each family
+// from another pool; none when it is not set.
+func AllocatedFromPools(svc *corev1.Service) []string {
+	v := svc.Annotations[AnnotationAllocatedFromPool]
+	if v == "" {
+		return nil
+	}
+	return strings.Split(v, ",")
 }
 
 // SameAddr reports whether s, an address as a status lists it (an Announcement's or a

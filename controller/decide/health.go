@@ -44,11 +44,20 @@ func healthConditions(svc *corev1.Service, f HealthFacts) []metav1.Condition {
 // its health conditions when any changed, and what the news desk, which tells a stored problem
 // only once it has lasted (on the Service, or on its pool when many share it), tells at now.
 func Health(svc *corev1.Service, f HealthFacts, desk *NewsDesk, now time.Time) (rd Ready, again time.Duration) {
-	news := desk.Review(svc.Namespace+"/"+svc.Name, svc.Annotations[porticov1.AnnotationAllocatedFromPool], svc.Status.Conditions, HealthConditionTypes, now)
+	// Problems many Services share are told on their (first) pool.
+	news := desk.Review(svc.Namespace+"/"+svc.Name, firstPool(svc), svc.Status.Conditions, HealthConditionTypes, now)
 	rd.Tell, rd.PoolTell, rd.Pools, again = news.Tell, news.Pool, news.Pools, news.Again
 	conds := healthConditions(svc, f)
 	if slices.ContainsFunc(conds, func(c metav1.Condition) bool { return conditionChanged(svc, c) }) {
 		rd.Conditions = conds
 	}
 	return rd, again
+}
+
+// firstPool is the pool a Service's (first) address came from, "" if none is written.
+func firstPool(svc *corev1.Service) string {
+	if pools := porticov1.AllocatedFromPools(svc); len(pools) > 0 {
+		return pools[0]
+	}
+	return ""
 }

@@ -163,10 +163,7 @@ func addressLayer(ctx context.Context, c client.Client, svc *corev1.Service) (la
 		ips = append(ips, in.IP)
 	}
 	// One pool, or two when a dual-stack Service took each family from another.
-	for _, poolName := range strings.Split(svc.Annotations[porticov1.AnnotationAllocatedFromPool], ",") {
-		if poolName == "" {
-			continue
-		}
+	for _, poolName := range porticov1.AllocatedFromPools(svc) {
 		var pool porticov1.IPAddressPool
 		switch found, err := get(ctx, c, client.ObjectKey{Name: poolName}, &pool); {
 		case err != nil:
