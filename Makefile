@@ -11,7 +11,7 @@ export CGO_ENABLED := 0
 export GOTOOLCHAIN := go1.27.3
 CONTROLLER_GEN := go tool controller-gen
 
-.PHONY: all generate manifests image controlplane cluster bench-cluster test lab-packages vulncheck bench bench-curve bench-l2 bench-memory bench-dataplane bench-bgp bench-scale chaos fuzz simulate demo build clean
+.PHONY: all generate manifests image controlplane cluster bench-cluster test lab-packages vulncheck bench bench-curve bench-l2 bench-memory bench-dataplane bench-bgp bench-scale bench-nodes chaos fuzz simulate demo build clean
 
 all: build
 
@@ -152,6 +152,18 @@ bench-scale: controlplane
 	@mkdir -p bin
 	PORTICO_BENCH_SCALE_SERVICES=$(BENCH_SCALE_SERVICES) PORTICO_BENCH_SCALE_NODES=$(BENCH_SCALE_NODES) PORTICO_BENCH_SCALE_OUT=$(CURDIR)/bin/bench-scale.md go test -count=1 -run '^$$' -bench '^BenchmarkSpeakerScale$$' -benchtime 1x -timeout 120m ./e2e/
 	@cat bin/bench-scale.md
+
+## bench-nodes (BENCH_NODES, default 100,500,1000; BENCH_NODES_SERVICES, default 100): hollow
+## nodes against a real apiserver, first as kube-proxy (the floor), then as Portico's speakers (a
+## few real ones, the rest hollow: the speaker's watches and Lease): the apiserver's CPU and bytes
+## sent per idle minute, Service change, EndpointSlice change and node join; the report goes to
+## bin/bench-nodes.md (its section of BENCHMARKS.md).
+BENCH_NODES ?= 100,500,1000
+BENCH_NODES_SERVICES ?= 100
+bench-nodes: controlplane
+	@mkdir -p bin
+	PORTICO_BENCH_NODES=$(BENCH_NODES) PORTICO_BENCH_NODES_SERVICES=$(BENCH_NODES_SERVICES) PORTICO_BENCH_NODES_OUT=$(CURDIR)/bin/bench-nodes.md go test -count=1 -run '^$$' -bench '^BenchmarkNodes$$' -benchtime 1x -timeout 180m ./e2e/
+	@cat bin/bench-nodes.md
 
 ## bench-l2 (BENCH_L2_RUNS, default 11): L2 failover, dual answering after a partition, speaker memory and the detection
 ## trade-off, measured with real speakers in network namespaces (root); the report goes to
