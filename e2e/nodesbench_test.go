@@ -70,14 +70,12 @@ func BenchmarkNodes(b *testing.B) {
 				floor := measureSide(b, cp, kubeProxyFleet(), nodes, idle, rounds)
 				portico := measureSide(b, cp, speakerFleet(real), nodes, idle, rounds)
 				rep.add(b, n, floor, portico)
+				rep.save(b) // after each node count: a larger one may not hold on the machine
 				stopControlPlane(b, cp)
 			}
 		})
 	}
 	fmt.Print(rep.String())
-	if out := os.Getenv("PORTICO_BENCH_NODES_OUT"); out != "" {
-		must(b, os.WriteFile(out, []byte(rep.String()), 0o644))
-	}
 }
 
 func nodeCounts(b *testing.B, s string) []int {

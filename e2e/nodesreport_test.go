@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 )
@@ -40,4 +41,11 @@ func ratio(a, b float64) float64 {
 func (r *nodesReport) String() string {
 	return "| nodes | per | apiserver CPU, floor (ms) | speakers (ms) | × floor | bytes sent, floor (KiB) | speakers (KiB) | × floor | watch events, floor | speakers | writes, floor | speakers |\n" +
 		"|---|---|---|---|---|---|---|---|---|---|---|---|\n" + r.rows.String()
+}
+
+// save writes the table so far to PORTICO_BENCH_NODES_OUT, when set.
+func (r *nodesReport) save(b *testing.B) {
+	if out := os.Getenv("PORTICO_BENCH_NODES_OUT"); out != "" {
+		must(b, os.WriteFile(out, []byte(r.String()), 0o644))
+	}
 }
