@@ -5,6 +5,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/portico-lb/portico/speaker/plan"
 )
 
 // DefaultDrainGrace is how long a cordoned node advertises its routes with GRACEFUL_SHUTDOWN
@@ -21,23 +23,13 @@ type cordons struct {
 	wake  alarm // plans everything again when the next grace ends
 }
 
-// observe stamps each node seen cordoned for the first time with now and forgets the nodes no
-// longer cordoned; it returns the stamps (the plan only reads them).
+// observe stamps the nodes cordoned as plan.CordonedSince says and returns the stamps (the
+// plan only reads them).
 func (c *cordons) observe(nodes []corev1.Node, now time.Time) map[string]time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	seen := make(map[string]time.Time, len(c.since))
-	for i := range nodes {
-		if n := &nodes[i]; n.Spec.Unschedulable {
-			since, ok := c.since[n.Name]
-			if !ok {
-				since = now
-			}
-			seen[n.Name] = since
-		}
-	}
-	c.since = seen
-	return seen
+	c.since = plan.CordonedSince(c.since, nodes, now)
+	return c.since
 }
 
 // wakeAt has fire called at t (the plan's ReplanAt), replacing the wake-up set before; a zero t

@@ -4,6 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/portico-lb/portico/internal/events"
+	"github.com/portico-lb/portico/speaker/plan"
 )
 
 // Metrics are the speaker's Prometheus series (portico_ prefix).
@@ -21,11 +22,11 @@ type Metrics struct {
 	keyChanges     prometheus.Counter
 	reconcile      prometheus.Histogram
 	probes         *prometheus.CounterVec // self-check outcomes (selfcheck.go)
-	bgpStop        *prometheus.GaugeVec   // what a stop would do with the BGP routes (bgpstop.go)
+	bgpStop        *prometheus.GaugeVec   // what a stop would do with the BGP routes (shutdown.go)
 	events         events.Metrics
-	// handoffs and handoffEntries are the hand-off's (handoffs.go).
-	handoffs       prometheus.Counter
-	handoffEntries prometheus.Gauge
+	// takeovers and takeoversHeld are the hand-off's (takeovers.go).
+	takeovers     prometheus.Counter
+	takeoversHeld prometheus.Gauge
 	// flowShares, flowsShared and flowsListed are flow sharing's (flowshare.go).
 	flowShares  *prometheus.CounterVec
 	flowsShared prometheus.Counter
@@ -64,9 +65,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.bgpStop = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "portico_bgp_stop_keeps_routes",
 		Help: "1 when a stop of this speaker now is a restart whose BGP routes the routers keep (graceful restart), 0 when it withdraws them at once; reason says why (restart, cordoned, not-ready, excluded, node-deleting, node-leaving, node-gone)."},
 		[]string{"reason"})
-	m.handoffs = prometheus.NewCounter(prometheus.CounterOpts{Name: "portico_l2_handoffs_total",
+	m.takeovers = prometheus.NewCounter(prometheus.CounterOpts{Name: "portico_l2_handoffs_total",
 		Help: "Addresses this node took over while their previous owner's node stayed, whose flows it hands off to that node."})
-	m.handoffEntries = prometheus.NewGauge(prometheus.GaugeOpts{Name: "portico_l2_handoff_entries",
+	m.takeoversHeld = prometheus.NewGauge(prometheus.GaugeOpts{Name: "portico_l2_handoff_entries",
 		Help: "Addresses whose flows this node hands off to their previous owner now."})
 	m.flowShares = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "portico_bgp_flow_shares_total",
 		Help: "Times this node asked the members to share their flows around a change of its place in its addresses' ECMP sets (a drain, an uncordon: before it, right after it and once more a moment later), by result: complete (every ack came) or incomplete (it went ahead after waiting)."},
@@ -76,7 +77,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.flowsListed = prometheus.NewCounter(prometheus.CounterOpts{Name: "portico_bgp_flows_listed_total",
 		Help: "Flows other members hold that this node listed, to hand them off to their holder if they reach it."})
 	reg.MustRegister(m.requests, m.replies, m.gratuitous, m.ownerChanges, m.failover, m.announced, m.membersLost, m.reconcile,
-		m.membersRefused, m.keys, m.keyChanges, m.handoffs, m.handoffEntries, m.bgpStop, m.flowShares, m.flowsShared, m.flowsListed)
+		m.membersRefused, m.keys, m.keyChanges, m.takeovers, m.takeoversHeld, m.bgpStop, m.flowShares, m.flowsShared, m.flowsListed)
 	m.probes = newProbeCounter(reg)
 	m.events = events.NewMetrics(reg)
 	return m
@@ -100,13 +101,13 @@ func RegisterHeartbeatRefusals(reg prometheus.Registerer, refused func() map[str
 }
 
 // bgpStopping records what a stop does (or would do now) with the BGP routes.
-func (m *Metrics) bgpStopping(stop bgpStop) {
+func (m *Metrics) bgpStopping(stop plan.Stop) {
 	keep := 0.0
-	if stop.keep {
+	if stop.Keep {
 		keep = 1
 	}
 	m.bgpStop.Reset()
-	m.bgpStop.WithLabelValues(stop.reason).Set(keep)
+	m.bgpStop.WithLabelValues(stop.Reason).Set(keep)
 }
 
 // RegisterHandoffCounts registers the hand-off's kernel counters, read at each scrape: the

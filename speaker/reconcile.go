@@ -36,7 +36,11 @@ func (s *Speaker) reconcile(ctx context.Context) {
 	l2Touched, bgpTouched := s.answerer.touched(ch, p), s.advertiser.touched(ch, p)
 	touched := slices.Concat(l2Touched, bgpTouched)
 	s.guard(touched, p, true) // before the first answer or route
-	s.handOff(ctx, l2Touched) // before the first answer: the first packets find their way
+	if s.takeovers != nil {   // before the first answer: the first packets find their way
+		subnets, _ := s.ownSubnets()
+		steps := s.planner.Takeovers(s.takeovers.held, l2Touched, subnets, time.Now(), s.takeovers.times)
+		s.takeovers.apply(steps, func() { s.replanAll("handoff-linger") })
+	}
 	mine := s.answerer.apply(p, l2Touched, s.joined.Swap(false))
 	if lostAt != 0 && s.answerer.gained(p, mine) > 0 {
 		// Set has sent the first gratuitous frames when it returns.
@@ -69,7 +73,7 @@ func (s *Speaker) reconcile(ctx context.Context) {
 	slices.Sort(problems)
 	s.reporter.report(reconciled{plan: p, problems: problems, answered: s.answerer.ifaces, interfaces: s.Announce.Interfaces(),
 		subnets: s.subnetStrings(), mine: mine, routed: routed, prefixes: ch.Prefixes(), all: ch.All, sessions: s.BGP.States(),
-		handoffs: s.handoffs.status(), flowShare: s.flowShare})
+		takeovers: s.takeovers.status(), flowShare: s.flowShare})
 }
 
 // replan brings the plan up to date: the addresses whose holders changed and the changed

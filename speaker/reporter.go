@@ -94,7 +94,7 @@ type reconciled struct {
 	prefixes     []netip.Prefix
 	all          bool
 	sessions     map[string]plan.SessionState
-	handoffs     []v1alpha1.Handoff
+	takeovers    []v1alpha1.Handoff
 	flowShare    *v1alpha1.FlowShare
 }
 
@@ -120,7 +120,7 @@ func (r *reporter) report(rc reconciled) {
 	rep.Status.BGP = status.BGPPeers(rc.plan.BGP, rc.sessions) // its routes are listed when it is written
 	rep.Status.Interfaces, rep.Status.OmittedInterfaces = interfaceStatus(rc.interfaces)
 	rep.Status.Subnets = rc.subnets
-	rep.Status.Handoffs = rc.handoffs
+	rep.Status.Handoffs = rc.takeovers
 	rep.Status.FlowShare = rc.flowShare
 	rep.StrictARP = strictARPCondition(rc.interfaces, "/proc/sys")
 	select {

@@ -48,7 +48,7 @@ type Speaker struct {
 	DataPath *metav1.Condition
 	// Handoff passes the flows of addresses this node took over to their previous owner for
 	// HandoffGrace after the move, and for HandoffLinger after that owner answers again
-	// (handoffs.go; zero: DefaultHandoffLinger); nil: none.
+	// (takeovers.go; zero: DefaultHandoffLinger); nil: none.
 	Handoff       Handoff
 	HandoffGrace  time.Duration
 	HandoffLinger time.Duration
@@ -87,7 +87,7 @@ type Speaker struct {
 	LeaseNamespace string
 	LeaseRenew     time.Duration
 	// DaemonSet names the speakers' DaemonSet, read at shutdown: deleted, it is an uninstall,
-	// whose BGP routes are withdrawn at once (bgpstop.go); zero: not read.
+	// whose BGP routes are withdrawn at once (shutdown.go); zero: not read.
 	DaemonSet types.NamespacedName
 	// WatchLinks follows this node's links for the subnets it can answer on (subnets.go);
 	// false (a recording Announcer) reports none, and the others take it to answer anywhere.
@@ -97,7 +97,7 @@ type Speaker struct {
 	answerer   *answerer
 	advertiser *advertiser
 	reporter   *reporter
-	handoffs   *handoffs
+	takeovers  *takeovers
 
 	kick       chan struct{}
 	cause      atomic.Value // string: why the next reconcile runs
@@ -153,7 +153,7 @@ func (s *Speaker) Start(ctx context.Context) error {
 	s.joinedAt.Store(s.startedAt.UnixNano())
 	s.kick = make(chan struct{}, 1)
 	s.reporter = newReporter(s)
-	s.handoffs = newHandoffs(s.Handoff, s.HandoffGrace, cmp.Or(s.HandoffLinger, DefaultHandoffLinger))
+	s.takeovers = newTakeovers(s.Handoff, plan.TakeoverTimes{Grace: s.HandoffGrace, Linger: cmp.Or(s.HandoffLinger, DefaultHandoffLinger)}, s.Log, s.Metrics)
 	s.answerer = &answerer{announce: s.Announce, node: s.Node, metrics: s.Metrics, log: s.Log, tell: s.reporter,
 		owned: map[netip.Addr]plan.Claim{}}
 	s.advertiser = &advertiser{router: s.BGP, node: s.Node, log: s.Log, tell: s.reporter, trigger: s.trigger, standing: plan.UnknownStanding,
@@ -249,30 +249,6 @@ func (s *Speaker) trigger(cause string) {
 	case s.kick <- struct{}{}:
 	default:
 	}
-}
-
-func (s *Speaker) shutdown() {
-	// BGP first: for good, routers drop this node's routes as soon as they get the withdrawals
-	// and the NOTIFICATION that closes each session; for a restart they keep them (bgpstop.go).
-	stop := s.stopBGP()
-	// Silent first, then the goodbye, then the sockets closed: closing them takes milliseconds
-	// (Responder.Silence), and the others take over as soon as they hear the goodbye.
-	s.Announce.Silence()
-	if err := s.Group.Leave(time.Second); err != nil {
-		s.Log.Error(err, "leaving the gossip group")
-	}
-	if err := s.Announce.Close(); err != nil {
-		s.Log.Error(err, "closing responders")
-	}
-	s.reporter.unlistL2()
-	s.dropLease()
-	s.endHandoff(stop)
-	if s.Guard != nil {
-		if err := s.Guard.Close(); err != nil {
-			s.Log.Error(err, "removing the forwarding guard")
-		}
-	}
-	s.Log.Info("stopped answering and left the group")
 }
 
 // joinPeers contacts the nodes whose speakers are not members, at their InternalIP; wait makes

@@ -38,6 +38,7 @@ import (
 	"github.com/portico-lb/portico/speaker/kubeapi"
 	"github.com/portico-lb/portico/speaker/l2"
 	"github.com/portico-lb/portico/speaker/membership"
+	"github.com/portico-lb/portico/speaker/plan"
 	"github.com/portico-lb/portico/speaker/selfcheck"
 	"github.com/portico-lb/portico/speaker/status"
 )
@@ -109,7 +110,7 @@ func main() {
 	flag.BoolVar(&o.forwardGuard, "forward-guard", true,
 		"drop packets to the addresses this node announces that nothing on the node translated (nftables table inet portico; needs CAP_NET_ADMIN), so that clients arriving before the service proxy's rule connect on their next retransmission instead of being routed back out")
 	flag.StringVar(&o.daemonSet, "daemonset", "", "the speakers' DaemonSet in --namespace, read when this speaker stops: gone or being deleted (an uninstall), the BGP routes are withdrawn at once rather than left to the routers' graceful restart; empty: not read")
-	flag.DurationVar(&o.handoffGrace, "l2-handoff-grace", speaker.DefaultHandoffGrace,
+	flag.DurationVar(&o.handoffGrace, "l2-handoff-grace", plan.DefaultHandoffGrace,
 		"for this long after taking an L2 address over from a node that stays up, pass the packets of connections this node has no state for (opened through that node) on to that node, so they survive the move (nftables table inet portico-handoff, a policy-routing rule and table; needs CAP_NET_ADMIN); 0 switches it off and removes what an earlier run left")
 	flag.DurationVar(&o.handoffLinger, "l2-handoff-linger", speaker.DefaultHandoffLinger,
 		"after the node an L2 address was taken from answers for it again, go on passing the flows handed off to it for this long: clients that have not yet learnt the address's new MAC (those that ignore gratuitous ARP/NA until their next neighbour probe) still send here")

@@ -68,33 +68,8 @@ func (s *L2Scenario) Run(d *datadriven.TestData) error {
 		for _, a := range d.CmdArgs {
 			s.Nodes[a.Key] = &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: a.Key, Labels: map[string]string{}}}
 		}
-	case "cordon", "uncordon":
-		n, ok := s.Nodes[name]
-		if !ok {
-			return fmt.Errorf("no node %q", name)
-		}
-		n.Spec.Unschedulable = d.Cmd == "cordon"
-	case "notready", "ready":
-		n, ok := s.Nodes[name]
-		if !ok {
-			return fmt.Errorf("no node %q", name)
-		}
-		n.Status.Conditions = nil
-		if d.Cmd == "notready" {
-			n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionFalse}}
-		}
-	case "label", "unlabel":
-		n, ok := s.Nodes[name]
-		if !ok {
-			return fmt.Errorf("no node %q", name)
-		}
-		for _, a := range args {
-			if d.Cmd == "unlabel" {
-				delete(n.Labels, a.Key)
-			} else {
-				n.Labels[a.Key] = strings.Join(a.Vals, ",")
-			}
-		}
+	case "cordon", "uncordon", "notready", "ready", "label", "unlabel", "ips":
+		return s.editNode(d.Cmd, name, args)
 	case "pool":
 		p := &v1alpha1.IPAddressPool{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labelsArg(args, "labels")}}
 		for _, r := range Bare(args) {
@@ -102,27 +77,7 @@ func (s *L2Scenario) Run(d *datadriven.TestData) error {
 		}
 		s.Pools[name] = p
 	case "l2adv":
-		ad := &v1alpha1.L2Advertisement{ObjectMeta: metav1.ObjectMeta{Name: name}}
-		for _, p := range valsArg(args, "pools") {
-			ad.Spec.IPAddressPools = append(ad.Spec.IPAddressPools, v1alpha1.Name(p))
-		}
-		for _, ifc := range valsArg(args, "interfaces") {
-			ad.Spec.Interfaces = append(ad.Spec.Interfaces, v1alpha1.InterfaceName(ifc))
-		}
-		ad.Spec.IPAddressPoolSelectors = selectorArg(args, "pool-labels")
-		ad.Spec.NodeSelectors = selectorArg(args, "node-labels")
-		ad.Spec.ServiceSelectors = selectorArg(args, "service-labels")
-		for _, p := range valsArg(args, "preferred") {
-			label, weight, _ := strings.Cut(p, ":")
-			k, v, _ := strings.Cut(label, "=")
-			w, err := strconv.Atoi(weight)
-			if err != nil {
-				return fmt.Errorf("preferred %q: want label=value:weight", p)
-			}
-			ad.Spec.PreferredNodeSelectors = append(ad.Spec.PreferredNodeSelectors, v1alpha1.PreferredNodeSelector{
-				Weight: int32(w), Preference: metav1.LabelSelector{MatchLabels: map[string]string{k: v}}})
-		}
-		s.Ads[name] = ad
+		return s.putL2Adv(name, args)
 	case "service":
 		return s.putService(name, args)
 	case "endpoints":
@@ -142,29 +97,8 @@ func (s *L2Scenario) Run(d *datadriven.TestData) error {
 			return err
 		}
 		s.Clock = s.Clock.Add(by)
-	case "kill", "stop", "start", "partition":
-		if d.Cmd == "partition" {
-			clear(s.Side)
-		}
-		for _, a := range d.CmdArgs {
-			if _, ok := s.Nodes[a.Key]; !ok {
-				return fmt.Errorf("no node %q", a.Key)
-			}
-			switch d.Cmd {
-			case "kill": // SIGKILL: its Speaker status keeps what it answered for
-				s.Down[a.Key] = true
-			case "stop": // SIGTERM: its last status write lists no L2 address
-				s.Down[a.Key] = true
-				s.dropHeld(a.Key)
-			case "start":
-				delete(s.Down, a.Key)
-				s.Joined = s.Clock
-			case "partition":
-				s.Side[a.Key] = true
-			}
-		}
-	case "heal":
-		clear(s.Side)
+	case "kill", "stop", "start", "partition", "heal":
+		return s.speakers(d.Cmd, d.CmdArgs)
 	case "subnets":
 		return s.subnets(name, args)
 	case "plan":
@@ -174,6 +108,91 @@ func (s *L2Scenario) Run(d *datadriven.TestData) error {
 	default:
 		return fmt.Errorf("unknown command %q", d.Cmd)
 	}
+	return nil
+}
+
+// editNode changes node name: cordon, uncordon, notready, ready, label k=v..., unlabel k...,
+// ips A... (its InternalIP addresses).
+func (s *L2Scenario) editNode(cmd, name string, args []datadriven.CmdArg) error {
+	n, ok := s.Nodes[name]
+	if !ok {
+		return fmt.Errorf("no node %q", name)
+	}
+	switch cmd {
+	case "cordon", "uncordon":
+		n.Spec.Unschedulable = cmd == "cordon"
+	case "notready", "ready":
+		n.Status.Conditions = nil
+		if cmd == "notready" {
+			n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionFalse}}
+		}
+	case "label", "unlabel":
+		for _, a := range args {
+			if cmd == "unlabel" {
+				delete(n.Labels, a.Key)
+			} else {
+				n.Labels[a.Key] = strings.Join(a.Vals, ",")
+			}
+		}
+	case "ips":
+		n.Status.Addresses = nil
+		for _, ip := range Bare(args) {
+			if _, err := netip.ParseAddr(ip); err != nil {
+				return err
+			}
+			n.Status.Addresses = append(n.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: ip})
+		}
+	}
+	return nil
+}
+
+// speakers runs, stops or partitions the speakers of the nodes args name.
+func (s *L2Scenario) speakers(cmd string, args []datadriven.CmdArg) error {
+	if cmd == "partition" || cmd == "heal" {
+		clear(s.Side)
+	}
+	for _, a := range args {
+		if _, ok := s.Nodes[a.Key]; !ok {
+			return fmt.Errorf("no node %q", a.Key)
+		}
+		switch cmd {
+		case "kill": // SIGKILL: its Speaker status keeps what it answered for
+			s.Down[a.Key] = true
+		case "stop": // SIGTERM: its last status write lists no L2 address
+			s.Down[a.Key] = true
+			s.dropHeld(a.Key)
+		case "start":
+			delete(s.Down, a.Key)
+			s.Joined = s.Clock
+		case "partition":
+			s.Side[a.Key] = true
+		}
+	}
+	return nil
+}
+
+func (s *L2Scenario) putL2Adv(name string, args []datadriven.CmdArg) error {
+	ad := &v1alpha1.L2Advertisement{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	for _, p := range valsArg(args, "pools") {
+		ad.Spec.IPAddressPools = append(ad.Spec.IPAddressPools, v1alpha1.Name(p))
+	}
+	for _, ifc := range valsArg(args, "interfaces") {
+		ad.Spec.Interfaces = append(ad.Spec.Interfaces, v1alpha1.InterfaceName(ifc))
+	}
+	ad.Spec.IPAddressPoolSelectors = selectorArg(args, "pool-labels")
+	ad.Spec.NodeSelectors = selectorArg(args, "node-labels")
+	ad.Spec.ServiceSelectors = selectorArg(args, "service-labels")
+	for _, p := range valsArg(args, "preferred") {
+		label, weight, _ := strings.Cut(p, ":")
+		k, v, _ := strings.Cut(label, "=")
+		w, err := strconv.Atoi(weight)
+		if err != nil {
+			return fmt.Errorf("preferred %q: want label=value:weight", p)
+		}
+		ad.Spec.PreferredNodeSelectors = append(ad.Spec.PreferredNodeSelectors, v1alpha1.PreferredNodeSelector{
+			Weight: int32(w), Preference: metav1.LabelSelector{MatchLabels: map[string]string{k: v}}})
+	}
+	s.Ads[name] = ad
 	return nil
 }
 
