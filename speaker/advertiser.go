@@ -26,27 +26,14 @@ type advertiser struct {
 	problems []error           // what the latest Apply reported; a change after a problem applies every route
 }
 
-// touched are the addresses whose BGP claim the changes may start or stop.
-func (a *advertiser) touched(ch plan.Changes, p plan.Plan) []netip.Addr {
-	if ch.All {
-		return keysOf(p.Routed, a.routed)
+// apply hands the router the sessions and routes the plan's Step says (nil: nothing changed),
+// and then tells what changed of the addresses Step names.
+func (a *advertiser) apply(ctx context.Context, p plan.Plan, acts plan.Actions, cause string) {
+	if acts.BGP != nil {
+		a.problems = a.router.Apply(ctx, *acts.BGP)
 	}
-	return slices.Clone(ch.Routed)
-}
-
-// apply hands the sessions and the routes that changed to the Router (every route after a
-// problem), and returns the addresses whose BGP claim may have changed (touched, from touched).
-func (a *advertiser) apply(ctx context.Context, p plan.Plan, ch plan.Changes, touched []netip.Addr, cause string) []netip.Addr {
-	routed := touched
-	if ch.All || len(ch.Routes) > 0 || len(a.problems) > 0 {
-		d := p.BGP
-		if !ch.All && len(a.problems) == 0 {
-			d.Changed = ch.Routes // the routes compared; after a problem, every route
-		}
-		a.problems = a.router.Apply(ctx, d)
-	}
-	a.routesChanged(ctx, p.Routed, routed, cause)
-	return routed
+	a.routesChanged(ctx, p.Routed, acts.Routed, cause)
+	a.standing = acts.Standing
 }
 
 // routesChanged runs after the BGP routes were applied: for each address whose claim changed

@@ -26,20 +26,12 @@ type answerer struct {
 	problems []error                 // what the latest Set reported
 }
 
-// touched are the addresses whose L2 claim the changes may start or stop.
-func (a *answerer) touched(ch plan.Changes, p plan.Plan) []netip.Addr {
-	if ch.All {
-		return keysOf(p.Mine, a.owned)
-	}
-	return slices.Clone(ch.Mine)
-}
-
-// apply hands the L2 addresses to the announcer when they changed (touched, from touched), and
-// returns the addresses whose claim or interfaces changed; reannounce (a member joined) has
-// every address announced again.
-func (a *answerer) apply(p plan.Plan, touched []netip.Addr, reannounce bool) []netip.Addr {
-	changed := touched
-	if len(changed) > 0 || a.ifaces == nil {
+// apply hands the L2 addresses to the announcer when the plan's Step says so (they changed, or
+// were never handed), and returns the addresses whose claim or interfaces changed; it has every
+// address announced again when Step says so (a member joined).
+func (a *answerer) apply(p plan.Plan, acts plan.Actions) []netip.Addr {
+	changed := slices.Clone(acts.L2)
+	if acts.Answer {
 		want := make(l2.Want, len(p.Mine))
 		for ip, c := range p.Mine {
 			want[ip] = c.Interfaces
@@ -56,24 +48,12 @@ func (a *answerer) apply(p plan.Plan, touched []netip.Addr, reannounce bool) []n
 		slices.SortFunc(changed, netip.Addr.Compare)
 		changed = slices.Compact(changed)
 	}
-	if reannounce {
+	if acts.Reannounce {
 		// A partition healed (or a node came): another node may have answered for what this
 		// one kept, and clients keep that node's MAC while it still forwards their traffic.
 		a.announce.Reannounce()
 	}
 	return changed
-}
-
-// gained counts the addresses of changed this node starts answering for.
-func (a *answerer) gained(p plan.Plan, changed []netip.Addr) int {
-	n := 0
-	for _, ip := range changed {
-		_, had := a.owned[ip]
-		if _, now := p.Mine[ip]; now && !had {
-			n++
-		}
-	}
-	return n
 }
 
 // ownersChanged logs, counts and tells each address this node starts or stops answering for,

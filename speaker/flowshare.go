@@ -331,14 +331,11 @@ func (s *Speaker) listFlows(m flowMessage) {
 	}
 }
 
-// pruneFlowSlots gives back the hand-off's slots of node addresses no Node has any more
-// (plan.StaleSlots), so that they do not run out as nodes come and go. A slot that listed flows
-// still refer to stays until they expire, and goes at a later full plan.
-func (s *Speaker) pruneFlowSlots(nodes []corev1.Node) {
-	if s.Handoff == nil {
-		return
-	}
-	for _, via := range plan.StaleSlots(s.Handoff.Slots(), nodes) {
+// giveBackSlots gives back the hand-off's slots of node addresses no Node has any more (the
+// plan's Step: plan.StaleSlots), so that they do not run out as nodes come and go. A slot that
+// listed flows still refer to stays until they expire, and goes at a later full plan.
+func (s *Speaker) giveBackSlots(vias []netip.Addr) {
+	for _, via := range vias {
 		if err := s.Handoff.RemoveSlot(via); errors.Is(err, handoff.ErrEntriesLeft) {
 			s.Log.Error(err, "gave back the hand-off slot of a node address no Node has", "via", via)
 			continue

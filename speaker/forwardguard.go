@@ -2,8 +2,6 @@ package speaker
 
 import (
 	"net/netip"
-
-	"github.com/portico-lb/portico/speaker/plan"
 )
 
 // Guard keeps this node from routing the untranslated traffic of the addresses it announces
@@ -17,25 +15,17 @@ type Guard interface {
 	Close() error
 }
 
-// guard brings the Guard's addresses up to date for those of addrs the plan announces
-// (announced) or no longer announces (!announced); a failure is logged and changes nothing else.
-func (s *Speaker) guard(addrs []netip.Addr, p plan.Plan, announced bool) {
+// guard has the Guard take addrs (announced: before the node announces them) or let them go
+// (once withdrawn); a failure is logged and changes nothing else.
+func (s *Speaker) guard(addrs []netip.Addr, announced bool) {
 	if s.Guard == nil || len(addrs) == 0 {
 		return
-	}
-	var pick []netip.Addr
-	for _, ip := range addrs {
-		_, l2 := p.Mine[ip]
-		_, routed := p.Routed[ip]
-		if (l2 || routed) == announced {
-			pick = append(pick, ip)
-		}
 	}
 	update := s.Guard.Remove
 	if announced {
 		update = s.Guard.Add
 	}
-	if err := update(pick); err != nil {
-		s.Log.Error(err, "updating the forwarding guard", "addresses", len(pick))
+	if err := update(addrs); err != nil {
+		s.Log.Error(err, "updating the forwarding guard", "addresses", len(addrs))
 	}
 }

@@ -18,10 +18,9 @@ import (
 	"github.com/portico-lb/portico/speaker/plan"
 )
 
-// reconcile is one pass of the loop: it reads what changed from the cache, brings the plan up
-// to date, and hands it to the sides: the forwarding guard first, the L2 hand-off, the L2
-// answers, the flow sharing and the BGP routes, the guard again for what was withdrawn, and
-// the Speaker status last.
+// reconcile is one pass of the loop, raft's shape: it reads what changed and brings the plan up
+// to date (replan), has the plan decide what to do (Planner.Step), and the sides carry it out
+// (apply).
 func (s *Speaker) reconcile(ctx context.Context) {
 	start := time.Now()
 	defer func() { s.Metrics.reconcile.Observe(time.Since(start).Seconds()) }()
@@ -32,17 +31,44 @@ func (s *Speaker) reconcile(ctx context.Context) {
 		s.Log.Error(err, "reading the cache")
 		return
 	}
-	p := s.planner.Plan()
-	l2Touched, bgpTouched := s.answerer.touched(ch, p), s.advertiser.touched(ch, p)
-	touched := slices.Concat(l2Touched, bgpTouched)
-	s.guard(touched, p, true) // before the first answer or route
-	if s.takeovers != nil {   // before the first answer: the first packets find their way
-		subnets, _ := s.ownSubnets()
-		steps := s.planner.Takeovers(s.takeovers.held, l2Touched, subnets, time.Now(), s.takeovers.times)
-		s.takeovers.apply(steps, func() { s.replanAll("handoff-linger") })
+	in := plan.Pass{Changes: ch, Now: start, Joined: s.joined.Swap(false), ShareFlows: s.Handoff != nil && s.ShareFlows}
+	in.Subnets, _ = s.ownSubnets()
+	if s.takeovers != nil {
+		in.Handoff = &s.takeovers.times
 	}
-	mine := s.answerer.apply(p, l2Touched, s.joined.Swap(false))
-	if lostAt != 0 && s.answerer.gained(p, mine) > 0 {
+	acts := s.planner.Step(in, s.applied(ch.All))
+	s.apply(ctx, ch, acts, cause, lostAt)
+}
+
+// applied is what the sides hold, for the plan's Step; all: the hand-off's slots too.
+func (s *Speaker) applied(all bool) plan.Applied {
+	a := plan.Applied{Mine: s.answerer.owned, Answering: s.answerer.ifaces != nil, Routed: s.advertiser.routed,
+		Standing: s.advertiser.standing, BGPFailed: len(s.advertiser.problems) > 0}
+	if s.takeovers != nil {
+		a.Takeovers = s.takeovers.held
+	}
+	if all && s.Handoff != nil {
+		a.Slots = s.Handoff.Slots()
+	}
+	return a
+}
+
+// apply has the sides carry out one pass's actions in their order: the hand-off's slots given
+// back, the forwarding guard first, the hand-off's takeovers, the L2 answers, the flow sharing
+// and the BGP routes, the guard again for what was withdrawn, and the Speaker status last.
+func (s *Speaker) apply(ctx context.Context, ch plan.Changes, acts plan.Actions, cause string, lostAt int64) {
+	p := s.planner.Plan()
+	s.giveBackSlots(acts.GiveBack)
+	if acts.Stop != nil {
+		s.Metrics.bgpStopping(*acts.Stop)
+	}
+	s.cordons.wakeAt(acts.WakeAt, func() { s.replanAll(acts.WakeFor) })
+	s.guard(acts.GuardAdd, true) // before the first answer or route
+	if s.takeovers != nil {      // before the first answer: the first packets find their way
+		s.takeovers.apply(acts.Takeovers, func() { s.replanAll("handoff-linger") })
+	}
+	mine := s.answerer.apply(p, acts)
+	if lostAt != 0 && len(acts.Gained) > 0 {
 		// Set has sent the first gratuitous frames when it returns.
 		s.Metrics.failover.Observe(time.Since(time.Unix(0, lostAt)).Seconds())
 	}
@@ -51,17 +77,20 @@ func (s *Speaker) reconcile(ctx context.Context) {
 	// Before this node's place in its addresses' ECMP sets changes, and twice after it (the
 	// flows opened meanwhile, and those opened before the router applied it), the members
 	// share their flows (flowshare.go).
-	shared := plan.FlowsToShare(s.advertiser.standing, p.Standing, s.advertiser.routed, p.Routed)
-	if round := s.shareFlows(ctx, shared, "bgp-standing"); round != nil {
+	if round := s.shareFlows(ctx, acts.Share, "bgp-standing"); round != nil {
 		s.flowShare = round
 	}
-	routed := s.advertiser.apply(ctx, p, ch, bgpTouched, cause)
-	s.advertiser.standing = p.Standing
-	if len(shared) > 0 {
-		go s.shareFlowsAfterChange(ctx, shared)
+	s.advertiser.apply(ctx, p, acts, cause)
+	if len(acts.Share) > 0 {
+		go s.shareFlowsAfterChange(ctx, acts.Share)
 	}
-	s.planned.Store(true)      // after startedAt, which RoutesUp reads once it sees this
-	s.guard(touched, p, false) // once withdrawn
+	s.planned.Store(true)            // after startedAt, which RoutesUp reads once it sees this
+	s.guard(acts.GuardRemove, false) // once withdrawn
+	s.report(p, ch, acts, mine)
+}
+
+// report hands the reporter the Speaker status of a pass.
+func (s *Speaker) report(p plan.Plan, ch plan.Changes, acts plan.Actions, mine []netip.Addr) {
 	problems := slices.Clone(p.Problems)
 	for _, err := range append(slices.Clone(s.answerer.problems), s.advertiser.problems...) {
 		problems = append(problems, err.Error())
@@ -72,7 +101,7 @@ func (s *Speaker) reconcile(ctx context.Context) {
 	}
 	slices.Sort(problems)
 	s.reporter.report(reconciled{plan: p, problems: problems, answered: s.answerer.ifaces, interfaces: s.Announce.Interfaces(),
-		subnets: s.subnetStrings(), mine: mine, routed: routed, prefixes: ch.Prefixes(), all: ch.All, sessions: s.BGP.States(),
+		subnets: s.subnetStrings(), mine: mine, routed: acts.Routed, prefixes: ch.Prefixes(), all: ch.All, sessions: s.BGP.States(),
 		takeovers: s.takeovers.status(), flowShare: s.flowShare})
 }
 
@@ -89,10 +118,7 @@ func (s *Speaker) replan(ctx context.Context) (plan.Changes, error) {
 		if s.planner == nil {
 			s.planner = plan.NewPlanner(s.Node, s.LBClass)
 		}
-		ch := s.planner.Replan(w, s.Group.IsAlive)
-		s.wakeForReplan()
-		s.pruneFlowSlots(w.Nodes)
-		return ch, nil
+		return s.planner.Replan(w, s.Group.IsAlive), nil
 	}
 	var held plan.Changes
 	if reheld {
@@ -104,7 +130,6 @@ func (s *Speaker) replan(ctx context.Context) (plan.Changes, error) {
 		held = s.planner.Rehold(rules.HoldersOf(speakers.Items))
 	}
 	if len(keys) == 0 {
-		s.wakeForReplan()
 		return held, nil
 	}
 	svcs, eps, err := s.changedServices(ctx, keys)
@@ -117,15 +142,7 @@ func (s *Speaker) replan(ctx context.Context) (plan.Changes, error) {
 	slices.SortFunc(ch.Mine, netip.Addr.Compare)
 	ch.Mine = slices.Compact(ch.Mine)
 	ch.Problems = ch.Problems || held.Problems
-	s.wakeForReplan()
 	return ch, nil
-}
-
-// wakeForReplan plans everything again when the plan says it changes with nothing else
-// changing: a drain grace ends, or the cluster will have settled for balance.
-func (s *Speaker) wakeForReplan() {
-	p := s.planner.Plan()
-	s.cordons.wakeAt(p.ReplanAt, func() { s.replanAll(p.ReplanFor) })
 }
 
 // world lists everything the plan reads from the cache, and the BGPPeers' password Secrets.
@@ -147,7 +164,6 @@ func (s *Speaker) world(ctx context.Context) (plan.World, error) {
 			return w, err
 		}
 	}
-	s.noteBGPStop(nodes.Items)
 	// This node's subnets too come from its status, as the others read them (speakersHandler).
 	subnets := rules.SubnetsOf(speakers.Items)
 	names := make([]string, 0, len(speakers.Items))
@@ -187,19 +203,4 @@ func (s *Speaker) changedServices(ctx context.Context, keys []string) ([]corev1.
 		}
 	}
 	return svcs, eps, nil
-}
-
-// keysOf is every address of either map, sorted.
-func keysOf[A, B any](a map[netip.Addr]A, b map[netip.Addr]B) []netip.Addr {
-	out := make([]netip.Addr, 0, len(a)+len(b))
-	for ip := range a {
-		out = append(out, ip)
-	}
-	for ip := range b {
-		if _, dup := a[ip]; !dup {
-			out = append(out, ip)
-		}
-	}
-	slices.SortFunc(out, netip.Addr.Compare)
-	return out
 }

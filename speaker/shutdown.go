@@ -2,7 +2,9 @@ package speaker
 
 import (
 	"context"
+	"maps"
 	"net/netip"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -81,7 +83,7 @@ func (s *Speaker) stopBGP(stop plan.Stop) {
 	l, ok := s.BGP.(leaver)
 	if s.advertiser != nil && s.planner != nil && plan.StopShares(stop.Keep && ok, s.planner.Plan().BGP.Peers) {
 		// The withdrawal changes the ECMP sets as a drain does: the members share first.
-		s.shareFlows(context.Background(), keysOf(s.advertiser.routed, map[netip.Addr]bool(nil)), "stopping-"+stop.Reason)
+		s.shareFlows(context.Background(), slices.SortedFunc(maps.Keys(s.advertiser.routed), netip.Addr.Compare), "stopping-"+stop.Reason)
 	}
 	if !stop.Keep || !ok {
 		s.BGP.Close()
@@ -91,16 +93,4 @@ func (s *Speaker) stopBGP(stop plan.Stop) {
 	kept := l.Leave()
 	s.Log.Info("stopping for a restart: routers keep this node's BGP routes (graceful restart) until the next speaker refreshes them; sessions without graceful restart withdrawn",
 		"reason", stop.Reason, "kept", kept)
-}
-
-// noteBGPStop sets the metric that says what a stop now would do, from this node as the plan
-// reads it.
-func (s *Speaker) noteBGPStop(nodes []corev1.Node) {
-	var me *corev1.Node
-	for i := range nodes {
-		if nodes[i].Name == s.Node {
-			me = &nodes[i]
-		}
-	}
-	s.Metrics.bgpStopping(plan.StopOf(me, s.IgnoreExcludeLabel))
 }
