@@ -133,9 +133,9 @@ func startSimulation(b testing.TB, cp *controlplane.ControlPlane, n int, bgpMode
 		cfg.QPS = -1 // ctrl.GetConfig's setting in the speaker binary
 		cl, err := kubeapi.New(cfg)
 		must(b, err)
-		s := &speaker.Speaker{Node: name, LBClass: porticov1.DefaultLoadBalancerClass, Cache: c, Client: cl,
+		s := speaker.New(speaker.Options{Node: name, LBClass: porticov1.DefaultLoadBalancerClass, Cache: c, Client: cl,
 			MLPort: port, Announce: l2Side{rec}, BGP: bgpSide{rec},
-			Metrics: speaker.NewMetrics(reg), Log: logr.Discard()}
+			Metrics: speaker.NewMetrics(reg), Log: logr.Discard()})
 		// memberlist's LAN timing, not Portico's faster default: a hundred groups share two
 		// cores here, and a false member loss would move addresses (and their events), which
 		// is not the load one Service change causes.

@@ -110,6 +110,13 @@ func (s *Speaker) shareFlowsAfterChange(ctx context.Context, addrs []netip.Addr)
 	}
 }
 
+// flowSharing is the speaker's side of flow sharing: the rounds it awaits acks of, and the
+// latest round asked before a change, for the status (the loop's alone).
+type flowSharing struct {
+	rounds flowRounds
+	latest *v1alpha1.FlowShare
+}
+
 // flowRounds are the rounds this node asked for and still awaits acks of.
 type flowRounds struct {
 	mu     sync.Mutex
@@ -150,8 +157,8 @@ func (s *Speaker) shareFlows(ctx context.Context, addrs []netip.Addr, why string
 		return nil
 	}
 	start := time.Now()
-	round, r := s.flowRounds.open(start, members)
-	defer s.flowRounds.close(round)
+	round, r := s.flows.rounds.open(start, members)
+	defer s.flows.rounds.close(round)
 	ask := flowMessage{Kind: kindAsk, Round: round, Asker: s.Node, From: s.Node, Addrs: addrs, Members: members}
 	for _, m := range members {
 		if m == s.Node {
@@ -173,7 +180,7 @@ func (s *Speaker) shareFlows(ctx context.Context, addrs []netip.Addr, why string
 	case <-ctx.Done():
 		complete = false
 	}
-	missing := s.flowRounds.missing(r)
+	missing := s.flows.rounds.missing(r)
 	took := time.Since(start)
 	s.Metrics.flowShares.WithLabelValues(shareResult(complete)).Inc()
 	if !complete {
@@ -229,9 +236,9 @@ func shareResult(complete bool) string {
 
 // flowAck records an ack of round (an empty receiver: drop the member holder, unreachable).
 func (s *Speaker) flowAck(round uint64, receiver, holder string) {
-	s.flowRounds.mu.Lock()
-	defer s.flowRounds.mu.Unlock()
-	r := s.flowRounds.rounds[round]
+	s.flows.rounds.mu.Lock()
+	defer s.flows.rounds.mu.Unlock()
+	r := s.flows.rounds.rounds[round]
 	switch {
 	case r == nil: // late, or another life's
 	case receiver == "":

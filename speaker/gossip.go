@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -23,6 +24,14 @@ import (
 // refusalMemory is how long a refused member stays in the Speaker status after its last
 // refused message.
 const refusalMemory = 5 * time.Minute
+
+// gossipState is the speaker's part of the gossip group: which members it admits, and its keys.
+type gossipState struct {
+	synced     atomic.Bool // the cache has synced: Admit can check claims
+	joining    atomic.Bool // a join is on its way
+	refused    refusals
+	keyProblem string // why the memberlist Secret's keys were not applied; "" when they were
+}
 
 // refusal is a member the group refused: the name it claimed and where from.
 type refusal struct {
@@ -41,23 +50,23 @@ type refusals struct {
 // that Node's InternalIP addresses, so that a process elsewhere on the LAN (holding the gossip
 // key, or with gossip in clear) cannot take part in owner election as a node it is not.
 func (s *Speaker) Admit(name string, addr netip.Addr) error {
-	if !s.synced.Load() {
+	if !s.gossip.synced.Load() {
 		// Nodes are not known yet: refuse quietly; the first join after the sync admits them.
 		return fmt.Errorf("speaker %s is starting", s.Node)
 	}
 	err := s.checkClaim(name, addr)
-	s.refused.mu.Lock()
-	defer s.refused.mu.Unlock()
-	if s.refused.byName == nil {
-		s.refused.byName = map[string]refusal{}
+	s.gossip.refused.mu.Lock()
+	defer s.gossip.refused.mu.Unlock()
+	if s.gossip.refused.byName == nil {
+		s.gossip.refused.byName = map[string]refusal{}
 	}
-	before, had := s.refused.byName[name]
+	before, had := s.gossip.refused.byName[name]
 	if err == nil {
-		delete(s.refused.byName, name)
+		delete(s.gossip.refused.byName, name)
 		return nil
 	}
 	s.Metrics.membersRefused.Inc()
-	s.refused.byName[name] = refusal{addr: addr, reason: err.Error(), last: time.Now()}
+	s.gossip.refused.byName[name] = refusal{addr: addr, reason: err.Error(), last: time.Now()}
 	if !had || before.addr != addr || before.reason != err.Error() {
 		s.Log.Info("refused a gossip member", "claimed", name, "from", addr, "reason", err.Error())
 		s.trigger(causeStatus)
@@ -84,13 +93,13 @@ func (s *Speaker) checkClaim(name string, addr netip.Addr) error {
 // refusalProblems describes the members refused within refusalMemory, for the Speaker status,
 // and forgets older ones.
 func (s *Speaker) refusalProblems() []string {
-	s.refused.mu.Lock()
-	defer s.refused.mu.Unlock()
+	s.gossip.refused.mu.Lock()
+	defer s.gossip.refused.mu.Unlock()
 	var out []string
-	for _, name := range slices.Sorted(maps.Keys(s.refused.byName)) {
-		r := s.refused.byName[name]
+	for _, name := range slices.Sorted(maps.Keys(s.gossip.refused.byName)) {
+		r := s.gossip.refused.byName[name]
 		if time.Since(r.last) > refusalMemory {
-			delete(s.refused.byName, name)
+			delete(s.gossip.refused.byName, name)
 			continue
 		}
 		out = append(out, "gossip member refused: "+r.reason)
@@ -100,9 +109,9 @@ func (s *Speaker) refusalProblems() []string {
 
 // refusalsExpired reports whether a remembered refusal is older than refusalMemory.
 func (s *Speaker) refusalsExpired() bool {
-	s.refused.mu.Lock()
-	defer s.refused.mu.Unlock()
-	for _, r := range s.refused.byName {
+	s.gossip.refused.mu.Lock()
+	defer s.gossip.refused.mu.Unlock()
+	for _, r := range s.gossip.refused.byName {
 		if time.Since(r.last) > refusalMemory {
 			return true
 		}
@@ -158,11 +167,11 @@ func (s *Speaker) reloadKeys(ctx context.Context) {
 	if err != nil {
 		problem = err.Error() + " (the keys in use stay)"
 	}
-	if problem != s.keyProblem {
+	if problem != s.gossip.keyProblem {
 		if problem != "" {
 			s.Log.Info("memberlist keys not changed", "error", problem)
 		}
-		s.keyProblem = problem
+		s.gossip.keyProblem = problem
 		s.trigger(causeStatus)
 	}
 }

@@ -6,8 +6,16 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 )
+
+// health is what the probes read of the loop.
+type health struct {
+	loopAt    atomic.Int64 // unix nanos of the main loop's latest turn; 0 until it starts
+	startedAt time.Time    // when Start began (RoutesUp)
+	planned   atomic.Bool  // the first plan has been applied (RoutesUp)
+}
 
 // LoopStall is how long the main loop may go without turning before the liveness probe fails.
 // The loop turns at least every half second (the rejoin ticker); one reconcile takes
@@ -18,7 +26,7 @@ const LoopStall = 20 * time.Second
 // first gossip join is over, so the speaker answers for what it owns. A DaemonSet rollout waits
 // for it before it replaces the next node's speaker.
 func (s *Speaker) Ready(*http.Request) error {
-	if s.loopAt.Load() == 0 {
+	if s.health.loopAt.Load() == 0 {
 		return errors.New("starting: waiting for the first sync from the apiserver and the first gossip join")
 	}
 	return nil
@@ -35,10 +43,10 @@ const DefaultRoutesUpWait = 30 * time.Second
 // the check it did so before this node's sessions were back, and for a moment the routers had
 // no route to the Service at all (BENCHMARKS.md, bench-cluster).
 func (s *Speaker) RoutesUp(*http.Request) error {
-	if !s.planned.Load() {
+	if !s.health.planned.Load() {
 		return errors.New("starting: this node's routes are not planned yet")
 	}
-	if time.Since(s.startedAt) >= s.RoutesUpWait {
+	if time.Since(s.health.startedAt) >= s.RoutesUpWait {
 		return nil
 	}
 	var waiting []string
@@ -58,7 +66,7 @@ func (s *Speaker) RoutesUp(*http.Request) error {
 // Alive is the liveness check (/healthz): the main loop still turns. It passes while the speaker
 // starts (a slow apiserver is not a reason to restart it: readiness says it).
 func (s *Speaker) Alive(*http.Request) error {
-	at := s.loopAt.Load()
+	at := s.health.loopAt.Load()
 	if at == 0 {
 		return nil
 	}
@@ -69,4 +77,4 @@ func (s *Speaker) Alive(*http.Request) error {
 }
 
 // turned records that the main loop is alive.
-func (s *Speaker) turned() { s.loopAt.Store(time.Now().UnixNano()) }
+func (s *Speaker) turned() { s.health.loopAt.Store(time.Now().UnixNano()) }

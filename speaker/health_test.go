@@ -30,7 +30,7 @@ func TestProbes(t *testing.T) {
 	if err := s.Alive(nil); err != nil {
 		t.Errorf("not alive with the main loop turning: %v", err)
 	}
-	s.loopAt.Store(time.Now().Add(-LoopStall - time.Second).UnixNano())
+	s.health.loopAt.Store(time.Now().Add(-LoopStall - time.Second).UnixNano())
 	if err := s.Alive(nil); err == nil {
 		t.Errorf("alive with the main loop stalled for over %s", LoopStall)
 	}
@@ -47,11 +47,12 @@ func TestRoutesUp(t *testing.T) {
 	}
 	sessions := &bgp.Sessions{Log: logr.Discard()}
 	defer sessions.Close()
-	s := Speaker{BGP: sessions, RoutesUpWait: time.Hour, startedAt: time.Now()}
+	s := New(Options{BGP: sessions, RoutesUpWait: time.Hour})
+	s.health.startedAt = time.Now()
 	if err := s.RoutesUp(nil); err == nil {
 		t.Error("ready before the first plan")
 	}
-	s.planned.Store(true)
+	s.health.planned.Store(true)
 	pfx := netip.MustParsePrefix("203.0.113.10/32")
 	if errs := sessions.Apply(context.Background(), plan.BGP{Peers: map[string]plan.Peer{"idle": peer("idle")}}); len(errs) > 0 {
 		t.Fatal(errs)
@@ -67,7 +68,7 @@ func TestRoutesUp(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "tor at 127.0.0.1") || strings.Contains(err.Error(), "idle") {
 		t.Errorf("with tor down and carrying a route: %v, want it named alone", err)
 	}
-	s.startedAt = time.Now().Add(-time.Hour)
+	s.health.startedAt = time.Now().Add(-time.Hour)
 	if err := s.RoutesUp(nil); err != nil {
 		t.Errorf("still waiting after RoutesUpWait: %v", err)
 	}

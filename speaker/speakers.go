@@ -47,7 +47,7 @@ func (s *Speaker) speakersHandler() toolscache.ResourceEventHandlerFuncs {
 			case subnetsChanged:
 				s.replanAll("speakers")
 			case !slices.EqualFunc(l2Held(before), l2Held(after), sameHeld):
-				s.pending.reheld()
+				s.inbox.pending.reheld()
 				s.trigger("holders")
 			}
 		},

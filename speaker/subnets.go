@@ -60,8 +60,8 @@ func (s *Speaker) readSubnets(hold *l2.HoldDown) time.Time {
 		return time.Time{}
 	}
 	now, at := hold.Update(time.Now(), l2.Subnets(links), s.reportedSubnets())
-	if before := s.subnets.Load(); before == nil || !slices.Equal(*before, now) {
-		s.subnets.Store(&now)
+	if before := s.reads.subnets.Load(); before == nil || !slices.Equal(*before, now) {
+		s.reads.subnets.Store(&now)
 		s.Log.Info("subnets this node answers on", "subnets", now)
 		s.replanAll("links")
 	}
@@ -81,7 +81,7 @@ func (s *Speaker) reportedSubnets() []netip.Prefix {
 // subnetStrings are the subnets for the Speaker status: nil when they are not followed (a
 // recording Announcer), so the others take this node to answer anywhere.
 func (s *Speaker) subnetStrings() []string {
-	p := s.subnets.Load()
+	p := s.reads.subnets.Load()
 	if p == nil {
 		return nil
 	}
@@ -94,7 +94,7 @@ func (s *Speaker) subnetStrings() []string {
 
 // ownSubnets are this node's subnets as its links say, when they are followed.
 func (s *Speaker) ownSubnets() ([]netip.Prefix, bool) {
-	p := s.subnets.Load()
+	p := s.reads.subnets.Load()
 	if p == nil {
 		return nil, false
 	}

@@ -4,12 +4,25 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	toolscache "k8s.io/client-go/tools/cache"
 )
+
+// inbox is what the next pass plans, and why: the informers' handlers, the gossip group's
+// changes and the timers fill it (trigger, replanAll); the loop takes it.
+type inbox struct {
+	kick     chan struct{}
+	cause    atomic.Value // string: why the next reconcile runs
+	lostAt   atomic.Int64 // unix nanos of the latest member loss not yet acted upon
+	joined   atomic.Bool  // a member joined since the latest reconcile
+	joinedAt atomic.Int64 // unix nanos of the latest member's join, or this speaker's start (plan.World.MembersSince)
+	pending  pendingReplan
+}
 
 // pendingReplan is what the next reconcile plans again, collected between two reconciles: the
 // Services that changed (a Service or one of its EndpointSlices), or everything (any other
@@ -96,11 +109,11 @@ func (s *Speaker) changeHandler(obj runtime.Object) toolscache.ResourceEventHand
 		}
 		switch o := o.(type) {
 		case *corev1.Service:
-			s.pending.service(o.Namespace + "/" + o.Name)
+			s.inbox.pending.service(o.Namespace + "/" + o.Name)
 		case *discoveryv1.EndpointSlice:
-			s.pending.slice(o, gone)
+			s.inbox.pending.slice(o, gone)
 		default:
-			s.pending.everything()
+			s.inbox.pending.everything()
 		}
 		s.trigger("config")
 	}
@@ -118,6 +131,25 @@ func (s *Speaker) changeHandler(obj runtime.Object) toolscache.ResourceEventHand
 
 // replanAll has the next reconcile plan every Service.
 func (s *Speaker) replanAll(cause string) {
-	s.pending.everything()
+	s.inbox.pending.everything()
 	s.trigger(cause)
+}
+
+// alarm calls a function at a time, one at a time: each setting replaces the one before.
+type alarm struct {
+	mu    sync.Mutex
+	timer *time.Timer
+}
+
+// at has fire called at t, replacing the call set before; a zero t sets none.
+func (a *alarm) at(t time.Time, fire func()) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.timer != nil {
+		a.timer.Stop()
+		a.timer = nil
+	}
+	if !t.IsZero() {
+		a.timer = time.AfterFunc(time.Until(t), fire)
+	}
 }

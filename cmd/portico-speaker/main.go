@@ -177,14 +177,14 @@ func run(o options) error {
 	if o.daemonSet != "" && o.leaseNamespace == "" {
 		return fmt.Errorf("--daemonset %q needs --namespace (default $POD_NAMESPACE), where the DaemonSet is", o.daemonSet)
 	}
-	s := &speaker.Speaker{
+	s := speaker.New(speaker.Options{
 		Node: o.node, LBClass: o.lbClass, Cache: cache, Client: cl, MLPort: o.port,
 		Announce: l2.NewAnnouncer(log.WithName("l2"), metrics), BGP: bgpSide, Guard: fwd, DataPath: &dataPath,
 		Handoff: handing, HandoffGrace: o.handoffGrace, HandoffLinger: o.handoffLinger, HandoffMarks: marks, ShareFlows: o.shareFlows && byFlow, ShareFlowsLate: o.shareFlowsLate,
 		Metrics: metrics, Log: log, SelfCheck: o.selfCheck, Conflicts: o.conflicts, KeyRefresh: o.keyRefresh,
 		IgnoreExcludeLabel: o.ignoreExcludeLabel, IgnoreClassless: o.ignoreClassless, RoutesUpWait: o.routesUpWait,
 		DrainGrace: o.drainGrace, L2BalanceSettle: o.l2BalanceSettle, LeaseNamespace: o.leaseNamespace, LeaseRenew: o.leaseRenew, WatchLinks: true,
-	}
+	})
 	if o.daemonSet != "" {
 		s.DaemonSet = types.NamespacedName{Namespace: o.leaseNamespace, Name: o.daemonSet}
 	}

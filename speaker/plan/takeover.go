@@ -60,32 +60,7 @@ func (pl *Planner) Takeovers(held map[netip.Addr]Takeover, touched []netip.Addr,
 	}
 	byName, byIP := pl.fitNodeAddresses()
 	for ip, e := range held {
-		node, there := byIP[e.Via]
-		owner := pl.owners[ip]
-		switch {
-		case there && owner != "" && owner != node:
-			e.Node = node // adopted takeovers come without it
-			if owner != pl.me {
-				e.Back = time.Time{} // moved on to a third node: no linger to count
-			}
-			steps.Keep[ip] = e // taken back during the linger (Back kept): a new takeover below
-			continue
-		case there && owner == node:
-			if e.Back.IsZero() {
-				e.Back = now
-			}
-			if ends := e.Back.Add(t.Linger); now.Before(ends) {
-				if steps.LingerEnds.IsZero() || ends.Before(steps.LingerEnds) {
-					steps.LingerEnds = ends
-				}
-				steps.Keep[ip] = e
-				continue
-			}
-		}
-		if steps.End == nil {
-			steps.End = map[netip.Addr]Takeover{}
-		}
-		steps.End[ip] = e
+		pl.keepOrEnd(&steps, ip, e, byIP, now, t.Linger)
 	}
 	for _, ip := range gained {
 		prev := pl.previous[ip]
@@ -99,18 +74,49 @@ func (pl *Planner) Takeovers(held map[netip.Addr]Takeover, touched []netip.Addr,
 		}
 		via, ok := NodeAddressFor(ip, ips, subnets)
 		if !ok {
-			if steps.NoAddress == nil {
-				steps.NoAddress = map[netip.Addr]string{}
-			}
-			steps.NoAddress[ip] = prev
+			steps.NoAddress = mapWith(steps.NoAddress, ip, prev)
 			continue
 		}
-		if steps.Start == nil {
-			steps.Start = map[netip.Addr]Takeover{}
-		}
-		steps.Start[ip] = Takeover{Via: via, Node: prev, Until: now.Add(t.Grace)}
+		steps.Start = mapWith(steps.Start, ip, Takeover{Via: via, Node: prev, Until: now.Add(t.Grace)})
 	}
 	return steps
+}
+
+// keepOrEnd puts takeover e of ip in steps: kept (as it is now), or ended; byIP are the fit
+// nodes' addresses.
+func (pl *Planner) keepOrEnd(steps *TakeoverSteps, ip netip.Addr, e Takeover, byIP map[netip.Addr]string, now time.Time, linger time.Duration) {
+	node, there := byIP[e.Via]
+	owner := pl.owners[ip]
+	switch {
+	case there && owner != "" && owner != node:
+		e.Node = node // adopted takeovers come without it
+		if owner != pl.me {
+			e.Back = time.Time{} // moved on to a third node: no linger to count
+		}
+		steps.Keep[ip] = e // taken back during the linger (Back kept): a new takeover follows
+		return
+	case there && owner == node:
+		if e.Back.IsZero() {
+			e.Back = now
+		}
+		if ends := e.Back.Add(linger); now.Before(ends) {
+			if steps.LingerEnds.IsZero() || ends.Before(steps.LingerEnds) {
+				steps.LingerEnds = ends
+			}
+			steps.Keep[ip] = e
+			return
+		}
+	}
+	steps.End = mapWith(steps.End, ip, e)
+}
+
+// mapWith is m with k set to v, made when nil.
+func mapWith[V any](m map[netip.Addr]V, k netip.Addr, v V) map[netip.Addr]V {
+	if m == nil {
+		m = map[netip.Addr]V{}
+	}
+	m[k] = v
+	return m
 }
 
 // fitNodeAddresses are the InternalIPs of each Node that is neither NotReady nor without its
