@@ -19,19 +19,19 @@ import (
 )
 
 // Speaker is one node's speaker: the loop that turns the cluster's objects and the gossip
-// group's members into a plan (package plan) and drives the sides that carry it out: the L2
-// side (answerer: ARP/NDP), the BGP side (advertiser: the sessions and routes) and the
-// reporting (reporter: the Speaker status and the events). A change to Services or their
-// EndpointSlices plans those Services again (Planner.Update), any other watched change and
-// every membership change the whole plan; changes arriving together are planned in one pass
-// (reconcile.go).
+// group's members into a plan and the plan's actions (package plan), and the sides that carry
+// them out: the forwarding guard, the hand-off's takeovers, the L2 side (answerer: ARP/NDP),
+// flow sharing, the BGP side (advertiser: the sessions and routes) and the reporting (reporter:
+// the Speaker status and the events). A change to Services or their EndpointSlices plans those
+// Services again (Planner.Update), any other watched change and every membership change the
+// whole plan; changes arriving together are planned in one pass (reconcile.go).
 type Speaker struct {
 	Options
 	// Group is the gossip group, started with the Speaker's Admit, Resumed and FlowMessage
 	// before Start.
 	Group *membership.Group
 
-	inbox   inbox         // what the next pass plans, and why (watch.go)
+	inbox   inbox         // what the next pass plans, and why (inbox.go)
 	reads   reads         // what the plan reads besides the cache: Secrets, VRFs, cordons, links (world.go)
 	planner *plan.Planner // made by the first pass
 	// The sides that carry the plan's actions out, made by Start.
@@ -184,21 +184,6 @@ func (s *Speaker) membershipChanged(ch membership.Change) {
 	s.Metrics.membersLost.Inc()
 	s.inbox.lostAt.CompareAndSwap(0, ch.At.UnixNano())
 	s.replanAll("member-lost")
-}
-
-func (s *Speaker) trigger(cause string) {
-	s.reporter.stir()
-	if cause == causeStatus {
-		cause = "" // only the status changes: whatever cause is pending stays
-	}
-	// member-lost wins over a config cause queued before it, so failovers are counted as such.
-	if prev, _ := s.inbox.cause.Load().(string); cause != "" && (prev != "member-lost" || cause == "member-lost") {
-		s.inbox.cause.Store(cause)
-	}
-	select {
-	case s.inbox.kick <- struct{}{}:
-	default:
-	}
 }
 
 // joinPeers contacts the nodes whose speakers are not members, at their InternalIP; wait makes

@@ -7,10 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	toolscache "k8s.io/client-go/tools/cache"
 )
 
 // inbox is what the next pass plans, and why: the informers' handlers, the gossip group's
@@ -100,32 +97,19 @@ func (p *pendingReplan) slicesOf(key string) []string {
 	return slices.Sorted(maps.Keys(p.slices[key]))
 }
 
-// changeHandler is the informer handler for obj's kind: Services and EndpointSlices name the
-// Service that changed, every other kind asks for a whole plan.
-func (s *Speaker) changeHandler(obj runtime.Object) toolscache.ResourceEventHandlerFuncs {
-	note := func(o any, gone bool) {
-		if t, ok := o.(toolscache.DeletedFinalStateUnknown); ok {
-			o = t.Obj
-		}
-		switch o := o.(type) {
-		case *corev1.Service:
-			s.inbox.pending.service(o.Namespace + "/" + o.Name)
-		case *discoveryv1.EndpointSlice:
-			s.inbox.pending.slice(o, gone)
-		default:
-			s.inbox.pending.everything()
-		}
-		s.trigger("config")
+// trigger wakes the loop for a pass; cause says why (causeStatus: only the status changes).
+func (s *Speaker) trigger(cause string) {
+	s.reporter.stir()
+	if cause == causeStatus {
+		cause = "" // only the status changes: whatever cause is pending stays
 	}
-	switch obj.(type) {
-	case *corev1.Service, *discoveryv1.EndpointSlice:
+	// member-lost wins over a config cause queued before it, so failovers are counted as such.
+	if prev, _ := s.inbox.cause.Load().(string); cause != "" && (prev != "member-lost" || cause == "member-lost") {
+		s.inbox.cause.Store(cause)
+	}
+	select {
+	case s.inbox.kick <- struct{}{}:
 	default:
-		note = func(any, bool) { s.replanAll("config") }
-	}
-	return toolscache.ResourceEventHandlerFuncs{
-		AddFunc:    func(o any) { note(o, false) },
-		UpdateFunc: func(old, o any) { note(old, true); note(o, false) },
-		DeleteFunc: func(o any) { note(o, true) },
 	}
 }
 

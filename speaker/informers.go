@@ -3,10 +3,45 @@ package speaker
 import (
 	"slices"
 
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
 	toolscache "k8s.io/client-go/tools/cache"
 
 	"github.com/portico-lb/portico/api/v1alpha1"
 )
+
+// What the speaker watches through the cache's informers, and what it keeps of each object.
+
+// changeHandler is the informer handler for obj's kind: Services and EndpointSlices name the
+// Service that changed, every other kind asks for a whole plan.
+func (s *Speaker) changeHandler(obj runtime.Object) toolscache.ResourceEventHandlerFuncs {
+	note := func(o any, gone bool) {
+		if t, ok := o.(toolscache.DeletedFinalStateUnknown); ok {
+			o = t.Obj
+		}
+		switch o := o.(type) {
+		case *corev1.Service:
+			s.inbox.pending.service(o.Namespace + "/" + o.Name)
+		case *discoveryv1.EndpointSlice:
+			s.inbox.pending.slice(o, gone)
+		default:
+			s.inbox.pending.everything()
+		}
+		s.trigger("config")
+	}
+	switch obj.(type) {
+	case *corev1.Service, *discoveryv1.EndpointSlice:
+	default:
+		note = func(any, bool) { s.replanAll("config") }
+	}
+	return toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { note(o, false) },
+		UpdateFunc: func(old, o any) { note(old, true); note(o, false) },
+		DeleteFunc: func(o any) { note(o, true) },
+	}
+}
 
 // What a speaker reads of the Speakers: the subnets the others answer on (subnets.go), and the
 // addresses every node answers for over L2 and since when, for the owner rule that keeps an
@@ -75,4 +110,30 @@ func l2Held(sp *v1alpha1.Speaker) []v1alpha1.Announcement {
 
 func sameHeld(a, b v1alpha1.Announcement) bool {
 	return a.IP == b.IP && a.Since.Equal(b.Since)
+}
+
+// TrimForCache drops what the speaker never reads from an object before the informer cache keeps
+// it: every object's managedFields and kubectl's last-applied-configuration annotation (a copy
+// of the whole object as applied, often most of a Service's size), and a Node's list of
+// container images (tens of KiB on a busy node), and all of a Speaker's status but its subnets and L2 addresses (trimSpeaker). Every speaker caches every Service and Node of
+// the cluster, so this is paid per object, on every node.
+func TrimForCache(obj any) (any, error) {
+	if m, err := meta.Accessor(obj); err == nil {
+		if m.GetManagedFields() != nil {
+			m.SetManagedFields(nil)
+		}
+		if a := m.GetAnnotations(); a != nil {
+			if _, ok := a[corev1.LastAppliedConfigAnnotation]; ok {
+				delete(a, corev1.LastAppliedConfigAnnotation)
+				m.SetAnnotations(a)
+			}
+		}
+	}
+	switch o := obj.(type) {
+	case *corev1.Node:
+		o.Status.Images = nil
+	case *v1alpha1.Speaker:
+		trimSpeaker(o)
+	}
+	return obj, nil
 }
