@@ -83,6 +83,22 @@ func main() {
 		return
 	}
 	var o options
+	bindFlags(&o)
+	bindMemberlistFlags(&o)
+	bindHandoffFlags(&o)
+	bindProbeFlags(&o)
+	logOpts := zap.Options{}
+	logOpts.BindFlags(flag.CommandLine)
+	flag.Parse()
+	logf.SetLogger(zap.New(zap.UseFlagOptions(&logOpts)))
+	if err := run(o); err != nil {
+		fmt.Fprintln(os.Stderr, "portico-speaker:", err)
+		os.Exit(1)
+	}
+}
+
+// bindFlags binds the speaker's general and BGP flags to o.
+func bindFlags(o *options) {
 	flag.StringVar(&o.node, "node-name", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME, from the downward API)")
 	flag.StringVar(&o.lbClass, "load-balancer-class", v1alpha1.DefaultLoadBalancerClass, "spec.loadBalancerClass handled besides no class")
 	flag.StringVar(&o.metricsAddr, "metrics-bind-address", ":7474", "address the Prometheus metrics endpoint binds to: a port alone binds to this node's address (the gossip's, see --memberlist-bind-address), 0.0.0.0:7474 or [::]:7474 to every interface; 0 disables it")
@@ -93,6 +109,17 @@ func main() {
 	flag.Int64Var(&o.bgpMemoryLimitMiB, "bgp-memory-limit-mib", 128, "without --bgp-socket the BGP side (GoBGP and BFD) runs in a child process, restarted when it fails; it is killed and restarted when its anonymous resident memory (heap and runtime, not the binary's pages) goes above this many MiB (0: no limit)")
 	flag.StringVar(&o.bgpSocket, "bgp-socket", "", "a unix socket (in a volume shared with the pod's bgp container) where the BGP side, run by the kubelet in a container of its own with its own memory limit (portico-speaker bgp-process --speaker-socket), connects; empty: the speaker runs it as its child process (--bgp-memory-limit-mib)")
 	flag.StringVar(&o.pprofAddr, "pprof-bind-address", "0", "address Go's /debug/pprof endpoints bind to, for memory and CPU profiles (a port alone: this node's address); 0 disables them")
+	flag.BoolVar(&o.ignoreExcludeLabel, "ignore-exclude-lb-label", false,
+		"announce from nodes labelled node.kubernetes.io/exclude-from-external-load-balancers too (single-node and control-plane-only clusters, whose nodes carry it)")
+	flag.BoolVar(&o.ignoreClassless, "ignore-classless", false,
+		"leave Services with no spec.loadBalancerClass to another load balancer, handling only --load-balancer-class (the controller needs the same flag)")
+	flag.BoolVar(&o.forwardGuard, "forward-guard", true,
+		"drop packets to the addresses this node announces that nothing on the node translated (nftables table inet portico; needs CAP_NET_ADMIN), so that clients arriving before the service proxy's rule connect on their next retransmission instead of being routed back out")
+	flag.StringVar(&o.daemonSet, "daemonset", "", "the speakers' DaemonSet in --namespace, read when this speaker stops: gone or being deleted (an uninstall), the BGP routes are withdrawn at once rather than left to the routers' graceful restart; empty: not read")
+}
+
+// bindMemberlistFlags binds the gossip group's flags to o.
+func bindMemberlistFlags(o *options) {
 	flag.StringVar(&o.bindAddr, "memberlist-bind-address", os.Getenv("HOST_IP"),
 		"address memberlist gossip binds to (UDP and TCP), one of this node's InternalIP addresses (default $HOST_IP, from the downward API's status.hostIP; when empty, the Node's first InternalIP)")
 	flag.IntVar(&o.port, "memberlist-port", 7946, "memberlist port, the same on every node")
@@ -103,13 +130,10 @@ func main() {
 	flag.DurationVar(&o.detection.ProbeTimeout, "memberlist-probe-timeout", membership.DefaultDetection.ProbeTimeout, "how long a probe waits for its answer")
 	flag.DurationVar(&o.detection.Heartbeat, "memberlist-heartbeat", membership.DefaultDetection.Heartbeat, "how often each member sends its two watchers (the members after it in name order) a heartbeat; one silent for two is checked at its kernel and found dead within about four, and its watchers tell every other member (0: memberlist's detection alone)")
 	flag.IntVar(&o.detection.SuspicionMult, "memberlist-suspicion-mult", membership.DefaultDetection.SuspicionMult, "a suspected member is declared dead after this many probe intervals (scaled by log10 of the group size)")
-	flag.BoolVar(&o.ignoreExcludeLabel, "ignore-exclude-lb-label", false,
-		"announce from nodes labelled node.kubernetes.io/exclude-from-external-load-balancers too (single-node and control-plane-only clusters, whose nodes carry it)")
-	flag.BoolVar(&o.ignoreClassless, "ignore-classless", false,
-		"leave Services with no spec.loadBalancerClass to another load balancer, handling only --load-balancer-class (the controller needs the same flag)")
-	flag.BoolVar(&o.forwardGuard, "forward-guard", true,
-		"drop packets to the addresses this node announces that nothing on the node translated (nftables table inet portico; needs CAP_NET_ADMIN), so that clients arriving before the service proxy's rule connect on their next retransmission instead of being routed back out")
-	flag.StringVar(&o.daemonSet, "daemonset", "", "the speakers' DaemonSet in --namespace, read when this speaker stops: gone or being deleted (an uninstall), the BGP routes are withdrawn at once rather than left to the routers' graceful restart; empty: not read")
+}
+
+// bindHandoffFlags binds the hand-off's and flow sharing's flags to o.
+func bindHandoffFlags(o *options) {
 	flag.DurationVar(&o.handoffGrace, "l2-handoff-grace", plan.DefaultHandoffGrace,
 		"for this long after taking an L2 address over from a node that stays up, pass the packets of connections this node has no state for (opened through that node) on to that node, so they survive the move (nftables table inet portico-handoff, a policy-routing rule and table; needs CAP_NET_ADMIN); 0 switches it off and removes what an earlier run left")
 	flag.DurationVar(&o.handoffLinger, "l2-handoff-linger", speaker.DefaultHandoffLinger,
@@ -122,6 +146,10 @@ func main() {
 		"how long after this node's BGP routes change for a drain or an uncordon the nodes share their flows a last time: connections opened before the routers applied the change are listed then; longer for routers slow to program their forwarding tables")
 	flag.UintVar(&o.handoffSlotMask, "handoff-slot-mask", uint(handoff.Defaults.SlotMask),
 		"the contiguous bits of the packet and connection mark that say which node a shared flow is passed on to (one value per node address, and policy-routing tables 3581 onwards); must not overlap kube-proxy's, the CNI's or a mesh's marks; 0 passes no flow on by flow (--bgp-share-flows has no effect)")
+}
+
+// bindProbeFlags binds the Lease's, the self-check's and the conflict probes' flags to o.
+func bindProbeFlags(o *options) {
 	flag.StringVar(&o.leaseNamespace, "namespace", os.Getenv("POD_NAMESPACE"),
 		"the speakers' namespace, where this speaker renews its Lease (default $POD_NAMESPACE, from the downward API); empty renews none")
 	flag.DurationVar(&o.leaseRenew, "lease-renew-interval", speaker.DefaultLeaseRenew,
@@ -135,14 +163,6 @@ func main() {
 		"how often the addresses pools hand out next are probed (ARP probe from 0.0.0.0, DAD-style NDP) for foreign hosts already using them; 0 switches it off")
 	flag.IntVar(&o.conflicts.Probes, "conflict-probe-count", o.conflicts.Probes, "probes per address per round (RFC 5227: 3)")
 	flag.DurationVar(&o.conflicts.Spacing, "conflict-probe-spacing", o.conflicts.Spacing, "time between two probes of one address, during which answers are collected")
-	logOpts := zap.Options{}
-	logOpts.BindFlags(flag.CommandLine)
-	flag.Parse()
-	logf.SetLogger(zap.New(zap.UseFlagOptions(&logOpts)))
-	if err := run(o); err != nil {
-		fmt.Fprintln(os.Stderr, "portico-speaker:", err)
-		os.Exit(1)
-	}
 }
 
 func run(o options) error {
@@ -165,13 +185,7 @@ func run(o options) error {
 	}
 	reg := newRegistry()
 	metrics := speaker.NewMetrics(reg)
-	// GoBGP runs in a child process: a panic or a hang there ends that process alone, and the
-	// ARP/NDP answers, which never depend on it, go on (docs/speaker-bgp.md).
-	bgpSide := &bgpproc.Supervisor{Log: log.WithName("bgp"), Command: bgpCommand(o.node, o.bgpMemoryLimitMiB),
-		MemoryLimit: o.bgpMemoryLimitMiB << 20, Socket: o.bgpSocket, Metrics: bgpproc.NewMetrics(reg)}
-	if o.bgpSocket != "" {
-		bgpSide.MemoryLimit = 0 // its container's limit, which the kernel enforces
-	}
+	bgpSide := newBGPSide(o, log, reg)
 	cache := kubeapi.NewCache(cl, speaker.TrimForCache)
 	handing, fwd, marks, byFlow, dataPath := openDataPath(o, log, reg)
 	if o.daemonSet != "" && o.leaseNamespace == "" {
@@ -188,28 +202,9 @@ func run(o options) error {
 	if o.daemonSet != "" {
 		s.DaemonSet = types.NamespacedName{Namespace: o.leaseNamespace, Name: o.daemonSet}
 	}
-	var keys membership.Keys
-	if o.secret != "" {
-		ns, name, ok := strings.Cut(o.secret, "/")
-		if !ok || ns == "" || name == "" {
-			return fmt.Errorf("--memberlist-secret %q: want namespace/name", o.secret)
-		}
-		s.KeySecret = &types.NamespacedName{Namespace: ns, Name: name}
-		// A missing Secret is an error rather than a silent fallback to clear text.
-		if o.createSecret {
-			sec, created, err := gossipkey.Ensure(context.Background(), cl, *s.KeySecret)
-			if err != nil {
-				return err
-			}
-			if created {
-				log.Info("created the memberlist key Secret", "secret", *s.KeySecret)
-			}
-			if keys, err = speaker.MemberlistKeys(sec); err != nil {
-				return err
-			}
-		} else if keys, err = speaker.ReadMemberlistKeys(context.Background(), cl, *s.KeySecret); err != nil {
-			return err
-		}
+	keys, err := memberlistKeys(o, cl, s, log)
+	if err != nil {
+		return err
 	}
 	s.Group, err = membership.Start(membership.Config{Name: o.node, BindAddr: bind.String(), BindPort: o.port, Keys: keys,
 		Detection: o.detection, Admit: s.Admit, Resumed: s.Resumed, Message: s.FlowMessage})
@@ -218,11 +213,61 @@ func run(o options) error {
 	}
 	speaker.RegisterHeartbeatRefusals(reg, s.Group.HeartbeatsRefused)
 	ctx := signals.SetupSignalHandler()
+	if err := serveEndpoints(ctx, o, log, bind, s, prometheus.Gatherers{reg, bgpSide}); err != nil {
+		return err
+	}
+	log.Info("starting", "memberlist", membership.HostPort(bind.String(), o.port), "detection", o.detection, "keys", keys.Count())
+	cache.Start(ctx)
+	// Start returns once the speaker has stopped answering and left the group.
+	return s.Start(ctx)
+}
+
+// newBGPSide supervises the BGP side. GoBGP runs in a child process (or a container of its own,
+// --bgp-socket): a panic or a hang there ends that process alone, and the ARP/NDP answers, which
+// never depend on it, go on (docs/speaker-bgp.md).
+func newBGPSide(o options, log logr.Logger, reg *prometheus.Registry) *bgpproc.Supervisor {
+	bgpSide := &bgpproc.Supervisor{Log: log.WithName("bgp"), Command: bgpCommand(o.node, o.bgpMemoryLimitMiB),
+		MemoryLimit: o.bgpMemoryLimitMiB << 20, Socket: o.bgpSocket, Metrics: bgpproc.NewMetrics(reg)}
+	if o.bgpSocket != "" {
+		bgpSide.MemoryLimit = 0 // its container's limit, which the kernel enforces
+	}
+	return bgpSide
+}
+
+// memberlistKeys reads the gossip keys from --memberlist-secret (made first with
+// --memberlist-create-secret), and names the Secret in s for its reloads; none: gossip in clear.
+func memberlistKeys(o options, cl *kubeapi.Client, s *speaker.Speaker, log logr.Logger) (membership.Keys, error) {
+	var keys membership.Keys
+	if o.secret == "" {
+		return keys, nil
+	}
+	ns, name, ok := strings.Cut(o.secret, "/")
+	if !ok || ns == "" || name == "" {
+		return keys, fmt.Errorf("--memberlist-secret %q: want namespace/name", o.secret)
+	}
+	s.KeySecret = &types.NamespacedName{Namespace: ns, Name: name}
+	// A missing Secret is an error rather than a silent fallback to clear text.
+	if !o.createSecret {
+		return speaker.ReadMemberlistKeys(context.Background(), cl, *s.KeySecret)
+	}
+	sec, created, err := gossipkey.Ensure(context.Background(), cl, *s.KeySecret)
+	if err != nil {
+		return keys, err
+	}
+	if created {
+		log.Info("created the memberlist key Secret", "secret", *s.KeySecret)
+	}
+	return speaker.MemberlistKeys(sec)
+}
+
+// serveEndpoints serves the metrics (of metrics), the probes (of s) and pprof, as the flags
+// say, until ctx ends.
+func serveEndpoints(ctx context.Context, o options, log logr.Logger, bind netip.Addr, s *speaker.Speaker, metrics prometheus.Gatherers) error {
 	for _, srv := range []struct {
 		name, addr string
 		mux        *http.ServeMux
 	}{
-		{"metrics", o.metricsAddr, metricsMux(prometheus.Gatherers{reg, bgpSide})},
+		{"metrics", o.metricsAddr, metricsMux(metrics)},
 		{"probes", o.probeAddr, probesMux(map[string]healthz.Checker{"main-loop": s.Alive}, map[string]healthz.Checker{"synced-and-joined": s.Ready, "bgp-sessions": s.RoutesUp})},
 		{"pprof", o.pprofAddr, pprofMux()},
 	} {
@@ -234,10 +279,7 @@ func run(o options) error {
 			return fmt.Errorf("%s server: %w", srv.name, err)
 		}
 	}
-	log.Info("starting", "memberlist", membership.HostPort(bind.String(), o.port), "detection", o.detection, "keys", keys.Count())
-	cache.Start(ctx)
-	// Start returns once the speaker has stopped answering and left the group.
-	return s.Start(ctx)
+	return nil
 }
 
 // bindAddress is where gossip binds: the flag's address, else the Node's first InternalIP. The

@@ -186,19 +186,10 @@ func Unmarshal(b []byte) (Packet, error) {
 	}
 	var auth AuthSection
 	if b[1]&flagAuth != 0 {
-		if n < PacketLen+2 {
-			return bad("length field %d with authentication, want at least %d", n, PacketLen+2)
+		var err error
+		if auth, err = unmarshalAuth(b, n); err != nil {
+			return Packet{}, err
 		}
-		auth.Type = AuthType(b[24])
-		if auth.Type != AuthKeyedSHA1 && auth.Type != AuthMeticulousKeyedSHA1 {
-			return bad("authentication type %v not supported", auth.Type)
-		}
-		if b[25] != sha1AuthLen || n != sha1PacketLen {
-			return bad("%v section of %d bytes in a packet of %d, want %d in %d", auth.Type, b[25], n, sha1AuthLen, sha1PacketLen)
-		}
-		auth.KeyID, auth.reserved = b[26], b[27]
-		auth.Sequence = binary.BigEndian.Uint32(b[28:])
-		copy(auth.Digest[:], b[32:sha1PacketLen])
 	} else if n < PacketLen {
 		return bad("length field %d, want at least %d", n, PacketLen)
 	}
@@ -230,6 +221,28 @@ func Unmarshal(b []byte) (Packet, error) {
 		return bad("your discriminator 0 in state %v", p.State)
 	}
 	return p, nil
+}
+
+// unmarshalAuth reads the authentication section of packet b, n bytes long by its length field.
+func unmarshalAuth(b []byte, n int) (AuthSection, error) {
+	var auth AuthSection
+	bad := func(format string, args ...any) (AuthSection, error) {
+		return AuthSection{}, fmt.Errorf("%w: %s", ErrMalformed, fmt.Sprintf(format, args...))
+	}
+	if n < PacketLen+2 {
+		return bad("length field %d with authentication, want at least %d", n, PacketLen+2)
+	}
+	auth.Type = AuthType(b[24])
+	if auth.Type != AuthKeyedSHA1 && auth.Type != AuthMeticulousKeyedSHA1 {
+		return bad("authentication type %v not supported", auth.Type)
+	}
+	if b[25] != sha1AuthLen || n != sha1PacketLen {
+		return bad("%v section of %d bytes in a packet of %d, want %d in %d", auth.Type, b[25], n, sha1AuthLen, sha1PacketLen)
+	}
+	auth.KeyID, auth.reserved = b[26], b[27]
+	auth.Sequence = binary.BigEndian.Uint32(b[28:])
+	copy(auth.Digest[:], b[32:sha1PacketLen])
+	return auth, nil
 }
 
 // String renders p for logs and transcripts.

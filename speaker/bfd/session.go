@@ -168,21 +168,8 @@ func (s *Session) sending() bool {
 // nothing and comes back as a Discard saying why.
 func (s *Session) Receive(now time.Time, p Packet) (Output, *Discard) {
 	s.forgetSeq(now)
-	if p.YourDiscriminator != 0 && p.YourDiscriminator != s.myDisc {
-		return Output{}, discard("discriminator", "your discriminator %d is not this session's", p.YourDiscriminator)
-	}
-	// A packet with Your Discriminator 0 is matched by its source address and My Discriminator
-	// (§6.8.6). Once the session has left Down, the peer's discriminator is fixed (§6.3: it
-	// never changes during a session), so a packet naming another one is not the peer's: a
-	// forged Down or AdminDown from the LAN that guessed neither discriminator changes nothing.
-	// A peer that restarted with a new one is heard once the session times out to Down; one
-	// of its former discriminators is no new session (it may be a recording).
-	if (s.state == Init || s.state == Up) && p.MyDiscriminator != s.remoteDisc {
-		if p.YourDiscriminator == 0 && !slices.Contains(s.formerPeers[:], p.MyDiscriminator) &&
-			(s.cfg.Auth.Type == AuthNone || p.DigestValid(s.cfg.Auth.Key)) {
-			s.restartHeard = now
-		}
-		return Output{}, discard("discriminator", "my discriminator %d, the session's peer is %d", p.MyDiscriminator, s.remoteDisc)
+	if d := s.notThePeers(now, p); d != nil {
+		return Output{}, d
 	}
 	fresh, d := s.authenticate(now, p)
 	if d != nil {
@@ -203,18 +190,7 @@ func (s *Session) Receive(now time.Time, p Packet) (Output, *Discard) {
 	}
 	var out Output
 	was := s.state
-	switch {
-	case p.State == AdminDown:
-		if s.state != Down {
-			s.setState(Down, DiagNeighborDown)
-		}
-	case s.state == Down && p.State == Down:
-		s.setState(Init, DiagNone)
-	case s.state == Down && p.State == Init, s.state == Init && p.State != Down:
-		s.setState(Up, DiagNone)
-	case s.state == Up && p.State == Down:
-		s.setState(Down, DiagNeighborDown)
-	}
+	s.follow(p.State)
 	s.detectAt = now.Add(s.detectTime())
 	if s.state != was {
 		out.Transition = &Transition{From: was, To: s.state, Diag: s.diag}
@@ -229,6 +205,43 @@ func (s *Session) Receive(now time.Time, p Packet) (Output, *Discard) {
 	}
 	out.Send = s.transmitDue(now)
 	return out, nil
+}
+
+// notThePeers says why p, received at now, is not this session's peer's (nil: it may be).
+func (s *Session) notThePeers(now time.Time, p Packet) *Discard {
+	if p.YourDiscriminator != 0 && p.YourDiscriminator != s.myDisc {
+		return discard("discriminator", "your discriminator %d is not this session's", p.YourDiscriminator)
+	}
+	// A packet with Your Discriminator 0 is matched by its source address and My Discriminator
+	// (§6.8.6). Once the session has left Down, the peer's discriminator is fixed (§6.3: it
+	// never changes during a session), so a packet naming another one is not the peer's: a
+	// forged Down or AdminDown from the LAN that guessed neither discriminator changes nothing.
+	// A peer that restarted with a new one is heard once the session times out to Down; one
+	// of its former discriminators is no new session (it may be a recording).
+	if (s.state == Init || s.state == Up) && p.MyDiscriminator != s.remoteDisc {
+		if p.YourDiscriminator == 0 && !slices.Contains(s.formerPeers[:], p.MyDiscriminator) &&
+			(s.cfg.Auth.Type == AuthNone || p.DigestValid(s.cfg.Auth.Key)) {
+			s.restartHeard = now
+		}
+		return discard("discriminator", "my discriminator %d, the session's peer is %d", p.MyDiscriminator, s.remoteDisc)
+	}
+	return nil
+}
+
+// follow moves the session's state as the peer's state says (§6.8.6).
+func (s *Session) follow(peer State) {
+	switch {
+	case peer == AdminDown:
+		if s.state != Down {
+			s.setState(Down, DiagNeighborDown)
+		}
+	case s.state == Down && peer == Down:
+		s.setState(Init, DiagNone)
+	case s.state == Down && peer == Init, s.state == Init && peer != Down:
+		s.setState(Up, DiagNone)
+	case s.state == Up && peer == Down:
+		s.setState(Down, DiagNeighborDown)
+	}
 }
 
 func (s *Session) setState(to State, diag Diag) {

@@ -77,33 +77,41 @@ func serve(conn net.Conn, sessions *bgp.Sessions, gather prometheus.Gatherer, si
 			graced = false
 			quiet.Reset(silence)
 		}
-		switch {
-		case r.Apply != nil:
-			// In its own goroutine, so pings are answered while GoBGP works: a long Apply is
-			// not a dead process (Sessions serialises Applies and Close).
-			go func() {
-				var msgs []string
-				for _, err := range sessions.Apply(context.Background(), *r.Apply) {
-					msgs = append(msgs, err.Error())
-				}
-				_ = s.send(snapshot(r.ID, answer{Errors: msgs}))
-			}()
-		case r.Close:
-			sessions.Close()
-			_ = s.send(snapshot(r.ID, answer{}))
+		if handle(s, r, sessions, gather, snapshot) {
 			return nil
-		case r.Leave:
-			kept := sessions.Leave()
-			_ = s.send(snapshot(r.ID, answer{Kept: kept}))
-			return nil
-		case r.Ping:
-			// States takes the sessions' lock: a process stuck inside GoBGP with it held does
-			// not answer.
-			go func() { _ = s.send(snapshot(r.ID, answer{})) }()
-		case r.Metrics:
-			go func() { _ = s.send(snapshot(r.ID, answer{Metrics: encodeMetrics(gather)})) }()
 		}
 	}
+}
+
+// handle answers one request from the speaker; it reports whether the process is done.
+func handle(s *stream, r request, sessions *bgp.Sessions, gather prometheus.Gatherer, snapshot func(uint64, answer) func() any) bool {
+	switch {
+	case r.Apply != nil:
+		// In its own goroutine, so pings are answered while GoBGP works: a long Apply is
+		// not a dead process (Sessions serialises Applies and Close).
+		go func() {
+			var msgs []string
+			for _, err := range sessions.Apply(context.Background(), *r.Apply) {
+				msgs = append(msgs, err.Error())
+			}
+			_ = s.send(snapshot(r.ID, answer{Errors: msgs}))
+		}()
+	case r.Close:
+		sessions.Close()
+		_ = s.send(snapshot(r.ID, answer{}))
+		return true
+	case r.Leave:
+		kept := sessions.Leave()
+		_ = s.send(snapshot(r.ID, answer{Kept: kept}))
+		return true
+	case r.Ping:
+		// States takes the sessions' lock: a process stuck inside GoBGP with it held does
+		// not answer.
+		go func() { _ = s.send(snapshot(r.ID, answer{})) }()
+	case r.Metrics:
+		go func() { _ = s.send(snapshot(r.ID, answer{Metrics: encodeMetrics(gather)})) }()
+	}
+	return false
 }
 
 // encodeMetrics gathers the process's metric families for the speaker to serve.

@@ -117,6 +117,25 @@ func Open(cfg Config) (*Handoff, error) {
 	if err != nil {
 		return nil, err
 	}
+	h := newHandoff(cfg, conn)
+	left := h.leftElements()
+	if h.slots, err = h.leftSlots(); err != nil {
+		conn.CloseLasting()
+		return nil, err
+	}
+	if err := h.create(left); err != nil {
+		conn.CloseLasting()
+		return nil, err
+	}
+	if err := h.adopt(left); err != nil {
+		conn.CloseLasting()
+		return nil, err
+	}
+	return h, nil
+}
+
+// newHandoff is the hand-off's table and sets as cfg names them, on conn.
+func newHandoff(cfg Config, conn *nftables.Conn) *Handoff {
 	h := &Handoff{cfg: cfg, conn: conn, table: &nftables.Table{Name: TableName, Family: nftables.TableFamilyINet},
 		ruled: map[RoutingRule]bool{}}
 	h.maps = map[bool]*nftables.Set{
@@ -129,19 +148,15 @@ func Open(cfg Config) (*Handoff, error) {
 		false: {Table: h.table, Name: "held6", KeyType: nftables.TypeIP6Addr, HasTimeout: true},
 	}
 	h.slotMap = &nftables.Set{Table: h.table, Name: "slots", KeyType: nftables.TypeMark, DataType: nftables.TypeVerdict, IsMap: true}
-	left := h.leftElements()
-	if h.slots, err = h.leftSlots(); err != nil {
-		conn.CloseLasting()
-		return nil, err
-	}
-	if err := h.create(left); err != nil {
-		conn.CloseLasting()
-		return nil, err
-	}
+	return h
+}
+
+// adopt keeps what an earlier run left: its routes (the entries, with the expiry of their
+// elements in left), rules and slots.
+func (h *Handoff) adopt(left map[netip.Addr]nftables.SetElement) error {
 	routes, err := h.routes()
 	if err != nil {
-		conn.CloseLasting()
-		return nil, err
+		return err
 	}
 	now := time.Now()
 	for _, r := range routes {
@@ -155,19 +170,17 @@ func Open(cfg Config) (*Handoff, error) {
 	// rules made as this run's config says, and every other rule and slot route pruned.
 	want := h.wantedRules(routes)
 	if err := errors.Join(h.pruneSlotRoutes(), h.syncRules(want)); err != nil {
-		conn.CloseLasting()
-		return nil, err
+		return err
 	}
 	for _, r := range want {
-		h.ruled[r] = r.Table == cfg.RouteTable
+		h.ruled[r] = r.Table == h.cfg.RouteTable
 	}
 	for _, s := range h.slots {
 		if err := h.routeSlot(s); err != nil {
-			conn.CloseLasting()
-			return nil, err
+			return err
 		}
 	}
-	return h, nil
+	return nil
 }
 
 // Adopted lists the routes an earlier run left, with their elements' expiry.

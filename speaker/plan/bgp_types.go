@@ -114,44 +114,7 @@ type BGP struct {
 func (d BGP) String() string {
 	var b strings.Builder
 	for _, name := range slices.Sorted(maps.Keys(d.Peers)) {
-		p := d.Peers[name]
-		peerAS := fmt.Sprint(p.PeerASN)
-		if p.ExternalOnly {
-			peerAS = "learned (external)"
-		}
-		fmt.Fprintf(&b, "peer %s: %s as %s port %d, my as %d, router-id %s", name, p.Where(), peerAS, p.Port, p.MyASN, p.RouterID)
-		if p.Source.IsValid() {
-			fmt.Fprintf(&b, ", source %s", p.Source)
-		}
-		if p.VRF != "" {
-			fmt.Fprintf(&b, ", vrf %s", p.VRF)
-		}
-		fmt.Fprintf(&b, ", hold %v keepalive %v connect %v", p.HoldTime, p.KeepaliveTime, p.ConnectTime)
-		if p.EBGPMultiHop {
-			b.WriteString(", multihop")
-		}
-		if p.GracefulRestart {
-			fmt.Fprintf(&b, ", graceful-restart %v", p.GracefulRestartTime)
-		}
-		if p.Password != "" {
-			b.WriteString(", md5")
-		}
-		if p.MaxPrefixes != v1alpha1.DefaultMaxPrefixes {
-			fmt.Fprintf(&b, ", max-prefixes %d", p.MaxPrefixes)
-		}
-		if p.wantsBFD() {
-			fmt.Fprintf(&b, ", bfd tx %v rx %v x%d", p.BFD.DesiredMinTx, p.BFD.RequiredMinRx, p.BFD.DetectMult)
-			if p.BFD.Passive {
-				b.WriteString(" passive")
-			}
-			if p.BFD.Hops.Multihop {
-				fmt.Fprintf(&b, " multihop min-ttl %d", p.BFD.Hops.MinTTL)
-			}
-			if a := p.BFD.Auth; a.Type != bfdprofile.AuthNone {
-				fmt.Fprintf(&b, " %v key-id %d", a.Type, a.KeyID)
-			}
-		}
-		b.WriteString("\n")
+		writePeer(&b, name, d.Peers[name])
 		routes := d.Routes[name]
 		prefixes := make([]netip.Prefix, 0, len(routes))
 		for pfx := range routes {
@@ -159,24 +122,69 @@ func (d BGP) String() string {
 		}
 		slices.SortFunc(prefixes, comparePrefix)
 		for _, pfx := range prefixes {
-			r := routes[pfx]
-			fmt.Fprintf(&b, "  %s", pfx)
-			if r.Attrs.NextHop.IsValid() {
-				fmt.Fprintf(&b, " nexthop %s", r.Attrs.NextHop)
-			}
-			if r.Attrs.LocalPref != 0 {
-				fmt.Fprintf(&b, " local-pref %d", r.Attrs.LocalPref)
-			}
-			for _, c := range r.Attrs.CommunityStrings() {
-				fmt.Fprintf(&b, " %s", c)
-			}
-			if r.Attrs.LinkBandwidth != 0 {
-				fmt.Fprintf(&b, " link-bandwidth %.0f bytes/s", r.Attrs.LinkBandwidth)
-			}
-			fmt.Fprintf(&b, " (%s)\n", strings.Join(r.Services, ", "))
+			writeRoute(&b, pfx, routes[pfx])
 		}
 	}
 	return b.String()
+}
+
+// writePeer renders one session's line of BGP.String.
+func writePeer(b *strings.Builder, name string, p Peer) {
+	peerAS := fmt.Sprint(p.PeerASN)
+	if p.ExternalOnly {
+		peerAS = "learned (external)"
+	}
+	fmt.Fprintf(b, "peer %s: %s as %s port %d, my as %d, router-id %s", name, p.Where(), peerAS, p.Port, p.MyASN, p.RouterID)
+	if p.Source.IsValid() {
+		fmt.Fprintf(b, ", source %s", p.Source)
+	}
+	if p.VRF != "" {
+		fmt.Fprintf(b, ", vrf %s", p.VRF)
+	}
+	fmt.Fprintf(b, ", hold %v keepalive %v connect %v", p.HoldTime, p.KeepaliveTime, p.ConnectTime)
+	if p.EBGPMultiHop {
+		b.WriteString(", multihop")
+	}
+	if p.GracefulRestart {
+		fmt.Fprintf(b, ", graceful-restart %v", p.GracefulRestartTime)
+	}
+	if p.Password != "" {
+		b.WriteString(", md5")
+	}
+	if p.MaxPrefixes != v1alpha1.DefaultMaxPrefixes {
+		fmt.Fprintf(b, ", max-prefixes %d", p.MaxPrefixes)
+	}
+	if p.wantsBFD() {
+		fmt.Fprintf(b, ", bfd tx %v rx %v x%d", p.BFD.DesiredMinTx, p.BFD.RequiredMinRx, p.BFD.DetectMult)
+		if p.BFD.Passive {
+			b.WriteString(" passive")
+		}
+		if p.BFD.Hops.Multihop {
+			fmt.Fprintf(b, " multihop min-ttl %d", p.BFD.Hops.MinTTL)
+		}
+		if a := p.BFD.Auth; a.Type != bfdprofile.AuthNone {
+			fmt.Fprintf(b, " %v key-id %d", a.Type, a.KeyID)
+		}
+	}
+	b.WriteString("\n")
+}
+
+// writeRoute renders one route's line of BGP.String.
+func writeRoute(b *strings.Builder, pfx netip.Prefix, r Route) {
+	fmt.Fprintf(b, "  %s", pfx)
+	if r.Attrs.NextHop.IsValid() {
+		fmt.Fprintf(b, " nexthop %s", r.Attrs.NextHop)
+	}
+	if r.Attrs.LocalPref != 0 {
+		fmt.Fprintf(b, " local-pref %d", r.Attrs.LocalPref)
+	}
+	for _, c := range r.Attrs.CommunityStrings() {
+		fmt.Fprintf(b, " %s", c)
+	}
+	if r.Attrs.LinkBandwidth != 0 {
+		fmt.Fprintf(b, " link-bandwidth %.0f bytes/s", r.Attrs.LinkBandwidth)
+	}
+	fmt.Fprintf(b, " (%s)\n", strings.Join(r.Services, ", "))
 }
 
 func comparePrefix(a, b netip.Prefix) int {

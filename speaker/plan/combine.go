@@ -11,6 +11,34 @@ import (
 // combineAddress decides ip again from the Services that list it: its owner over L2 (Services
 // sharing an address have one owner) and this node's BGP claim. It reports which changed.
 func (pl *Planner) combineAddress(ip netip.Addr) (mineChanged, routedChanged bool) {
+	ss, routed := pl.sharesOf(ip)
+	mine, claim := pl.electL2(ip, ss)
+	old, had := pl.plan.Mine[ip]
+	mineChanged = had != mine || mine && !sameClaim(old, claim)
+	if mine {
+		pl.plan.Mine[ip] = claim
+	} else {
+		delete(pl.plan.Mine, ip)
+	}
+	oldRouted, hadRouted := pl.plan.Routed[ip]
+	isRouted := len(routed.Peers) > 0
+	routedChanged = hadRouted != isRouted || isRouted && !sameBGPClaim(oldRouted, routed)
+	if isRouted {
+		pl.plan.Routed[ip] = routed
+	} else {
+		delete(pl.plan.Routed, ip)
+	}
+	if len(pl.byAddr[ip]) == 0 {
+		delete(pl.byAddr, ip)
+		delete(pl.owners, ip)
+		delete(pl.previous, ip)
+	}
+	return mineChanged, routedChanged
+}
+
+// sharesOf are the L2 shares of the Services that list ip, and this node's BGP claim on it
+// from all of them.
+func (pl *Planner) sharesOf(ip netip.Addr) ([]rules.L2Share, BGPClaim) {
 	var ss []rules.L2Share
 	var routed BGPClaim
 	told := false
@@ -35,6 +63,12 @@ func (pl *Planner) combineAddress(ip netip.Addr) (mineChanged, routedChanged boo
 	routed.Teller = !told
 	// A peer an earlier node sends the address to for any of its Services hears it from there.
 	routed.FirstTo = slices.DeleteFunc(first, func(p string) bool { return slices.Contains(sentEarlier, p) })
+	return ss, routed
+}
+
+// electL2 elects ip's owner over L2 from the Services' shares ss, records it (and, on a
+// starting speaker, whom it takes ip from), and says whether this node answers and its claim.
+func (pl *Planner) electL2(ip netip.Addr, ss []rules.L2Share) (bool, Claim) {
 	var claim Claim
 	mine, problem, owner := false, "", ""
 	if len(ss) > 0 {
@@ -58,27 +92,7 @@ func (pl *Planner) combineAddress(ip netip.Addr) (mineChanged, routedChanged boo
 		pl.previous[ip] = ownerWithout(ip, ss, pl.me, pl.w.Subnets, pl.w.Holders[ip])
 	}
 	pl.setDerived(ip, problem)
-	old, had := pl.plan.Mine[ip]
-	mineChanged = had != mine || mine && !sameClaim(old, claim)
-	if mine {
-		pl.plan.Mine[ip] = claim
-	} else {
-		delete(pl.plan.Mine, ip)
-	}
-	oldRouted, hadRouted := pl.plan.Routed[ip]
-	isRouted := len(routed.Peers) > 0
-	routedChanged = hadRouted != isRouted || isRouted && !sameBGPClaim(oldRouted, routed)
-	if isRouted {
-		pl.plan.Routed[ip] = routed
-	} else {
-		delete(pl.plan.Routed, ip)
-	}
-	if len(pl.byAddr[ip]) == 0 {
-		delete(pl.byAddr, ip)
-		delete(pl.owners, ip)
-		delete(pl.previous, ip)
-	}
-	return mineChanged, routedChanged
+	return mine, claim
 }
 
 // ownerWithout is the owner the Services sharing ip would have without node me.
