@@ -135,18 +135,14 @@ func (t *takeovers) status() []v1alpha1.Handoff {
 const maxHandoffsListed = 1024
 
 // end leaves the hand-off's kernel state to the next speaker on this node (a restart: it adopts
-// it, and the flows handed off keep their way meanwhile), or removes it all when no speaker
-// follows (stop.Last: an uninstall, the node going away) or the next one runs no hand-off
-// (stop.HandoffEnds: it could not adopt it, nor, without NET_ADMIN, remove it).
+// it, and the flows handed off keep their way meanwhile), or removes it all, as the plan's stop
+// says (Stop.ClearsHandoff: no speaker follows, or the next one runs no hand-off).
 func (t *takeovers) end(stop plan.Stop) {
 	if t == nil {
 		return
 	}
-	reason := stop.Reason
-	if stop.HandoffEnds {
-		reason = "next-speaker-without-handoff"
-	}
-	if !stop.Last && !stop.HandoffEnds {
+	clear, reason := stop.ClearsHandoff()
+	if !clear {
 		if err := t.handoff.Release(); err != nil {
 			t.log.Error(err, "releasing the hand-off")
 		}

@@ -29,6 +29,19 @@ type Stop struct {
 	Reason      string // in a word, for the log and the metric
 }
 
+// ClearsHandoff says whether the stop removes the state the hand-off keeps in the node's kernel
+// (no speaker follows on this node, or the next one runs no hand-off), and why, in a word;
+// otherwise the state is released for the next speaker to adopt.
+func (s Stop) ClearsHandoff() (clear bool, reason string) {
+	switch {
+	case s.Last:
+		return true, s.Reason
+	case s.HandoffEnds:
+		return true, "next-speaker-without-handoff"
+	}
+	return false, ""
+}
+
 // Taints that announce a node about to go: the cluster autoscaler's and Karpenter's before
 // they remove it, and the one an administrator sets on a node that is down for good.
 var leavingTaints = []string{"ToBeDeletedByClusterAutoscaler", "karpenter.sh/disrupted", corev1.TaintNodeOutOfService}

@@ -55,11 +55,11 @@ func TestStopTranscripts(t *testing.T) {
 				routes = "routers keep the routes (graceful restart)"
 			}
 			state := "the hand-off's state left to the next speaker"
-			switch {
-			case stop.Last:
+			switch clear, reason := stop.ClearsHandoff(); {
+			case clear && reason == stop.Reason:
 				state = "the hand-off's state removed"
-			case stop.HandoffEnds:
-				state = "the hand-off's state removed: the next speaker runs none"
+			case clear:
+				state = "the hand-off's state removed: " + reason
 			}
 			return fmt.Sprintf("%s: %s; %s", stop.Reason, routes, state)
 		})
