@@ -363,9 +363,9 @@ func startRealSpeakers(b *testing.B, cp *controlplane.ControlPlane, nodes []stri
 		must(b, err)
 		c := kubeapi.NewCache(cl, speaker.TrimForCache)
 		rec := &networkRecorder{}
-		s := &speaker.Speaker{Node: name, LBClass: porticov1.DefaultLoadBalancerClass, Cache: c, Client: cl,
+		s := speaker.New(speaker.Options{Node: name, LBClass: porticov1.DefaultLoadBalancerClass, Cache: c, Client: cl,
 			MLPort: nodesSimPort, Announce: l2Side{rec}, BGP: bgpSide{rec}, LeaseNamespace: "default", LeaseRenew: speaker.DefaultLeaseRenew,
-			Metrics: speaker.NewMetrics(prometheus.NewRegistry()), Log: logr.Discard()}
+			Metrics: speaker.NewMetrics(prometheus.NewRegistry()), Log: logr.Discard()})
 		s.Group, err = membership.Start(membership.Config{Name: name, BindAddr: simAddr(i).String(), BindPort: nodesSimPort,
 			Detection: membership.DefaultDetection, Admit: s.Admit})
 		must(b, err)
