@@ -57,11 +57,12 @@ func (r l2Side) Set(want l2.Want) (map[netip.Addr][]string, []error) {
 	return out, nil
 }
 
-func (r l2Side) Reannounce()              {}
-func (r l2Side) Silence()                 {}
-func (r l2Side) Close() error             { return nil }
-func (r l2Side) Interfaces() []l2.Verdict { return nil }
-func (r bgpSide) Close()                  {}
+func (r l2Side) Reannounce()                       {}
+func (r l2Side) AnnounceOnce([]netip.Addr) []error { return nil }
+func (r l2Side) Silence()                          {}
+func (r l2Side) Close() error                      { return nil }
+func (r l2Side) Interfaces() []l2.Verdict          { return nil }
+func (r bgpSide) Close()                           {}
 
 // SolicitNeighbour does nothing: the simulated nodes share loopback.
 func (r l2Side) SolicitNeighbour(netip.Addr) (bool, error) { return false, nil }

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -26,6 +27,9 @@ type L2Share struct {
 	Eligible []string
 	// Interfaces are where node me (L2ShareOf's) answers: nil means every suitable interface.
 	Interfaces []string
+	// GratuitousEvery is how often node me announces the address again (the shortest
+	// gratuitousInterval of the advertisements selecting it; 0: only when it takes it over).
+	GratuitousEvery time.Duration
 	// Weights are the preferredNodeSelectors' weights by node (nil: none).
 	Weights map[string]int32
 	// WhyNone names what excluded every node, when none is eligible.
@@ -44,6 +48,11 @@ func (sel Selectors) L2ShareOf(c *Cluster, ads []*v1alpha1.L2Advertisement, svc 
 	s := L2Share{Service: svc.Namespace + "/" + svc.Name}
 	cands, ifaces := sel.Candidates(c.Nodes, ads, local, me, alive, c.IgnoreExcludeLabel)
 	s.Interfaces, s.Weights, s.Nodes = ifaces, election.Weights(cands), len(cands)
+	for i := range c.Nodes {
+		if c.Nodes[i].Name == me {
+			s.GratuitousEvery = sel.GratuitousEvery(ads, c.Nodes[i].Labels)
+		}
+	}
 	isLocal := svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal
 	s.Eligible, s.WhyNone = election.Eligible(cands, election.Policy{LocalOnly: isLocal})
 	if len(s.Eligible) == 0 && isLocal {
@@ -51,6 +60,22 @@ func (sel Selectors) L2ShareOf(c *Cluster, ads []*v1alpha1.L2Advertisement, svc 
 		s.NoLocalEndpoint = len(anyway) > 0
 	}
 	return s
+}
+
+// GratuitousEvery is how often a node labelled nodeLabels announces again an address the
+// advertisements ads cover: the shortest gratuitousInterval of those selecting it, 0 (only on
+// takeover) when none sets one.
+func (sel Selectors) GratuitousEvery(ads []*v1alpha1.L2Advertisement, nodeLabels map[string]string) time.Duration {
+	var every time.Duration
+	for _, ad := range ads {
+		if ad.Spec.GratuitousInterval == nil || len(ad.Spec.NodeSelectors) > 0 && !sel.MatchesAny(ad.Spec.NodeSelectors, nodeLabels) {
+			continue
+		}
+		if d := ad.Spec.GratuitousInterval.Duration; d > 0 && (every == 0 || d < every) {
+			every = d
+		}
+	}
+	return every
 }
 
 // L2Election is who answers for an address over L2 and among which nodes (L2Owner).

@@ -24,6 +24,7 @@ type answerer struct {
 	owned    map[netip.Addr]plan.Claim
 	ifaces   map[netip.Addr][]string // the interfaces each address is answered on, as the Announcer said
 	problems []error                 // what the latest Set reported
+	repeat   *repeater               // announces the addresses again (gratuitousInterval)
 }
 
 // apply hands the L2 addresses to the announcer when the plan's Step says so (they changed, or
@@ -45,6 +46,7 @@ func (a *answerer) apply(p plan.Plan, acts plan.Actions) []netip.Addr {
 			}
 		}
 		a.ifaces = answered
+		a.repeat.set(p.Mine)
 		slices.SortFunc(changed, netip.Addr.Compare)
 		changed = slices.Compact(changed)
 	}

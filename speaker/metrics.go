@@ -12,6 +12,7 @@ type Metrics struct {
 	requests     *prometheus.CounterVec
 	replies      *prometheus.CounterVec
 	gratuitous   *prometheus.CounterVec
+	periodic     *prometheus.CounterVec
 	ownerChanges *prometheus.CounterVec
 	failover     prometheus.Histogram
 	announced    prometheus.Gauge
@@ -42,6 +43,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "ARP replies and neighbour advertisements sent in answer."}, []string{"protocol"}),
 		gratuitous: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "portico_l2_gratuitous_total",
 			Help: "Gratuitous ARP and unsolicited neighbour advertisements sent on takeover."}, []string{"protocol"}),
+		periodic: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "portico_l2_gratuitous_periodic_total",
+			Help: "Gratuitous ARP and unsolicited neighbour advertisements sent again every L2Advertisement gratuitousInterval."}, []string{"protocol"}),
 		ownerChanges: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "portico_l2_owner_changes_total",
 			Help: "Addresses this node started (gained) or stopped (lost) answering for, by cause: member-lost, member-joined, config."},
 			[]string{"cause", "direction"}),
@@ -76,7 +79,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Help: "Flows this node held and sent to the other members when asked to share them."})
 	m.flowsListed = prometheus.NewCounter(prometheus.CounterOpts{Name: "portico_bgp_flows_listed_total",
 		Help: "Flows other members hold that this node listed, to hand them off to their holder if they reach it."})
-	reg.MustRegister(m.requests, m.replies, m.gratuitous, m.ownerChanges, m.failover, m.announced, m.membersLost, m.reconcile,
+	reg.MustRegister(m.requests, m.replies, m.gratuitous, m.periodic, m.ownerChanges, m.failover, m.announced, m.membersLost, m.reconcile,
 		m.membersRefused, m.keys, m.keyChanges, m.takeovers, m.takeoversHeld, m.bgpStop, m.flowShares, m.flowsShared, m.flowsListed)
 	m.probes = newProbeCounter(reg)
 	m.events = events.NewMetrics(reg)
@@ -135,7 +138,8 @@ func RegisterHandoffCounts(reg prometheus.Registerer, l2, flows func() (flows, p
 		func() float64 { n, _ := heldBack(); return float64(n) }))
 }
 
-// Request, Reply and Gratuitous make Metrics an l2.Counters.
+// Request, Reply, Gratuitous and Periodic make Metrics an l2.Counters.
 func (m *Metrics) Request(proto string)    { m.requests.WithLabelValues(proto).Inc() }
 func (m *Metrics) Reply(proto string)      { m.replies.WithLabelValues(proto).Inc() }
 func (m *Metrics) Gratuitous(proto string) { m.gratuitous.WithLabelValues(proto).Inc() }
+func (m *Metrics) Periodic(proto string)   { m.periodic.WithLabelValues(proto).Inc() }

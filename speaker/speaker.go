@@ -52,6 +52,8 @@ func New(o Options) *Speaker { return &Speaker{Options: o} }
 type Announcer interface {
 	Set(want l2.Want) (answered map[netip.Addr][]string, problems []error)
 	Reannounce()
+	// AnnounceOnce announces addresses again, as their gratuitousInterval asks.
+	AnnounceOnce(ips []netip.Addr) []error
 	// Silence stops answering at once; Close, which follows, releases the sockets.
 	Silence()
 	Close() error
@@ -90,6 +92,7 @@ func (s *Speaker) Start(ctx context.Context) error {
 	// so the first join completes before the first plan.
 	s.joinPeers(ctx, true)
 	go s.renewLease(ctx)
+	go s.answerer.repeat.run(ctx)
 	go s.runSelfCheck(ctx)
 	go s.runConflictProbes(ctx)
 	s.replanAll("config")
@@ -102,7 +105,7 @@ func (s *Speaker) makeSides(ctx context.Context) {
 	s.reporter = newReporter(s)
 	s.takeovers = newTakeovers(s.Handoff, plan.TakeoverTimes{Grace: s.HandoffGrace, Linger: cmp.Or(s.HandoffLinger, DefaultHandoffLinger)}, s.Log, s.Metrics)
 	s.answerer = &answerer{announce: s.Announce, node: s.Node, metrics: s.Metrics, log: s.Log, tell: s.reporter,
-		owned: map[netip.Addr]plan.Claim{}}
+		owned: map[netip.Addr]plan.Claim{}, repeat: newRepeater(s.Announce.AnnounceOnce, s.Log)}
 	s.advertiser = &advertiser{router: s.BGP, node: s.Node, log: s.Log, tell: s.reporter, trigger: s.trigger, standing: plan.UnknownStanding,
 		routed: map[netip.Addr]plan.BGPClaim{}}
 	s.BGP.SetOnChange(func(before, after plan.SessionState) { s.advertiser.sessionChanged(ctx, before, after) })

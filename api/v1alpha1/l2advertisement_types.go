@@ -48,6 +48,19 @@ type L2AdvertisementSpec struct {
 	// +listType=atomic
 	// +optional
 	ServiceSelectors []metav1.LabelSelector `json:"serviceSelectors,omitempty"`
+
+	// GratuitousInterval makes the answering node send gratuitous ARP (IPv4) or an unsolicited
+	// neighbour advertisement (IPv6) for each address it announces every interval, not only
+	// when it takes the address over: a switch whose forwarding table forgets the node's MAC
+	// before any client asks for the address again (its aging time, often 300s) floods or
+	// drops the traffic meanwhile. Between 1s and 1h; unset (the default): only on takeover.
+	// Where several L2Advertisements announce an address, the shortest interval wins.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s') && duration(self) <= duration('1h')",message="gratuitousInterval must be between 1s and 1h"
+	// +optional
+	GratuitousInterval *metav1.Duration `json:"gratuitousInterval,omitempty"`
 }
 
 // PreferredNodeSelector is a weighted soft preference for the nodes its selector matches, as

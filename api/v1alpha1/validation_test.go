@@ -241,6 +241,14 @@ var invalidCases = []invalidCase{
 		[]string{"spec.preferredNodeSelectors[0].preference", "Required value"}},
 	{"l2adv: empty preference", cel, "L2Advertisement", `preferredNodeSelectors: [{weight: 10, preference: {}}]`,
 		[]string{"spec.preferredNodeSelectors[0].preference", "an empty selector matches every node and prefers none"}},
+	{"l2adv: gratuitousInterval below 1s", cel, "L2Advertisement", `gratuitousInterval: 500ms`,
+		[]string{"spec.gratuitousInterval", "gratuitousInterval must be between 1s and 1h"}},
+	{"l2adv: gratuitousInterval 0s", cel, "L2Advertisement", `gratuitousInterval: 0s`,
+		[]string{"spec.gratuitousInterval", "gratuitousInterval must be between 1s and 1h"}},
+	{"l2adv: gratuitousInterval over 1h", cel, "L2Advertisement", `gratuitousInterval: 61m`,
+		[]string{"spec.gratuitousInterval", "gratuitousInterval must be between 1s and 1h"}},
+	{"l2adv: gratuitousInterval not a duration", schema, "L2Advertisement", `gratuitousInterval: often`,
+		[]string{"spec.gratuitousInterval", "should match"}},
 }
 
 // TestInvalidObjectsAreRejected creates each invalid object against the real apiserver and
@@ -286,6 +294,8 @@ func TestEdgeValuesAreAccepted(t *testing.T) {
 		{"BGPAdvertisement", "aggregationLength: 0\naggregationLengthV6: 0\nlocalPref: 4294967295\ncommunities: [\"0:0\", \"65535:65535\", \"large:4294967295:0:4294967295\", no-export]"},
 		{"BGPAdvertisement", "serviceSelectors: [{matchLabels: {app: gitea}}]\naggregationLength: 32"},
 		{"L2Advertisement", "interfaces: [eth0, enp0s31f6, br-lan.10]"},
+		{"L2Advertisement", "gratuitousInterval: 1s"},
+		{"L2Advertisement", "gratuitousInterval: 1h"},
 		{"L2Advertisement", "preferredNodeSelectors: [{weight: 1, preference: {matchLabels: {link: wired}}}, {weight: 100, preference: {matchExpressions: [{key: link, operator: In, values: [wifi]}]}}]"},
 		{"BFDProfile", "receiveInterval: 10\ntransmitInterval: 60000\ndetectMultiplier: 255\npassiveMode: true\nminimumTtl: 254"},
 		{"BFDProfile", "authentication: {type: MeticulousKeyedSHA1, keyID: 255, secretRef: {namespace: portico-system, name: bfd, key: sha1}}"},

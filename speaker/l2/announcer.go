@@ -8,14 +8,18 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/go-logr/logr"
 )
 
 // Announcer keeps one Responder per interface in use and tells each which addresses it owns.
 type Announcer struct {
-	log        logr.Logger
-	counters   Counters
+	log      logr.Logger
+	counters Counters
+	// mu guards responders: the loop sets and silences them, a gratuitousInterval's timer
+	// announces through them.
+	mu         sync.Mutex
 	responders map[string]*Responder
 	// warnings per interface (IPv6 unavailable), reported again on every Set.
 	warnings map[string]error
@@ -36,6 +40,8 @@ type Want map[netip.Addr][]string
 // really answered on, and the problems found (an interface that does not exist, a socket that
 // could not be opened); a problem with one interface never stops the others.
 func (a *Announcer) Set(want Want) (answered map[netip.Addr][]string, problems []error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
 	links, err := ReadLinks()
 	if err != nil {
 		problems = append(problems, err)
@@ -116,14 +122,32 @@ func (a *Announcer) responder(name string) (*Responder, error) {
 // Reannounce announces every owned address again on every interface, as Set announces new
 // ones: a client may hold the MAC of a node that answered while this one was cut off.
 func (a *Announcer) Reannounce() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
 	for _, r := range a.responders {
 		r.Reannounce()
 	}
 }
 
+// AnnounceOnce announces each of ips once on every interface it is answered on (an
+// L2Advertisement's gratuitousInterval); it returns the problems met, one per interface.
+func (a *Announcer) AnnounceOnce(ips []netip.Addr) []error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var problems []error
+	for name, r := range a.responders {
+		if err := r.AnnounceOnce(ips); err != nil {
+			problems = append(problems, fmt.Errorf("announcing again on %s: %w", name, err))
+		}
+	}
+	return problems
+}
+
 // Silence stops answering everywhere at once, keeping the sockets until Close (see
 // Responder.Silence).
 func (a *Announcer) Silence() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
 	for _, r := range a.responders {
 		r.Silence()
 	}
@@ -131,6 +155,8 @@ func (a *Announcer) Silence() {
 
 // Close stops answering everywhere at once.
 func (a *Announcer) Close() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
 	var errs []error
 	for name, r := range a.responders {
 		errs = append(errs, r.Close())

@@ -18,11 +18,12 @@ import (
 
 // Counters receive what the responder does, by protocol ("arp" or "ndp"). Requests counts
 // requests for owned addresses; Replies the answers sent; Gratuitous the unsolicited
-// announcements.
+// announcements of a takeover; Periodic those sent again every gratuitousInterval.
 type Counters interface {
 	Request(proto string)
 	Reply(proto string)
 	Gratuitous(proto string)
+	Periodic(proto string)
 }
 
 type noCounters struct{}
@@ -30,6 +31,7 @@ type noCounters struct{}
 func (noCounters) Request(string)    {}
 func (noCounters) Reply(string)      {}
 func (noCounters) Gratuitous(string) {}
+func (noCounters) Periodic(string)   {}
 
 // Repeats of a takeover announcement after the first one, for a frame that gets lost. The first
 // goes out before Set returns; these follow in the background.
@@ -130,7 +132,7 @@ func (r *Responder) Set(addrs []netip.Addr) error {
 		}
 	}
 	for _, a := range added {
-		errs = append(errs, r.announce(a))
+		errs = append(errs, r.announce(a, r.counters.Gratuitous))
 	}
 	if len(added) > 0 {
 		r.wg.Add(1)
@@ -150,7 +152,7 @@ func (r *Responder) Reannounce() {
 	var ips []netip.Addr
 	for ip := range *r.owned.Load() {
 		ips = append(ips, ip)
-		if err := r.announce(ip); err != nil {
+		if err := r.announce(ip, r.counters.Gratuitous); err != nil {
 			r.log.V(1).Info("announcing again failed", "ip", ip, "error", err.Error())
 		}
 	}
@@ -158,6 +160,21 @@ func (r *Responder) Reannounce() {
 		r.wg.Add(1)
 		go r.repeat(ips)
 	}
+}
+
+// AnnounceOnce announces those of ips the responder owns once each, as an L2Advertisement's
+// gratuitousInterval asks (counted as Periodic).
+func (r *Responder) AnnounceOnce(ips []netip.Addr) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.silent {
+		return nil
+	}
+	var errs []error
+	for _, ip := range ips {
+		errs = append(errs, r.announce(ip, r.counters.Periodic))
+	}
+	return errors.Join(errs...)
 }
 
 // group joins or leaves ip's solicited-node group. Two owned addresses can share a group (same
@@ -173,8 +190,8 @@ func (r *Responder) group(ip netip.Addr, join bool) error {
 	return r.ndp.LeaveGroup(g)
 }
 
-// announce sends the gratuitous frames for ip if it is still owned.
-func (r *Responder) announce(ip netip.Addr) error {
+// announce sends the gratuitous frames for ip if it is still owned, counting each with count.
+func (r *Responder) announce(ip netip.Addr, count func(proto string)) error {
 	if !r.owns(ip) {
 		return nil
 	}
@@ -185,7 +202,7 @@ func (r *Responder) announce(ip netip.Addr) error {
 				errs = append(errs, err)
 				continue
 			}
-			r.counters.Gratuitous("arp")
+			count("arp")
 		}
 		return errors.Join(errs...)
 	}
@@ -195,7 +212,7 @@ func (r *Responder) announce(ip netip.Addr) error {
 	if err := r.ndp.WriteTo(unsolicitedNA(r.ifi.HardwareAddr, ip), nil, allNodes); err != nil {
 		return err
 	}
-	r.counters.Gratuitous("ndp")
+	count("ndp")
 	return nil
 }
 
@@ -211,7 +228,7 @@ func (r *Responder) repeat(ips []netip.Addr) {
 		case <-t.C:
 		}
 		for _, ip := range ips {
-			if err := r.announce(ip); err != nil {
+			if err := r.announce(ip, r.counters.Gratuitous); err != nil {
 				r.log.V(1).Info("repeating announcement failed", "ip", ip, "error", err.Error())
 			}
 		}

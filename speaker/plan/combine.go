@@ -169,7 +169,8 @@ func (pl *Planner) refreshProblems(maybe bool) bool {
 }
 
 func sameClaim(a, b Claim) bool {
-	return slices.Equal(a.Services, b.Services) && slices.Equal(a.Interfaces, b.Interfaces) && (a.Interfaces == nil) == (b.Interfaces == nil)
+	return slices.Equal(a.Services, b.Services) && slices.Equal(a.Interfaces, b.Interfaces) && (a.Interfaces == nil) == (b.Interfaces == nil) &&
+		a.GratuitousEvery == b.GratuitousEvery
 }
 
 func sameBGPClaim(a, b BGPClaim) bool {

@@ -70,6 +70,9 @@ type Claim struct {
 	Services []string // namespace/name, sorted: several when Services share the address
 	// Interfaces to answer on; nil means every suitable interface.
 	Interfaces []string
+	// GratuitousEvery is how often the address is announced again (the shortest of the
+	// Services' L2Advertisements' gratuitousInterval); 0: only when this node takes it over.
+	GratuitousEvery time.Duration
 }
 
 // Plan is what this node should answer for (L2) and advertise (BGP), and what it finds wrong
@@ -111,6 +114,9 @@ func claimOf(ss []rules.L2Share) Claim {
 		c.Services = append(c.Services, s.Service)
 		all = all || s.Interfaces == nil
 		c.Interfaces = append(c.Interfaces, s.Interfaces...)
+		if s.GratuitousEvery > 0 && (c.GratuitousEvery == 0 || s.GratuitousEvery < c.GratuitousEvery) {
+			c.GratuitousEvery = s.GratuitousEvery
+		}
 	}
 	slices.Sort(c.Services)
 	c.Services = slices.Compact(c.Services)
