@@ -389,15 +389,22 @@ func (m *monitoredLab) resolvedWithin(t *testing.T, start time.Time, within time
 // checkPanels runs every dashboard panel's queries against the lab's Prometheus: each must
 // return at least one series with a number (no empty panel, no unknown metric).
 func (m *monitoredLab) checkPanels(t *testing.T) {
+	// A scrape missed under load leaves a series stale for a moment: poll each query a while.
 	for _, q := range dashboardQueries(t) {
-		v, _, err := m.prom.API.Query(context.Background(), q.expr, time.Now())
-		if err != nil {
-			t.Errorf("panel %q: %s: %v", q.panel, q.expr, err)
-			continue
-		}
-		vec, _ := v.(model.Vector)
-		if !slices.ContainsFunc(vec, func(s *model.Sample) bool { return !math.IsNaN(float64(s.Value)) }) {
-			t.Errorf("panel %q: %s returned no number: %v", q.panel, q.expr, v)
+		var last string
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			v, _, err := m.prom.API.Query(context.Background(), q.expr, time.Now())
+			vec, _ := v.(model.Vector)
+			if err == nil && slices.ContainsFunc(vec, func(s *model.Sample) bool { return !math.IsNaN(float64(s.Value)) }) {
+				break
+			}
+			last = fmt.Sprintf("%v (error %v)", v, err)
+			if time.Now().After(deadline) {
+				t.Errorf("panel %q: %s returned no number for 30s: %s", q.panel, q.expr, last)
+				break
+			}
+			time.Sleep(500 * time.Millisecond) // the next scrape, polled
 		}
 	}
 }
