@@ -146,32 +146,9 @@ func (w *world) userAction() {
 		return
 	}
 	key := keys[w.rng.IntN(len(keys))]
-	annotate := func(what, ann, value string) {
-		a.editService(key, what, func(svc *corev1.Service) {
-			if value == "" {
-				delete(svc.Annotations, ann)
-			} else {
-				metav1.SetMetaDataAnnotation(&svc.ObjectMeta, ann, value)
-			}
-		})
-	}
 	switch n := w.rng.IntN(100); {
-	case n < 15:
-		pool := []string{"", w.poolName()}[w.rng.IntN(2)]
-		if w.opts.DualPools && w.chance(0.4) {
-			pool = w.dualPoolNames()
-		}
-		annotate("pool", porticov1.AnnotationAddressPool, pool)
-	case n < 30:
-		annotate("requested address", porticov1.AnnotationLoadBalancerIPs, []string{"", w.address()}[w.rng.IntN(2)])
 	case n < 40:
-		// Only with Options.SharingKeyEdits: a Service whose sharing key is edited while its
-		// new request cannot be met keeps its address under the old key, beside Services of that
-		// key (docs/reliability.md, Simulation).
-		if !w.opts.SharingKeyEdits {
-			return
-		}
-		annotate("sharing key", porticov1.AnnotationAllowSharedIP, []string{"", "k1", "k2"}[w.rng.IntN(3)])
+		w.annotationEdit(key, n)
 	case n < 55:
 		a.editService(key, "type", func(svc *corev1.Service) {
 			if svc.Spec.Type == corev1.ServiceTypeLoadBalancer {
@@ -184,6 +161,50 @@ func (w *world) userAction() {
 		a.deleteService(key)
 	case n < 78:
 		a.dropFinalizers(key)
+	case n < 96:
+		w.poolEdit(n)
+	default:
+		a.createService(w.newService(20 + w.rng.IntN(20)))
+	}
+}
+
+// annotationEdit is userAction's n under 40: the Service's pool, requested address or
+// sharing key edited (or removed).
+func (w *world) annotationEdit(key string, n int) {
+	annotate := func(what, ann, value string) {
+		w.api.editService(key, what, func(svc *corev1.Service) {
+			if value == "" {
+				delete(svc.Annotations, ann)
+			} else {
+				metav1.SetMetaDataAnnotation(&svc.ObjectMeta, ann, value)
+			}
+		})
+	}
+	switch {
+	case n < 15:
+		pool := []string{"", w.poolName()}[w.rng.IntN(2)]
+		if w.opts.DualPools && w.chance(0.4) {
+			pool = w.dualPoolNames()
+		}
+		annotate("pool", porticov1.AnnotationAddressPool, pool)
+	case n < 30:
+		annotate("requested address", porticov1.AnnotationLoadBalancerIPs, []string{"", w.address()}[w.rng.IntN(2)])
+	default:
+		// Only with Options.SharingKeyEdits: a Service whose sharing key is edited while its
+		// new request cannot be met keeps its address under the old key, beside Services of that
+		// key (docs/reliability.md, Simulation).
+		if !w.opts.SharingKeyEdits {
+			return
+		}
+		annotate("sharing key", porticov1.AnnotationAllowSharedIP, []string{"", "k1", "k2"}[w.rng.IntN(3)])
+	}
+}
+
+// poolEdit is userAction's n from 78 to 95: a pool's addresses edited, the extra pool created
+// or deleted, or a namespace's team label changed.
+func (w *world) poolEdit(n int) {
+	a := w.api
+	switch {
 	case n < 85:
 		if w.opts.DualPools && w.chance(0.5) {
 			a.setPool("home-v6", []string{"2001:db8::1-2001:db8::4", "2001:db8::1-2001:db8::2", "2001:db8::3-2001:db8::6"}[w.rng.IntN(3)])
@@ -196,12 +217,10 @@ func (w *world) userAction() {
 		} else {
 			a.setPool("extra", "10.0.1.1-10.0.1.3")
 		}
-	case n < 96:
+	default:
 		// team-a joins team b or leaves it: pool tenant's namespaceSelectors take its Services
 		// or let them go elsewhere.
 		a.labelNamespace("team-a", []string{"a", "b"}[w.rng.IntN(2)])
-	default:
-		a.createService(w.newService(20 + w.rng.IntN(20)))
 	}
 }
 

@@ -47,27 +47,9 @@ func (a *Announcer) Set(want Want) (answered map[netip.Addr][]string, problems [
 		problems = append(problems, err)
 	}
 	a.verdicts = Decide(links)
-	expanded := map[string][]string{} // an advertisement's interfaces, names and patterns, resolved
-	perIface := map[string][]netip.Addr{}
+	perIface, errs := a.interfacesOf(want, links)
+	problems = append(problems, errs...)
 	answered = map[netip.Addr][]string{}
-	for ip, entries := range want {
-		var names []string
-		if len(entries) == 0 {
-			names = ForAddress(ip, links, a.verdicts)
-		} else {
-			key := strings.Join(entries, ",")
-			var ok bool
-			if names, ok = expanded[key]; !ok {
-				var errs []error
-				names, errs = Expand(entries, links)
-				problems = append(problems, errs...)
-				expanded[key] = names
-			}
-		}
-		for _, name := range names {
-			perIface[name] = append(perIface[name], ip)
-		}
-	}
 	for name, ips := range perIface {
 		r, err := a.responder(name)
 		if err != nil {
@@ -100,6 +82,34 @@ func (a *Announcer) Set(want Want) (answered map[netip.Addr][]string, problems [
 		sort.Strings(answered[ip])
 	}
 	return answered, problems
+}
+
+// interfacesOf resolves want into the addresses to answer on each interface: an address's
+// advertisement's names and patterns (Expand, once per list), or the node's suitable interfaces
+// whose subnet holds it (ForAddress).
+func (a *Announcer) interfacesOf(want Want, links []Link) (map[string][]netip.Addr, []error) {
+	var problems []error
+	expanded := map[string][]string{} // an advertisement's interfaces, names and patterns, resolved
+	perIface := map[string][]netip.Addr{}
+	for ip, entries := range want {
+		var names []string
+		if len(entries) == 0 {
+			names = ForAddress(ip, links, a.verdicts)
+		} else {
+			key := strings.Join(entries, ",")
+			var ok bool
+			if names, ok = expanded[key]; !ok {
+				var errs []error
+				names, errs = Expand(entries, links)
+				problems = append(problems, errs...)
+				expanded[key] = names
+			}
+		}
+		for _, name := range names {
+			perIface[name] = append(perIface[name], ip)
+		}
+	}
+	return perIface, problems
 }
 
 func (a *Announcer) responder(name string) (*Responder, error) {
