@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -392,19 +393,14 @@ func (m *monitoredLab) checkPanels(t *testing.T) {
 	// A scrape missed under load leaves a series stale for a moment: poll each query a while.
 	for _, q := range dashboardQueries(t) {
 		var last string
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			v, _, err := m.prom.API.Query(context.Background(), q.expr, time.Now())
+		err := wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+			v, _, err := m.prom.API.Query(ctx, q.expr, time.Now())
 			vec, _ := v.(model.Vector)
-			if err == nil && slices.ContainsFunc(vec, func(s *model.Sample) bool { return !math.IsNaN(float64(s.Value)) }) {
-				break
-			}
 			last = fmt.Sprintf("%v (error %v)", v, err)
-			if time.Now().After(deadline) {
-				t.Errorf("panel %q: %s returned no number for 30s: %s", q.panel, q.expr, last)
-				break
-			}
-			time.Sleep(500 * time.Millisecond) // the next scrape, polled
+			return err == nil && slices.ContainsFunc(vec, func(s *model.Sample) bool { return !math.IsNaN(float64(s.Value)) }), nil
+		})
+		if err != nil {
+			t.Errorf("panel %q: %s returned no number for 30s: %s", q.panel, q.expr, last)
 		}
 	}
 }

@@ -19,6 +19,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
 	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
@@ -397,10 +398,7 @@ func hollowMatchesReal(b *testing.B, cp *controlplane.ControlPlane, real int) {
 	}
 	slices.Sort(want)
 	var got []string
-	for deadline := time.Now().Add(time.Minute); !slices.Equal(got, want); time.Sleep(time.Second) { // polling
-		if time.Now().After(deadline) {
-			b.Fatalf("the real speakers watch %v; a hollow speaker watches %v (speakerKinds)", got, want)
-		}
+	err := wait.PollUntilContextTimeout(context.Background(), time.Second, time.Minute, true, func(context.Context) (bool, error) {
 		got = nil
 		for r, n := range watchesOf(b, cp) {
 			if n >= float64(real) {
@@ -408,5 +406,9 @@ func hollowMatchesReal(b *testing.B, cp *controlplane.ControlPlane, real int) {
 			}
 		}
 		slices.Sort(got)
+		return slices.Equal(got, want), nil
+	})
+	if err != nil {
+		b.Fatalf("the real speakers watch %v; a hollow speaker watches %v (speakerKinds)", got, want)
 	}
 }
