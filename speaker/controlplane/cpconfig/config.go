@@ -65,9 +65,9 @@ type BGPPeer struct {
 }
 
 // Defaults fill what the file leaves out: a killed apiserver (connection refused at once) makes
-// its node ineligible within Failures × Interval, 300 ms; a flapping one returns after a second
-// of answers.
-var Defaults = Readyz{Interval: Duration(100 * time.Millisecond), Timeout: Duration(time.Second), Failures: 3, Successes: 10}
+// its node ineligible within Failures × Interval, 300 ms; one that comes back (or starts) is
+// trusted after half a second of answers.
+var Defaults = Readyz{Interval: Duration(100 * time.Millisecond), Timeout: Duration(time.Second), Failures: 3, Successes: 5}
 
 // DefaultGossipPort is the members' memberlist port when the file names none: not the Services
 // speakers' 7946, so both may run on one node.
