@@ -367,6 +367,7 @@ func survivesMoveAndBack(t *testing.T, e *l2Env, addr netip.AddrPort, owner, nex
 			t.Errorf("%d of 20 connections %s broke when the address moved back to %s: %v", len(errs), st.what, owner, errs)
 		}
 	}
+	logged = e.logOffsets()
 	heal() // next up again, as after a rolling update: its hand-off state goes once it sees the owner
 	listsHandoff(t, e, owner, ip, next)
 	waitFor(t, owner+" hands off the connections opened through "+next, 10*time.Second, func() bool {
@@ -376,7 +377,10 @@ func survivesMoveAndBack(t *testing.T, e *l2Env, addr netip.AddrPort, owner, nex
 	if wrongCount(flows - flowsBefore) {
 		t.Errorf("%s handed off %.0f flows, want the 20 connections opened through %s", owner, flows-flowsBefore, next)
 	}
-	waitFor(t, next+" hands nothing of "+ip.String()+" off once "+owner+" answers again", 10*time.Second, func() bool {
+	if m.name != cordonOwner.name {
+		e.waitJoined(next, logged) // a restart takes seconds under load; the linger starts at its first plan
+	}
+	waitFor(t, next+" hands nothing of "+ip.String()+" off once "+owner+" answers again", labHandoffLinger+10*time.Second, func() bool {
 		out, err := exec.Command("ip", "-n", e.node(next).NS, "route", "show", "table", "3580").Output()
 		return err == nil && !strings.Contains(string(out), ip.String()+" ")
 	})

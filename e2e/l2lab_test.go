@@ -212,14 +212,17 @@ func (e *l2Env) node(name string) labNode {
 	return labNode{}
 }
 
+// labHandoffLinger is the lab speakers' hand-off linger: one the tests can wait out (a minute by
+// default).
+const labHandoffLinger = 5 * time.Second
+
 func (e *l2Env) startSpeaker(name string) {
 	n := e.node(name)
 	logf, err := os.OpenFile(filepath.Join(e.logs, name+".log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	// A hand-off linger the tests can wait out (a minute by default).
-	args := append([]string{"--node-name", name, "--kubeconfig", e.kubeconfig, "--l2-handoff-linger=5s",
+	args := append([]string{"--node-name", name, "--kubeconfig", e.kubeconfig, "--l2-handoff-linger=" + labHandoffLinger.String(),
 		"--memberlist-bind-address", n.IPv4.Addr().String(), "--metrics-bind-address", n.IPv4.Addr().String() + ":7474"}, e.extraArgs...)
 	if socket := e.bgpSockets[name]; socket != "" {
 		args = append(args, "--bgp-socket", socket)
