@@ -175,47 +175,16 @@ func (d *NewsDesk) Review(key, pool string, stored []metav1.Condition, types []s
 		}
 		p, ok := known[typ]
 		if c.Status != metav1.ConditionFalse {
-			if ok && d.endTold(key, typ, p) {
-				n.Tell = append(n.Tell, *c) // the end of a problem that was told
-			}
 			if ok {
-				d.leave(key, typ, p, &n)
+				d.end(key, typ, p, c, &n)
 			}
 			delete(known, typ)
 			continue
 		}
 		if !ok || p.reason != c.Reason || p.pool != pool {
-			if ok {
-				d.leave(key, typ, p, &n)
-			}
-			p = problem{reason: c.Reason, pool: pool, since: c.LastTransitionTime.Time, owed: ok && (p.told || p.owed)}
-			if ok { // the same False, for another reason: that one begins now
-				p.since = now
-			}
-			// Due before this leader started, even if it began as late as its second-precision
-			// lastTransitionTime allows: the leader before this one told it.
-			p.inherited = p.since.Add(time.Second + d.after).Before(d.started)
-			d.join(key, typ, p, c.Message, &n)
+			p = d.begin(key, typ, pool, p, ok, c, now, &n)
 		}
-		switch due := p.since.Add(d.after); {
-		case p.told || p.pooled || p.inherited:
-		case now.Before(due):
-			if wait := due.Sub(now); n.Again == 0 || wait < n.Again {
-				n.Again = wait
-			}
-		default:
-			g := d.shared[sharedKey{p.pool, typ, p.reason}]
-			if g == nil || len(g.services) <= sharedBeyond(typ, p.reason) {
-				n.Tell = append(n.Tell, *c)
-				p.told = true
-				break
-			}
-			p.pooled = true
-			if !g.told {
-				g.told = true
-				n.Pool = append(n.Pool, g.news(sharedKey{p.pool, typ, p.reason}))
-			}
-		}
+		d.tellWhenDue(&p, typ, c, now, &n)
 		known[typ] = p
 	}
 	if len(known) == 0 {
@@ -224,6 +193,55 @@ func (d *NewsDesk) Review(key, pool string, stored []metav1.Condition, types []s
 		d.problems[key] = known
 	}
 	return n
+}
+
+// end is the end of the Service's known problem p with condition c: told where it was told.
+func (d *NewsDesk) end(key, typ string, p problem, c *metav1.Condition, n *News) {
+	if d.endTold(key, typ, p) {
+		n.Tell = append(n.Tell, *c) // the end of a problem that was told
+	}
+	d.leave(key, typ, p, n)
+}
+
+// begin is a problem that begins with condition c, or, when known (was), goes on for another
+// reason or pool: the one before ends, and the new one begins now.
+func (d *NewsDesk) begin(key, typ, pool string, was problem, known bool, c *metav1.Condition, now time.Time, n *News) problem {
+	if known {
+		d.leave(key, typ, was, n)
+	}
+	p := problem{reason: c.Reason, pool: pool, since: c.LastTransitionTime.Time, owed: known && (was.told || was.owed)}
+	if known { // the same False, for another reason: that one begins now
+		p.since = now
+	}
+	// Due before this leader started, even if it began as late as its second-precision
+	// lastTransitionTime allows: the leader before this one told it.
+	p.inherited = p.since.Add(time.Second + d.after).Before(d.started)
+	d.join(key, typ, p, c.Message, n)
+	return p
+}
+
+// tellWhenDue tells problem p once it has lasted the desk's delay: on the Service, or once as its
+// pool's news when many of the pool's Services share it; until then n.Again says when it is due.
+func (d *NewsDesk) tellWhenDue(p *problem, typ string, c *metav1.Condition, now time.Time, n *News) {
+	switch due := p.since.Add(d.after); {
+	case p.told || p.pooled || p.inherited:
+	case now.Before(due):
+		if wait := due.Sub(now); n.Again == 0 || wait < n.Again {
+			n.Again = wait
+		}
+	default:
+		g := d.shared[sharedKey{p.pool, typ, p.reason}]
+		if g == nil || len(g.services) <= sharedBeyond(typ, p.reason) {
+			n.Tell = append(n.Tell, *c)
+			p.told = true
+			return
+		}
+		p.pooled = true
+		if !g.told {
+			g.told = true
+			n.Pool = append(n.Pool, g.news(sharedKey{p.pool, typ, p.reason}))
+		}
+	}
 }
 
 // endTold reports whether the end of the Service's problem is news on the Service: it was

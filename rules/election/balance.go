@@ -48,61 +48,15 @@ const Overload = 1.25
 // sum of the squared loads, so balancing ends; the settle window after each move makes it one
 // address at a time. The caller also holds it back during a rollout (rules.L2Rollout).
 func Balance(ps []Placement, now time.Time, settle time.Duration) (m Move, ok bool, at time.Time) {
-	var latest time.Time
-	load := map[string]int{}
-	owned := 0
-	for i := range ps {
-		p := &ps[i]
-		if p.InFlight() {
-			return Move{}, false, time.Time{}
-		}
-		if p.Owner == "" {
-			continue
-		}
-		latest = later(latest, p.Holders[0].Since)
-		owned++
-		load[p.Owner]++
-		for _, n := range p.Nodes {
-			load[n] += 0 // every electable node counts for the mean, holding anything or not
-		}
-	}
-	if owned == 0 {
+	l, latest, inFlight := loadsOf(ps)
+	if inFlight || l.owned == 0 {
 		return Move{}, false, time.Time{}
 	}
 	if settledAt := latest.Add(settle); now.Before(settledAt) {
 		return Move{}, false, settledAt
 	}
-	nodes := len(load)
-	// load > Overload × owned/nodes, in integers: 4·load·nodes > 5·owned.
-	overloaded := func(n string) bool { return 4*load[n]*nodes > 5*owned }
-	belowMean := func(n string) bool { return load[n]*nodes < owned }
-	var heavy []string
-	for n := range load {
-		if overloaded(n) {
-			heavy = append(heavy, n)
-		}
-	}
-	slices.SortFunc(heavy, func(a, b string) int { return cmp.Or(cmp.Compare(load[b], load[a]), cmp.Compare(a, b)) })
-	// Below the mean, and two fewer at least: a move that only shifts the excess to another
-	// node (one address over three nodes) is no balance.
-	takes := func(n, from string) bool { return belowMean(n) && load[n]+2 <= load[from] }
-	home := func(from string) func(*Placement) string {
-		return func(p *Placement) string {
-			if h, _ := Owner(p.IP, p.Nodes); h != from && takes(h, from) {
-				return h
-			}
-			return ""
-		}
-	}
-	// When no address of theirs belongs on a node below the mean: the hash's choice among the
-	// nodes below the mean that may take one.
-	anyTaker := func(from string) func(*Placement) string {
-		return func(p *Placement) string {
-			to, _ := Owner(p.IP, slices.DeleteFunc(slices.Clone(p.Nodes), func(n string) bool { return !takes(n, from) }))
-			return to
-		}
-	}
-	for _, pick := range []func(string) func(*Placement) string{home, anyTaker} {
+	heavy := l.overloaded()
+	for _, pick := range []func(string) func(*Placement) string{l.home, l.anyTaker} {
 		for _, from := range heavy {
 			if m, ok := smallest(ps, from, pick(from)); ok {
 				return m, true, time.Time{}
@@ -110,6 +64,74 @@ func Balance(ps []Placement, now time.Time, settle time.Duration) (m Move, ok bo
 		}
 	}
 	return Move{}, false, time.Time{}
+}
+
+// loads is how many addresses each node holds as owner, every node an address may be elected
+// among counting (for the mean) whether it holds any or not, and how many are owned in all.
+type loads struct {
+	of    map[string]int
+	owned int
+}
+
+// loadsOf counts the placements' loads; latest is when the newest holder took its address,
+// inFlight whether one of them is moving.
+func loadsOf(ps []Placement) (l loads, latest time.Time, inFlight bool) {
+	l.of = map[string]int{}
+	for i := range ps {
+		p := &ps[i]
+		if p.InFlight() {
+			return l, latest, true
+		}
+		if p.Owner == "" {
+			continue
+		}
+		latest = later(latest, p.Holders[0].Since)
+		l.owned++
+		l.of[p.Owner]++
+		for _, n := range p.Nodes {
+			l.of[n] += 0 // every electable node counts for the mean, holding anything or not
+		}
+	}
+	return l, latest, false
+}
+
+// overloaded is the nodes holding more than Overload × the mean, the most loaded first (ties by
+// name). load > Overload × owned/nodes, in integers: 4·load·nodes > 5·owned.
+func (l loads) overloaded() []string {
+	var heavy []string
+	for n, load := range l.of {
+		if 4*load*len(l.of) > 5*l.owned {
+			heavy = append(heavy, n)
+		}
+	}
+	slices.SortFunc(heavy, func(a, b string) int { return cmp.Or(cmp.Compare(l.of[b], l.of[a]), cmp.Compare(a, b)) })
+	return heavy
+}
+
+// takes says whether node n may take an address from node from: below the mean, and two fewer
+// at least (a move that only shifts the excess to another node, one address over three nodes,
+// is no balance).
+func (l loads) takes(n, from string) bool {
+	return l.of[n]*len(l.of) < l.owned && l.of[n]+2 <= l.of[from]
+}
+
+// home picks, for an address of from, its Owner among its nodes when that node takes it.
+func (l loads) home(from string) func(*Placement) string {
+	return func(p *Placement) string {
+		if h, _ := Owner(p.IP, p.Nodes); h != from && l.takes(h, from) {
+			return h
+		}
+		return ""
+	}
+}
+
+// anyTaker picks, when no address of from belongs on a node below the mean, the hash's choice
+// among the address's nodes that take one.
+func (l loads) anyTaker(from string) func(*Placement) string {
+	return func(p *Placement) string {
+		to, _ := Owner(p.IP, slices.DeleteFunc(slices.Clone(p.Nodes), func(n string) bool { return !l.takes(n, from) }))
+		return to
+	}
 }
 
 // smallest is the move of from's smallest address for which to names a node ("": none).

@@ -111,38 +111,11 @@ type Group struct {
 
 // Start starts gossiping. Changes (buffered) receives every join and leave after that.
 func Start(cfg Config) (*Group, error) {
-	mc := memberlist.DefaultLANConfig()
-	mc.Name = cfg.Name
-	mc.BindAddr, mc.AdvertiseAddr = cfg.BindAddr, ""
-	mc.BindPort, mc.AdvertisePort = cfg.BindPort, cfg.BindPort
-	d := cfg.Detection
-	if d.ProbeInterval <= 0 || d.ProbeTimeout <= 0 || d.SuspicionMult < 1 || d.ProbeTimeout >= d.ProbeInterval || d.Heartbeat < 0 {
-		return nil, fmt.Errorf("membership: bad failure-detection timing %+v (need 0 < probe timeout < probe interval, suspicion multiplier ≥ 1, heartbeat ≥ 0)", d)
+	mc, err := memberlistConfig(cfg)
+	if err != nil {
+		return nil, err
 	}
-	mc.ProbeInterval, mc.ProbeTimeout, mc.SuspicionMult = d.ProbeInterval, d.ProbeTimeout, d.SuspicionMult
-	// memberlist's default: its gossip ticks every interval, something queued or not. Neither
-	// failover waits for it: a leaving member says goodbye directly (goodbye.go) and the fast
-	// path finds a dead one itself.
-	mc.GossipInterval = 200 * time.Millisecond
-	// Compression allocates a compressor's tables for every packet, heartbeats included, and
-	// the garbage they make was most of an idle speaker's CPU; the packets are a few dozen
-	// bytes. Members still read compressed packets from older speakers.
-	mc.EnableCompression = false
-	// Joining a node that is gone must not hold a starting speaker for memberlist's default 10 s.
-	mc.TCPTimeout = time.Second
-	if !cfg.Keys.None() {
-		ring, err := cfg.Keys.keyring()
-		if err != nil {
-			return nil, err
-		}
-		mc.Keyring = ring
-	}
-	out := cfg.Log
-	if out == nil {
-		out = io.Discard
-	}
-	mc.Logger = log.New(out, "memberlist ", log.LstdFlags)
-	g := &Group{changes: make(chan Change, 1024), self: cfg.Name, life: newLife(), heartbeat: d.Heartbeat, resumed: cfg.Resumed, message: cfg.Message,
+	g := &Group{changes: make(chan Change, 1024), self: cfg.Name, life: newLife(), heartbeat: cfg.Detection.Heartbeat, resumed: cfg.Resumed, message: cfg.Message,
 		keyring: mc.Keyring, members: map[string]*member{}, stop: make(chan struct{}), log: mc.Logger,
 		took: cfg.took}
 	if g.keyring != nil {
@@ -179,6 +152,43 @@ func Start(cfg Config) (*Group, error) {
 		go g.watch()
 	}
 	return g, nil
+}
+
+// memberlistConfig is memberlist's configuration for cfg: its name and port, the failure
+// detector's timing, the keyring and the logger; the group fills in the rest.
+func memberlistConfig(cfg Config) (*memberlist.Config, error) {
+	mc := memberlist.DefaultLANConfig()
+	mc.Name = cfg.Name
+	mc.BindAddr, mc.AdvertiseAddr = cfg.BindAddr, ""
+	mc.BindPort, mc.AdvertisePort = cfg.BindPort, cfg.BindPort
+	d := cfg.Detection
+	if d.ProbeInterval <= 0 || d.ProbeTimeout <= 0 || d.SuspicionMult < 1 || d.ProbeTimeout >= d.ProbeInterval || d.Heartbeat < 0 {
+		return nil, fmt.Errorf("membership: bad failure-detection timing %+v (need 0 < probe timeout < probe interval, suspicion multiplier ≥ 1, heartbeat ≥ 0)", d)
+	}
+	mc.ProbeInterval, mc.ProbeTimeout, mc.SuspicionMult = d.ProbeInterval, d.ProbeTimeout, d.SuspicionMult
+	// memberlist's default: its gossip ticks every interval, something queued or not. Neither
+	// failover waits for it: a leaving member says goodbye directly (goodbye.go) and the fast
+	// path finds a dead one itself.
+	mc.GossipInterval = 200 * time.Millisecond
+	// Compression allocates a compressor's tables for every packet, heartbeats included, and
+	// the garbage they make was most of an idle speaker's CPU; the packets are a few dozen
+	// bytes. Members still read compressed packets from older speakers.
+	mc.EnableCompression = false
+	// Joining a node that is gone must not hold a starting speaker for memberlist's default 10 s.
+	mc.TCPTimeout = time.Second
+	if !cfg.Keys.None() {
+		ring, err := cfg.Keys.keyring()
+		if err != nil {
+			return nil, err
+		}
+		mc.Keyring = ring
+	}
+	out := cfg.Log
+	if out == nil {
+		out = io.Discard
+	}
+	mc.Logger = log.New(out, "memberlist ", log.LstdFlags)
+	return mc, nil
 }
 
 // Changes delivers joins and leaves, oldest first.

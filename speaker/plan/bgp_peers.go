@@ -107,16 +107,43 @@ func resolvePeer(bp *v1alpha1.BGPPeer, labels map[string]string, mine map[netip.
 	s := &bp.Spec
 	peer := Peer{Name: bp.Name, MyASN: s.MyASN, PeerASN: s.PeerASN, Port: defaultBGPPort, Interface: s.Interface, VRF: s.VRF,
 		HoldTime: defaultHoldTime, ConnectTime: defaultConnectTime, EBGPMultiHop: s.EBGPMultiHop, GracefulRestart: s.EnableGracefulRestart}
+	if err := resolveASNs(&peer, s, labels); err != nil {
+		return peer, err
+	}
+	if err := resolveAddresses(&peer, s); err != nil {
+		return peer, err
+	}
+	resolveTimers(&peer, s)
+	peer.MaxPrefixes = s.MaxPrefixes
+	if peer.MaxPrefixes == 0 { // an object the apiserver did not default (a test's)
+		peer.MaxPrefixes = v1alpha1.DefaultMaxPrefixes
+	}
+	if err := resolveRouterID(&peer, s, mine); err != nil {
+		return peer, err
+	}
+	if ref := s.PasswordSecret; ref != nil {
+		pw, err := password(ref, secrets)
+		if err != nil {
+			return peer, err
+		}
+		peer.Password = pw
+	}
+	return peer, nil
+}
+
+// resolveASNs sets the session's two AS numbers: from the node's labels where the peer says so,
+// the node's own for an internal dynamic peer, none yet (the router's OPEN says) for an external one.
+func resolveASNs(peer *Peer, s *v1alpha1.BGPPeerSpec, labels map[string]string) error {
 	var err error
 	if s.MyASNFromNodeLabel != "" {
 		if peer.MyASN, err = asnFromLabel(labels, s.MyASNFromNodeLabel, "myASNFromNodeLabel"); err != nil {
-			return peer, err
+			return err
 		}
 	}
 	switch {
 	case s.PeerASNFromNodeLabel != "":
 		if peer.PeerASN, err = asnFromLabel(labels, s.PeerASNFromNodeLabel, "peerASNFromNodeLabel"); err != nil {
-			return peer, err
+			return err
 		}
 	case s.DynamicASN == v1alpha1.DynamicASNInternal:
 		peer.PeerASN = peer.MyASN // iBGP: the router can only be in this node's AS
@@ -124,14 +151,21 @@ func resolvePeer(bp *v1alpha1.BGPPeer, labels map[string]string, mine map[netip.
 		peer.PeerASN, peer.ExternalOnly = 0, true // learned from the router's OPEN
 	}
 	if peer.MyASN == 0 {
-		return peer, fmt.Errorf("no local AS: set myASN or myASNFromNodeLabel")
+		return fmt.Errorf("no local AS: set myASN or myASNFromNodeLabel")
 	}
 	if peer.PeerASN == 0 && !peer.ExternalOnly {
-		return peer, fmt.Errorf("no router AS: set peerASN, dynamicASN or peerASNFromNodeLabel")
+		return fmt.Errorf("no router AS: set peerASN, dynamicASN or peerASNFromNodeLabel")
 	}
+	return nil
+}
+
+// resolveAddresses sets where the session goes (none for an unnumbered peer, found on its
+// interface), its port and its source address.
+func resolveAddresses(peer *Peer, s *v1alpha1.BGPPeerSpec) error {
+	var err error
 	if s.Interface == "" {
 		if peer.Address, err = netip.ParseAddr(string(s.PeerAddress)); err != nil {
-			return peer, fmt.Errorf("peerAddress: %v", err)
+			return fmt.Errorf("peerAddress: %v", err)
 		}
 		peer.Address = peer.Address.Unmap()
 	}
@@ -140,10 +174,16 @@ func resolvePeer(bp *v1alpha1.BGPPeer, labels map[string]string, mine map[netip.
 	}
 	if s.SourceAddress != "" {
 		if peer.Source, err = netip.ParseAddr(string(s.SourceAddress)); err != nil {
-			return peer, fmt.Errorf("sourceAddress: %v", err)
+			return fmt.Errorf("sourceAddress: %v", err)
 		}
 		peer.Source = peer.Source.Unmap()
 	}
+	return nil
+}
+
+// resolveTimers sets the hold, keepalive (a third of the hold time unless set), connect and
+// graceful restart times over their defaults.
+func resolveTimers(peer *Peer, s *v1alpha1.BGPPeerSpec) {
 	if s.HoldTime != nil {
 		peer.HoldTime = s.HoldTime.Duration
 	}
@@ -160,25 +200,19 @@ func resolvePeer(bp *v1alpha1.BGPPeer, labels map[string]string, mine map[netip.
 	if s.ConnectTime != nil {
 		peer.ConnectTime = s.ConnectTime.Duration
 	}
-	peer.MaxPrefixes = s.MaxPrefixes
-	if peer.MaxPrefixes == 0 { // an object the apiserver did not default (a test's)
-		peer.MaxPrefixes = v1alpha1.DefaultMaxPrefixes
-	}
+}
+
+// resolveRouterID sets the router ID the peer names, or else this node's IPv4 InternalIP.
+func resolveRouterID(peer *Peer, s *v1alpha1.BGPPeerSpec, mine map[netip.Addr]bool) error {
+	var err error
 	if s.RouterID != "" {
 		if peer.RouterID, err = netip.ParseAddr(s.RouterID); err != nil || !peer.RouterID.Is4() {
-			return peer, fmt.Errorf("routerID %q is not an IPv4 address", s.RouterID)
+			return fmt.Errorf("routerID %q is not an IPv4 address", s.RouterID)
 		}
 	} else if peer.RouterID = addressOfFamily(mine, true); !peer.RouterID.IsValid() {
-		return peer, fmt.Errorf("this node has no IPv4 InternalIP to use as router ID; set spec.routerID")
+		return fmt.Errorf("this node has no IPv4 InternalIP to use as router ID; set spec.routerID")
 	}
-	if ref := s.PasswordSecret; ref != nil {
-		pw, err := password(ref, secrets)
-		if err != nil {
-			return peer, err
-		}
-		peer.Password = pw
-	}
-	return peer, nil
+	return nil
 }
 
 // asnFromLabel reads an AS number from the node label key; field names the BGPPeer field that
