@@ -98,46 +98,10 @@ func Start(opts Options) (*ControlPlane, error) {
 		ControlPlaneStartTimeout: 2 * time.Minute,
 		ControlPlaneStopTimeout:  time.Minute,
 	}
-	// Our own directories for etcd's data and the apiserver's certificates: envtest removes
-	// the ones it creates on every stop, and Restart needs both to survive one.
-	dir, err := os.MkdirTemp("", "portico-controlplane-")
+	dir, caFile, kubeletCAFile, err := configure(env, opts)
 	if err != nil {
 		return nil, err
 	}
-	env.ControlPlane.Etcd = &envtest.Etcd{DataDir: filepath.Join(dir, "etcd")}
-	api := env.ControlPlane.GetAPIServer()
-	api.CertDir = filepath.Join(dir, "apiserver")
-	for _, d := range []string{env.ControlPlane.Etcd.DataDir, api.CertDir} {
-		if err := os.Mkdir(d, 0o700); err != nil {
-			return nil, errors.Join(err, os.RemoveAll(dir))
-		}
-	}
-	caFile := ""
-	if len(opts.ServingAddresses) > 0 {
-		ca, err := writeServingCerts(api.CertDir, opts.ServingAddresses)
-		if err != nil {
-			return nil, errors.Join(err, os.RemoveAll(dir))
-		}
-		api.SecureServing.CA, caFile = ca, filepath.Join(api.CertDir, "ca.crt")
-	}
-	kubeletCAFile := ""
-	if opts.KubeletClientCert {
-		if kubeletCAFile, err = writeKubeletClientCerts(api.CertDir); err != nil {
-			return nil, errors.Join(err, os.RemoveAll(dir))
-		}
-		api.Configure().Set("kubelet-client-certificate", filepath.Join(api.CertDir, "kubelet-client.crt"))
-		api.Configure().Set("kubelet-client-key", filepath.Join(api.CertDir, "kubelet-client.key"))
-	}
-	api.Configure().Set("service-cluster-ip-range", ServiceCIDR)
-	for k, v := range opts.APIServerArgs {
-		api.Configure().Set(k, v)
-	}
-	if opts.Out != nil {
-		env.AttachControlPlaneOutput = true
-		api.Out, api.Err = opts.Out, opts.Out
-		env.ControlPlane.Etcd.Out, env.ControlPlane.Etcd.Err = opts.Out, opts.Out
-	}
-
 	cfg, err := env.Start()
 	if err != nil {
 		// envtest may have launched the processes before failing (a CRD refused, say).
@@ -152,6 +116,58 @@ func Start(opts Options) (*ControlPlane, error) {
 		return nil, err
 	}
 	return cp, nil
+}
+
+// configure gives env's etcd and apiserver directories of their own in dir, writes the
+// certificates opts asks for (caFile and kubeletCAFile name their CAs, "" when not asked for)
+// and sets the apiserver's flags and where the output goes.
+func configure(env *envtest.Environment, opts Options) (dir, caFile, kubeletCAFile string, err error) {
+	// Our own directories for etcd's data and the apiserver's certificates: envtest removes
+	// the ones it creates on every stop, and Restart needs both to survive one.
+	if dir, err = os.MkdirTemp("", "portico-controlplane-"); err != nil {
+		return "", "", "", err
+	}
+	env.ControlPlane.Etcd = &envtest.Etcd{DataDir: filepath.Join(dir, "etcd")}
+	api := env.ControlPlane.GetAPIServer()
+	api.CertDir = filepath.Join(dir, "apiserver")
+	for _, d := range []string{env.ControlPlane.Etcd.DataDir, api.CertDir} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			return "", "", "", errors.Join(err, os.RemoveAll(dir))
+		}
+	}
+	if caFile, kubeletCAFile, err = writeCertificates(api, opts); err != nil {
+		return "", "", "", errors.Join(err, os.RemoveAll(dir))
+	}
+	api.Configure().Set("service-cluster-ip-range", ServiceCIDR)
+	for k, v := range opts.APIServerArgs {
+		api.Configure().Set(k, v)
+	}
+	if opts.Out != nil {
+		env.AttachControlPlaneOutput = true
+		api.Out, api.Err = opts.Out, opts.Out
+		env.ControlPlane.Etcd.Out, env.ControlPlane.Etcd.Err = opts.Out, opts.Out
+	}
+	return dir, caFile, kubeletCAFile, nil
+}
+
+// writeCertificates writes, in the apiserver's certificate directory, the serving certificate
+// for opts.ServingAddresses and the client certificate it shows kubelets, when opts asks.
+func writeCertificates(api *envtest.APIServer, opts Options) (caFile, kubeletCAFile string, err error) {
+	if len(opts.ServingAddresses) > 0 {
+		ca, err := writeServingCerts(api.CertDir, opts.ServingAddresses)
+		if err != nil {
+			return "", "", err
+		}
+		api.SecureServing.CA, caFile = ca, filepath.Join(api.CertDir, "ca.crt")
+	}
+	if opts.KubeletClientCert {
+		if kubeletCAFile, err = writeKubeletClientCerts(api.CertDir); err != nil {
+			return "", "", err
+		}
+		api.Configure().Set("kubelet-client-certificate", filepath.Join(api.CertDir, "kubelet-client.crt"))
+		api.Configure().Set("kubelet-client-key", filepath.Join(api.CertDir, "kubelet-client.key"))
+	}
+	return caFile, kubeletCAFile, nil
 }
 
 func (cp *ControlPlane) finish() error {

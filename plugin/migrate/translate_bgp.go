@@ -9,26 +9,57 @@ import (
 	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
 )
 
+// peer translates a MetalLB BGPPeer, field by field.
 func (t *translator) peer(o *unstructured.Unstructured) {
 	f := newFields(o, &t.out)
 	p := &porticov1.BGPPeer{}
-	var addr, src string
+	if !t.peerWhere(o, f, p) {
+		return
+	}
+	iface := p.Spec.Interface
+	f.take("myASN", &p.Spec.MyASN)
+	if iface != "" {
+		// An unnumbered router is directly connected: the API refuses these with interface.
+		f.drop("sourceAddress", "an unnumbered session runs from the interface's link-local address", "")
+		f.drop("ebgpMultiHop", "an unnumbered router is directly connected", false)
+	} else if src := ""; f.take("sourceAddress", &src) {
+		p.Spec.SourceAddress = porticov1.IPAddress(src)
+	}
+	var port int32
+	if f.take("peerPort", &port) && port != 0 {
+		p.Spec.PeerPort = port
+	}
+	peerTimers(f, p)
+	f.take("routerID", &p.Spec.RouterID)
+	f.take("nodeSelectors", &p.Spec.NodeSelectors)
+	f.take("ebgpMultiHop", &p.Spec.EBGPMultiHop)
+	f.take("enableGracefulRestart", &p.Spec.EnableGracefulRestart)
+	t.password(o, f, p)
+	peerVRFAndBFD(f, p)
+	f.drop("disableMP", everyFamily, false)
+	f.drop("dualStackAddressFamily", everyFamily, false)
+	f.rest()
+	t.add(p, "BGPPeer")
+}
+
+// peerWhere takes the router's address or interface and its AS number (or dynamicASN), and
+// the name; false when the peer cannot be translated (said in the result).
+func (t *translator) peerWhere(o *unstructured.Unstructured, f *fields, p *porticov1.BGPPeer) bool {
+	var addr, iface, dyn string
 	f.take("peerAddress", &addr)
-	var iface string
 	f.take("interface", &iface)
-	var dyn string
 	f.take("dynamicASN", &dyn)
 	f.take("peerASN", &p.Spec.PeerASN)
 	switch {
 	case addr == "" && iface == "":
 		t.whole(o, "neither spec.peerAddress nor spec.interface is set")
-		return
+		return false
 	case p.Spec.PeerASN == 0 && dyn == "":
 		t.whole(o, "neither spec.peerASN nor spec.dynamicASN is set")
-		return
+		return false
 	case p.Spec.PeerASN == 0 && dyn != string(porticov1.DynamicASNInternal) && dyn != string(porticov1.DynamicASNExternal):
 		t.whole(o, fmt.Sprintf("dynamicASN %q is neither internal nor external", dyn))
-		return
+		return false
 	}
 	if p.Spec.PeerASN == 0 {
 		p.Spec.DynamicASN = porticov1.DynamicASN(dyn)
@@ -42,21 +73,14 @@ func (t *translator) peer(o *unstructured.Unstructured) {
 	p.Spec.Interface = iface
 	var ok bool
 	if p.ObjectMeta, ok = t.meta(o, "BGPPeer"); !ok {
-		return
+		return false
 	}
 	p.Spec.PeerAddress = porticov1.IPAddress(addr)
-	f.take("myASN", &p.Spec.MyASN)
-	if iface != "" {
-		// An unnumbered router is directly connected: the API refuses these with interface.
-		f.drop("sourceAddress", "an unnumbered session runs from the interface's link-local address", "")
-		f.drop("ebgpMultiHop", "an unnumbered router is directly connected", false)
-	} else if f.take("sourceAddress", &src) {
-		p.Spec.SourceAddress = porticov1.IPAddress(src)
-	}
-	var port int32
-	if f.take("peerPort", &port) && port != 0 {
-		p.Spec.PeerPort = port
-	}
+	return true
+}
+
+// peerTimers takes the hold, keepalive and connect times; a zero one is left to the default.
+func peerTimers(f *fields, p *porticov1.BGPPeer) {
 	var hold, keep, connect metav1.Duration
 	if f.take("holdTime", &hold) && hold.Duration != 0 {
 		p.Spec.HoldTime = &hold
@@ -67,28 +91,25 @@ func (t *translator) peer(o *unstructured.Unstructured) {
 	if f.take("connectTime", &connect) && connect.Duration != 0 {
 		p.Spec.ConnectTime = &connect
 	}
-	f.take("routerID", &p.Spec.RouterID)
-	f.take("nodeSelectors", &p.Spec.NodeSelectors)
-	f.take("ebgpMultiHop", &p.Spec.EBGPMultiHop)
-	f.take("enableGracefulRestart", &p.Spec.EnableGracefulRestart)
-	t.password(o, f, p)
-	if iface != "" {
+}
+
+// peerVRFAndBFD takes the VRF and the BFD profile, or drops them for an unnumbered peer (and
+// the BFD profile in a VRF), saying why.
+func peerVRFAndBFD(f *fields, p *porticov1.BGPPeer) {
+	unnumbered := p.Spec.Interface != ""
+	if unnumbered {
 		f.drop("vrf", "Portico peers unnumbered in the node's default VRF only", "")
 	} else {
 		f.take("vrf", &p.Spec.VRF)
 	}
 	switch {
-	case iface != "":
+	case unnumbered:
 		f.drop("bfdProfile", "Portico's BFD needs the router's address, and this peer is unnumbered: the session detects a dead peer through its holdTime", "")
 	case p.Spec.VRF != "":
 		f.drop("bfdProfile", "Portico's BFD does not run through a VRF yet: the session detects a dead peer through its holdTime", "")
 	default:
 		f.take("bfdProfile", &p.Spec.BFDProfile)
 	}
-	f.drop("disableMP", everyFamily, false)
-	f.drop("dualStackAddressFamily", everyFamily, false)
-	f.rest()
-	t.add(p, "BGPPeer")
 }
 
 func (t *translator) bfdProfile(o *unstructured.Unstructured) {
