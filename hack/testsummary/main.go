@@ -50,10 +50,10 @@ type packageRun struct {
 // skipped is one skipped test and its t.Skip message.
 type skipped struct{ pkg, test, why string }
 
+// summarize reads `go test -json` from in and writes to out what plain `go test` prints, then
+// the skipped tests and hint.
 func summarize(in io.Reader, out io.Writer, hint string) error {
-	packages := map[string]*packageRun{}
-	var order []string // packages not finished yet, in the order they started
-	var skips []skipped
+	s := &summary{packages: map[string]*packageRun{}}
 	lines := bufio.NewScanner(in)
 	lines.Buffer(make([]byte, 1<<20), 64<<20)
 	for lines.Scan() {
@@ -66,52 +66,63 @@ func summarize(in io.Reader, out io.Writer, hint string) error {
 			fmt.Fprint(out, e.Output)
 			continue
 		}
-		if e.Package == "" {
-			continue
-		}
-		p := packages[e.Package]
-		if p == nil {
-			p = &packageRun{byName: map[string]*testRun{}}
-			packages[e.Package] = p
-			order = append(order, e.Package)
-		}
-		if e.Test == "" {
-			switch e.Action {
-			case "output":
-				p.output = append(p.output, e.Output)
-			case "pass", "fail", "skip":
-				p.print(out, e.Action)
-				delete(packages, e.Package)
-			}
-			continue
-		}
-		t := p.byName[e.Test]
-		if t == nil {
-			t = &testRun{name: e.Test}
-			p.byName[e.Test] = t
-			p.tests = append(p.tests, t)
-		}
-		switch e.Action {
-		case "output":
-			t.output = append(t.output, e.Output)
-		case "pass", "fail", "skip":
-			t.result = e.Action
-			if e.Action == "skip" {
-				skips = append(skips, skipped{e.Package, e.Test, t.skipReason()})
-			}
+		if e.Package != "" {
+			s.add(out, e)
 		}
 	}
 	if err := lines.Err(); err != nil {
 		return err
 	}
 	// A package with no end event: go test was killed. Show everything it said.
-	for _, name := range order {
-		if p := packages[name]; p != nil {
+	for _, name := range s.order {
+		if p := s.packages[name]; p != nil {
 			p.print(out, "")
 		}
 	}
-	printSkips(out, skips, hint)
+	printSkips(out, s.skips, hint)
 	return nil
+}
+
+// summary is what summarize keeps while it reads.
+type summary struct {
+	packages map[string]*packageRun
+	order    []string // packages not finished yet, in the order they started
+	skips    []skipped
+}
+
+// add takes one event of a package or one of its tests; a finished package is printed.
+func (s *summary) add(out io.Writer, e event) {
+	p := s.packages[e.Package]
+	if p == nil {
+		p = &packageRun{byName: map[string]*testRun{}}
+		s.packages[e.Package] = p
+		s.order = append(s.order, e.Package)
+	}
+	if e.Test == "" {
+		switch e.Action {
+		case "output":
+			p.output = append(p.output, e.Output)
+		case "pass", "fail", "skip":
+			p.print(out, e.Action)
+			delete(s.packages, e.Package)
+		}
+		return
+	}
+	t := p.byName[e.Test]
+	if t == nil {
+		t = &testRun{name: e.Test}
+		p.byName[e.Test] = t
+		p.tests = append(p.tests, t)
+	}
+	switch e.Action {
+	case "output":
+		t.output = append(t.output, e.Output)
+	case "pass", "fail", "skip":
+		t.result = e.Action
+		if e.Action == "skip" {
+			s.skips = append(s.skips, skipped{e.Package, e.Test, t.skipReason()})
+		}
+	}
 }
 
 // print shows a finished package as plain `go test` does: only its ok line when it passed;
