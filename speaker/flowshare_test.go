@@ -9,7 +9,7 @@ import (
 
 // TestFlowMessageTranscripts runs testdata/flowshare: the flow-sharing messages a node reads,
 // and those it refuses. When a node shares, and the acks a round awaits, are the plan's
-// (speaker/plan/testdata/sharing).
+// (speaker/plan/testdata/flowshare).
 func TestFlowMessageTranscripts(t *testing.T) {
 	datadriven.Walk(t, "testdata/flowshare", func(t *testing.T, path string) {
 		datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {

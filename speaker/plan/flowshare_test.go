@@ -14,13 +14,13 @@ import (
 	"github.com/portico-lb/portico/speaker/plan"
 )
 
-// TestSharingTranscripts runs testdata/sharing: when a node shares its flows (standing, routed
+// TestFlowShareTranscripts runs testdata/flowshare: when a node shares its flows (standing, routed
 // addresses before and after; a stop), the acks a round awaits, the hand-off slots it gives
 // back and the node address flows are handed to.
-func TestSharingTranscripts(t *testing.T) {
+func TestFlowShareTranscripts(t *testing.T) {
 	standings := map[string]rules.BGPStanding{"advertise": rules.BGPAdvertise, "graceful-shutdown": rules.BGPGracefulShutdown,
 		"withdraw": rules.BGPWithdraw, "unknown": plan.UnknownStanding}
-	datadriven.Walk(t, "testdata/sharing", func(t *testing.T, path string) {
+	datadriven.Walk(t, "testdata/flowshare", func(t *testing.T, path string) {
 		var r *plan.ShareRound
 		awaiting := func() string {
 			if r.Done() {
