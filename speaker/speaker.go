@@ -41,7 +41,7 @@ type Speaker struct {
 	flows      flowSharing
 	reporter   *reporter
 	gossip     gossipState // admission of members, the gossip keys (gossip.go)
-	health     health      // what the probes read (health.go)
+	health     health      // what the probes read (readiness.go)
 }
 
 // New is a speaker with options o; its Group is set before Start.

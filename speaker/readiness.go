@@ -10,7 +10,8 @@ import (
 	"time"
 )
 
-// health is what the probes read of the loop.
+// health is what the kubelet's probes read of the loop: readiness (/readyz, its BGP sessions)
+// and liveness (/healthz).
 type health struct {
 	loopAt    atomic.Int64 // unix nanos of the main loop's latest turn; 0 until it starts
 	startedAt time.Time    // when Start began (RoutesUp)
