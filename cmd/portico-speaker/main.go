@@ -72,6 +72,7 @@ type options struct {
 	leaseNamespace             string
 	daemonSet                  string
 	leaseRenew                 time.Duration
+	controlPlaneConfig         string
 }
 
 func main() {
@@ -115,6 +116,7 @@ func bindFlags(o *options) {
 		"leave Services with no spec.loadBalancerClass to another load balancer, handling only --load-balancer-class (the controller needs the same flag)")
 	flag.BoolVar(&o.forwardGuard, "forward-guard", true,
 		"drop packets to the addresses this node announces that nothing on the node translated (nftables table inet portico; needs CAP_NET_ADMIN), so that clients arriving before the service proxy's rule connect on their next retransmission instead of being routed back out")
+	flag.StringVar(&o.controlPlaneConfig, "control-plane-config", "", "the control-plane mode: hold the Kubernetes API's own address (the VIP) among the control-plane nodes this file lists, with no apiserver needed; the other flags but --node-name and the --memberlist-probe, -heartbeat and -suspicion timings are not read (docs/control-plane.md)")
 	flag.StringVar(&o.daemonSet, "daemonset", "", "the speakers' DaemonSet in --namespace, read when this speaker stops: gone or being deleted (an uninstall), the BGP routes are withdrawn at once rather than left to the routers' graceful restart; empty: not read")
 }
 
@@ -170,6 +172,9 @@ func run(o options) error {
 		return fmt.Errorf("no node name: set --node-name or NODE_NAME")
 	}
 	log := logf.Log.WithName("speaker").WithValues("node", o.node)
+	if o.controlPlaneConfig != "" {
+		return runControlPlane(o, log)
+	}
 	watchlist.Off()
 	cfg, err := config.GetConfig()
 	if err != nil {

@@ -22,12 +22,9 @@ type Config struct {
 	// VIP is the address clients reach the Kubernetes API at (kubeadm's
 	// --control-plane-endpoint): one node at a time answers for it.
 	VIP netip.Addr `json:"vip"`
-	// Interface is where the VIP is answered (ARP/NDP); empty: every interface whose subnet
-	// holds it (or Subnet's).
+	// Interface is where the VIP is answered (ARP/NDP); empty: the node's suitable interfaces,
+	// those whose subnet holds the VIP first (as for Services).
 	Interface string `json:"interface,omitempty"`
-	// Subnet is the VIP's subnet, when no interface of the node has an address in it (the VIP
-	// must lie in it).
-	Subnet netip.Prefix `json:"subnet,omitzero"`
 	// GossipPort is the members' memberlist port (UDP and TCP), the same on every node.
 	GossipPort int `json:"gossipPort,omitempty"`
 	// Members are the control-plane nodes; this node is one of them (--node-name).
@@ -121,9 +118,6 @@ func (c Config) Validate() error {
 		bad("vip: missing")
 	case c.VIP.IsUnspecified() || c.VIP.IsLoopback() || c.VIP.IsMulticast() || c.VIP.Zone() != "":
 		bad("vip: %s cannot be answered for on a link", c.VIP)
-	}
-	if c.Subnet.IsValid() && c.VIP.IsValid() && !c.Subnet.Contains(c.VIP) {
-		bad("subnet: %s does not hold the vip %s", c.Subnet, c.VIP)
 	}
 	if c.GossipPort < 1 || c.GossipPort > 65535 {
 		bad("gossipPort: %d is not a port", c.GossipPort)

@@ -1,0 +1,215 @@
+package controlplane
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"github.com/portico-lb/portico/speaker/controlplane/cpconfig"
+	"github.com/portico-lb/portico/speaker/membership"
+	"github.com/portico-lb/portico/speaker/plan"
+)
+
+// resend is how often a member tells every other its report again, and rejoins the members it
+// does not see: a report lost (a member restarting between two) is corrected within it.
+const resend = 500 * time.Millisecond
+
+// Mode is one control-plane node's speaker in control-plane mode.
+type Mode struct {
+	Config   cpconfig.Config
+	Node     string
+	Group    *membership.Group // started with Admit and Message below
+	Announce Announcer
+	Log      logr.Logger
+
+	check   *readyzCheck
+	ready   plan.APIReady
+	reports map[string]plan.MemberReport
+	heard   chan report
+	checked chan string
+	side    vipSide
+	holding time.Time   // since when this node holds the VIP; zero: it does not
+	joining atomic.Bool // a join is still waiting on an unreachable member
+}
+
+// New prepares the mode for node: it reads the CA and removes a VIP an earlier run left on lo.
+func New(c cpconfig.Config, node string, announce Announcer, log logr.Logger) (*Mode, error) {
+	if _, ok := c.Self(node); !ok {
+		return nil, errors.New("control-plane mode: this node (" + node + ") is not among the configuration's members")
+	}
+	check, err := newReadyzCheck(c.Readyz)
+	if err != nil {
+		return nil, err
+	}
+	m := &Mode{Config: c, Node: node, Announce: announce, Log: log, check: check,
+		ready:   plan.NewAPIReady(c.Readyz.Failures, c.Readyz.Successes),
+		reports: map[string]plan.MemberReport{}, heard: make(chan report, 64), checked: make(chan string, 1),
+		side: vipSide{vip: c.VIP, announce: announce}}
+	if c.Interface != "" {
+		m.side.ifaces = []string{c.Interface}
+	}
+	return m, m.side.local(false)
+}
+
+// Admit lets only the configured members join, each from its configured address.
+func (m *Mode) Admit(name string, addr netip.Addr) error {
+	self, ok := m.Config.Self(name)
+	if !ok {
+		return errors.New("not a control-plane member")
+	}
+	if self.Address != addr.Unmap() {
+		return errors.New("not the member's configured address " + self.Address.String())
+	}
+	return nil
+}
+
+// Message takes another member's report (membership.Config.Message).
+func (m *Mode) Message(msg []byte) {
+	r, err := decodeReport(msg)
+	if err != nil {
+		m.Log.V(1).Info("ignoring a gossip message", "error", err.Error())
+		return
+	}
+	select {
+	case m.heard <- r:
+	default: // the loop is behind; the next resend carries the news again
+	}
+}
+
+// Run checks the apiserver, gossips and holds or releases the VIP until ctx ends; then it
+// releases the VIP and leaves the group, so another member takes it at once.
+func (m *Mode) Run(ctx context.Context) {
+	m.join()
+	go m.checkLoop(ctx)
+	tick := time.NewTicker(resend)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			m.stop()
+			return
+		case failure := <-m.checked:
+			if m.ready.Observe(failure) {
+				m.Log.Info("apiserver readiness changed", "state", m.ready.String())
+				m.decide("readyz")
+				m.tell()
+			}
+		case r := <-m.heard:
+			m.reports[r.Node] = r.member()
+			m.decide("report")
+		case ch := <-m.Group.Changes():
+			m.Log.Info("membership changed", "member", ch.Name, "alive", ch.Joined, "how", ch.How)
+			m.decide("membership")
+			if ch.Joined {
+				m.tellOne(ch.Name)
+			}
+		case <-tick.C:
+			m.join()
+			m.tell()
+		}
+	}
+}
+
+// checkLoop checks the apiserver every interval and hands each result to the loop.
+func (m *Mode) checkLoop(ctx context.Context) {
+	t := time.NewTicker(time.Duration(m.Config.Readyz.Interval))
+	defer t.Stop()
+	for {
+		failure := m.check.check(ctx)
+		select {
+		case m.checked <- failure:
+		case <-ctx.Done():
+			return
+		}
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// decide elects the VIP's owner from what this node knows and has the side follow it.
+func (m *Mode) decide(cause string) {
+	m.reports[m.Node] = m.own().member()
+	got := plan.ControlPlaneOwner(plan.ControlPlaneView{VIP: m.Config.VIP, Members: m.Config.Names(),
+		Alive: func(n string) bool { return n == m.Node || m.Group.IsAlive(n) }, Reports: m.reports})
+	mine := got.Owner == m.Node
+	if mine == !m.holding.IsZero() {
+		return
+	}
+	var problems []error
+	if mine {
+		m.holding = time.Now()
+		problems = m.side.take()
+		m.Log.Info("holding the VIP", "vip", m.Config.VIP, "cause", cause, "eligible", got.Eligible)
+	} else {
+		m.holding = time.Time{}
+		problems = m.side.release()
+		m.Log.Info("released the VIP", "vip", m.Config.VIP, "cause", cause, "owner", got.Owner, "eligible", got.Eligible)
+	}
+	for _, err := range problems {
+		m.Log.Error(err, "applying the VIP's owner")
+	}
+	m.reports[m.Node] = m.own().member()
+	m.tell()
+}
+
+func (m *Mode) own() report {
+	return report{Kind: reportKind, Node: m.Node, Eligible: m.ready.Eligible(), Holding: m.holding}
+}
+
+// tell sends this node's report to every other live member.
+func (m *Mode) tell() {
+	for _, n := range m.Config.Names() {
+		if n != m.Node && m.Group.IsAlive(n) {
+			m.tellOne(n)
+		}
+	}
+}
+
+// tellOne sends this node's report to member n, from its own goroutine: a member that stopped
+// answering must not hold the loop for the stream's timeout.
+func (m *Mode) tellOne(n string) {
+	msg := m.own().encode()
+	go func() {
+		if err := m.Group.Send(n, msg); err != nil {
+			m.Log.V(1).Info("telling a member", "member", n, "error", err.Error())
+		}
+	}()
+}
+
+// join contacts the configured members not alive.
+func (m *Mode) join() {
+	var peers []string
+	for _, mem := range m.Config.Members {
+		if mem.Name != m.Node && !m.Group.IsAlive(mem.Name) {
+			peers = append(peers, membership.HostPort(mem.Address.String(), m.Config.GossipPort))
+		}
+	}
+	if len(peers) == 0 || !m.joining.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		defer m.joining.Store(false)
+		_ = m.Group.Join(peers)
+	}()
+}
+
+// stop stops answering at once, drops the local address and says goodbye.
+func (m *Mode) stop() {
+	m.Announce.Silence()
+	if !m.holding.IsZero() {
+		if err := m.side.local(false); err != nil {
+			m.Log.Error(err, "stopping")
+		}
+	}
+	m.holding = time.Time{}
+	m.tell()
+	_ = m.Group.Leave(time.Second)
+	_ = m.Announce.Close()
+}
