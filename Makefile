@@ -157,12 +157,14 @@ bench-scale: controlplane
 ## nodes against a real apiserver, first as kube-proxy (the floor), then as Portico's speakers (a
 ## few real ones, the rest hollow: the speaker's watches and Lease): the apiserver's CPU and bytes
 ## sent per idle minute, Service change, EndpointSlice change and node join; the report goes to
-## bin/bench-nodes.md (its section of BENCHMARKS.md).
+## bin/bench-nodes.md (its section of BENCHMARKS.md). BENCH_NODES_LEASE_BEFORE=5s also measures
+## speakers renewing their Leases every 5 s (before issue 47), in the same run.
 BENCH_NODES ?= 100,500,1000
 BENCH_NODES_SERVICES ?= 100
+BENCH_NODES_LEASE_BEFORE ?=
 bench-nodes: controlplane
 	@mkdir -p bin
-	PORTICO_BENCH_NODES=$(BENCH_NODES) PORTICO_BENCH_NODES_SERVICES=$(BENCH_NODES_SERVICES) PORTICO_BENCH_NODES_OUT=$(CURDIR)/bin/bench-nodes.md go test -count=1 -run '^$$' -bench '^BenchmarkNodes$$' -benchtime 1x -timeout 180m ./e2e/
+	PORTICO_BENCH_NODES=$(BENCH_NODES) PORTICO_BENCH_NODES_SERVICES=$(BENCH_NODES_SERVICES) PORTICO_BENCH_NODES_LEASE_BEFORE=$(BENCH_NODES_LEASE_BEFORE) PORTICO_BENCH_NODES_OUT=$(CURDIR)/bin/bench-nodes.md go test -count=1 -run '^$$' -bench '^BenchmarkNodes$$' -benchtime 1x -timeout 180m ./e2e/
 	@cat bin/bench-nodes.md
 
 ## bench-l2 (BENCH_L2_RUNS, default 11): L2 failover, dual answering after a partition, speaker memory and the detection

@@ -26,7 +26,6 @@ import (
 	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
 	"github.com/portico-lb/portico/internal/controlplane"
 	"github.com/portico-lb/portico/rules"
-	"github.com/portico-lb/portico/speaker"
 	"github.com/portico-lb/portico/speaker/kubeapi"
 )
 
@@ -69,8 +68,8 @@ type hollowNode struct {
 }
 
 // startHollowSpeaker watches what a speaker watches, through the speaker's client, as node,
-// and renews node's speaker Lease as often as a speaker does (speaker.DefaultLeaseRenew).
-func startHollowSpeaker(b testing.TB, cp *controlplane.ControlPlane, node string) *hollowNode {
+// and renews node's speaker Lease every renew, as a speaker does.
+func startHollowSpeaker(b testing.TB, cp *controlplane.ControlPlane, node string, renew time.Duration) *hollowNode {
 	ctx, cancel := context.WithCancel(context.Background())
 	cl, err := kubeapi.New(ownConnection(cp.Config))
 	must(b, err)
@@ -81,17 +80,17 @@ func startHollowSpeaker(b testing.TB, cp *controlplane.ControlPlane, node string
 	c.Start(ctx)
 	var once sync.Once
 	synced := false
-	go renewHollowLease(ctx, cl, node)
+	go renewHollowLease(ctx, cl, node, renew)
 	return &hollowNode{stop: cancel, synced: func() bool {
 		once.Do(func() { synced = c.WaitForCacheSync(ctx) })
 		return synced
 	}}
 }
 
-// renewHollowLease writes node's speaker Lease every speaker.DefaultLeaseRenew, as the
+// renewHollowLease writes node's speaker Lease every renew, as the
 // speaker's renewal does once the Lease exists (an update with a new renew time).
-func renewHollowLease(ctx context.Context, cl *kubeapi.Client, node string) {
-	tick := time.NewTicker(speaker.DefaultLeaseRenew)
+func renewHollowLease(ctx context.Context, cl *kubeapi.Client, node string, renew time.Duration) {
+	tick := time.NewTicker(renew)
 	defer tick.Stop()
 	l := &coordinationv1.Lease{}
 	key := leaseKey(node)

@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	porticov1 "github.com/portico-lb/portico/api/v1alpha1"
 	"github.com/portico-lb/portico/internal/controlplane"
@@ -41,6 +42,10 @@ type fleet struct {
 	up    func(b *testing.B, cp *controlplane.ControlPlane, nodes []string) []*hollowNode
 	join  func(b *testing.B, cp *controlplane.ControlPlane, node string) *hollowNode
 	after func(b *testing.B, cp *controlplane.ControlPlane, addrs []string)
+	// down removes what the fleet wrote once its watches are gone (nil: nothing), so that the
+	// next side starts as a fresh install; services numbers the Services its changes create.
+	down     func(b *testing.B, cp *controlplane.ControlPlane)
+	services int
 }
 
 // sideCost is what one side cost the apiserver: an idle minute, and each kind of change (the
@@ -55,13 +60,16 @@ type sideCost struct {
 // then as Portico's speakers (a few real speakers, the rest hollow: the speaker's own watches
 // and Lease, no plan). For each it measures the apiserver's CPU and bytes sent per idle minute,
 // per Service change, per EndpointSlice change and per node join; the report gives the
-// speakers against the floor, both from one run.
+// speakers against the floor, both from one run. With PORTICO_BENCH_NODES_LEASE_BEFORE (a
+// duration, 5s before issue 47) it measures, between the two, the speakers renewing their
+// Leases that often too: before and after the change of the renewal in one run.
 func BenchmarkNodes(b *testing.B) {
 	counts := nodeCounts(b, os.Getenv("PORTICO_BENCH_NODES"))
 	services := envSize(b, "PORTICO_BENCH_NODES_SERVICES", 100, 1)
 	idle := time.Duration(envSize(b, "PORTICO_BENCH_NODES_IDLE_S", 60, 5)) * time.Second
 	rounds := envSize(b, "PORTICO_BENCH_NODES_ROUNDS", 3, 1)
 	real := envSize(b, "PORTICO_BENCH_NODES_REAL", 3, 1)
+	before := envDuration(b, "PORTICO_BENCH_NODES_LEASE_BEFORE")
 	var rep nodesReport
 	for _, n := range counts {
 		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
@@ -69,8 +77,13 @@ func BenchmarkNodes(b *testing.B) {
 				cp := startControlPlane(b)
 				nodes := seedCluster(b, cp, n, services, real)
 				floor := measureSide(b, cp, kubeProxyFleet(), nodes, idle, rounds)
-				portico := measureSide(b, cp, speakerFleet(real), nodes, idle, rounds)
-				rep.add(b, n, floor, portico)
+				if before > 0 {
+					old := measureSide(b, cp, speakerFleet("speakers-before", real, before, 40000), nodes, idle, rounds)
+					rep.add(n, fmt.Sprintf("speakers, Lease every %s", before), floor, old)
+				}
+				portico := measureSide(b, cp, speakerFleet("speakers", real, speaker.DefaultLeaseRenew, 30000), nodes, idle, rounds)
+				rep.add(n, fmt.Sprintf("speakers, Lease every %s", speaker.DefaultLeaseRenew), floor, portico)
+				rep.metrics(b, n, floor, portico)
 				rep.save(b) // after each node count: a larger one may not hold on the machine
 				stopControlPlane(b, cp)
 			}
@@ -92,6 +105,19 @@ func nodeCounts(b *testing.B, s string) []int {
 		out = append(out, n)
 	}
 	return out
+}
+
+// envDuration is the duration the environment variable name holds; zero when unset.
+func envDuration(b *testing.B, name string) time.Duration {
+	s := os.Getenv(name)
+	if s == "" {
+		return 0
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		b.Fatalf("%s=%q: want a duration above zero", name, s)
+	}
+	return d
 }
 
 // seedCluster makes n Nodes (the first real ones with loopback addresses their speakers
@@ -182,6 +208,9 @@ func measureSide(b *testing.B, cp *controlplane.ControlPlane, f fleet, nodes []s
 		h.stop()
 	}
 	waitFor(b, f.name+"'s watches to close", 5*time.Minute, atMostEvery(time.Second, func() bool { return totalWatches(b, cp) <= before }))
+	if f.down != nil {
+		f.down(b, cp)
+	}
 	return c
 }
 
@@ -197,14 +226,10 @@ func change(b *testing.B, cp *controlplane.ControlPlane, idlePerSecond apiTotals
 }
 
 func serviceChange(b *testing.B, cp *controlplane.ControlPlane, f fleet, i int) {
-	base := 20000
-	if f.name == "speakers" {
-		base = 30000
-	}
-	svc := benchService("default", base+i)
+	svc := benchService("default", f.services+i)
 	must(b, cp.Client.Create(context.Background(), svc))
-	must(b, floorWrite(cp)(svc, base+i))
-	f.after(b, cp, []string{floorAddr(base + i)})
+	must(b, floorWrite(cp)(svc, f.services+i))
+	f.after(b, cp, []string{floorAddr(f.services + i)})
 }
 
 // sliceChange takes Service i's endpoint out of service or back in.
@@ -258,7 +283,7 @@ func cmpFloat(a, b float64) int {
 
 // kubeProxyFleet is the floor: kube-proxy's watches on every node, nothing written.
 func kubeProxyFleet() fleet {
-	return fleet{name: "kube-proxy",
+	return fleet{name: "kube-proxy", services: 20000,
 		up: func(b *testing.B, cp *controlplane.ControlPlane, nodes []string) []*hollowNode {
 			var hs []*hollowNode
 			for _, n := range nodes {
@@ -276,25 +301,30 @@ func kubeProxyFleet() fleet {
 // speakerFleet is Portico: real speakers on the first nodes (the real code from the API down
 // to the plan, the network recorded, gossiping on loopback), which write the Speaker objects,
 // events and Leases a change causes; a hollow speaker on every other node, with the Speaker
-// object and Lease an idle speaker has.
-func speakerFleet(real int) fleet {
-	return fleet{name: "speakers",
+// object and Lease an idle speaker has. Every speaker renews its Lease every renew.
+func speakerFleet(name string, real int, renew time.Duration, services int) fleet {
+	return fleet{name: name, services: services,
 		up: func(b *testing.B, cp *controlplane.ControlPlane, nodes []string) []*hollowNode {
 			real := min(real, len(nodes))
-			template, speakers := startRealSpeakers(b, cp, nodes[:real])
+			template, speakers := startRealSpeakers(b, cp, nodes[:real], renew)
 			hollowMatchesReal(b, cp, real)
 			hs := []*hollowNode{speakers}
-			eachOf(b, len(nodes)-real, func(i int) error { return hollowObjects(cp, template, nodes[real+i]) })
+			eachOf(b, len(nodes)-real, func(i int) error { return hollowObjects(cp, template, nodes[real+i], renew) })
 			for _, n := range nodes[real:] {
-				hs = append(hs, startHollowSpeaker(b, cp, n))
+				hs = append(hs, startHollowSpeaker(b, cp, n, renew))
 			}
 			return hs
 		},
 		join: func(b *testing.B, cp *controlplane.ControlPlane, node string) *hollowNode {
 			var template porticov1.Speaker
 			must(b, cp.Client.Get(context.Background(), types.NamespacedName{Name: "node-0000"}, &template))
-			must(b, hollowObjects(cp, &template, node))
-			return startHollowSpeaker(b, cp, node)
+			must(b, hollowObjects(cp, &template, node, renew))
+			return startHollowSpeaker(b, cp, node, renew)
+		},
+		down: func(b *testing.B, cp *controlplane.ControlPlane) {
+			must(b, cp.Client.DeleteAllOf(context.Background(), &porticov1.Speaker{}))
+			must(b, cp.Client.DeleteAllOf(context.Background(), &coordinationv1.Lease{}, client.InNamespace("default"),
+				client.HasLabels{rules.SpeakerLeaseLabel}))
 		},
 		after: func(b *testing.B, cp *controlplane.ControlPlane, addrs []string) {
 			waitFor(b, "a real speaker to list the new address", time.Minute, atMostEvery(100*time.Millisecond, func() bool {
@@ -306,7 +336,7 @@ func speakerFleet(real int) fleet {
 
 // hollowObjects gives a hollow node what an idle speaker writes: its Speaker object, with the
 // status of template (a real speaker's) but no addresses, and its Lease.
-func hollowObjects(cp *controlplane.ControlPlane, template *porticov1.Speaker, node string) error {
+func hollowObjects(cp *controlplane.ControlPlane, template *porticov1.Speaker, node string, renew time.Duration) error {
 	ctx := context.Background()
 	sp := &porticov1.Speaker{ObjectMeta: metav1.ObjectMeta{Name: node}}
 	if err := cp.Client.Create(ctx, sp); err != nil {
@@ -322,7 +352,7 @@ func hollowObjects(cp *controlplane.ControlPlane, template *porticov1.Speaker, n
 	return cp.Client.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name,
 		Labels: map[string]string{rules.SpeakerLeaseLabel: ""}},
 		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(node), RenewTime: &now, AcquireTime: &now,
-			LeaseDurationSeconds: ptr.To(int32(3 * speaker.DefaultLeaseRenew / time.Second))}})
+			LeaseDurationSeconds: ptr.To(int32(speaker.LeaseDuration(renew) / time.Second))}})
 }
 
 // listed says whether some Speaker object lists every one of addrs.
@@ -346,7 +376,7 @@ func listed(b *testing.B, cp *controlplane.ControlPlane, addrs []string) bool {
 // startRealSpeakers runs the real speaker code for nodes (each its own client, connection,
 // cache and metrics; one gossip group on loopback) until the benchmark ends, waits until they
 // have joined and written their Speaker objects, and returns the first one's and what stops them.
-func startRealSpeakers(b *testing.B, cp *controlplane.ControlPlane, nodes []string) (*porticov1.Speaker, *hollowNode) {
+func startRealSpeakers(b *testing.B, cp *controlplane.ControlPlane, nodes []string, renew time.Duration) (*porticov1.Speaker, *hollowNode) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var groups []*membership.Group
 	var once sync.Once
@@ -365,7 +395,7 @@ func startRealSpeakers(b *testing.B, cp *controlplane.ControlPlane, nodes []stri
 		c := kubeapi.NewCache(cl, speaker.TrimForCache)
 		rec := &networkRecorder{}
 		s := speaker.New(speaker.Options{Node: name, LBClass: porticov1.DefaultLoadBalancerClass, Cache: c, Client: cl,
-			MLPort: nodesSimPort, Announce: l2Side{rec}, BGP: bgpSide{rec}, LeaseNamespace: "default", LeaseRenew: speaker.DefaultLeaseRenew,
+			MLPort: nodesSimPort, Announce: l2Side{rec}, BGP: bgpSide{rec}, LeaseNamespace: "default", LeaseRenew: renew,
 			Metrics: speaker.NewMetrics(prometheus.NewRegistry()), Log: logr.Discard()})
 		s.Group, err = membership.Start(membership.Config{Name: name, BindAddr: simAddr(i).String(), BindPort: nodesSimPort,
 			Detection: membership.DefaultDetection, Admit: s.Admit})

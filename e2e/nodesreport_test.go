@@ -11,9 +11,10 @@ import (
 // and bytes sent for the kube-proxy floor and for the speakers, and their ratio.
 type nodesReport struct{ rows strings.Builder }
 
-func (r *nodesReport) add(b *testing.B, n int, floor, speakers sideCost) {
+// add gives the rows of one speakers side (named side) against the floor at n nodes.
+func (r *nodesReport) add(n int, side string, floor, speakers sideCost) {
 	line := func(what string, f, s apiTotals) {
-		fmt.Fprintf(&r.rows, "| %d | %s | %.1f | %.1f | **%.2f** | %.1f | %.1f | **%.2f** | %.0f | %.0f | %.1f | %.1f |\n", n, what,
+		fmt.Fprintf(&r.rows, "| %d | %s | %s | %.1f | %.1f | **%.2f** | %.1f | %.1f | **%.2f** | %.0f | %.0f | %.1f | %.1f |\n", n, side, what,
 			f.apiserverCPU*1000, s.apiserverCPU*1000, ratio(s.apiserverCPU, f.apiserverCPU),
 			f.bytesSent/1024, s.bytesSent/1024, ratio(s.bytesSent, f.bytesSent),
 			f.watchEvents, s.watchEvents, f.writes, s.writes)
@@ -22,6 +23,10 @@ func (r *nodesReport) add(b *testing.B, n int, floor, speakers sideCost) {
 	line("Service change", floor.service, speakers.service)
 	line("EndpointSlice change", floor.slice, speakers.slice)
 	line("node join", floor.joinOne, speakers.joinOne)
+}
+
+// metrics reports the speakers' side against the floor at n nodes as the benchmark's metrics.
+func (r *nodesReport) metrics(b *testing.B, n int, floor, speakers sideCost) {
 	b.ReportMetric(ratio(speakers.service.apiserverCPU, floor.service.apiserverCPU), "x-floor-cpu/service")
 	b.ReportMetric(ratio(speakers.service.bytesSent, floor.service.bytesSent), "x-floor-bytes/service")
 	b.ReportMetric(ratio(speakers.slice.bytesSent, floor.slice.bytesSent), "x-floor-bytes/slice")
@@ -39,8 +44,8 @@ func ratio(a, b float64) float64 {
 }
 
 func (r *nodesReport) String() string {
-	return "| nodes | per | apiserver CPU, floor (ms) | speakers (ms) | × floor | bytes sent, floor (KiB) | speakers (KiB) | × floor | watch events, floor | speakers | writes, floor | speakers |\n" +
-		"|---|---|---|---|---|---|---|---|---|---|---|---|\n" + r.rows.String()
+	return "| nodes | side | per | apiserver CPU, floor (ms) | speakers (ms) | × floor | bytes sent, floor (KiB) | speakers (KiB) | × floor | watch events, floor | speakers | writes, floor | speakers |\n" +
+		"|---|---|---|---|---|---|---|---|---|---|---|---|---|\n" + r.rows.String()
 }
 
 // save writes the table so far to PORTICO_BENCH_NODES_OUT, when set.

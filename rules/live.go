@@ -11,7 +11,7 @@ import (
 
 // A speaker's Speaker object says what it announced when it last wrote, not that it still runs:
 // a frozen (SIGSTOP), killed or cut-off speaker leaves it as it was. So each speaker also renews
-// a Lease in its namespace, named after its node, every few seconds (its duration three
+// a Lease in its namespace, named after its node, once a minute by default (its duration three
 // renewals), and a speaker counts as live only while its Lease is fresh. A speaker stopped in
 // order (SIGTERM) deletes its Lease.
 

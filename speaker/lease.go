@@ -2,42 +2,74 @@ package speaker
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
+	"github.com/go-logr/logr"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 
 	"github.com/portico-lb/portico/rules"
+	"github.com/portico-lb/portico/speaker/kubeapi"
 )
 
-// DefaultLeaseRenew is how often a speaker renews its Lease: one small write every few seconds
-// (an idle speaker's CPU stays far below 1% of a core), and a speaker that stops is counted out
-// three renewals later (rules.LiveSpeakers).
-const DefaultLeaseRenew = 5 * time.Second
+// DefaultLeaseRenew is how often a speaker renews its Lease: once a minute, the most a node may
+// write while idle (at 5,000 nodes, 83 writes a second against the kubelets' own 500). Only the
+// controller reads the Lease, to leave out of the Services' conditions a speaker that froze, was
+// killed or was cut off (rules.LiveSpeakers); which node answers an address is the gossip's
+// (seconds, whatever the Lease says). So a renewal a minute costs only how soon the conditions
+// drop such a speaker: within its duration, three renewals (LeaseDuration), where a speaker
+// stopped in order deletes its Lease and is dropped at once (dropLease).
+const DefaultLeaseRenew = time.Minute
 
-// renewLease keeps this node's speaker Lease fresh until ctx ends (rules.LiveSpeakers): the
-// controller names only live speakers in a Service's conditions. A renewal that fails (the
+// LeaseDuration is how long a Lease renewed every renew lasts: three renewals, so that two
+// missed in a row (an apiserver overloaded, which at thousands of nodes would miss many at once)
+// do not count every speaker out and rewrite every Service's conditions.
+func LeaseDuration(renew time.Duration) time.Duration {
+	return max(time.Second, (3 * renew).Round(time.Second))
+}
+
+// leaseRenewer keeps one node's speaker Lease fresh (rules.LiveSpeakers): the controller names
+// only live speakers in a Service's conditions.
+type leaseRenewer struct {
+	client *kubeapi.Client
+	key    types.NamespacedName
+	node   string
+	every  time.Duration
+	clock  clock.WithTicker
+	log    logr.Logger
+	tried  atomic.Int64 // renewals tried so far: a test that steps a fake clock waits on it
+}
+
+func newLeaseRenewer(o Options, c clock.WithTicker) *leaseRenewer {
+	return &leaseRenewer{client: o.Client, node: o.Node, every: o.LeaseRenew, clock: c, log: o.Log,
+		key: types.NamespacedName{Namespace: o.LeaseNamespace, Name: rules.SpeakerLeaseName(o.Node)}}
+}
+
+// renewsLease says whether o has the speaker renew a Lease at all.
+func renewsLease(o Options) bool { return o.LeaseNamespace != "" && o.LeaseRenew > 0 }
+
+// run renews the Lease at once and then every r.every until ctx ends. A renewal that fails (the
 // apiserver unreachable) is tried again at the next tick; the Lease then goes stale, as it
 // should: a speaker cut off from the cluster is not counted.
-func (s *Speaker) renewLease(ctx context.Context) {
-	if s.LeaseNamespace == "" || s.LeaseRenew <= 0 {
-		return
-	}
+func (r *leaseRenewer) run(ctx context.Context) {
 	var held *coordinationv1.Lease
-	tick := time.NewTicker(s.LeaseRenew)
+	tick := r.clock.NewTicker(r.every)
 	defer tick.Stop()
 	for {
 		var err error
-		if held, err = s.renewOnce(ctx, held); err != nil && ctx.Err() == nil {
-			s.Log.Error(err, "renewing the speaker Lease", "namespace", s.LeaseNamespace)
+		if held, err = r.renewOnce(ctx, held); err != nil && ctx.Err() == nil {
+			r.log.Error(err, "renewing the speaker Lease", "namespace", r.key.Namespace)
 		}
+		r.tried.Add(1)
 		select {
 		case <-ctx.Done():
 			return
-		case <-tick.C:
+		case <-tick.C():
 		}
 	}
 }
@@ -45,19 +77,18 @@ func (s *Speaker) renewLease(ctx context.Context) {
 // renewOnce writes the Lease with a new renew time: an update of the Lease held, or, when there
 // is none (the first renewal, or the last one failed), whatever the apiserver has, created
 // when missing.
-func (s *Speaker) renewOnce(ctx context.Context, held *coordinationv1.Lease) (*coordinationv1.Lease, error) {
-	key := types.NamespacedName{Namespace: s.LeaseNamespace, Name: rules.SpeakerLeaseName(s.Node)}
-	now := metav1.NewMicroTime(time.Now())
-	spec := coordinationv1.LeaseSpec{HolderIdentity: ptr.To(s.Node), RenewTime: &now,
-		LeaseDurationSeconds: ptr.To(max(1, int32((3*s.LeaseRenew).Round(time.Second)/time.Second)))}
+func (r *leaseRenewer) renewOnce(ctx context.Context, held *coordinationv1.Lease) (*coordinationv1.Lease, error) {
+	now := metav1.NewMicroTime(r.clock.Now())
+	spec := coordinationv1.LeaseSpec{HolderIdentity: ptr.To(r.node), RenewTime: &now,
+		LeaseDurationSeconds: ptr.To(int32(LeaseDuration(r.every) / time.Second))}
 	if held == nil {
 		held = &coordinationv1.Lease{}
-		switch err := s.Client.Get(ctx, key, held); {
+		switch err := r.client.Get(ctx, r.key, held); {
 		case apierrors.IsNotFound(err):
-			l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name,
+			l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: r.key.Namespace, Name: r.key.Name,
 				Labels: map[string]string{rules.SpeakerLeaseLabel: ""}}, Spec: spec}
 			l.Spec.AcquireTime = &now
-			if err := s.Client.Create(ctx, l); err != nil {
+			if err := r.client.Create(ctx, l); err != nil {
 				return nil, err
 			}
 			return l, nil
@@ -70,7 +101,7 @@ func (s *Speaker) renewOnce(ctx context.Context, held *coordinationv1.Lease) (*c
 		held.Labels = map[string]string{}
 	}
 	held.Labels[rules.SpeakerLeaseLabel] = ""
-	if err := s.Client.Update(ctx, held); err != nil {
+	if err := r.client.Update(ctx, held); err != nil {
 		return nil, err
 	}
 	return held, nil
@@ -79,7 +110,7 @@ func (s *Speaker) renewOnce(ctx context.Context, held *coordinationv1.Lease) (*c
 // dropLease deletes this node's Lease as the speaker stops in order, so that it is counted out
 // at once rather than when the Lease runs out.
 func (s *Speaker) dropLease() {
-	if s.LeaseNamespace == "" || s.LeaseRenew <= 0 {
+	if !renewsLease(s.Options) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)

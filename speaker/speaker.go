@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/clock"
 
 	"github.com/portico-lb/portico/api/v1alpha1"
 	"github.com/portico-lb/portico/rules"
@@ -91,7 +92,9 @@ func (s *Speaker) Start(ctx context.Context) error {
 	// A speaker that answered before joining would see itself alone and claim every address,
 	// so the first join completes before the first plan.
 	s.joinPeers(ctx, true)
-	go s.renewLease(ctx)
+	if renewsLease(s.Options) {
+		go newLeaseRenewer(s.Options, clock.RealClock{}).run(ctx)
+	}
 	go s.answerer.repeat.run(ctx)
 	go s.runSelfCheck(ctx)
 	go s.runConflictProbes(ctx)
