@@ -85,3 +85,6 @@ func testQueue(q chan<- event.GenericEvent) Queue { return chanQueue{send: q} }
 // portico_leader_transitions).
 func (f *LeaseFence) Refused() uint64    { return f.refused.Load() }
 func (f *LeaseFence) Transitions() int64 { return f.transitions.Load() }
+
+// RegisterLeaseMetrics is registerLeaseMetrics, for the package's tests.
+var RegisterLeaseMetrics = registerLeaseMetrics

@@ -58,7 +58,7 @@ type LeaseFence struct {
 	confirmed tenure    // the tenure the apiserver was seen to admit our writes in
 
 	refused     atomic.Uint64 // writes not sent because the proof had run out
-	transitions atomic.Int64  // the Lease's leaseTransitions as last read or written
+	transitions atomic.Int64  // the Lease's leaseTransitions as last read or written; -1 before
 }
 
 // tenure is one leadership of this replica: the Lease's acquire time and transition count,
@@ -124,7 +124,9 @@ func (f *LeaseFence) send(ctx context.Context, write func(context.Context) error
 // NewLeaseFence is a fence that holds for renewDeadline after each renewal (Renewed), by c:
 // FenceLeaderElection's, or a simulated elector's (controller/sim).
 func NewLeaseFence(renewDeadline time.Duration, c clock.PassiveClock) *LeaseFence {
-	return &LeaseFence{renewDeadline: renewDeadline, clock: c}
+	f := &LeaseFence{renewDeadline: renewDeadline, clock: c}
+	f.transitions.Store(-1)
+	return f
 }
 
 // Renewed records a renewal that succeeded (and whose tenure the apiserver admits), sent at

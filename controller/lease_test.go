@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -200,3 +202,38 @@ func (l *shutLimiter) TryAccept() bool { return !l.shut.Load() }
 func (l *shutLimiter) Accept()         {}
 func (l *shutLimiter) Stop()           {}
 func (l *shutLimiter) QPS() float32    { return 0 }
+
+// TestLeaderTransitionsOnlyOnceRead: a replica exports portico_leader_transitions only once it
+// has read or written the leader Lease. A replica just started knows no count yet; a 0 in its
+// place would read as the count falling to 0 and rising back to the Lease's, which
+// PorticoLeaderChangingOften (the largest minus the smallest in an hour) takes for as many
+// leader changes: every restart of a replica would fire it once the Lease has seen four.
+func TestLeaderTransitionsOnlyOnceRead(t *testing.T) {
+	ns := namespace(t, nil)
+	opts := ctrl.Options{LeaderElection: true, LeaderElectionID: "transitions-test", LeaderElectionNamespace: ns}
+	fence, err := controller.FenceLeaderElection(cp.Config, &opts, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	if err := controller.RegisterLeaseMetrics(reg, fence); err != nil {
+		t.Fatal(err)
+	}
+	if v, found := sample(t, reg, "portico_leader_transitions", nil); found {
+		t.Fatalf("portico_leader_transitions is %v before the Lease was read", v)
+	}
+	// Another replica's Lease, with its history; this replica reads it as a follower does.
+	now := metav1.Now()
+	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "transitions-test"},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("another"), LeaseDurationSeconds: ptr.To[int32](15),
+			AcquireTime: &metav1.MicroTime{Time: now.Time}, RenewTime: &metav1.MicroTime{Time: now.Time}, LeaseTransitions: ptr.To[int32](7)}}
+	if err := cp.Client.Create(context.Background(), lease); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := opts.LeaderElectionResourceLockInterface.Get(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if v, found := sample(t, reg, "portico_leader_transitions", nil); !found || v != 7 {
+		t.Fatalf("portico_leader_transitions after the Lease was read: %v (exported: %v), want 7", v, found)
+	}
+}

@@ -120,12 +120,31 @@ func (m *Metrics) registerObjectMetrics(services client.Reader, cluster *cluster
 	if lease == nil {
 		return nil
 	}
-	if err := m.reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "portico_lease_writes_refused_total",
+	return registerLeaseMetrics(m.reg, lease)
+}
+
+// registerLeaseMetrics registers the lease fence's series.
+func registerLeaseMetrics(reg prometheus.Registerer, lease *LeaseFence) error {
+	if err := reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "portico_lease_writes_refused_total",
 		Help: "Writes this replica did not send because it could not prove it still holds the leader lease (no renewal within the renew deadline)."},
 		func() float64 { return float64(lease.refused.Load()) })); err != nil {
 		return err
 	}
-	return m.reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "portico_leader_transitions",
-		Help: "The leader Lease's leaseTransitions (how often the leader changed) as this replica last read or wrote it."},
-		func() float64 { return float64(lease.transitions.Load()) }))
+	return reg.Register(leaderTransitions{lease})
+}
+
+var leaderTransitionsDesc = prometheus.NewDesc("portico_leader_transitions",
+	"The leader Lease's leaseTransitions (how often the leader changed) as this replica last read or wrote it.", nil, nil)
+
+// leaderTransitions exports the count once the replica has read or written the Lease: before,
+// a 0 would look like the count falling and rising again, which PorticoLeaderChangingOften
+// takes for leader changes.
+type leaderTransitions struct{ lease *LeaseFence }
+
+func (c leaderTransitions) Describe(ch chan<- *prometheus.Desc) { ch <- leaderTransitionsDesc }
+
+func (c leaderTransitions) Collect(ch chan<- prometheus.Metric) {
+	if n := c.lease.transitions.Load(); n >= 0 {
+		ch <- prometheus.MustNewConstMetric(leaderTransitionsDesc, prometheus.GaugeValue, float64(n))
+	}
 }
