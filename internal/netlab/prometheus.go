@@ -107,11 +107,16 @@ func (p *Prometheus) Alerts(ctx context.Context) (map[string]string, error) {
 	return out, nil
 }
 
-// Targets says which scrape targets are not up, with their last error; "" when all are.
+// Targets says which scrape targets are not up, with their last error; "" when all are. Before
+// Prometheus has read its scrape configuration it lists no target at all, which is not "all
+// up": it says so.
 func (p *Prometheus) Targets(ctx context.Context) (string, error) {
 	res, err := p.API.Targets(ctx)
 	if err != nil {
 		return "", err
+	}
+	if len(res.Active) == 0 {
+		return "no target discovered yet", nil
 	}
 	var down []string
 	for _, tg := range res.Active {
