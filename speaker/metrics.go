@@ -1,7 +1,10 @@
 package speaker
 
 import (
+	"maps"
+
 	"github.com/prometheus/client_golang/prometheus"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/portico-lb/portico/internal/events"
 	"github.com/portico-lb/portico/speaker/plan"
@@ -32,6 +35,10 @@ type Metrics struct {
 	flowShares  *prometheus.CounterVec
 	flowsShared prometheus.Counter
 	flowsListed prometheus.Counter
+	// conditions are the Speaker's conditions as last written, one series each (reporter.go);
+	// conditionLabels each one's current labels.
+	conditions      *prometheus.GaugeVec
+	conditionLabels map[string]prometheus.Labels
 }
 
 // NewMetrics creates the series and registers them with reg.
@@ -79,8 +86,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Help: "Flows this node held and sent to the other members when asked to share them."})
 	m.flowsListed = prometheus.NewCounter(prometheus.CounterOpts{Name: "portico_bgp_flows_listed_total",
 		Help: "Flows other members hold that this node listed, to hand them off to their holder if they reach it."})
+	m.conditions = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "portico_speaker_condition",
+		Help: "1 for each condition of this node's Speaker (Ready, DataPath, HandoffMarks, StrictARP), labelled with its status and reason as last written; one series per condition."},
+		[]string{"condition", "status", "reason"})
+	m.conditionLabels = map[string]prometheus.Labels{}
 	reg.MustRegister(m.requests, m.replies, m.gratuitous, m.periodic, m.ownerChanges, m.failover, m.announced, m.membersLost, m.reconcile,
-		m.membersRefused, m.keys, m.keyChanges, m.takeovers, m.takeoversHeld, m.bgpStop, m.flowShares, m.flowsShared, m.flowsListed)
+		m.membersRefused, m.keys, m.keyChanges, m.takeovers, m.takeoversHeld, m.bgpStop, m.flowShares, m.flowsShared, m.flowsListed,
+		m.conditions)
 	m.probes = newProbeCounter(reg)
 	m.events = events.NewMetrics(reg)
 	return m
@@ -111,6 +123,29 @@ func (m *Metrics) bgpStopping(stop plan.Stop) {
 	}
 	m.bgpStop.Reset()
 	m.bgpStop.WithLabelValues(stop.Reason).Set(keep)
+}
+
+// speakerConditions exports conds, the Speaker's conditions, one series each. A condition
+// whose status or reason changed has its series replaced, and one no longer there removed; the
+// others are left as they are, so that no scrape finds a condition missing that was not
+// (which would end a pending alert). Called from the reporter's one goroutine.
+func (m *Metrics) speakerConditions(conds []metav1.Condition) {
+	seen := map[string]bool{}
+	for _, c := range conds {
+		seen[c.Type] = true
+		labels := prometheus.Labels{"condition": c.Type, "status": string(c.Status), "reason": c.Reason}
+		if old, ok := m.conditionLabels[c.Type]; ok && !maps.Equal(old, labels) {
+			m.conditions.Delete(old)
+		}
+		m.conditions.With(labels).Set(1)
+		m.conditionLabels[c.Type] = labels
+	}
+	for condition, old := range m.conditionLabels {
+		if !seen[condition] {
+			m.conditions.Delete(old)
+			delete(m.conditionLabels, condition)
+		}
+	}
 }
 
 // RegisterHandoffCounts registers the hand-off's kernel counters, read at each scrape: the

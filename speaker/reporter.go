@@ -253,6 +253,7 @@ func (r *reporter) writeStatus(ctx context.Context, rep status.Report) error {
 		setCondition(&st.Conditions, *r.dataPath, sp.Generation)
 	}
 	sp.Status = st
+	r.metrics.speakerConditions(st.Conditions)
 	if err := r.client.UpdateStatus(ctx, sp); err != nil {
 		return err
 	}
