@@ -35,6 +35,7 @@ import (
 // (scaledRules), so a `for: 5m` waits 15 s (docs/monitoring.md says so).
 const (
 	scrapeInterval = time.Second
+	scrapeTimeout  = scrapeInterval * 9 / 10
 	evalInterval   = 500 * time.Millisecond
 	durationScale  = 20
 	monitoringNS   = "portico-system"
@@ -168,10 +169,12 @@ func waitLeaderIn(t *testing.T, cp *controlplane.ControlPlane, ns string) {
 }
 
 // prometheusConfig scrapes the controllers and the speakers as the ServiceMonitors do: each
-// job named after the Service the ServiceMonitor selects.
-func prometheusConfig(controllers, speakers []string) string {
+// job named after the Service the ServiceMonitor selects; and Prometheus itself (self), whose
+// series say when it evaluated its rules late.
+func prometheusConfig(controllers, speakers []string) func(self string) string {
 	quote := func(ts []string) string { return `["` + strings.Join(ts, `", "`) + `"]` }
-	return fmt.Sprintf(`global:
+	return func(self string) string {
+		return fmt.Sprintf(`global:
   scrape_interval: %s
   scrape_timeout: %s
   evaluation_interval: %s
@@ -181,7 +184,10 @@ scrape_configs:
     static_configs: [{targets: %s}]
   - job_name: portico-speaker-metrics
     static_configs: [{targets: %s}]
-`, model.Duration(scrapeInterval), model.Duration(scrapeInterval*9/10), model.Duration(evalInterval), quote(controllers), quote(speakers))
+  - job_name: prometheus
+    static_configs: [{targets: %s}]
+`, model.Duration(scrapeInterval), model.Duration(scrapeTimeout), model.Duration(evalInterval), quote(controllers), quote(speakers), quote([]string{self}))
+	}
 }
 
 var (
@@ -315,62 +321,6 @@ func (w *alertWatch) everFired() []string {
 	}
 	slices.Sort(out)
 	return out
-}
-
-// firingFor waits until every named alert is firing; a fault began at start, and the
-// system shows it in the series within detect, so each must fire within detect, its for: and
-// two scrape intervals (plus the evaluation's own interval). It returns each one's time from
-// start to firing.
-func (m *monitoredLab) firingFor(t *testing.T, start time.Time, detect time.Duration, alerts ...string) map[string]time.Duration {
-	took := map[string]time.Duration{}
-	for _, a := range alerts {
-		limit := detect + m.fors[a] + 2*scrapeInterval + evalInterval
-		var at time.Time
-		waitFor(t, a+" firing", time.Until(start.Add(2*limit+30*time.Second)), func() bool {
-			var s string
-			s, at = m.watch.state(a)
-			return s == "firing"
-		})
-		took[a] = at.Sub(start)
-		if took[a] <= limit {
-			continue
-		}
-		// A scrape that fails or never happens (a starved machine, not Portico) marks the series
-		// stale, which ends the alert's pending time and starts its for: again; Prometheus's
-		// own record of its scrapes says whether that is why it was late.
-		if missed := m.missedScrapes(t, start, at); missed != "" && m.watch.endedSince(a, start) {
-			t.Logf("%s fired %v after the fault, later than %v: its pending time was cut short while Prometheus missed scrapes (%s)",
-				a, took[a].Round(time.Millisecond), limit, missed)
-			continue
-		}
-		t.Errorf("%s fired %v after the fault: later than %v (detection %v, for %v, two scrapes, an evaluation), its pending time never cut short by a missed scrape",
-			a, took[a].Round(time.Millisecond), limit, detect, m.fors[a])
-	}
-	return took
-}
-
-// missedScrapes names the targets whose scrapes between from and to failed or were not made
-// on time, from Prometheus's own up series; "" when every scrape was made and succeeded.
-func (m *monitoredLab) missedScrapes(t *testing.T, from, to time.Time) string {
-	window := to.Sub(from).Truncate(time.Second)
-	query := func(expr string) model.Vector {
-		v, _, err := m.prom.API.Query(context.Background(), fmt.Sprintf(expr, model.Duration(window)), to)
-		must(t, err)
-		vec, _ := v.(model.Vector)
-		return vec
-	}
-	var missed []string
-	want := float64(window/scrapeInterval) - 1
-	for _, s := range query(`count_over_time(up[%s])`) {
-		if float64(s.Value) < want {
-			missed = append(missed, fmt.Sprintf("%s scraped %v times in %v", s.Metric["instance"], s.Value, window))
-		}
-	}
-	for _, s := range query(`count_over_time(up[%[1]s]) - sum_over_time(up[%[1]s]) > 0`) {
-		missed = append(missed, fmt.Sprintf("%s failed %v scrapes", s.Metric["instance"], s.Value))
-	}
-	slices.Sort(missed)
-	return strings.Join(missed, ", ")
 }
 
 // resolvedWithin waits until none of the alerts is active, and returns how long after start

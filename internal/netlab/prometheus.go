@@ -23,10 +23,11 @@ type Prometheus struct {
 	dir string
 }
 
-// StartPrometheus writes config and the rules files (name → content, named by config's
-// rule_files) and runs prometheus with them until the test ends; it returns once the server is
-// ready.
-func StartPrometheus(t TB, config string, rules map[string]string) *Prometheus {
+// StartPrometheus writes the configuration config makes, given the address the server listens
+// on (so that it can scrape itself: its own series say when it evaluated late or missed a
+// scrape), and the rules files (name → content, named by the configuration's rule_files), and
+// runs prometheus with them until the test ends; it returns once the server is ready.
+func StartPrometheus(t TB, config func(self string) string, rules map[string]string) *Prometheus {
 	t.Helper()
 	dir := t.TempDir()
 	for name, content := range rules {
@@ -34,16 +35,16 @@ func StartPrometheus(t TB, config string, rules map[string]string) *Prometheus {
 			t.Fatalf("prometheus: %v", err)
 		}
 	}
-	cfg := filepath.Join(dir, "prometheus.yml")
-	if err := os.WriteFile(cfg, []byte(config), 0o644); err != nil {
-		t.Fatalf("prometheus: %v", err)
-	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatalf("prometheus: %v", err)
 	}
 	addr := l.Addr().String()
 	l.Close()
+	cfg := filepath.Join(dir, "prometheus.yml")
+	if err := os.WriteFile(cfg, []byte(config(addr)), 0o644); err != nil {
+		t.Fatalf("prometheus: %v", err)
+	}
 	log, err := os.Create(filepath.Join(dir, "prometheus.log"))
 	if err != nil {
 		t.Fatalf("prometheus: %v", err)
