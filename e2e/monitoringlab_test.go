@@ -49,6 +49,7 @@ type monitoredLab struct {
 	prom    *netlab.Prometheus
 	bird    *netlab.Router
 	fors    map[string]time.Duration // each alert's scaled for:
+	window  time.Duration            // the longest scaled range an alert counts over (predict_linear's lookback aside)
 	watch   *alertWatch
 	failIP  netip.Addr // an L2 address node-c answers for (it fails over when node-c dies)
 	otherIP netip.Addr // an L2 address node-a answers for
@@ -99,8 +100,8 @@ func startMonitoredLab(t *testing.T, e *l2Env) *monitoredLab {
 		m.waitReachable(t, name, v1alpha1.ReasonAnswered, 60*time.Second)
 	}
 
-	rules, fors := scaledRules(t)
-	m.fors = fors
+	rules, fors, window := scaledRules(t)
+	m.fors, m.window = fors, window
 	var speakers []string
 	for _, n := range e.Nodes {
 		speakers = append(speakers, n.IPv4.Addr().String()+":7474")
@@ -196,9 +197,10 @@ var (
 )
 
 // scaledRules are the rules of config/monitoring's PrometheusRule as a rules file, every
-// duration (each for:, each range, predict_linear's horizon) divided by durationScale; and
-// each alert's scaled for:.
-func scaledRules(t *testing.T) (string, map[string]time.Duration) {
+// duration (each for:, each range, predict_linear's horizon) divided by durationScale; each
+// alert's scaled for:; and the longest scaled range an alert counts over, but for
+// predict_linear's lookback (whose alert needs a pool nearly empty as well).
+func scaledRules(t *testing.T) (string, map[string]time.Duration, time.Duration) {
 	root, err := controlplane.ModuleRoot()
 	must(t, err)
 	b, err := os.ReadFile(filepath.Join(root, "config", "monitoring", "prometheusrule.yaml"))
@@ -218,6 +220,7 @@ func scaledRules(t *testing.T) (string, map[string]time.Duration) {
 		return model.Duration(time.Duration(d) / durationScale).String()
 	}
 	fors := map[string]time.Duration{}
+	var window time.Duration
 	for _, g := range obj.Spec.Groups {
 		for _, r := range g.Rules {
 			expr := rangeDuration.ReplaceAllStringFunc(r["expr"].(string), func(s string) string { return "[" + scale(s[1:len(s)-1]) + "]" })
@@ -227,6 +230,10 @@ func scaledRules(t *testing.T) (string, map[string]time.Duration) {
 				return p[1] + strconv.Itoa(n/durationScale) + ")"
 			})
 			r["expr"] = expr
+			for _, d := range rangeDuration.FindAllStringSubmatch(predictAhead.ReplaceAllString(expr, ""), -1) {
+				pd, _ := model.ParseDuration(d[1])
+				window = max(window, time.Duration(pd))
+			}
 			var d time.Duration
 			if f, ok := r["for"].(string); ok {
 				r["for"] = scale(f)
@@ -238,7 +245,7 @@ func scaledRules(t *testing.T) (string, map[string]time.Duration) {
 	}
 	out, err := yaml.Marshal(obj.Spec)
 	must(t, err)
-	return string(out), fors
+	return string(out), fors, window
 }
 
 // alertWatch polls Prometheus's alerts until the test ends and keeps, for each alert, when it
