@@ -28,22 +28,35 @@ const (
 // nodeASN (64512 too: iBGP), with TCP MD5 when password is set. Learned routes go to the
 // kernel table, ECMP merged. Timers are short so sessions come back within seconds.
 func birdConfig(local netip.Addr, nodes []labNode, nodeASN uint32, password string) string {
+	return birdPeering(local, local, nodes, nodeASN, password)
+}
+
+// birdPeering is birdConfig with router ID routerID, peering with the nodes' addresses of
+// local's family: over IPv4 it carries IPv4 and IPv6 routes, over IPv6 only IPv6 routes (a
+// node with no IPv4 address has no IPv4 next hop to give).
+func birdPeering(routerID, local netip.Addr, nodes []labNode, nodeASN uint32, password string) string {
 	var b strings.Builder
+	v4kernel, v4channel := "protocol kernel { ipv4 { import none; export all; }; merge paths on; }\n", "  ipv4 { import all; export none; };\n"
+	if local.Is6() {
+		v4kernel, v4channel = "", ""
+	}
 	fmt.Fprintf(&b, `log stderr all;
 router id %s;
 protocol device { scan time 10; }
-protocol kernel { ipv4 { import none; export all; }; merge paths on; }
-protocol kernel { ipv6 { import none; export all; }; merge paths on; }
+%sprotocol kernel { ipv6 { import none; export all; }; merge paths on; }
 template bgp nodes {
   local %s as %d;
   direct;
   hold time 9; keepalive time 3; connect retry time 1; error wait time 1, 10;
-  ipv4 { import all; export none; };
-  ipv6 { import all; export none; };
+%s  ipv6 { import all; export none; };
 }
-`, local, local, routerASN)
+`, routerID, v4kernel, local, routerASN, v4channel)
 	for _, n := range nodes {
-		fmt.Fprintf(&b, "protocol bgp %s from nodes { neighbor %s as %d;", strings.ReplaceAll(n.Name, "-", "_"), n.IPv4.Addr(), nodeASN)
+		addr := n.IPv4.Addr()
+		if local.Is6() {
+			addr = n.IPv6.Addr()
+		}
+		fmt.Fprintf(&b, "protocol bgp %s from nodes { neighbor %s as %d;", strings.ReplaceAll(n.Name, "-", "_"), addr, nodeASN)
 		if password != "" {
 			fmt.Fprintf(&b, " password \"%s\";", password)
 		}

@@ -34,3 +34,9 @@ const DefaultLoadBalancerClass = "portico.dev/lb"
 
 // LabelExcludeFromExternalLoadBalancers keeps a node from announcing any address.
 const LabelExcludeFromExternalLoadBalancers = "node.kubernetes.io/exclude-from-external-load-balancers"
+
+// LabelBGPRouterID sets a node's BGP router ID (an IPv4 address in dotted-quad form, such as
+// 10.255.0.11) where the node has no IPv4 InternalIP to take it from, or to pick another.
+// A BGPPeer's spec.routerID still overrides it for that peer's sessions (docs/speaker-bgp.md,
+// "Router IDs").
+const LabelBGPRouterID = "portico.dev/bgp-router-id"

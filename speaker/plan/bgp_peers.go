@@ -22,7 +22,7 @@ const (
 )
 
 // bgpNode is what the BGP plan needs of one node: the sessions it holds (BGPPeers whose
-// nodeSelectors match it and that resolve), its InternalIPs (router ID and next hops) and what
+// nodeSelectors match it and that resolve), its InternalIPs (next hops) and what
 // the BGP rule reads of it (rules.BGPNode: which addresses it advertises is the rule's).
 type bgpNode struct {
 	name  string
@@ -51,12 +51,14 @@ func bgpNodeOf(w *World, name string, fitNodes int, problems *[]string) *bgpNode
 	for _, ip := range rules.InternalIPs(node) {
 		n.mine[ip] = true
 	}
+	routerID, usesRouterID := w.routerIDOf(name), false
 	for i := range w.BGPPeers {
 		bp := &w.BGPPeers[i]
 		if !w.selectors.BGPPeerSelects(bp, node.Labels) {
 			continue
 		}
-		peer, err := resolvePeer(bp, node.Labels, n.mine, w.Secrets)
+		usesRouterID = usesRouterID || bp.Spec.RouterID == ""
+		peer, err := resolvePeer(bp, node.Labels, routerID.ID, w.Secrets)
 		if err == nil {
 			err = w.checkVRF(peer.VRF)
 		}
@@ -70,8 +72,19 @@ func bgpNodeOf(w *World, name string, fitNodes int, problems *[]string) *bgpNode
 		}
 		n.peers[bp.Name] = peer
 	}
+	if usesRouterID && routerID.Problem != "" {
+		*problems = append(*problems, routerID.Problem)
+	}
 	n.rule.Keep(func(peer string) bool { _, ok := n.peers[peer]; return ok })
 	return n
+}
+
+// routerIDOf is node name's BGP router ID (rules.RouterIDs), the table made once a plan.
+func (w *World) routerIDOf(name string) rules.RouterID {
+	if w.routerIDs == nil {
+		w.routerIDs = rules.RouterIDs(w.Nodes)
+	}
+	return w.routerIDs[name]
 }
 
 // drain is what the speaker knows of drains.
@@ -101,9 +114,10 @@ func (n *bgpNode) desired() BGP {
 	return d
 }
 
-// resolvePeer applies defaults, takes AS numbers from the node's labels where the peer says so
-// and reads the password. Errors never contain the password.
-func resolvePeer(bp *v1alpha1.BGPPeer, labels map[string]string, mine map[netip.Addr]bool, secrets []corev1.Secret) (Peer, error) {
+// resolvePeer applies defaults, takes AS numbers from the node's labels where the peer says so,
+// the node's router ID (routerID) unless the peer sets one, and reads the password. Errors
+// never contain the password.
+func resolvePeer(bp *v1alpha1.BGPPeer, labels map[string]string, routerID netip.Addr, secrets []corev1.Secret) (Peer, error) {
 	s := &bp.Spec
 	peer := Peer{Name: bp.Name, MyASN: s.MyASN, PeerASN: s.PeerASN, Port: defaultBGPPort, Interface: s.Interface, VRF: s.VRF,
 		HoldTime: defaultHoldTime, ConnectTime: defaultConnectTime, EBGPMultiHop: s.EBGPMultiHop, GracefulRestart: s.EnableGracefulRestart}
@@ -118,7 +132,7 @@ func resolvePeer(bp *v1alpha1.BGPPeer, labels map[string]string, mine map[netip.
 	if peer.MaxPrefixes == 0 { // an object the apiserver did not default (a test's)
 		peer.MaxPrefixes = v1alpha1.DefaultMaxPrefixes
 	}
-	if err := resolveRouterID(&peer, s, mine); err != nil {
+	if err := resolveRouterID(&peer, s, routerID); err != nil {
 		return peer, err
 	}
 	if ref := s.PasswordSecret; ref != nil {
@@ -202,15 +216,15 @@ func resolveTimers(peer *Peer, s *v1alpha1.BGPPeerSpec) {
 	}
 }
 
-// resolveRouterID sets the router ID the peer names, or else this node's IPv4 InternalIP.
-func resolveRouterID(peer *Peer, s *v1alpha1.BGPPeerSpec, mine map[netip.Addr]bool) error {
+// resolveRouterID sets the router ID the peer names, or else the node's (rules.RouterIDs).
+func resolveRouterID(peer *Peer, s *v1alpha1.BGPPeerSpec, routerID netip.Addr) error {
 	var err error
 	if s.RouterID != "" {
 		if peer.RouterID, err = netip.ParseAddr(s.RouterID); err != nil || !peer.RouterID.Is4() {
 			return fmt.Errorf("routerID %q is not an IPv4 address", s.RouterID)
 		}
-	} else if peer.RouterID = addressOfFamily(mine, true); !peer.RouterID.IsValid() {
-		return fmt.Errorf("this node has no IPv4 InternalIP to use as router ID; set spec.routerID")
+	} else {
+		peer.RouterID = routerID
 	}
 	return nil
 }

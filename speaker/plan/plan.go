@@ -56,6 +56,7 @@ type World struct {
 	MembersSince  time.Time
 
 	selectors rules.Selectors // filled while one plan is made
+	routerIDs map[string]rules.RouterID
 }
 
 // Cluster is what the shared L2 and BGP rules read of the world.

@@ -148,7 +148,7 @@ func (pl *Planner) Plan() Plan { return pl.plan }
 func (pl *Planner) Replan(w World, alive func(node string) bool) Changes {
 	services, eps := w.Services, w.EndpointSlices
 	w.Services, w.EndpointSlices = nil, nil
-	w.selectors = rules.Selectors{}
+	w.selectors, w.routerIDs = rules.Selectors{}, nil
 	pl.w = w
 	pl.alive = map[string]bool{}
 	for i := range w.Nodes {
