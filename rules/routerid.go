@@ -38,8 +38,8 @@ type RouterID struct {
 
 // RouterIDs chooses every node's BGP router ID, so that no two nodes of the cluster share one
 // (an IPv6-only cluster would otherwise have none to give, or one for all). The nodes are taken
-// oldest first (creationTimestamp, then name); each takes, of these, the first that is valid
-// and that no older node took:
+// oldest first (creationTimestamp, which has whole seconds, then name byte by byte: node-10
+// before node-9); each takes, of these, the first that is valid and that no older node took:
 //
 //  1. its portico.dev/bgp-router-id label, a dotted-quad IPv4 address;
 //  2. its lowest IPv4 InternalIP;
