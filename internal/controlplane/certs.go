@@ -19,11 +19,11 @@ import (
 // pods reach the apiserver at.
 var KubernetesServiceIP = netip.MustParseAddr("10.96.0.1")
 
-// writeServingCerts writes what envtest would generate into certDir (apiserver.crt/.key and
+// WriteServingCerts writes what envtest would generate into certDir (apiserver.crt/.key and
 // the service-account signer sa-signer.crt/.key; envtest keeps files it finds), but with a
 // serving certificate that pods can verify: it names the `kubernetes` Service's ClusterIP and
 // DNS names and the given addresses besides localhost. It returns the CA's PEM.
-func writeServingCerts(certDir string, addrs []netip.Addr) ([]byte, error) {
+func WriteServingCerts(certDir string, addrs []netip.Addr) ([]byte, error) {
 	caKey, caCert, caPEM, err := newCA("portico-controlplane-ca")
 	if err != nil {
 		return nil, err

@@ -154,7 +154,7 @@ func configure(env *envtest.Environment, opts Options) (dir, caFile, kubeletCAFi
 // for opts.ServingAddresses and the client certificate it shows kubelets, when opts asks.
 func writeCertificates(api *envtest.APIServer, opts Options) (caFile, kubeletCAFile string, err error) {
 	if len(opts.ServingAddresses) > 0 {
-		ca, err := writeServingCerts(api.CertDir, opts.ServingAddresses)
+		ca, err := WriteServingCerts(api.CertDir, opts.ServingAddresses)
 		if err != nil {
 			return "", "", err
 		}
