@@ -36,7 +36,8 @@ type Mode struct {
 	joining atomic.Bool // a join is still waiting on an unreachable member
 }
 
-// New prepares the mode for node: it reads the CA and removes a VIP an earlier run left on lo.
+// New prepares the mode for node: it reads the CA, removes a VIP an earlier run left on lo and
+// keeps the kernel from answering ARP for the VIP (quietKernelARP).
 func New(c cpconfig.Config, node string, announce Announcer, log logr.Logger) (*Mode, error) {
 	if _, ok := c.Self(node); !ok {
 		return nil, errors.New("control-plane mode: this node (" + node + ") is not among the configuration's members")
@@ -52,7 +53,10 @@ func New(c cpconfig.Config, node string, announce Announcer, log logr.Logger) (*
 	if c.Interface != "" {
 		m.side.ifaces = []string{c.Interface}
 	}
-	return m, m.side.local(false)
+	if err := m.side.local(false); err != nil {
+		return nil, err
+	}
+	return m, quietKernelARP(c.VIP)
 }
 
 // Admit lets only the configured members join, each from its configured address.
