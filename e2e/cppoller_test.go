@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/netip"
+	"strings"
 	"sync"
 	"time"
 )
@@ -80,6 +81,7 @@ type outage struct {
 	failures int    // failed polls in the window
 	first    string // the first failure's error
 	polls    int
+	timeouts int // failed polls that waited their whole time: no answer, not even a refusal
 }
 
 // outageBetween measures the window [from, to]; the answer just before from opens it.
@@ -105,6 +107,9 @@ func (p *vipPoller) outageBetween(from, to time.Time) outage {
 		}
 		failing = true
 		o.failures++
+		if strings.Contains(r.err, "Client.Timeout exceeded") {
+			o.timeouts++
+		}
 		if o.first == "" {
 			o.first = r.err
 		}

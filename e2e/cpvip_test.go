@@ -142,7 +142,7 @@ func (lab *cpLab) failover(client *vipPoller, what string, act func(holder strin
 	lab.waitSettled(next, time.Minute)
 	o := client.outageBetween(start, time.Now())
 	load, _ := os.ReadFile("/proc/loadavg")
-	t.Logf("%s: the VIP moved from %s to %s; the client's longest failed interval %v (%d of %d polls failed, the first: %q); load average %s",
-		what, holder, next, o.longest.Round(time.Millisecond), o.failures, o.polls, o.first, strings.Join(strings.Fields(string(load))[:3], " "))
+	t.Logf("%s: the VIP moved from %s to %s; the client's longest failed interval %v (%d of %d polls failed, %d of them unanswered in 250 ms; the first: %q); load average %s",
+		what, holder, next, o.longest.Round(time.Millisecond), o.failures, o.polls, o.timeouts, o.first, strings.Join(strings.Fields(string(load))[:3], " "))
 	return holder
 }

@@ -9,7 +9,7 @@ import (
 )
 
 // report is what a member tells the others of itself (plan.MemberReport), over the gossip's
-// encrypted stream (membership.Group.Send).
+// stream (membership.Group.Send), in clear: the mode's configuration has no gossip key yet.
 type report struct {
 	Kind     string    `json:"kind"` // reportKind: the gossip's messages may carry other kinds
 	Node     string    `json:"node"`
