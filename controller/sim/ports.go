@@ -31,9 +31,9 @@ type term struct {
 func (t *term) over() bool { return t.r.epoch != t.epoch }
 
 type lane struct {
-	jobs []laneJob
-	busy bool
-	proc *proc // made at the lane's first request
+	jobs      []laneJob
+	busy      bool
+	coroutine *coroutine // made at the lane's first request
 }
 
 type laneJob struct {
@@ -73,7 +73,7 @@ func (t *term) kick(i int) {
 	}
 }
 
-// runLane is one step of a lane: its oldest request runs as a proc until it is answered.
+// runLane is one step of a lane: its oldest request runs as a coroutine until it is answered.
 func (t *term) runLane(i int) {
 	l := &t.lanes[i]
 	if len(l.jobs) == 0 {
@@ -82,10 +82,10 @@ func (t *term) runLane(i int) {
 	}
 	j := l.jobs[0]
 	l.jobs = l.jobs[1:]
-	if l.proc == nil {
-		l.proc = t.r.newProc()
+	if l.coroutine == nil {
+		l.coroutine = t.r.newCoroutine()
 	}
-	l.proc.run(j.d, func() { j.send(t.leading) }, func() {
+	l.coroutine.run(j.d, func() { j.send(t.leading) }, func() {
 		if !t.over() {
 			l.busy = false
 			t.kick(i)
@@ -105,7 +105,7 @@ func (c clock) AfterFunc(d time.Duration, f func()) {
 }
 
 // statusUpdates sends status updates to the simulated apiserver (controller.StatusUpdater): a
-// round trip from a lane's proc.
+// round trip from a lane's coroutine.
 type statusUpdates struct{ r *replica }
 
 func (u statusUpdates) Update(_ context.Context, obj client.Object, _ ...client.SubResourceUpdateOption) error {
@@ -127,8 +127,8 @@ func (u statusUpdates) Update(_ context.Context, obj client.Object, _ ...client.
 	return r.roundTrip(func() error { return r.w.api.updateStatus(obj, by, d) })
 }
 
-// roundTrip is one request from the running proc to the apiserver: do runs there, and the proc
-// goes on with its answer. A request or its answer may be lost (the client times out, not
+// roundTrip is one request from the running coroutine to the apiserver: do runs there, and the
+// coroutine goes on with its answer. A request or its answer may be lost (the client times out, not
 // knowing whether it landed).
 func (r *replica) roundTrip(do func() error) error {
 	w := r.w
@@ -219,7 +219,7 @@ func listsIP(svc *corev1.Service, ip string) bool {
 	return false
 }
 
-// liveReader reads the simulated apiserver (controller.Ports.Live). From a lane's proc a read
+// liveReader reads the simulated apiserver (controller.Ports.Live). From a lane's coroutine a read
 // is a round trip; a reconciler's (a new leader's rebuild, a fenced Service's check) is
 // answered at once. What a rebuild lists is what the process knows: the pools it may give
 // addresses of, the addresses it restores.

@@ -40,15 +40,15 @@ type replica struct {
 	observed   lease
 	observedAt time.Duration
 
-	shell    *controller.Shell
-	term     *term
-	procs    []*proc                   // its lanes' requests in flight
-	deciding *decision                 // what the reconcile running now decides from
-	known    []porticov1.IPAddressPool // every pool version it was given: it gives only their addresses
-	kept     []netip.Addr              // and those it restored from stored status (orphans among them)
-	svcQ     workQueue
-	healthQ  workQueue
-	poolQ    workQueue
+	shell      *controller.Shell
+	term       *term
+	coroutines []*coroutine              // its lanes' requests in flight
+	deciding   *decision                 // what the reconcile running now decides from
+	known      []porticov1.IPAddressPool // every pool version it was given: it gives only their addresses
+	kept       []netip.Addr              // and those it restored from stored status (orphans among them)
+	svcQ       workQueue
+	healthQ    workQueue
+	poolQ      workQueue
 }
 
 // workQueue is a reconciler's queue: a key waits once, in order.
@@ -89,7 +89,7 @@ func (r *replica) stop(why string) {
 	if r.term != nil {
 		r.term.end()
 	}
-	r.stopProcs()
+	r.stopCoroutines()
 	r.shell, r.term, r.known, r.kept = nil, nil, nil, nil
 	r.svcQ, r.healthQ, r.poolQ = workQueue{}, workQueue{}, workQueue{}
 }

@@ -89,7 +89,7 @@ type world struct {
 	failed   string
 	log      []string
 	metrics  *controller.Metrics // the replicas' series
-	running  *proc               // the lane request running now, if one is
+	running  *coroutine          // the lane request running now, if one is
 }
 
 // faults are this seed's probabilities and delays: each seed draws its own, so some runs are
@@ -149,7 +149,7 @@ func Run(seed uint64, opts Options) Result {
 		w.checkQuiet()
 	}
 	for _, r := range w.replicas {
-		r.stopProcs() // their coroutines end with the seed
+		r.stopCoroutines() // their coroutines end with the seed
 	}
 	return Result{Seed: seed, Steps: w.steps, Violation: w.failed, Transcript: w.log}
 }

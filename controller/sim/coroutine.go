@@ -2,11 +2,11 @@ package sim
 
 import "iter"
 
-// proc is a lane of a leading process: the controller's own writer code runs on it as a
-// coroutine (iter.Pull), one request after another, so that the code can call the simulated
+// coroutine runs a lane's requests of a leading process: the controller's own writer code runs
+// on it through iter.Pull, one request after another, so that the code can call the simulated
 // apiserver as if the call blocked while the world runs on until the answer arrives (await).
-// Only one proc runs at a time, so a seed stays deterministic.
-type proc struct {
+// Only one coroutine runs at a time, so a seed stays deterministic.
+type coroutine struct {
 	r     *replica
 	next  func() (struct{}, bool)
 	stop  func()
@@ -18,8 +18,8 @@ type proc struct {
 	idle bool // waiting for its next request, not for an answer
 }
 
-func (r *replica) newProc() *proc {
-	p := &proc{r: r}
+func (r *replica) newCoroutine() *coroutine {
+	p := &coroutine{r: r}
 	p.next, p.stop = iter.Pull(func(yield func(struct{}) bool) {
 		p.yield = yield
 		for {
@@ -30,19 +30,19 @@ func (r *replica) newProc() *proc {
 			}
 		}
 	})
-	r.procs = append(r.procs, p)
+	r.coroutines = append(r.coroutines, p)
 	return p
 }
 
-// run starts a request on the idle proc: job, for the decision d; done runs once it has
+// run starts a request on the idle coroutine: job, for the decision d; done runs once it has
 // returned.
-func (p *proc) run(d *decision, job, done func()) {
+func (p *coroutine) run(d *decision, job, done func()) {
 	p.d, p.job, p.done, p.idle = d, job, done, false
 	p.resume()
 }
 
 // resume runs p until it waits for an answer again, or its request returns.
-func (p *proc) resume() {
+func (p *coroutine) resume() {
 	w := p.r.w
 	prev := w.running
 	w.running = p
@@ -55,21 +55,21 @@ func (p *proc) resume() {
 	}
 }
 
-// await suspends the running proc until the wake schedule is given is called. It returns false
-// when the proc's process ended meanwhile: nobody reads the answer.
+// await suspends the running coroutine until the wake schedule is given is called. It returns false
+// when the coroutine's process ended meanwhile: nobody reads the answer.
 func (w *world) await(schedule func(wake func())) bool {
 	p := w.running
 	schedule(p.resume)
 	return p.yield(struct{}{})
 }
 
-// stopProcs ends r's procs: their process is gone. A request in flight runs on to its end at
+// stopCoroutines ends r's coroutines: their process is gone. A request in flight runs on to its end at
 // once, every wait answered false, and what it does then reaches nothing (the process's ports
 // are closed).
-func (r *replica) stopProcs() {
-	procs := r.procs
-	r.procs = nil
-	for _, p := range procs {
+func (r *replica) stopCoroutines() {
+	coroutines := r.coroutines
+	r.coroutines = nil
+	for _, p := range coroutines {
 		prev := r.w.running
 		r.w.running = p
 		p.stop()
