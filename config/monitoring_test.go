@@ -13,7 +13,6 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/portico-lb/portico/internal/ci"
-	"github.com/portico-lb/portico/internal/controlplane"
 )
 
 const (
@@ -189,21 +188,11 @@ func TestMonitoringComponent(t *testing.T) {
 		}
 	}
 
-	crds, err := controlplane.PromOperatorCRDFiles(context.Background())
-	if err != nil {
+	if err := cp.InstallPromOperatorCRDs(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	for _, crd := range crds {
-		kubectl(t, "apply", "--server-side", "-f", crd)
-	}
-	kubectl(t, "wait", "--for", "condition=Established", "--timeout", "60s",
-		"crd/servicemonitors.monitoring.coreos.com", "crd/prometheusrules.monitoring.coreos.com")
 	kubectl(t, "apply", "--server-side", "-k", "with-monitoring")
-	out := kubectl(t, "get", "servicemonitors,prometheusrules,configmaps", "-n", systemNamespace, "-o", "name")
-	for _, name := range []string{"servicemonitor.monitoring.coreos.com/portico-controller", "servicemonitor.monitoring.coreos.com/portico-speaker",
-		"prometheusrule.monitoring.coreos.com/portico", "configmap/portico-dashboard"} {
-		if !strings.Contains(out, name) {
-			t.Errorf("%s is not in the cluster after the apply:\n%s", name, out)
-		}
+	if missing, err := cp.MissingMonitoringObjects(context.Background(), systemNamespace); err != nil || len(missing) > 0 {
+		t.Errorf("not in the cluster after the apply: %v %v", missing, err)
 	}
 }

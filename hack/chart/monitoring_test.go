@@ -224,25 +224,12 @@ func TestMonitoringApplies(t *testing.T) {
 	controlplane.QuietLogs()
 	helm := buildHelm(t)
 	cp := controlplane.StartFor(t, controlplane.Options{})
-	crds, err := controlplane.PromOperatorCRDFiles(context.Background())
-	if err != nil {
+	if err := cp.InstallPromOperatorCRDs(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	for _, crd := range crds {
-		kubectl(t, cp, "", "apply", "--server-side", "-f", crd)
-	}
-	kubectl(t, cp, "", "wait", "--for", "condition=Established", "--timeout", "60s",
-		"crd/servicemonitors.monitoring.coreos.com", "crd/prometheusrules.monitoring.coreos.com")
 	kubectl(t, cp, "", "create", "namespace", namespace)
 	kubectl(t, cp, helmTemplate(t, helm, "--set", "monitoring.enabled=true"), "apply", "--server-side", "-f", "-")
-	out, err := cp.KubectlCommand(context.Background(), "get", "servicemonitors,prometheusrules,configmaps", "-n", namespace, "-o", "name").CombinedOutput()
-	if err != nil {
-		t.Fatalf("kubectl get: %v\n%s", err, out)
-	}
-	for _, name := range []string{"servicemonitor.monitoring.coreos.com/portico-controller", "servicemonitor.monitoring.coreos.com/portico-speaker",
-		"prometheusrule.monitoring.coreos.com/portico", "configmap/portico-dashboard"} {
-		if !strings.Contains(string(out), name) {
-			t.Errorf("%s is not in the cluster after the apply:\n%s", name, out)
-		}
+	if missing, err := cp.MissingMonitoringObjects(context.Background(), namespace); err != nil || len(missing) > 0 {
+		t.Errorf("not in the cluster after the apply: %v %v", missing, err)
 	}
 }

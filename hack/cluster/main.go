@@ -62,8 +62,14 @@ func run(out, image string) error {
 		return err
 	}
 	defer c.Stop()
+	// The Prometheus operator's CRDs, so that Portico installs here with its monitoring objects
+	// as on a cluster running kube-prometheus-stack (docs/monitoring.md).
+	if err := c.CP.InstallPromOperatorCRDs(ctx); err != nil {
+		return err
+	}
 	fmt.Printf("\ncluster: ready in %s; logs in %s\n  export KUBECONFIG=%s\n  kubectl get nodes -o wide\n"+
 		"  kubectl apply --server-side -f %s   # Portico, running %s\n"+
+		"The Prometheus operator's CRDs are installed: the chart's monitoring.enabled=true adds Portico's ServiceMonitors, alerts and dashboard.\n"+
 		"A machine on the LAN: ip netns exec %s curl http://<EXTERNAL-IP>/\nPress Ctrl-C to stop and clean up.\n",
 		time.Since(start).Round(time.Second), c.Logs, c.Kubeconfig, built.Manifests, image, c.Client.NS)
 	<-ctx.Done()

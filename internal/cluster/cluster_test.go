@@ -60,22 +60,43 @@ func installWithKubectl(e *labEnv) {
 }
 
 // TestHomeLabWithHelm installs Portico with the real Helm (built from hack/chart's module) from
-// charts/portico, the image and the home-lab pool as values, then runs the home lab (homeLab),
-// then uninstalls it with `helm uninstall` after an address moved (uninstallLeavesNothing).
+// charts/portico, the image, the home-lab pool and monitoring.enabled as values, on a cluster
+// that has the Prometheus operator's CRDs (as `make cluster` applies them); then runs the home
+// lab (homeLab), checks the monitoring objects are in the cluster, then uninstalls it with
+// `helm uninstall` after an address moved (uninstallLeavesNothing), monitoring objects included.
 func TestHomeLabWithHelm(t *testing.T) {
 	var helm func(args ...string)
 	homeLab(t, func(e *labEnv) {
 		helm = helmCommand(e)
+		if err := e.c.CP.InstallPromOperatorCRDs(context.Background()); err != nil {
+			t.Fatal(err)
+		}
 		values := filepath.Join(t.TempDir(), "values.yaml")
 		repo, tag, _ := strings.Cut(testImage, ":")
 		if err := os.WriteFile(values, []byte(fmt.Sprintf("image: {repository: %s, tag: %s}\n"+
-			"pools:\n  - name: home-lab\n    addresses: [10.0.0.200-10.0.0.215]\n    l2Advertisement: {}\n", repo, tag)), 0o644); err != nil {
+			"pools:\n  - name: home-lab\n    addresses: [10.0.0.200-10.0.0.215]\n    l2Advertisement: {}\n"+
+			"monitoring: {enabled: true}\n", repo, tag)), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		helm("install", "portico", filepath.Join(e.root, "charts", "portico"), "--namespace", "portico-system", "--create-namespace", "-f", values)
 	}, func(e *labEnv) {
+		monitoringObjects(e, true)
 		uninstallLeavesNothing(e, func() { helm("uninstall", "portico", "--namespace", "portico-system", "--wait", "--timeout=3m") })
+		monitoringObjects(e, false)
 	})
+}
+
+// monitoringObjects checks the chart's monitoring objects are all in the cluster (want) or none.
+func monitoringObjects(e *labEnv, want bool) {
+	missing, err := e.c.CP.MissingMonitoringObjects(context.Background(), "portico-system")
+	switch {
+	case err != nil:
+		e.t.Fatal(err)
+	case want && len(missing) > 0:
+		e.t.Errorf("the monitoring objects %v are not in the cluster after helm install", missing)
+	case !want && len(missing) < len(controlplane.MonitoringObjects):
+		e.t.Errorf("helm uninstall left monitoring objects: all but %v", missing)
+	}
 }
 
 // helmCommand builds the helm command from hack/chart's module and returns a runner of it

@@ -7,6 +7,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strings"
 )
 
 // The Prometheus operator's module, whose example/prometheus-operator-crd holds the CRDs of
@@ -45,4 +47,49 @@ func PromOperatorCRDFiles(ctx context.Context) ([]string, error) {
 		files = append(files, path)
 	}
 	return files, nil
+}
+
+// InstallPromOperatorCRDs applies PromOperatorCRDs to the apiserver (server-side) and waits
+// until it serves them, so that Portico's monitoring objects can be applied next.
+func (cp *ControlPlane) InstallPromOperatorCRDs(ctx context.Context) error {
+	crds, err := PromOperatorCRDFiles(ctx)
+	if err != nil {
+		return err
+	}
+	for _, crd := range crds {
+		if err := cp.kubectlQuiet(ctx, "apply", "--server-side", "-f", crd); err != nil {
+			return err
+		}
+	}
+	return cp.kubectlQuiet(ctx, "wait", "--for", "condition=Established", "--timeout", "60s",
+		"crd/servicemonitors.monitoring.coreos.com", "crd/podmonitors.monitoring.coreos.com", "crd/prometheusrules.monitoring.coreos.com")
+}
+
+// MonitoringObjects are what Portico's monitoring adds to its namespace (the chart's
+// monitoring.enabled, config/with-monitoring), as `kubectl get -o name` names them.
+var MonitoringObjects = []string{"servicemonitor.monitoring.coreos.com/portico-controller", "servicemonitor.monitoring.coreos.com/portico-speaker",
+	"prometheusrule.monitoring.coreos.com/portico", "configmap/portico-dashboard"}
+
+// MissingMonitoringObjects are the MonitoringObjects the apiserver does not hold in namespace.
+func (cp *ControlPlane) MissingMonitoringObjects(ctx context.Context, namespace string) ([]string, error) {
+	out, err := cp.KubectlCommand(ctx, "get", "servicemonitors,prometheusrules,configmaps", "-n", namespace, "-o", "name").CombinedOutput()
+	if err != nil {
+		return nil, fmt.Errorf("kubectl get: %v\n%s", err, out)
+	}
+	have := strings.Fields(string(out))
+	var missing []string
+	for _, name := range MonitoringObjects {
+		if !slices.Contains(have, name) {
+			missing = append(missing, name)
+		}
+	}
+	return missing, nil
+}
+
+// kubectlQuiet runs kubectl, its output only in the error.
+func (cp *ControlPlane) kubectlQuiet(ctx context.Context, args ...string) error {
+	if out, err := cp.KubectlCommand(ctx, args...).CombinedOutput(); err != nil {
+		return fmt.Errorf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return nil
 }
