@@ -32,8 +32,11 @@ type Mode struct {
 	heard   chan report
 	checked chan string
 	side    vipSide
-	holding time.Time   // since when this node holds the VIP; zero: it does not
-	joining atomic.Bool // a join is still waiting on an unreachable member
+	holding time.Time // since when this node holds the VIP; zero: it does not
+	// released is when this node stopped answering for the VIP while keeping it on lo
+	// (plan.ControlPlaneVIP.KeepLocal); zero: it has no such address
+	released time.Time
+	joining  atomic.Bool // a join is still waiting on an unreachable member
 }
 
 // New prepares the mode for node: it reads the CA, removes a VIP an earlier run left on lo and
@@ -114,6 +117,9 @@ func (m *Mode) Run(ctx context.Context) {
 		case <-tick.C:
 			m.join()
 			m.tell()
+			if !m.released.IsZero() {
+				m.decide("linger") // plan.ControlPlaneLinger bounds the local address kept
+			}
 		}
 	}
 }
@@ -140,19 +146,21 @@ func (m *Mode) checkLoop(ctx context.Context) {
 // decide elects the VIP's owner from what this node knows and has the side follow it.
 func (m *Mode) decide(cause string) {
 	m.reports[m.Node] = m.own().member()
-	got := plan.ControlPlaneOwner(plan.ControlPlaneView{VIP: m.Config.VIP, Members: m.Config.Names(),
-		Alive: func(n string) bool { return n == m.Node || m.Group.IsAlive(n) }, Reports: m.reports})
+	view := plan.ControlPlaneView{VIP: m.Config.VIP, Members: m.Config.Names(),
+		Alive: func(n string) bool { return n == m.Node || m.Group.IsAlive(n) }, Reports: m.reports}
+	got := plan.ControlPlaneOwner(view)
+	defer m.dropLocal(got, view)
 	mine := got.Owner == m.Node
 	if mine == !m.holding.IsZero() {
 		return
 	}
 	var problems []error
 	if mine {
-		m.holding = time.Now()
+		m.holding, m.released = time.Now(), time.Time{}
 		problems = m.side.take()
 		m.Log.Info("holding the VIP", "vip", m.Config.VIP, "cause", cause, "eligible", got.Eligible)
 	} else {
-		m.holding = time.Time{}
+		m.holding, m.released = time.Time{}, time.Now()
 		problems = m.side.release()
 		m.Log.Info("released the VIP", "vip", m.Config.VIP, "cause", cause, "owner", got.Owner, "eligible", got.Eligible)
 	}
@@ -161,6 +169,18 @@ func (m *Mode) decide(cause string) {
 	}
 	m.reports[m.Node] = m.own().member()
 	m.tell()
+}
+
+// dropLocal removes the VIP from lo once this node, which released it, need keep it no longer.
+func (m *Mode) dropLocal(got plan.ControlPlaneVIP, view plan.ControlPlaneView) {
+	if m.released.IsZero() || got.KeepLocal(view, m.Node, m.released, time.Now()) {
+		return
+	}
+	m.Log.Info("dropped the VIP's local address", "vip", m.Config.VIP, "owner", got.Owner, "after", time.Since(m.released).String())
+	m.released = time.Time{}
+	if err := m.side.local(false); err != nil {
+		m.Log.Error(err, "dropping the VIP's local address")
+	}
 }
 
 func (m *Mode) own() report {
@@ -207,12 +227,12 @@ func (m *Mode) join() {
 // stop stops answering at once, drops the local address and says goodbye.
 func (m *Mode) stop() {
 	m.Announce.Silence()
-	if !m.holding.IsZero() {
+	if !m.holding.IsZero() || !m.released.IsZero() {
 		if err := m.side.local(false); err != nil {
 			m.Log.Error(err, "stopping")
 		}
 	}
-	m.holding = time.Time{}
+	m.holding, m.released = time.Time{}, time.Time{}
 	m.tell()
 	_ = m.Group.Leave(time.Second)
 	_ = m.Announce.Close()

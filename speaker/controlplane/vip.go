@@ -41,12 +41,10 @@ func (v *vipSide) take() []error {
 	return append(problems, errs...)
 }
 
-// release stops answering, then drops the local address.
+// release stops answering; the local address is dropped apart (Mode.dropLocal), once the new
+// owner holds the VIP.
 func (v *vipSide) release() []error {
 	_, problems := v.announce.Set(l2.Want{})
-	if err := v.local(false); err != nil {
-		problems = append(problems, err)
-	}
 	return problems
 }
 

@@ -63,3 +63,22 @@ func ControlPlaneOwner(v ControlPlaneView) ControlPlaneVIP {
 	out.Owner = rules.L2Owner(v.VIP, []rules.L2Share{share}, nil, holders).Owner
 	return out
 }
+
+// ControlPlaneLinger bounds how long a member that lost the VIP keeps it a local address.
+const ControlPlaneLinger = time.Second
+
+// KeepLocal says whether member self, which stopped answering for the VIP at released (zero:
+// it did not), still keeps the VIP a local address at now: until the owner elected in got
+// says it holds the VIP, for ControlPlaneLinger at most. Meanwhile a client whose ARP cache
+// still names self's node has its connections refused at once (or served, while that node's
+// apiserver answers) rather than lost in silence, and retries, until the new owner's
+// announcement reaches it.
+func (got ControlPlaneVIP) KeepLocal(v ControlPlaneView, self string, released, now time.Time) bool {
+	if released.IsZero() || got.Owner == self {
+		return false
+	}
+	if got.Owner != "" && !v.Reports[got.Owner].Holding.IsZero() {
+		return false
+	}
+	return now.Sub(released) < ControlPlaneLinger
+}

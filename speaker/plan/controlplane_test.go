@@ -59,6 +59,8 @@ func TestAPIReadyTranscripts(t *testing.T) {
 //	alive N...                the members the gossip sees alive
 //	report N [eligible] [holding=S]  what member N last said of itself
 //	decide                    the owner and the eligible members
+//	keep-local N released=MS now=MS  whether member N, which stopped answering MS ms after
+//	                          the start, still keeps the VIP a local address at now
 func TestControlPlaneTranscripts(t *testing.T) {
 	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	datadriven.Walk(t, "testdata/controlplane", func(t *testing.T, path string) {
@@ -94,6 +96,12 @@ func TestControlPlaneTranscripts(t *testing.T) {
 					owner = "none"
 				}
 				return fmt.Sprintf("owner: %s (eligible: %s)\n", owner, strings.Join(got.Eligible, " "))
+			case "keep-local":
+				var released, now int
+				d.ScanArgs(t, "released", &released)
+				d.ScanArgs(t, "now", &now)
+				ms := func(n int) time.Time { return start.Add(time.Duration(n) * time.Millisecond) }
+				return fmt.Sprintf("keep local: %t\n", plan.ControlPlaneOwner(v).KeepLocal(v, d.CmdArgs[0].Key, ms(released), ms(now)))
 			}
 			t.Fatalf("%s: unknown command %q", d.Pos, d.Cmd)
 			return ""
