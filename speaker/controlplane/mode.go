@@ -36,6 +36,7 @@ type Mode struct {
 	// released is when this node stopped answering for the VIP while keeping it on lo
 	// (plan.ControlPlaneVIP.KeepLocal); zero: it has no such address
 	released time.Time
+	stopping bool        // ctx ended: this node may no longer hold the VIP
 	joining  atomic.Bool // a join is still waiting on an unreachable member
 }
 
@@ -184,7 +185,7 @@ func (m *Mode) dropLocal(got plan.ControlPlaneVIP, view plan.ControlPlaneView) {
 }
 
 func (m *Mode) own() report {
-	return report{Kind: reportKind, Node: m.Node, Eligible: m.ready.Eligible(), Holding: m.holding}
+	return report{Kind: reportKind, Node: m.Node, Eligible: m.ready.Eligible() && !m.stopping, Holding: m.holding}
 }
 
 // tell sends this node's report to every other live member.
@@ -224,16 +225,37 @@ func (m *Mode) join() {
 	}()
 }
 
-// stop stops answering at once, drops the local address and says goodbye.
+// stop hands the VIP over: it stops answering at once and tells the others it may no longer
+// hold it, keeps it on lo until the new owner says it holds it (as any release does, a second
+// at most), then drops it and says goodbye.
 func (m *Mode) stop() {
 	m.Announce.Silence()
-	if !m.holding.IsZero() || !m.released.IsZero() {
-		if err := m.side.local(false); err != nil {
-			m.Log.Error(err, "stopping")
-		}
+	m.stopping = true
+	if !m.holding.IsZero() {
+		m.holding, m.released = time.Time{}, time.Now()
+		m.Log.Info("stopping: handing the VIP over", "vip", m.Config.VIP)
 	}
-	m.holding, m.released = time.Time{}, time.Time{}
 	m.tell()
+	m.awaitOwner()
+	if err := m.side.local(false); err != nil {
+		m.Log.Error(err, "stopping")
+	}
+	m.released = time.Time{}
 	_ = m.Group.Leave(time.Second)
 	_ = m.Announce.Close()
+}
+
+// awaitOwner takes the members' reports until this node need no longer keep the VIP on lo.
+func (m *Mode) awaitOwner() {
+	linger := time.NewTimer(plan.ControlPlaneLinger)
+	defer linger.Stop()
+	for !m.released.IsZero() {
+		select {
+		case r := <-m.heard:
+			m.reports[r.Node] = r.member()
+			m.decide("stopping")
+		case <-linger.C:
+			return
+		}
+	}
 }
