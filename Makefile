@@ -11,7 +11,7 @@ export CGO_ENABLED := 0
 export GOTOOLCHAIN := go1.27.3
 CONTROLLER_GEN := go tool controller-gen
 
-.PHONY: all generate manifests image controlplane cluster bench-cluster test lab-packages vulncheck bench bench-curve bench-l2 bench-memory bench-dataplane bench-bgp bench-scale bench-nodes chaos fuzz simulate demo build clean
+.PHONY: all generate manifests image controlplane cluster bench-cluster test lab-packages vulncheck bench bench-curve bench-l2 bench-memory bench-dataplane bench-bgp bench-scale bench-nodes bench-speaker-memory chaos fuzz simulate demo build clean
 
 all: build
 
@@ -166,6 +166,16 @@ bench-nodes: controlplane
 	@mkdir -p bin
 	PORTICO_BENCH_NODES=$(BENCH_NODES) PORTICO_BENCH_NODES_SERVICES=$(BENCH_NODES_SERVICES) PORTICO_BENCH_NODES_LEASE_BEFORE=$(BENCH_NODES_LEASE_BEFORE) PORTICO_BENCH_NODES_OUT=$(CURDIR)/bin/bench-nodes.md go test -count=1 -run '^$$' -bench '^BenchmarkNodes$$' -benchtime 1x -timeout 180m ./e2e/
 	@cat bin/bench-nodes.md
+
+## bench-speaker-memory (BENCH_SPEAKER_SERVICES, default 0,1000,10000): one real speaker's
+## memory (VmRSS, Go heap) against the number of Services, grown to each count and after a
+## restart at it, in a network namespace against a real apiserver (root); heap profiles go to
+## bin/speaker-memory/, the report to bin/bench-speaker-memory.md (docs/scale.md).
+BENCH_SPEAKER_SERVICES ?= 0,1000,10000
+bench-speaker-memory: controlplane
+	@mkdir -p bin/speaker-memory
+	PORTICO_BENCH_SPEAKER_SERVICES=$(BENCH_SPEAKER_SERVICES) PORTICO_BENCH_SPEAKER_SERVICES_PROFILES=$(CURDIR)/bin/speaker-memory PORTICO_BENCH_SPEAKER_SERVICES_OUT=$(CURDIR)/bin/bench-speaker-memory.md go test -count=1 -run '^$$' -bench '^BenchmarkSpeakerServices$$' -benchtime 1x -timeout 40m ./e2e/
+	@cat bin/bench-speaker-memory.md
 
 ## bench-l2 (BENCH_L2_RUNS, default 11): L2 failover, dual answering after a partition, speaker memory and the detection
 ## trade-off, measured with real speakers in network namespaces (root); the report goes to

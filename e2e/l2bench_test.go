@@ -238,6 +238,11 @@ func (e *l2Env) maxRSS() int {
 // EndpointSlice a real cluster would have (one ready endpoint, on the nodes in turn), so the
 // speakers plan with as many slices as Services.
 func (e *l2Env) createLBServices(prefix string, first netip.Addr, n int, endpoints bool) {
+	e.createLBServicesBy(4, prefix, first, n, endpoints)
+}
+
+// createLBServicesBy is createLBServices with that many writers.
+func (e *l2Env) createLBServicesBy(writers int, prefix string, first netip.Addr, n int, endpoints bool) {
 	ctx := context.Background()
 	type item struct {
 		ip netip.Addr
@@ -245,7 +250,7 @@ func (e *l2Env) createLBServices(prefix string, first netip.Addr, n int, endpoin
 	}
 	var wg sync.WaitGroup
 	work := make(chan item)
-	for w := 0; w < 4; w++ {
+	for w := 0; w < writers; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
