@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -19,6 +20,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
 
 	"github.com/portico-lb/portico/api/v1alpha1"
 )
@@ -241,46 +243,60 @@ func (e *l2Env) createLBServices(prefix string, first netip.Addr, n int, endpoin
 	e.createLBServicesBy(4, prefix, first, n, endpoints)
 }
 
-// createLBServicesBy is createLBServices with that many writers.
+// createLBServicesBy is createLBServices with that many writers. It stops at the first write
+// the apiserver refuses and fails the test with it.
 func (e *l2Env) createLBServicesBy(writers int, prefix string, first netip.Addr, n int, endpoints bool) {
-	ctx := context.Background()
 	type item struct {
 		ip netip.Addr
 		i  int
 	}
 	var wg sync.WaitGroup
+	var failed atomic.Pointer[error]
 	work := make(chan item)
 	for w := 0; w < writers; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for it := range work {
-				name := prefix + "-" + strings.NewReplacer(":", "-", ".", "-").Replace(it.ip.String())
-				svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
-					Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(80)}}}}
-				if err := e.c.Create(ctx, svc); err != nil {
-					e.t.Error(err)
-					continue
-				}
-				if endpoints {
-					if err := e.c.Create(ctx, benchSlice(svc, e.Nodes[it.i%len(e.Nodes)].Name, it.i)); err != nil {
-						e.t.Error(err)
-					}
-				}
-				svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: it.ip.String()}}
-				if err := e.c.Status().Update(ctx, svc); err != nil {
-					e.t.Error(err)
+				if err := e.createLBService(prefix, it.ip, it.i, endpoints); err != nil {
+					failed.CompareAndSwap(nil, &err)
 				}
 			}
 		}()
 	}
 	ip := first
-	for i := 0; i < n; i++ {
+	for i := 0; i < n && failed.Load() == nil; i++ {
 		work <- item{ip, i}
 		ip = ip.Next()
 	}
 	close(work)
 	wg.Wait()
+	if err := failed.Load(); err != nil {
+		e.t.Fatalf("creating %d Services: %v", n, *err)
+	}
+}
+
+// createLBService creates the LoadBalancer Service prefix-<ip> (with its EndpointSlice, the i-th,
+// when endpoints) and writes ip into its status.
+func (e *l2Env) createLBService(prefix string, ip netip.Addr, i int, endpoints bool) error {
+	ctx := context.Background()
+	name := prefix + "-" + strings.NewReplacer(":", "-", ".", "-").Replace(ip.String())
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer,
+			// The node-port range (2768 ports) would run out before 10 000 Services; the
+			// speakers read no node port.
+			AllocateLoadBalancerNodePorts: ptr.To(false),
+			Ports:                         []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(80)}}}}
+	if err := e.c.Create(ctx, svc); err != nil {
+		return err
+	}
+	if endpoints {
+		if err := e.c.Create(ctx, benchSlice(svc, e.Nodes[i%len(e.Nodes)].Name, i)); err != nil {
+			return err
+		}
+	}
+	svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: ip.String()}}
+	return e.c.Status().Update(ctx, svc)
 }
 
 // benchSlice is the EndpointSlice of svc with one ready endpoint on node, as the endpointslice

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/netip"
 	"os"
@@ -43,13 +44,17 @@ func BenchmarkSpeakerServices(b *testing.B) {
 		var rep strings.Builder
 		fmt.Fprintf(&rep, "Measured %s on %d CPUs (load average %s); one speaker (the real binary, no race detector) in a network namespace, real kube-apiserver and etcd, 5 Nodes; every Service has one EndpointSlice and an address of one pool that one L2Advertisement gives to the speaker's node. Each figure is the sample of highest VmRSS of ten a second apart, once the Speaker status counts every address; VmRSS is what its `process_resident_memory_bytes` reports, the heap its `go_memstats_heap_inuse_bytes`. The speaker runs with the DaemonSet's Go settings: %s.\n\n",
 			time.Now().UTC().Format("2006-01-02 15:04 UTC"), runtimeCPUs(), loadAverage(b), goSettings(e.Security.GoEnv))
-		rep.WriteString("| Services | speaker | VmRSS | Go heap in use | Go stacks | Go runtime total (sys) | goroutines | to plan them all |\n|---|---|---|---|---|---|---|---|\n")
+		rep.WriteString("| Services | speaker | VmRSS | Go heap in use | Go stacks | Go runtime total (sys) | goroutines | to plan them all | its Speaker object (JSON) |\n|---|---|---|---|---|---|---|---|---|\n")
+		out := os.Getenv("PORTICO_BENCH_SPEAKER_SERVICES_OUT")
 		row := func(n int, state string, took time.Duration) {
 			s := e.memoryOf(node)
-			fmt.Fprintf(&rep, "| %d | %s | %s | %s | %s | %s | %d | %s |\n", n, state, mib(s.rss), mibBytes(s.heap),
-				mibBytes(s.stacks), mibBytes(s.goSys), s.goroutines, took.Round(100*time.Millisecond))
+			fmt.Fprintf(&rep, "| %d | %s | %s | %s | %s | %s | %d | %s | %s |\n", n, state, mib(s.rss), mibBytes(s.heap),
+				mibBytes(s.stacks), mibBytes(s.goSys), s.goroutines, took.Round(100*time.Millisecond), e.speakerObjectSize(node))
 			if profiles != "" {
 				e.saveHeapProfile(node, filepath.Join(profiles, fmt.Sprintf("services-%d-%s.pb.gz", n, strings.Fields(state)[0])))
+			}
+			if out != "" { // each row as it comes: a run stopped half-way keeps its figures
+				must(b, os.WriteFile(out, []byte(rep.String()), 0o644))
 			}
 		}
 		have := 0
@@ -66,9 +71,6 @@ func BenchmarkSpeakerServices(b *testing.B) {
 			row(n, "restarted", e.waitPlanned(node, n, start))
 		}
 		b.Log("\n" + rep.String())
-		if out := os.Getenv("PORTICO_BENCH_SPEAKER_SERVICES_OUT"); out != "" {
-			must(b, os.WriteFile(out, []byte(rep.String()), 0o644))
-		}
 	})
 }
 
@@ -119,6 +121,20 @@ func (e *l2Env) waitPlanned(node string, n int, start time.Time) time.Duration {
 			meta.IsStatusConditionTrue(sp.Status.Conditions, "Ready")
 	})
 	return time.Since(start)
+}
+
+// etcdRequestLimit is etcd's default --max-request-bytes: the apiserver cannot store an object
+// whose write is larger.
+const etcdRequestLimit = 1572864
+
+// speakerObjectSize is the size of node's Speaker object as the apiserver serves it in JSON
+// (managed fields included: what a write carries to etcd), against etcd's request limit.
+func (e *l2Env) speakerObjectSize(node string) string {
+	var sp v1alpha1.Speaker
+	must(e.t, e.c.Get(context.Background(), clientKey(node), &sp))
+	b, err := json.Marshal(&sp)
+	must(e.t, err)
+	return fmt.Sprintf("%d bytes (%.0f %% of etcd's 1.5 MiB)", len(b), 100*float64(len(b))/etcdRequestLimit)
 }
 
 // addrPlus is the address n after a.
