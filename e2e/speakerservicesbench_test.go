@@ -27,8 +27,9 @@ import (
 // "0,1000,10000"), all in one pool that one L2Advertisement gives to that node. At each count,
 // once its Speaker status says it answers for every address, its memory is sampled; then it is
 // restarted (its Speaker object deleted, so the new one's count is its own) and sampled again
-// once it answers for all of them: a speaker starting in a cluster of that size. It prints a
-// Markdown table, saved to PORTICO_BENCH_SPEAKER_SERVICES_OUT when set; with
+// once it answers for all of them: a speaker starting in a cluster of that size. Each row also
+// gives the size of its Speaker object against etcd's request limit. It prints a Markdown
+// table, saved to PORTICO_BENCH_SPEAKER_SERVICES_OUT (row by row) when set; with
 // PORTICO_BENCH_SPEAKER_SERVICES_PROFILES set to a directory, each sample's heap profile goes
 // there. It ignores b.N.
 func BenchmarkSpeakerServices(b *testing.B) {
