@@ -124,3 +124,27 @@ func ServeEcho(ns string, port int) (close func() error, err error) {
 	})
 	return l.Close, nil
 }
+
+// ServeUDPEcho answers every datagram it reads on port inside namespace ns with "<name> " and
+// the datagram, to the address it came from, as a DNS server answers a query: a caller sees
+// which pod answered. close stops it.
+func ServeUDPEcho(ns, name string, port int) (close func() error, err error) {
+	var c net.PacketConn
+	if err := In(ns, func() (err error) {
+		c, err = net.ListenPacket("udp", fmt.Sprintf(":%d", port))
+		return err
+	}); err != nil {
+		return nil, fmt.Errorf("pod %s: %w", name, err)
+	}
+	go func() {
+		buf := make([]byte, 1500)
+		for {
+			n, from, err := c.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			_, _ = c.WriteTo(append([]byte(name+" "), buf[:n]...), from)
+		}
+	}()
+	return c.Close, nil
+}

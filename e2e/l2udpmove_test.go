@@ -1,0 +1,263 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/portico-lb/portico/internal/netlab"
+)
+
+// datagrams is a client sending a numbered datagram every 10 ms on one connected UDP socket
+// (one 5-tuple throughout, as a DNS client keeping its socket or a QUIC connection does) and
+// noting which pod answered each.
+type datagrams struct {
+	c        net.Conn
+	mu       sync.Mutex
+	sent     int
+	answered map[int]string // sequence number -> the pod that echoed it
+	last     time.Time      // the latest reply
+	gap      time.Duration  // the longest time between two replies
+	errs     []string       // read errors: an ICMP error on the connected socket
+	stopped  chan struct{}
+	wg       sync.WaitGroup
+}
+
+func sendDatagrams(t *testing.T, ns string, to netip.AddrPort) *datagrams {
+	d := &datagrams{answered: map[int]string{}, stopped: make(chan struct{})}
+	must(t, netlab.In(ns, func() (err error) {
+		d.c, err = net.Dial("udp4", to.String())
+		return err
+	}))
+	d.wg.Add(2)
+	go d.send()
+	go d.receive()
+	t.Cleanup(d.stop)
+	return d
+}
+
+func (d *datagrams) send() {
+	defer d.wg.Done()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for seq := 0; ; seq++ {
+		select {
+		case <-d.stopped:
+			return
+		case <-tick.C:
+		}
+		_, _ = d.c.Write([]byte(strconv.Itoa(seq)))
+		d.mu.Lock()
+		d.sent = seq + 1
+		d.mu.Unlock()
+	}
+}
+
+// receive reads the echoes ("<pod> <seq>") until the socket is closed.
+func (d *datagrams) receive() {
+	defer d.wg.Done()
+	buf := make([]byte, 1500)
+	for {
+		n, err := d.c.Read(buf)
+		if errors.Is(err, net.ErrClosed) {
+			return
+		}
+		d.mu.Lock()
+		d.note(string(buf[:n]), err, time.Now())
+		d.mu.Unlock()
+	}
+}
+
+// note records one read: an echo, or an error (an ICMP error on the connected socket).
+func (d *datagrams) note(reply string, err error, now time.Time) {
+	pod, seq, _ := strings.Cut(reply, " ")
+	i, bad := strconv.Atoi(seq)
+	switch {
+	case err != nil:
+		d.errs = append(d.errs, err.Error())
+	case bad != nil:
+		d.errs = append(d.errs, fmt.Sprintf("reply %q", reply))
+	default:
+		d.answered[i] = pod
+		if !d.last.IsZero() {
+			d.gap = max(d.gap, now.Sub(d.last))
+		}
+		d.last = now
+	}
+}
+
+// mark is the sequence number of the next datagram.
+func (d *datagrams) mark() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.sent
+}
+
+// answeredSince waits until n datagrams from from on have been answered.
+func (d *datagrams) answeredSince(t *testing.T, from, n int, what string) {
+	waitFor(t, what, 30*time.Second, func() bool {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		got := 0
+		for i := from; i < d.sent; i++ {
+			if _, ok := d.answered[i]; ok {
+				got++
+			}
+		}
+		return got >= n
+	})
+}
+
+// finish stops sending and waits up to 3 s for the replies still on their way.
+func (d *datagrams) finish() {
+	close(d.stopped)
+	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		d.mu.Lock()
+		all := len(d.answered) == d.sent
+		d.mu.Unlock()
+		if all {
+			break
+		}
+	}
+	d.c.Close()
+	d.wg.Wait()
+}
+
+func (d *datagrams) stop() {
+	select {
+	case <-d.stopped:
+	default:
+		d.finish()
+	}
+}
+
+// leg reports datagrams [from, to): how many were sent, which went unanswered (as ranges), and
+// the pods that answered, in the order they first did.
+func (d *datagrams) leg(from, to int) (sent int, lost []string, pods []string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for i := from; i < to; i++ {
+		pod, ok := d.answered[i]
+		switch {
+		case !ok && (len(lost) == 0 || i == 0 || d.answered[i-1] != ""):
+			lost = append(lost, strconv.Itoa(i))
+		case !ok:
+			lost[len(lost)-1] = strings.Split(lost[len(lost)-1], "-")[0] + "-" + strconv.Itoa(i)
+		case !slices.Contains(pods, pod):
+			pods = append(pods, pod)
+		}
+	}
+	return to - from, lost, pods
+}
+
+// lostCount counts the datagrams in ranges such as "12" and "40-43".
+func lostCount(ranges []string) int {
+	n := 0
+	for _, r := range ranges {
+		a, b, ok := strings.Cut(r, "-")
+		x, _ := strconv.Atoi(a)
+		y := x
+		if ok {
+			y, _ = strconv.Atoi(b)
+		}
+		n += y - x + 1
+	}
+	return n
+}
+
+// TestDataplaneUDPSurvivesDrain sends a datagram every 10 ms on one UDP socket to a UDP
+// Service's L2 address (real kube-proxy, one echo pod per node) while the address's owner is
+// drained (cordoned, as kubectl drain does first) and the address moves to the next node, and
+// back the same way, and counts the datagrams left unanswered. The hand-off picks up TCP
+// only: the flow's datagrams reaching the new owner are a new flow there, which its
+// kube-proxy translates afresh, perhaps to another pod; back on the owner, they meet the
+// flow's entry there again.
+func TestDataplaneUDPSurvivesDrain(t *testing.T) {
+	inDataplaneLab(t, func(t *testing.T, e *dpEnv) {
+		for _, p := range e.lab.Pods {
+			stop, err := netlab.ServeUDPEcho(p.NS, p.Name, echoPort)
+			must(t, err)
+			t.Cleanup(func() { _ = stop() })
+		}
+		ip := udpEchoService(t, e, "udp-echo")
+		owner, next := ownerAndNext(ip)
+		e.expectOwner(ip, owner)
+		d := sendDatagrams(t, e.Client.NS, netip.AddrPortFrom(ip, echoPort))
+		d.answeredSince(t, 0, 50, "50 replies through "+owner)
+		moved := d.mark()
+		cordoned(true)(e.l2Env, owner)
+		t.Cleanup(func() { cordoned(false)(e.l2Env, owner) })
+		waitFor(t, "client's entry moves to "+next, 20*time.Second, func() bool {
+			return netlab.Neighbour(e.Client.NS, ip) == e.macOf(next)
+		})
+		d.answeredSince(t, d.mark(), 50, "50 replies through "+next)
+		back := d.mark()
+		cordoned(false)(e.l2Env, owner)
+		cordoned(true)(e.l2Env, next)
+		t.Cleanup(func() { cordoned(false)(e.l2Env, next) })
+		waitFor(t, "client's entry back to "+owner, 20*time.Second, func() bool {
+			return netlab.Neighbour(e.Client.NS, ip) == e.macOf(owner)
+		})
+		d.answeredSince(t, d.mark(), 50, "50 replies through "+owner+" again")
+		end := d.mark()
+		d.finish()
+		var lostAll []string
+		for _, l := range []struct {
+			what     string
+			from, to int
+		}{{"through " + owner, 0, moved}, {owner + " drained, to " + next, moved, back}, {"back to " + owner, back, end}} {
+			sent, lost, pods := d.leg(l.from, l.to)
+			t.Logf("%s: %d datagrams, %d unanswered %v, answered by %v", l.what, sent, lostCount(lost), lost, pods)
+			lostAll = append(lostAll, lost...)
+		}
+		sort.Strings(d.errs)
+		t.Logf("in all: %d datagrams, %d unanswered, longest time between two replies %v, %d read errors %v",
+			end, lostCount(lostAll), d.gap.Round(time.Millisecond), len(d.errs), d.errs)
+		if len(lostAll) > 0 || len(d.errs) > 0 {
+			t.Errorf("%d of %d datagrams unanswered across the drain of %s and back (%v), read errors %v", lostCount(lostAll), end, owner, lostAll, d.errs)
+		}
+		// Back on the owner, the flow meets the conntrack entry its first datagrams made there
+		// (UDP's is kept 120 s after the last packet by default) and goes to the same pod again.
+		if first, last := d.answered[0], d.answered[end-1]; first != last {
+			t.Errorf("back through %s the flow was answered by %q, not by %s, which answered it there first", owner, last, first)
+		}
+	})
+}
+
+// udpEchoService creates a UDP LoadBalancer Service for the echo pods and returns its address
+// once every node's kube-proxy has programmed it.
+func udpEchoService(t *testing.T, e *dpEnv, name string) netip.Addr {
+	ctx := context.Background()
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Selector: map[string]string{"app": "gitea"},
+			Ports: []corev1.ServicePort{{Name: "echo", Protocol: corev1.ProtocolUDP, Port: echoPort, TargetPort: intstr.FromInt32(echoPort)}}}}
+	must(t, e.c.Create(ctx, svc))
+	var ip netip.Addr
+	waitFor(t, svc.Name+" gets an EXTERNAL-IP", 30*time.Second, func() bool {
+		if e.c.Get(ctx, client.ObjectKeyFromObject(svc), svc) != nil || len(svc.Status.LoadBalancer.Ingress) == 0 {
+			return false
+		}
+		ip = netip.MustParseAddr(svc.Status.LoadBalancer.Ingress[0].IP)
+		return true
+	})
+	for _, n := range e.Nodes {
+		waitFor(t, "kube-proxy on "+n.Name+" programs "+ip.String(), 20*time.Second, func() bool {
+			return strings.Contains(nftRuleset(n.NS), ip.String())
+		})
+	}
+	return ip
+}
