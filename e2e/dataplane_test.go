@@ -41,7 +41,6 @@ type lbService struct {
 // rules kube-proxy still holds for an earlier Service.
 func (e *dpEnv) create(s lbService) (*corev1.Service, netip.Addr) {
 	e.t.Helper()
-	ctx := context.Background()
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: s.name, Namespace: "default", Annotations: map[string]string{}},
 		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Selector: map[string]string{"app": s.selector},
 			Ports: []corev1.ServicePort{{Name: s.target, Port: s.port, TargetPort: intstr.FromString(s.target)}}}}
@@ -54,16 +53,35 @@ func (e *dpEnv) create(s lbService) (*corev1.Service, netip.Addr) {
 	if s.pool != "" {
 		svc.Annotations[v1alpha1.AnnotationAddressPool] = s.pool
 	}
+	return svc, e.externalIP(svc)
+}
+
+// externalIP creates svc and waits for the real portico-controller to give it an address.
+func (e *dpEnv) externalIP(svc *corev1.Service) netip.Addr {
+	e.t.Helper()
+	ctx := context.Background()
 	must(e.t, e.c.Create(ctx, svc))
 	var ip netip.Addr
-	waitFor(e.t, s.name+" gets an EXTERNAL-IP", 30*time.Second, func() bool {
-		if e.c.Get(ctx, client.ObjectKey{Namespace: "default", Name: s.name}, svc) != nil || len(svc.Status.LoadBalancer.Ingress) == 0 {
+	waitFor(e.t, svc.Name+" gets an EXTERNAL-IP", 30*time.Second, func() bool {
+		if e.c.Get(ctx, client.ObjectKeyFromObject(svc), svc) != nil || len(svc.Status.LoadBalancer.Ingress) == 0 {
 			return false
 		}
 		ip = netip.MustParseAddr(svc.Status.LoadBalancer.Ingress[0].IP)
 		return true
 	})
-	return svc, ip
+	return ip
+}
+
+// served is externalIP, and waits until every node's kube-proxy has rules for the address.
+func (e *dpEnv) served(svc *corev1.Service) netip.Addr {
+	e.t.Helper()
+	ip := e.externalIP(svc)
+	for _, n := range e.Nodes {
+		waitFor(e.t, "kube-proxy on "+n.Name+" serves "+ip.String(), 30*time.Second, func() bool {
+			return strings.Contains(nftRuleset(n.NS), ip.String())
+		})
+	}
+	return ip
 }
 
 // answer splits a pod's answer into the pod's name and the client address it saw.

@@ -17,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/portico-lb/portico/api/v1alpha1"
 	"github.com/portico-lb/portico/internal/netlab"
@@ -91,25 +90,11 @@ func (e *dpEnv) withMarks(cni netlab.CNIMark) {
 // markedService creates a LoadBalancer Service of the three pods with an HTTP port (80) and the
 // echo port, and waits for its address and for every node's kube-proxy to serve it.
 func (e *dpEnv) markedService(name string) (*corev1.Service, netip.Addr) {
-	t, ctx := e.t, context.Background()
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
 		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Selector: map[string]string{"app": "gitea"},
 			Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromString("http")},
 				{Name: "echo", Port: echoPort, TargetPort: intstr.FromInt32(echoPort)}}}}
-	must(t, e.c.Create(ctx, svc))
-	var ip netip.Addr
-	waitFor(t, name+" gets an EXTERNAL-IP", 30*time.Second, func() bool {
-		if e.c.Get(ctx, client.ObjectKeyFromObject(svc), svc) != nil || len(svc.Status.LoadBalancer.Ingress) == 0 {
-			return false
-		}
-		ip = netip.MustParseAddr(svc.Status.LoadBalancer.Ingress[0].IP)
-		return true
-	})
-	for _, n := range e.Nodes {
-		waitFor(t, "kube-proxy on "+n.Name+" serves "+ip.String(), 30*time.Second, func() bool {
-			return strings.Contains(nftRuleset(n.NS), ip.String())
-		})
-	}
+	ip := e.served(svc)
 	e.reach(fmt.Sprintf("http://%s/", ip), 20*time.Second)
 	return svc, ip
 }

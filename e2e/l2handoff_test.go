@@ -21,7 +21,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/portico-lb/portico/api/v1alpha1"
 	"github.com/portico-lb/portico/internal/netlab"
@@ -401,24 +400,10 @@ func TestDataplaneConnectionsSurviveMove(t *testing.T) {
 		for _, m := range []addressMove{stopSpeaker, killSpeaker, cordonOwner} {
 			t.Run(m.name, func(t *testing.T) {
 				e.t = t
-				ctx := context.Background()
 				svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "echo-" + strings.ToLower(m.name), Namespace: "default"},
 					Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Selector: map[string]string{"app": "gitea"},
 						Ports: []corev1.ServicePort{{Name: "echo", Port: echoPort, TargetPort: intstr.FromInt32(echoPort)}}}}
-				must(t, e.c.Create(ctx, svc))
-				var ip netip.Addr
-				waitFor(t, svc.Name+" gets an EXTERNAL-IP", 30*time.Second, func() bool {
-					if e.c.Get(ctx, client.ObjectKeyFromObject(svc), svc) != nil || len(svc.Status.LoadBalancer.Ingress) == 0 {
-						return false
-					}
-					ip = netip.MustParseAddr(svc.Status.LoadBalancer.Ingress[0].IP)
-					return true
-				})
-				for _, n := range e.Nodes {
-					waitFor(t, "kube-proxy on "+n.Name+" programs "+ip.String(), 20*time.Second, func() bool {
-						return strings.Contains(nftRuleset(n.NS), ip.String())
-					})
-				}
+				ip := e.served(svc)
 				owner, next := ownerAndNext(ip)
 				e.expectOwner(ip, owner)
 				survivesMoveAndBack(t, e.l2Env, netip.AddrPortFrom(ip, echoPort), owner, next, m, false)

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -17,7 +16,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/portico-lb/portico/internal/netlab"
 )
@@ -30,15 +28,17 @@ type datagrams struct {
 	mu       sync.Mutex
 	sent     int
 	answered map[int]string // sequence number -> the pod that echoed it
-	last     time.Time      // the latest reply
-	gap      time.Duration  // the longest time between two replies
-	errs     []string       // read errors: an ICMP error on the connected socket
+	sentAt   map[int]time.Time
+	rtt      time.Duration // the longest wait for one echo
+	last     time.Time     // the latest reply
+	gap      time.Duration // the longest time between two replies (the sender's stalls included)
+	errs     []string      // read errors: an ICMP error on the connected socket
 	stopped  chan struct{}
 	wg       sync.WaitGroup
 }
 
 func sendDatagrams(t *testing.T, ns string, to netip.AddrPort) *datagrams {
-	d := &datagrams{answered: map[int]string{}, stopped: make(chan struct{})}
+	d := &datagrams{answered: map[int]string{}, sentAt: map[int]time.Time{}, stopped: make(chan struct{})}
 	must(t, netlab.In(ns, func() (err error) {
 		d.c, err = net.Dial("udp4", to.String())
 		return err
@@ -60,6 +60,9 @@ func (d *datagrams) send() {
 			return
 		case <-tick.C:
 		}
+		d.mu.Lock()
+		d.sentAt[seq] = time.Now()
+		d.mu.Unlock()
 		_, _ = d.c.Write([]byte(strconv.Itoa(seq)))
 		d.mu.Lock()
 		d.sent = seq + 1
@@ -93,6 +96,7 @@ func (d *datagrams) note(reply string, err error, now time.Time) {
 		d.errs = append(d.errs, fmt.Sprintf("reply %q", reply))
 	default:
 		d.answered[i] = pod
+		d.rtt = max(d.rtt, now.Sub(d.sentAt[i]))
 		if !d.last.IsZero() {
 			d.gap = max(d.gap, now.Sub(d.last))
 		}
@@ -193,7 +197,9 @@ func TestDataplaneUDPSurvivesDrain(t *testing.T) {
 			must(t, err)
 			t.Cleanup(func() { _ = stop() })
 		}
-		ip := udpEchoService(t, e, "udp-echo")
+		ip := e.served(&corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "udp-echo", Namespace: "default"},
+			Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Selector: map[string]string{"app": "gitea"},
+				Ports: []corev1.ServicePort{{Name: "echo", Protocol: corev1.ProtocolUDP, Port: echoPort, TargetPort: intstr.FromInt32(echoPort)}}}})
 		owner, next := ownerAndNext(ip)
 		e.expectOwner(ip, owner)
 		d := sendDatagrams(t, e.Client.NS, netip.AddrPortFrom(ip, echoPort))
@@ -225,8 +231,8 @@ func TestDataplaneUDPSurvivesDrain(t *testing.T) {
 			lostAll = append(lostAll, lost...)
 		}
 		sort.Strings(d.errs)
-		t.Logf("in all: %d datagrams, %d unanswered, longest time between two replies %v, %d read errors %v",
-			end, lostCount(lostAll), d.gap.Round(time.Millisecond), len(d.errs), d.errs)
+		t.Logf("in all: %d datagrams, %d unanswered, longest time between two replies %v, longest wait for one %v, %d read errors %v",
+			end, lostCount(lostAll), d.gap.Round(time.Millisecond), d.rtt.Round(time.Millisecond), len(d.errs), d.errs)
 		if len(lostAll) > 0 || len(d.errs) > 0 {
 			t.Errorf("%d of %d datagrams unanswered across the drain of %s and back (%v), read errors %v", lostCount(lostAll), end, owner, lostAll, d.errs)
 		}
@@ -236,28 +242,4 @@ func TestDataplaneUDPSurvivesDrain(t *testing.T) {
 			t.Errorf("back through %s the flow was answered by %q, not by %s, which answered it there first", owner, last, first)
 		}
 	})
-}
-
-// udpEchoService creates a UDP LoadBalancer Service for the echo pods and returns its address
-// once every node's kube-proxy has programmed it.
-func udpEchoService(t *testing.T, e *dpEnv, name string) netip.Addr {
-	ctx := context.Background()
-	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
-		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Selector: map[string]string{"app": "gitea"},
-			Ports: []corev1.ServicePort{{Name: "echo", Protocol: corev1.ProtocolUDP, Port: echoPort, TargetPort: intstr.FromInt32(echoPort)}}}}
-	must(t, e.c.Create(ctx, svc))
-	var ip netip.Addr
-	waitFor(t, svc.Name+" gets an EXTERNAL-IP", 30*time.Second, func() bool {
-		if e.c.Get(ctx, client.ObjectKeyFromObject(svc), svc) != nil || len(svc.Status.LoadBalancer.Ingress) == 0 {
-			return false
-		}
-		ip = netip.MustParseAddr(svc.Status.LoadBalancer.Ingress[0].IP)
-		return true
-	})
-	for _, n := range e.Nodes {
-		waitFor(t, "kube-proxy on "+n.Name+" programs "+ip.String(), 20*time.Second, func() bool {
-			return strings.Contains(nftRuleset(n.NS), ip.String())
-		})
-	}
-	return ip
 }
