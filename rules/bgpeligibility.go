@@ -71,7 +71,7 @@ func BGPEligibilityOf(c Cluster, svc *corev1.Service, ip netip.Addr, alive func(
 	}
 	key := svc.Namespace + "/" + svc.Name
 	isLocal := svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal
-	local := LocalReadyEndpoints([]corev1.Service{*svc}, c.EndpointSlices)[key]
+	local := LocalEndpointsOf([]corev1.Service{*svc}, c.EndpointSlices)[key].Ready
 	fit := sel.BGPFitNodes(c.Nodes, c.BGPPeers, alive, c.IgnoreExcludeLabel)
 	none := map[BGPWhyNot][]string{}
 	var dead []string

@@ -67,15 +67,15 @@ func (d Drain) grace() time.Duration {
 
 // Candidates describes every node for election under the L2Advertisements ads, and the
 // interfaces node me would answer on (nil: all suitable; the union over the advertisements
-// selecting me). local counts the ready endpoints of the Service on each node; ignoreExclude is
+// selecting me). local are the Service's endpoints on each node; ignoreExclude is
 // ExcludedFromLB's.
-func (c Selectors) Candidates(nodes []corev1.Node, ads []*v1alpha1.L2Advertisement, local map[string]int, me string, alive func(string) bool, ignoreExclude bool) ([]election.Candidate, []string) {
+func (c Selectors) Candidates(nodes []corev1.Node, ads []*v1alpha1.L2Advertisement, local LocalEndpoints, me string, alive func(string) bool, ignoreExclude bool) ([]election.Candidate, []string) {
 	var myIfaces []string
 	allIfaces := false
 	cands := make([]election.Candidate, 0, len(nodes))
 	for i := range nodes {
 		n := &nodes[i]
-		cand := election.Candidate{Name: n.Name, Alive: alive(n.Name), LocalEndpoint: local[n.Name] > 0}
+		cand := election.Candidate{Name: n.Name, Alive: alive(n.Name), LocalEndpoint: local.Ready[n.Name] > 0, LocalServing: local.Serving[n.Name]}
 		cand.Excluded = ExcludedFromLB(n, ignoreExclude)
 		h := FitnessOf(n)
 		cand.NotReady, cand.NetworkUnavailable, cand.OutOfService, cand.Cordoned = h.NotReady, h.NetworkUnavailable, h.OutOfService, h.Cordoned
@@ -160,15 +160,26 @@ func FitnessOf(n *corev1.Node) NodeFitness {
 	return h
 }
 
-// LocalReadyEndpoints maps each Service with externalTrafficPolicy Local (namespace/name) to
-// the number of its ready endpoints on each node (a node holding none is absent); no other
-// Service needs to know. Built once per pass, so it costs Services + EndpointSlices, not their
-// product. The counts weigh a node's BGP routes (BGPAdvertisement weightByEndpoints).
-func LocalReadyEndpoints(svcs []corev1.Service, slices []discoveryv1.EndpointSlice) map[string]map[string]int {
-	out := map[string]map[string]int{}
+// LocalEndpoints are one externalTrafficPolicy: Local Service's endpoints by node.
+type LocalEndpoints struct {
+	// Ready counts the ready endpoints on each node (a node holding none is absent). The
+	// counts weigh a node's BGP routes (BGPAdvertisement weightByEndpoints).
+	Ready map[string]int
+	// Serving are the nodes holding no ready endpoint but one that still serves while its pod
+	// terminates (an evicted pod, kubectl drain's second step): kube-proxy sends such a node's
+	// traffic to it (KEP-1669), so over L2 the node answers when no node with a ready
+	// endpoint may (election.Candidate.LocalServing).
+	Serving map[string]bool
+}
+
+// LocalEndpointsOf maps each Service with externalTrafficPolicy Local (namespace/name) to its
+// LocalEndpoints; no other Service needs to know. Built once per pass, so it costs Services +
+// EndpointSlices, not their product.
+func LocalEndpointsOf(svcs []corev1.Service, slices []discoveryv1.EndpointSlice) map[string]LocalEndpoints {
+	out := map[string]LocalEndpoints{}
 	for i := range svcs {
 		if svcs[i].Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal {
-			out[svcs[i].Namespace+"/"+svcs[i].Name] = map[string]int{}
+			out[svcs[i].Namespace+"/"+svcs[i].Name] = LocalEndpoints{Ready: map[string]int{}, Serving: map[string]bool{}}
 		}
 	}
 	if len(out) == 0 {
@@ -176,17 +187,33 @@ func LocalReadyEndpoints(svcs []corev1.Service, slices []discoveryv1.EndpointSli
 	}
 	for i := range slices {
 		s := &slices[i]
-		nodes, ok := out[s.Namespace+"/"+s.Labels[discoveryv1.LabelServiceName]]
+		local, ok := out[s.Namespace+"/"+s.Labels[discoveryv1.LabelServiceName]]
 		if !ok {
 			continue
 		}
 		for _, ep := range s.Endpoints {
-			if ep.NodeName != nil && ReadyEndpoint(&ep) {
-				nodes[*ep.NodeName]++
+			switch {
+			case ep.NodeName == nil:
+			case ReadyEndpoint(&ep):
+				local.Ready[*ep.NodeName]++
+			case servingTerminating(&ep):
+				local.Serving[*ep.NodeName] = true
 			}
 		}
 	}
+	for _, local := range out {
+		for node := range local.Ready {
+			delete(local.Serving, node)
+		}
+	}
 	return out
+}
+
+// servingTerminating reports whether an endpoint is not ready but still serves because its
+// pod is terminating (discovery/v1's serving and terminating conditions, both set).
+func servingTerminating(ep *discoveryv1.Endpoint) bool {
+	c := ep.Conditions
+	return c.Serving != nil && *c.Serving && c.Terminating != nil && *c.Terminating
 }
 
 // ReadyEndpoint reports whether an endpoint is ready to receive traffic: its ready condition is

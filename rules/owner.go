@@ -41,10 +41,9 @@ type L2Share struct {
 	Nodes int
 }
 
-// L2ShareOf is svc's share of an address its L2Advertisements ads cover. local counts the
-// ready endpoints of svc on each node (LocalReadyEndpoints); alive says whether a node runs a live
-// speaker.
-func (sel Selectors) L2ShareOf(c *Cluster, ads []*v1alpha1.L2Advertisement, svc *corev1.Service, local map[string]int, me string, alive func(string) bool) L2Share {
+// L2ShareOf is svc's share of an address its L2Advertisements ads cover. local are svc's
+// endpoints on each node (LocalEndpointsOf); alive says whether a node runs a live speaker.
+func (sel Selectors) L2ShareOf(c *Cluster, ads []*v1alpha1.L2Advertisement, svc *corev1.Service, local LocalEndpoints, me string, alive func(string) bool) L2Share {
 	s := L2Share{Service: svc.Namespace + "/" + svc.Name}
 	cands, ifaces := sel.Candidates(c.Nodes, ads, local, me, alive, c.IgnoreExcludeLabel)
 	s.Interfaces, s.Weights, s.Nodes = ifaces, election.Weights(cands), len(cands)
@@ -197,7 +196,7 @@ func L2EligibilityOf(c Cluster, svc *corev1.Service, ip netip.Addr, alive func(n
 			sharing = append(sharing, *s)
 		}
 	}
-	local := LocalReadyEndpoints(sharing, c.EndpointSlices)
+	local := LocalEndpointsOf(sharing, c.EndpointSlices)
 	own := sel.L2ShareOf(&c, ads, svc, local[key], "", alive)
 	shares := []L2Share{own}
 	for i := range sharing[1:] {

@@ -134,8 +134,12 @@ func randomCluster(r *rand.Rand) cluster {
 			var eps []discoveryv1.Endpoint
 			for range r.IntN(3) {
 				node, ready := nodeNames[r.IntN(len(nodeNames))], !one(4)
-				eps = append(eps, discoveryv1.Endpoint{Addresses: []string{"10.244.0.1"}, NodeName: &node,
-					Conditions: discoveryv1.EndpointConditions{Ready: &ready}})
+				conds := discoveryv1.EndpointConditions{Ready: &ready}
+				if !ready && len(eps)%2 == 0 { // an evicted pod serving on, without drawing (the draws stay as they were)
+					serving := true
+					conds.Serving, conds.Terminating = &serving, &serving
+				}
+				eps = append(eps, discoveryv1.Endpoint{Addresses: []string{"10.244.0.1"}, NodeName: &node, Conditions: conds})
 			}
 			w.EndpointSlices = append(w.EndpointSlices, discoveryv1.EndpointSlice{
 				ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name + "-x", Labels: map[string]string{discoveryv1.LabelServiceName: name}},

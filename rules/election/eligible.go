@@ -29,6 +29,11 @@ type Candidate struct {
 	Cordoned bool
 	// LocalEndpoint: the node holds a ready endpoint of the Service.
 	LocalEndpoint bool
+	// LocalServing: the node holds no ready endpoint of the Service but one whose pod
+	// terminates and still serves (evicted by a drain), which kube-proxy sends the node's
+	// traffic to. Under LocalOnly it answers only when no node with a ready endpoint may, so
+	// the address stays where its connections are served until a replacement is ready.
+	LocalServing bool
 	// Weight is the sum of the L2Advertisements' preferredNodeSelectors weights the node
 	// matches: among eligible nodes, the heaviest answer (Preferred).
 	Weight int32
@@ -44,7 +49,7 @@ type Policy struct {
 // Eligible returns the sorted names of the candidates that may answer, and, when none may, a
 // reason that names what excluded them (for the Service's Announced condition).
 func Eligible(cands []Candidate, p Policy) (names []string, whyNone string) {
-	var dead, unselected, excluded, notReady, noNetwork, outOfService, noEndpoint, cordoned []string
+	var dead, unselected, excluded, notReady, noNetwork, outOfService, noEndpoint, cordoned, terminating []string
 	for _, c := range cands {
 		switch {
 		case !c.Alive:
@@ -59,6 +64,8 @@ func Eligible(cands []Candidate, p Policy) (names []string, whyNone string) {
 			notReady = append(notReady, c.Name)
 		case c.OutOfService:
 			outOfService = append(outOfService, c.Name)
+		case p.LocalOnly && !c.LocalEndpoint && c.LocalServing:
+			terminating = append(terminating, c.Name)
 		case p.LocalOnly && !c.LocalEndpoint:
 			noEndpoint = append(noEndpoint, c.Name)
 		case c.Cordoned:
@@ -68,7 +75,10 @@ func Eligible(cands []Candidate, p Policy) (names []string, whyNone string) {
 		}
 	}
 	if len(names) == 0 {
-		names = cordoned // the last resort: better a node being drained than none
+		names = cordoned // a last resort: better a node being drained than none
+	}
+	if len(names) == 0 {
+		names = terminating // the last: its only endpoints are going, but serve until then
 	}
 	sort.Strings(names)
 	if len(names) > 0 {

@@ -209,7 +209,7 @@ func (pl *Planner) Update(svcs []corev1.Service, eps []discoveryv1.EndpointSlice
 }
 
 func (pl *Planner) update(svcs []corev1.Service, eps []discoveryv1.EndpointSlice, gone []string) Changes {
-	ready := rules.LocalReadyEndpoints(svcs, eps)
+	local := rules.LocalEndpointsOf(svcs, eps)
 	dirtyAddrs := map[netip.Addr]bool{}
 	dirtyRoutes := map[routeKey]bool{}
 	before := len(pl.plan.Problems)
@@ -231,7 +231,7 @@ func (pl *Planner) update(svcs []corev1.Service, eps []discoveryv1.EndpointSlice
 		svc := &svcs[i]
 		key := svc.Namespace + "/" + svc.Name
 		planned[key] = true
-		replace(key, pl.planService(svc, key, ready[key]))
+		replace(key, pl.planService(svc, key, local[key]))
 	}
 	for _, key := range gone {
 		if !planned[key] {
@@ -266,7 +266,7 @@ func (pl *Planner) update(svcs []corev1.Service, eps []discoveryv1.EndpointSlice
 }
 
 // planService is svc's share of the plan, nil when Portico does not handle it.
-func (pl *Planner) planService(svc *corev1.Service, key string, ready map[string]int) *servicePlan {
+func (pl *Planner) planService(svc *corev1.Service, key string, local rules.LocalEndpoints) *servicePlan {
 	if !rules.Handles(svc, pl.lbClass, !pl.w.IgnoreClassless) {
 		return nil
 	}
@@ -284,16 +284,16 @@ func (pl *Planner) planService(svc *corev1.Service, key string, ready map[string
 		}
 		sp.addrs = append(sp.addrs, ip)
 		if ads := w.selectors.L2AdvertisementsFor(w.Advertisements, pool, svc); len(ads) > 0 {
-			sp.l2 = append(sp.l2, sharerAt{ip, w.selectors.L2ShareOf(&cluster, ads, svc, ready, pl.me, alive)})
+			sp.l2 = append(sp.l2, sharerAt{ip, w.selectors.L2ShareOf(&cluster, ads, svc, local, pl.me, alive)})
 		}
 		if pl.mine == nil {
 			continue
 		}
 		bgpAds := w.selectors.BGPAdvertisementsFor(w.BGPAds, pool, svc)
 		isLocal := svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal
-		pl.mine.advertiseAddress(w, own, key, ip, bgpAds, isLocal, ready)
+		pl.mine.advertiseAddress(w, own, key, ip, bgpAds, isLocal, local.Ready)
 		if c, ok := own.Routed[ip]; ok {
-			c.Teller, c.FirstTo = pl.sentEarlier(key, ip, bgpAds, isLocal, ready, c.Peers)
+			c.Teller, c.FirstTo = pl.sentEarlier(key, ip, bgpAds, isLocal, local.Ready, c.Peers)
 			sp.routed = append(sp.routed, routedAt{ip, c})
 		}
 	}

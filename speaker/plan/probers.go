@@ -54,7 +54,7 @@ func ConflictTargets(w World, me string, alive func(string) bool) []ConflictTarg
 		if len(ads) == 0 {
 			continue
 		}
-		cands, ifaces := sel.Candidates(w.Nodes, ads, nil, me, alive, w.IgnoreExcludeLabel)
+		cands, ifaces := sel.Candidates(w.Nodes, ads, rules.LocalEndpoints{}, me, alive, w.IgnoreExcludeLabel)
 		eligible, _ := election.Eligible(cands, election.Policy{})
 		eligible = election.Preferred(eligible, election.Weights(cands))
 		for _, ip := range probedAddrs(pool) {

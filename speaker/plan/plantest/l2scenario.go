@@ -325,8 +325,13 @@ func endpointSlice(svc *corev1.Service, nodes []string) *discoveryv1.EndpointSli
 			continue
 		}
 		node, state, _ := strings.Cut(n, ":")
-		ready := state != "notready"
-		es.Endpoints = append(es.Endpoints, discoveryv1.Endpoint{NodeName: &node, Conditions: discoveryv1.EndpointConditions{Ready: &ready}})
+		ready := state != "notready" && state != "terminating"
+		conds := discoveryv1.EndpointConditions{Ready: &ready}
+		if state == "terminating" { // an evicted pod, still serving
+			serving, terminating := true, true
+			conds.Serving, conds.Terminating = &serving, &terminating
+		}
+		es.Endpoints = append(es.Endpoints, discoveryv1.Endpoint{NodeName: &node, Conditions: conds})
 	}
 	return es
 }
