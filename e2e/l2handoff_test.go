@@ -392,11 +392,7 @@ func survivesMoveAndBack(t *testing.T, e *l2Env, addr netip.AddrPort, owner, nex
 // three pods, one per node, and kube-proxy picks the pod of a picked-up flow afresh.
 func TestDataplaneConnectionsSurviveMove(t *testing.T) {
 	inDataplaneLab(t, func(t *testing.T, e *dpEnv) {
-		for _, p := range e.lab.Pods {
-			stop, err := netlab.ServeEcho(p.NS, echoPort)
-			must(t, err)
-			t.Cleanup(func() { _ = stop() })
-		}
+		e.serveEcho(t)
 		for _, m := range []addressMove{stopSpeaker, killSpeaker, cordonOwner} {
 			t.Run(m.name, func(t *testing.T) {
 				e.t = t
@@ -410,4 +406,13 @@ func TestDataplaneConnectionsSurviveMove(t *testing.T) {
 			})
 		}
 	})
+}
+
+// serveEcho has every pod of the lab echo on echoPort until the test ends.
+func (e *dpEnv) serveEcho(t *testing.T) {
+	for _, p := range e.lab.Pods {
+		stop, err := netlab.ServeEcho(p.NS, echoPort)
+		must(t, err)
+		t.Cleanup(func() { _ = stop() })
+	}
 }

@@ -30,11 +30,7 @@ const localDrainLabel = "local-drain"
 // The backend on the drained node serves throughout, so no connection may break.
 func TestDataplaneLocalDrain(t *testing.T) {
 	inDataplaneLab(t, func(t *testing.T, e *dpEnv) {
-		for _, p := range e.lab.Pods {
-			stop, err := netlab.ServeEcho(p.NS, echoPort)
-			must(t, err)
-			t.Cleanup(func() { _ = stop() })
-		}
+		e.serveEcho(t)
 		ctx := context.Background()
 		drained, spare := "node-c", "node-a"
 		e.labelPod(e.podOn(drained))
@@ -42,18 +38,7 @@ func TestDataplaneLocalDrain(t *testing.T) {
 			Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Selector: map[string]string{localDrainLabel: "yes"},
 				ExternalTrafficPolicy: corev1.ServiceExternalTrafficPolicyLocal,
 				Ports:                 []corev1.ServicePort{{Name: "echo", Port: echoPort, TargetPort: intstr.FromInt32(echoPort)}}}}
-		must(t, e.c.Create(ctx, svc))
-		var ip netip.Addr
-		waitFor(t, svc.Name+" gets an EXTERNAL-IP", 30*time.Second, func() bool {
-			if e.c.Get(ctx, client.ObjectKeyFromObject(svc), svc) != nil || len(svc.Status.LoadBalancer.Ingress) == 0 {
-				return false
-			}
-			ip = netip.MustParseAddr(svc.Status.LoadBalancer.Ingress[0].IP)
-			return true
-		})
-		waitFor(t, "kube-proxy on "+drained+" programs "+ip.String(), 20*time.Second, func() bool {
-			return strings.Contains(nftRuleset(e.node(drained).NS), ip.String())
-		})
+		ip := e.served(svc)
 		e.expectOwner(ip, drained) // the only node with a local endpoint
 		addr := netip.AddrPortFrom(ip, echoPort)
 		s := openStreams(t, e.Client.NS, addr, 20)
