@@ -36,6 +36,7 @@ type cpLab struct {
 	speaker  string // the portico-speaker binary
 	security speakerSecurity
 	etcd     netlab.Host // etcd's namespace; the harness's own checks are made from it too
+	switchNS string      // the namespace of the LAN's bridge, where a node's link is cut
 	client   netlab.Host
 	nodes    []labNode
 	config   string // the control-plane mode's configuration file
@@ -55,7 +56,7 @@ func newCPLab(t *testing.T) *cpLab {
 	lab := &cpLab{t: t, dir: t.TempDir(), speaker: buildBinary(t, "./cmd/portico-speaker"), security: daemonSetSecurity(t),
 		etcd:   l.AddHost("etcd", "02:00:00:00:00:05", "198.51.100.5/24", "2001:db8:1::5/64"),
 		client: l.AddHost("client", "02:00:00:00:00:01", "198.51.100.1/24", "2001:db8:1::1/64"),
-		procs:  map[string]*labProc{}}
+		procs:  map[string]*labProc{}, switchNS: l.Switch}
 	addrs := []netip.Addr{cpVIP}
 	for i := range 3 {
 		name := "cp-" + string(rune('a'+i))

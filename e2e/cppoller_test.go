@@ -77,7 +77,11 @@ func (p *vipPoller) answeredSince(t time.Time) bool {
 // outage is the client's longest failed interval in a window: from the last answer before a
 // run of failures to the first answer after it.
 type outage struct {
-	longest  time.Duration
+	longest time.Duration
+	// between is the longest time from one answer to the next, failed or not: a request that
+	// waits (its TCP segments lost until the new owner's announcement moves the client, then
+	// retried by the transport on a new connection) fails no poll but shows here.
+	between  time.Duration
 	failures int    // failed polls in the window
 	first    string // the first failure's error
 	polls    int
@@ -96,6 +100,9 @@ func (p *vipPoller) outageBetween(from, to time.Time) outage {
 			break
 		}
 		if r.err == "" {
+			if !lastOK.IsZero() && r.at.After(from) {
+				o.between = max(o.between, r.at.Sub(lastOK))
+			}
 			if failing && !lastOK.IsZero() && r.at.After(from) {
 				o.longest = max(o.longest, r.at.Sub(lastOK))
 			}
