@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"net/http"
-	"os"
 	"slices"
 	"strings"
 	"syscall"
@@ -147,13 +146,7 @@ func (lab *cpLab) healed(client *vipPoller, what string, undo func()) {
 	node := lab.waitOneHolder(time.Minute)
 	o := client.outageBetween(start, time.Now())
 	lab.t.Logf("%s: the VIP is then held by %s alone; the client's longest failed interval %v, longest time between two answers %v (%d of %d polls failed); load average %s",
-		what, node, o.longest.Round(time.Millisecond), o.between.Round(time.Millisecond), o.failures, o.polls, loadAverage())
-}
-
-// loadAverage is the machine's load average over 1, 5 and 15 minutes.
-func loadAverage() string {
-	load, _ := os.ReadFile("/proc/loadavg")
-	return strings.Join(strings.Fields(string(load))[:3], " ")
+		what, node, o.longest.Round(time.Millisecond), o.between.Round(time.Millisecond), o.failures, o.polls, loadAverage(lab.t))
 }
 
 // waitOneHolder waits until the VIP is on one node's lo and that node alone answers ARP for
@@ -198,6 +191,6 @@ func (lab *cpLab) failover(client *vipPoller, what string, act func(holder strin
 	lab.waitSettled(next, time.Minute)
 	o := client.outageBetween(start, time.Now())
 	t.Logf("%s: the VIP moved from %s to %s; the client's longest failed interval %v, longest time between two answers %v (%d of %d polls failed, %d of them unanswered in 250 ms; the first: %q); load average %s",
-		what, holder, next, o.longest.Round(time.Millisecond), o.between.Round(time.Millisecond), o.failures, o.polls, o.timeouts, o.first, loadAverage())
+		what, holder, next, o.longest.Round(time.Millisecond), o.between.Round(time.Millisecond), o.failures, o.polls, o.timeouts, o.first, loadAverage(lab.t))
 	return holder
 }
