@@ -21,7 +21,8 @@ import (
 // others elect it), and no node starts or stops because its own links
 // changed (it would act before the others read its subnets in its Speaker status); and from
 // ARP asked from the client every 20 ms, the address is never left unanswered by two probes in
-// a row. Before, the cut-off owner held its subnet back for 2 s after its link came up while
+// a row (a probe that hears nothing in 20 ms asks again and waits up to slowAnswer). Before, the
+// cut-off owner held its subnet back for 2 s after its link came up while
 // the others still read it in its status, written before the cut: each side elected the
 // other, nobody answered until the status caught up, and when the hold ended it answered at
 // once while the others learnt it through the apiserver, so two nodes answered again about 2 s
@@ -55,6 +56,12 @@ func TestL2HealAgreement(t *testing.T) {
 			unanswered := 0
 			for reported == 0 || time.Since(heal) < max(reported, 2*time.Second)+time.Second {
 				macs := prober.ask(ip, 20*time.Millisecond)
+				if len(macs) == 0 {
+					// A late answer is still an answer: a speaker answers from user space, and
+					// on a starved machine that can take longer than 20 ms (make test at a
+					// load of 20 saw "" between answers of a node that never stopped).
+					macs = prober.ask(ip, slowAnswer)
+				}
 				if who := e.nodesByMAC(macs); len(heard) == 0 || heard[len(heard)-1].who != who {
 					heard = append(heard, answered{time.Since(heal), who})
 				}
@@ -98,6 +105,10 @@ func TestL2HealAgreement(t *testing.T) {
 		t.Logf("two MACs after a heal: median %v of %v", median(duals), duals)
 	})
 }
+
+// slowAnswer is how long a probe that heard nothing in its 20 ms asks again before it counts the
+// address unanswered: far below the seconds a disagreement after the heal left it unanswered.
+const slowAnswer = 150 * time.Millisecond
 
 // answered is who answered ARP (node names, comma-separated; "" nobody) from when after the heal.
 type answered struct {
