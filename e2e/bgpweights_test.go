@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net/http"
 	"net/netip"
 	"strings"
 	"testing"
@@ -95,27 +96,47 @@ func TestBGPWeightedECMP(t *testing.T) {
 		}
 		const connections = 3000
 		client := netlab.HTTPClient(routerNS, 5*time.Second)
-		landed := map[string]int{}
+		// What is measured is where connections land: one the starved machine times out (make
+		// test saw one of 3000 wait past 5 s with the route in place) is counted and left out,
+		// a few of them tell nothing of the split, and more than 1 % fails the test.
+		landed, failed := map[string]int{}, 0
 		for range connections {
-			resp, err := client.Get(fmt.Sprintf("http://%s:8080/", ip))
-			must(t, err)
-			body, err := io.ReadAll(resp.Body)
-			_ = resp.Body.Close()
-			must(t, err)
-			landed[strings.Fields(string(body))[0]]++
+			node, err := landedOn(client, fmt.Sprintf("http://%s:8080/", ip))
+			if err != nil {
+				if failed++; failed > connections/100 {
+					t.Fatalf("%d of %d connections failed, the last: %v", failed, connections, err)
+				}
+				t.Logf("a connection failed: %v", err)
+				continue
+			}
+			landed[node]++
 		}
-		t.Logf("%d connections: node-a %d, node-b %d, ratio %.3f", connections, landed["node-a"], landed["node-b"],
-			float64(landed["node-a"])/float64(landed["node-b"]))
+		t.Logf("%d connections: node-a %d, node-b %d, ratio %.3f; %d failed", connections, landed["node-a"], landed["node-b"],
+			float64(landed["node-a"])/float64(landed["node-b"]), failed)
 		// Each node's count within 10 % of its 2:1 share (2000 and 1000). The hash spreads flows
 		// like coin flips: node-b's standard deviation is about 26, so the band is nearly 4 of
 		// them wide on each side and a correct split fails it about once in 10000 runs; an even
 		// split (1500 each) is far outside it.
 		for node, share := range map[string]float64{"node-a": 2.0 / 3, "node-b": 1.0 / 3} {
-			if want := share * connections; math.Abs(float64(landed[node])-want) > 0.10*want {
+			if want := share * float64(connections-failed); math.Abs(float64(landed[node])-want) > 0.10*want {
 				t.Fatalf("connections landed %v, want node-a:node-b within 10%% of 2:1", landed)
 			}
 		}
 	})
+}
+
+// landedOn GETs url on a new connection and returns the node that answered (the first word).
+func landedOn(client *http.Client, url string) (string, error) {
+	resp, err := client.Get(url)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || len(strings.Fields(string(body))) == 0 {
+		return "", fmt.Errorf("reading %s: %q, %v", url, body, err)
+	}
+	return strings.Fields(string(body))[0], nil
 }
 
 // nextHopWeights is netlab.NextHopWeights, failing the test when ip cannot tell.
