@@ -123,7 +123,7 @@ func (e *l2Env) expectARP(ip netip.Addr, node string) {
 	})
 }
 
-func exited(p *speakerProc) bool {
+func exited(p *labProc) bool {
 	select {
 	case <-p.done:
 		return true

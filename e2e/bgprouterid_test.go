@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/netip"
 	"regexp"
 	"slices"
@@ -43,6 +44,7 @@ func TestBGPRouterIDsIPv6Only(t *testing.T) {
 		e.createService("v6only", []netip.Prefix{netip.MustParsePrefix("2001:db8:ff::/120")}, false, vip)
 		route := netip.PrefixFrom(vip, 128)
 
+		neighborID := regexp.MustCompile(`Neighbor ID:\s+(\S+)`)
 		neighborIDs := func() map[string]string {
 			ids := map[string]string{}
 			for _, n := range all {
@@ -50,7 +52,7 @@ func TestBGPRouterIDsIPv6Only(t *testing.T) {
 				if err != nil {
 					return nil
 				}
-				if m := regexp.MustCompile(`Neighbor ID:\s+(\S+)`).FindStringSubmatch(out); m != nil {
+				if m := neighborID.FindStringSubmatch(out); m != nil {
 					ids[n] = m[1]
 				}
 			}
@@ -69,7 +71,7 @@ func TestBGPRouterIDsIPv6Only(t *testing.T) {
 		var seen map[string]string
 		waitFor(t, "bird sees three router IDs, node-a's from its label", 40*time.Second, func() bool {
 			seen = neighborIDs()
-			return fmt.Sprint(seen) == fmt.Sprint(want)
+			return maps.Equal(seen, want)
 		})
 		t.Logf("router IDs at bird: %v", seen)
 		e.expectRoute(router.NS, route, e.nodeIPs(true, all...), 30*time.Second)
@@ -93,7 +95,7 @@ func TestBGPRouterIDsIPv6Only(t *testing.T) {
 				return slices.Contains(e.speakerProblems("node-b"), problem)
 			})
 			e.waitEstablished("bird", 30*time.Second, all...)
-			if ids := neighborIDs(); fmt.Sprint(ids) != fmt.Sprint(want) {
+			if ids := neighborIDs(); !maps.Equal(ids, want) {
 				t.Fatalf("router IDs at bird %v, want %v", ids, want)
 			}
 			e.expectRoute(router.NS, route, e.nodeIPs(true, all...), 15*time.Second)

@@ -44,12 +44,6 @@ type cpLab struct {
 	procs    map[string]*labProc
 }
 
-// labProc is a process the lab started; done is closed once it has exited.
-type labProc struct {
-	cmd  *exec.Cmd
-	done chan struct{}
-}
-
 // newCPLab builds the namespaces, the certificates and the configuration, and starts etcd.
 func newCPLab(t *testing.T) *cpLab {
 	l := netlab.New(t)
@@ -99,17 +93,7 @@ func (lab *cpLab) writeConfig(ca string) {
 
 // start runs argv in namespace ns as process name, its output in the lab's log of that name.
 func (lab *cpLab) start(name, ns string, env []string, argv ...string) {
-	logf, err := os.OpenFile(filepath.Join(lab.dir, name+".log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
-	must(lab.t, err)
-	cmd := exec.Command("ip", append([]string{"netns", "exec", ns}, argv...)...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.Env = append(os.Environ(), env...)
-	if err := cmd.Start(); err != nil {
-		lab.t.Fatal(err)
-	}
-	p := &labProc{cmd: cmd, done: make(chan struct{})}
-	go func() { _ = cmd.Wait(); logf.Close(); close(p.done) }()
-	lab.procs[name] = p
+	lab.procs[name] = startLogged(lab.t, filepath.Join(lab.dir, name+".log"), ns, env, argv...)
 }
 
 // signal sends sig to process name (ip netns exec execs it, so the PID is its own); for a
@@ -175,15 +159,7 @@ func (lab *cpLab) startSpeaker(node string) {
 		lab.security.command(lab.speaker, "--node-name", node, "--control-plane-config", lab.config)...)
 }
 
-func (lab *cpLab) node(name string) labNode {
-	for _, n := range lab.nodes {
-		if n.Name == name {
-			return n
-		}
-	}
-	lab.t.Fatalf("no node %s", name)
-	return labNode{}
-}
+func (lab *cpLab) node(name string) labNode { return nodeNamed(lab.t, lab.nodes, name) }
 
 func (lab *cpLab) log(name string) string {
 	b, _ := os.ReadFile(filepath.Join(lab.dir, name+".log"))

@@ -99,6 +99,9 @@ func (p *vipPoller) outageBetween(from, to time.Time) outage {
 		if r.at.After(to) {
 			break
 		}
+		if !r.at.Before(from) {
+			o.polls++
+		}
 		if r.err == "" {
 			if !lastOK.IsZero() && r.at.After(from) {
 				o.between = max(o.between, r.at.Sub(lastOK))
@@ -119,11 +122,6 @@ func (p *vipPoller) outageBetween(from, to time.Time) outage {
 		}
 		if o.first == "" {
 			o.first = r.err
-		}
-	}
-	for _, r := range p.polls {
-		if !r.at.Before(from) && !r.at.After(to) {
-			o.polls++
 		}
 	}
 	return o

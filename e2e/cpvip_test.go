@@ -117,18 +117,35 @@ func (lab *cpLab) waitEligible(harness *http.Client, node string) {
 	})
 }
 
-// waitSettled waits until the VIP is on node's lo and node alone answers ARP for it.
+// waitSettled waits until the VIP is on node's lo and node alone answers ARP for it (a node
+// cut off may keep it on its lo meanwhile).
 func (lab *cpLab) waitSettled(node string, within time.Duration) {
-	var answerers []string
+	lab.waitVIP(within, "want "+node+" alone", func(holders, answerers []string) bool {
+		return slices.Contains(holders, node) && slices.Equal(answerers, []string{node})
+	})
+}
+
+// waitOneHolder waits until the VIP is on one node's lo and that node alone answers ARP for
+// it, and returns that node.
+func (lab *cpLab) waitOneHolder(within time.Duration) string {
+	holders := lab.waitVIP(within, "want one node alone", func(holders, answerers []string) bool {
+		return len(holders) == 1 && slices.Equal(answerers, holders)
+	})
+	return holders[0]
+}
+
+// waitVIP waits until ok holds of the nodes with the VIP on their lo and those answering ARP
+// for it, and returns the holders; after within, it fails the test saying want.
+func (lab *cpLab) waitVIP(within time.Duration, want string, ok func(holders, answerers []string) bool) []string {
 	lab.t.Helper()
 	deadline := time.Now().Add(within)
 	for {
-		answerers = lab.answerers()
-		if slices.Contains(lab.holders(), node) && slices.Equal(answerers, []string{node}) {
-			return
+		holders, answerers := lab.holders(), lab.answerers()
+		if ok(holders, answerers) {
+			return holders
 		}
 		if time.Now().After(deadline) {
-			lab.t.Fatalf("after %v, the VIP is on the lo of %v and answered over ARP by %v; want %s alone", within, lab.holders(), answerers, node)
+			lab.t.Fatalf("after %v, the VIP is on the lo of %v and answered over ARP by %v; %s", within, holders, answerers, want)
 		}
 	}
 }
@@ -147,23 +164,6 @@ func (lab *cpLab) healed(client *vipPoller, what string, undo func()) {
 	o := client.outageBetween(start, time.Now())
 	lab.t.Logf("%s: the VIP is then held by %s alone; the client's longest failed interval %v, longest time between two answers %v (%d of %d polls failed); load average %s",
 		what, node, o.longest.Round(time.Millisecond), o.between.Round(time.Millisecond), o.failures, o.polls, loadAverage(lab.t))
-}
-
-// waitOneHolder waits until the VIP is on one node's lo and that node alone answers ARP for
-// it, and returns that node.
-func (lab *cpLab) waitOneHolder(within time.Duration) string {
-	var holders, answerers []string
-	lab.t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		holders, answerers = lab.holders(), lab.answerers()
-		if len(holders) == 1 && slices.Equal(answerers, holders) {
-			return holders[0]
-		}
-		if time.Now().After(deadline) {
-			lab.t.Fatalf("after %v, the VIP is on the lo of %v and answered over ARP by %v; want one node alone", within, holders, answerers)
-		}
-	}
 }
 
 // failover does act to the VIP's holder, waits for the VIP to be held, answered and served by

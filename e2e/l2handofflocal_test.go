@@ -5,7 +5,6 @@ import (
 	"net/netip"
 	"os/exec"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -16,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/portico-lb/portico/internal/netlab"
+	"github.com/portico-lb/portico/rules"
 )
 
 // localDrainLabel selects the pods of TestDataplaneLocalDrain's Service: the drained node's pod,
@@ -107,7 +107,7 @@ func TestDataplaneLocalDrain(t *testing.T) {
 		flows, _ := handedOff(t, e.l2Env, spare)
 		var marked int
 		waitFor(t, spare+" holds the 21 connections' entries, marked for the hand-off", 10*time.Second, func() bool {
-			marked = handedOffEntries(e.node(spare).NS, ip)
+			marked = netlab.MarkedEntries(e.node(spare).NS, 0x2000, "-d", ip.String()) // the default --l2-handoff-mark
 			return marked == 21
 		})
 		t.Logf("%s hands off %d connections to %s (its pickup counter: %.0f)", spare, marked, drained, flows-flowsBefore)
@@ -137,22 +137,11 @@ func (e *dpEnv) servingTerminating(svc, pod string) bool {
 	}
 	for _, s := range list.Items {
 		for _, ep := range s.Endpoints {
-			c := ep.Conditions
-			if ep.TargetRef != nil && ep.TargetRef.Name == pod && c.Ready != nil && !*c.Ready &&
-				c.Serving != nil && *c.Serving && c.Terminating != nil && *c.Terminating {
+			if ep.TargetRef != nil && ep.TargetRef.Name == pod && ep.Conditions.Ready != nil && !*ep.Conditions.Ready &&
+				rules.ServingTerminating(&ep) {
 				return true
 			}
 		}
 	}
 	return false
-}
-
-// handedOffEntries counts the connection-tracking entries to ip in namespace ns that carry the
-// hand-off's mark (the default --l2-handoff-mark, 0x2000).
-func handedOffEntries(ns string, ip netip.Addr) int {
-	out, err := exec.Command("ip", "netns", "exec", ns, "conntrack", "-L", "-d", ip.String(), "-m", "0x2000/0x2000").Output()
-	if err != nil {
-		return -1
-	}
-	return strings.Count(string(out), "mark=")
 }

@@ -152,13 +152,31 @@ type l2Env struct {
 	c          client.Client
 	kubeconfig string
 	logs       string
-	speakers   map[string]*speakerProc
+	speakers   map[string]*labProc
 	bgpSockets map[string]string // by node: its BGP container's socket (useBGPContainers)
 }
 
-type speakerProc struct {
+// labProc is a process a lab started in one of its namespaces.
+type labProc struct {
 	cmd  *exec.Cmd
 	done chan struct{} // closed when the process has exited
+}
+
+// startLogged runs argv in namespace ns (ip netns exec, which execs it: the PID is its own),
+// with env added to this process's, its output appended to the file logPath.
+func startLogged(t testing.TB, logPath, ns string, env []string, argv ...string) *labProc {
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	must(t, err)
+	cmd := exec.Command("ip", append([]string{"netns", "exec", ns}, argv...)...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.Env = append(os.Environ(), env...)
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		t.Fatal(err)
+	}
+	p := &labProc{cmd: cmd, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); logf.Close(); close(p.done) }()
+	return p
 }
 
 func startEnv(t testing.TB, lab *l2Lab) *l2Env {
@@ -169,7 +187,7 @@ func startEnv(t testing.TB, lab *l2Lab) *l2Env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cp.Stop() })
-	e := &l2Env{l2Lab: lab, t: t, cp: cp, c: cp.Client, logs: t.TempDir(), speakers: map[string]*speakerProc{}}
+	e := &l2Env{l2Lab: lab, t: t, cp: cp, c: cp.Client, logs: t.TempDir(), speakers: map[string]*labProc{}}
 	e.kubeconfig = e.writeKubeconfig(cpIP)
 	ctx := context.Background()
 	for _, n := range lab.Nodes {
@@ -202,13 +220,17 @@ func (e *l2Env) writeKubeconfig(ip string) string {
 	return path
 }
 
-func (e *l2Env) node(name string) labNode {
-	for _, n := range e.Nodes {
+func (e *l2Env) node(name string) labNode { return nodeNamed(e.t, e.Nodes, name) }
+
+// nodeNamed is the node of nodes named name; the test fails without one.
+func nodeNamed(t testing.TB, nodes []labNode, name string) labNode {
+	t.Helper()
+	for _, n := range nodes {
 		if n.Name == name {
 			return n
 		}
 	}
-	e.t.Fatalf("no node %s", name)
+	t.Fatalf("no node %s", name)
 	return labNode{}
 }
 
@@ -218,24 +240,12 @@ const labHandoffLinger = 5 * time.Second
 
 func (e *l2Env) startSpeaker(name string) {
 	n := e.node(name)
-	logf, err := os.OpenFile(filepath.Join(e.logs, name+".log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
-	if err != nil {
-		e.t.Fatal(err)
-	}
 	args := append([]string{"--node-name", name, "--kubeconfig", e.kubeconfig, "--l2-handoff-linger=" + labHandoffLinger.String(),
 		"--memberlist-bind-address", n.IPv4.Addr().String(), "--metrics-bind-address", n.IPv4.Addr().String() + ":7474"}, e.extraArgs...)
 	if socket := e.bgpSockets[name]; socket != "" {
 		args = append(args, "--bgp-socket", socket)
 	}
-	cmd := exec.Command("ip", append([]string{"netns", "exec", n.NS}, e.Security.command(e.Speaker, args...)...)...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.Env = append(os.Environ(), e.Security.GoEnv...)
-	if err := cmd.Start(); err != nil {
-		e.t.Fatal(err)
-	}
-	p := &speakerProc{cmd: cmd, done: make(chan struct{})}
-	go func() { _ = cmd.Wait(); logf.Close(); close(p.done) }()
-	e.speakers[name] = p
+	e.speakers[name] = startLogged(e.t, filepath.Join(e.logs, name+".log"), n.NS, e.Security.GoEnv, e.Security.command(e.Speaker, args...)...)
 }
 
 // kill signals a speaker (ip netns exec and setpriv exec it, so the PID is the speaker's) and waits for it

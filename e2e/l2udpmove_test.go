@@ -126,17 +126,15 @@ func (d *datagrams) answeredSince(t *testing.T, from, n int, what string) {
 	})
 }
 
-// finish stops sending and waits up to 3 s for the replies still on their way.
+// finish stops sending and waits up to 3 s for the replies still on their way (those that do
+// not come count as unanswered).
 func (d *datagrams) finish() {
 	close(d.stopped)
-	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+	pollUntil(3*time.Second, func() bool {
 		d.mu.Lock()
-		all := len(d.answered) == d.sent
-		d.mu.Unlock()
-		if all {
-			break
-		}
-	}
+		defer d.mu.Unlock()
+		return len(d.answered) == d.sent
+	})
 	d.c.Close()
 	d.wg.Wait()
 }
@@ -149,38 +147,20 @@ func (d *datagrams) stop() {
 	}
 }
 
-// leg reports datagrams [from, to): how many were sent, which went unanswered (as ranges), and
-// the pods that answered, in the order they first did.
-func (d *datagrams) leg(from, to int) (sent int, lost []string, pods []string) {
+// leg reports datagrams [from, to): how many were sent, which went unanswered, and the pods
+// that answered, in the order they first did.
+func (d *datagrams) leg(from, to int) (sent int, lost []int, pods []string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for i := from; i < to; i++ {
-		pod, ok := d.answered[i]
-		switch {
-		case !ok && (len(lost) == 0 || i == 0 || d.answered[i-1] != ""):
-			lost = append(lost, strconv.Itoa(i))
+		switch pod, ok := d.answered[i]; {
 		case !ok:
-			lost[len(lost)-1] = strings.Split(lost[len(lost)-1], "-")[0] + "-" + strconv.Itoa(i)
+			lost = append(lost, i)
 		case !slices.Contains(pods, pod):
 			pods = append(pods, pod)
 		}
 	}
 	return to - from, lost, pods
-}
-
-// lostCount counts the datagrams in ranges such as "12" and "40-43".
-func lostCount(ranges []string) int {
-	n := 0
-	for _, r := range ranges {
-		a, b, ok := strings.Cut(r, "-")
-		x, _ := strconv.Atoi(a)
-		y := x
-		if ok {
-			y, _ = strconv.Atoi(b)
-		}
-		n += y - x + 1
-	}
-	return n
 }
 
 // TestDataplaneUDPSurvivesDrain sends a datagram every 10 ms on one UDP socket to a UDP
@@ -221,20 +201,20 @@ func TestDataplaneUDPSurvivesDrain(t *testing.T) {
 		d.answeredSince(t, d.mark(), 50, "50 replies through "+owner+" again")
 		end := d.mark()
 		d.finish()
-		var lostAll []string
+		var lostAll []int
 		for _, l := range []struct {
 			what     string
 			from, to int
 		}{{"through " + owner, 0, moved}, {owner + " drained, to " + next, moved, back}, {"back to " + owner, back, end}} {
 			sent, lost, pods := d.leg(l.from, l.to)
-			t.Logf("%s: %d datagrams, %d unanswered %v, answered by %v", l.what, sent, lostCount(lost), lost, pods)
+			t.Logf("%s: %d datagrams, %d unanswered %v, answered by %v", l.what, sent, len(lost), lost, pods)
 			lostAll = append(lostAll, lost...)
 		}
 		sort.Strings(d.errs)
 		t.Logf("in all: %d datagrams, %d unanswered, longest time between two replies %v, longest wait for one %v, %d read errors %v",
-			end, lostCount(lostAll), d.gap.Round(time.Millisecond), d.rtt.Round(time.Millisecond), len(d.errs), d.errs)
+			end, len(lostAll), d.gap.Round(time.Millisecond), d.rtt.Round(time.Millisecond), len(d.errs), d.errs)
 		if len(lostAll) > 0 || len(d.errs) > 0 {
-			t.Errorf("%d of %d datagrams unanswered across the drain of %s and back (%v), read errors %v", lostCount(lostAll), end, owner, lostAll, d.errs)
+			t.Errorf("%d of %d datagrams unanswered across the drain of %s and back (%v), read errors %v", len(lostAll), end, owner, lostAll, d.errs)
 		}
 		// Back on the owner, the flow meets the conntrack entry its first datagrams made there
 		// (UDP's is kept 120 s after the last packet by default) and goes to the same pod again.

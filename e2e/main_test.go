@@ -264,3 +264,21 @@ func envSize(t testing.TB, name string, def, least int) int {
 	}
 	return n
 }
+
+// envCounts reads a comma-separated list of counts from the environment variable name, each
+// at least lo and at most hi, in growing order if growing; def when it is unset.
+func envCounts(t testing.TB, name string, def []int, lo, hi int, growing bool) []int {
+	s := os.Getenv(name)
+	if s == "" {
+		return def
+	}
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < lo || n > hi || (growing && len(out) > 0 && n < out[len(out)-1]) {
+			t.Fatalf("%s=%q: want numbers %d..%d, comma-separated%s", name, s, lo, hi, map[bool]string{true: ", growing"}[growing])
+		}
+		out = append(out, n)
+	}
+	return out
+}

@@ -3,11 +3,10 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"math"
 	"net/netip"
 	"os"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -64,7 +63,7 @@ type sideCost struct {
 // duration, 5s before issue 47) it measures, between the two, the speakers renewing their
 // Leases that often too: before and after the change of the renewal in one run.
 func BenchmarkNodes(b *testing.B) {
-	counts := nodeCounts(b, os.Getenv("PORTICO_BENCH_NODES"))
+	counts := envCounts(b, "PORTICO_BENCH_NODES", []int{100, 500, 1000}, 3, math.MaxInt32, false)
 	services := envSize(b, "PORTICO_BENCH_NODES_SERVICES", 100, 1)
 	idle := time.Duration(envSize(b, "PORTICO_BENCH_NODES_IDLE_S", 60, 5)) * time.Second
 	rounds := envSize(b, "PORTICO_BENCH_NODES_ROUNDS", 3, 1)
@@ -90,21 +89,6 @@ func BenchmarkNodes(b *testing.B) {
 		})
 	}
 	fmt.Print(rep.String())
-}
-
-func nodeCounts(b *testing.B, s string) []int {
-	if s == "" {
-		return []int{100, 500, 1000}
-	}
-	var out []int
-	for _, f := range strings.Split(s, ",") {
-		n, err := strconv.Atoi(f)
-		if err != nil || n < 3 {
-			b.Fatalf("PORTICO_BENCH_NODES=%q: want numbers ≥ 3", s)
-		}
-		out = append(out, n)
-	}
-	return out
 }
 
 // envDuration is the duration the environment variable name holds; zero when unset.

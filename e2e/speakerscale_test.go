@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -256,17 +255,7 @@ func atMostEvery(d time.Duration, cond func() bool) func() bool {
 // until the Speaker objects list every address; the goal is that neither grows with nodes.
 func BenchmarkSpeakerScale(b *testing.B) {
 	services := envSize(b, "PORTICO_BENCH_SCALE_SERVICES", 5000, 1)
-	counts := []int{3, 10, 30}
-	if s := os.Getenv("PORTICO_BENCH_SCALE_NODES"); s != "" {
-		counts = nil
-		for _, f := range strings.Split(s, ",") {
-			n, err := strconv.Atoi(f)
-			if err != nil || n < 1 || n > 250 {
-				b.Fatalf("PORTICO_BENCH_SCALE_NODES=%q: want numbers 1..250", s)
-			}
-			counts = append(counts, n)
-		}
-	}
+	counts := envCounts(b, "PORTICO_BENCH_SCALE_NODES", []int{3, 10, 30}, 1, 250, false)
 	const singles = 10
 	var rep strings.Builder
 	fmt.Fprintf(&rep, "| mode | nodes | burst of %d: converged (first create → every address listed) | after the last create | Speaker writes / Service | events / Service | one more Service: Speaker writes | events | a speaker's reconcile (mean, single Services) | member losses seen |\n|---|---|---|---|---|---|---|---|---|---|\n", services)

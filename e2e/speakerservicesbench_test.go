@@ -4,10 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/netip"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -33,7 +33,7 @@ import (
 // PORTICO_BENCH_SPEAKER_SERVICES_PROFILES set to a directory, each sample's heap profile goes
 // there. It ignores b.N.
 func BenchmarkSpeakerServices(b *testing.B) {
-	counts := serviceCounts(b, "PORTICO_BENCH_SPEAKER_SERVICES", "0,1000,10000")
+	counts := envCounts(b, "PORTICO_BENCH_SPEAKER_SERVICES", []int{0, 1000, 10000}, 0, math.MaxInt32, true)
 	inLabOf(b, 1, func(b *testing.B, e *l2Env) {
 		profiles := os.Getenv("PORTICO_BENCH_SPEAKER_SERVICES_PROFILES")
 		if profiles != "" {
@@ -73,23 +73,6 @@ func BenchmarkSpeakerServices(b *testing.B) {
 		}
 		b.Log("\n" + rep.String())
 	})
-}
-
-// serviceCounts reads a comma-separated, growing list of Service counts from the environment.
-func serviceCounts(t testing.TB, name, def string) []int {
-	s := os.Getenv(name)
-	if s == "" {
-		s = def
-	}
-	var out []int
-	for _, f := range strings.Split(s, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n < 0 || (len(out) > 0 && n < out[len(out)-1]) {
-			t.Fatalf("%s=%q: want growing counts ≥ 0, comma-separated", name, s)
-		}
-		out = append(out, n)
-	}
-	return out
 }
 
 // addBystanderNodes creates n Nodes that run no speaker (bystander-1, ...), so the speaker

@@ -165,10 +165,10 @@ type LocalEndpoints struct {
 	// Ready counts the ready endpoints on each node (a node holding none is absent). The
 	// counts weigh a node's BGP routes (BGPAdvertisement weightByEndpoints).
 	Ready map[string]int
-	// Serving are the nodes holding no ready endpoint but one that still serves while its pod
-	// terminates (an evicted pod, kubectl drain's second step): kube-proxy sends such a node's
-	// traffic to it (KEP-1669), so over L2 the node answers when no node with a ready
-	// endpoint may (election.Candidate.LocalServing).
+	// Serving are the nodes holding an endpoint that still serves while its pod terminates
+	// (an evicted pod, kubectl drain's second step): kube-proxy sends the traffic of a node
+	// with no ready endpoint to it (KEP-1669), so over L2 such a node answers when no node
+	// with a ready endpoint may (election.Candidate.LocalServing).
 	Serving map[string]bool
 }
 
@@ -196,22 +196,16 @@ func LocalEndpointsOf(svcs []corev1.Service, slices []discoveryv1.EndpointSlice)
 			case ep.NodeName == nil:
 			case ReadyEndpoint(&ep):
 				local.Ready[*ep.NodeName]++
-			case servingTerminating(&ep):
+			case ServingTerminating(&ep):
 				local.Serving[*ep.NodeName] = true
 			}
-		}
-	}
-	for _, local := range out {
-		for node := range local.Ready {
-			delete(local.Serving, node)
 		}
 	}
 	return out
 }
 
-// servingTerminating reports whether an endpoint is not ready but still serves because its
-// pod is terminating (discovery/v1's serving and terminating conditions, both set).
-func servingTerminating(ep *discoveryv1.Endpoint) bool {
+// ServingTerminating reports whether an endpoint still serves while its pod is terminating (discovery/v1's serving and terminating conditions, both set).
+func ServingTerminating(ep *discoveryv1.Endpoint) bool {
 	c := ep.Conditions
 	return c.Serving != nil && *c.Serving && c.Terminating != nil && *c.Terminating
 }

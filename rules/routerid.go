@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/fnv"
+	"iter"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -80,7 +81,7 @@ func chooseRouterID(n *corev1.Node, taken map[netip.Addr]string) RouterID {
 			return RouterID{ID: id, Source: RouterIDFromLabel}
 		}
 	}
-	if id := lowestIPv4(InternalIPs(n)); id.IsValid() {
+	if id := LowestOfFamily(slices.Values(InternalIPs(n)), true); id.IsValid() {
 		if taken[id] == "" {
 			return RouterID{ID: id, Source: RouterIDFromInternalIP, Problem: usingInstead(problems, id, RouterIDFromInternalIP)}
 		}
@@ -120,10 +121,12 @@ func derivedRouterID(name string, taken map[netip.Addr]string) netip.Addr {
 	}
 }
 
-func lowestIPv4(addrs []netip.Addr) netip.Addr {
+// LowestOfFamily is the lowest of addrs of one family (IPv4 when v4), or the zero Addr: a
+// node's router ID, and the next hop it gives for its routes.
+func LowestOfFamily(addrs iter.Seq[netip.Addr], v4 bool) netip.Addr {
 	var best netip.Addr
-	for _, a := range addrs {
-		if a.Is4() && (!best.IsValid() || a.Less(best)) {
+	for a := range addrs {
+		if a.Is4() == v4 && (!best.IsValid() || a.Less(best)) {
 			best = a
 		}
 	}

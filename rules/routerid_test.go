@@ -2,6 +2,7 @@ package rules
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -55,13 +56,7 @@ func TestRouterIDs(t *testing.T) {
 		}
 		ids := RouterIDs(nodes)
 		var b strings.Builder
-		for _, name := range slices.Sorted(func(yield func(string) bool) {
-			for n := range ids {
-				if !yield(n) {
-					return
-				}
-			}
-		}) {
+		for _, name := range slices.Sorted(maps.Keys(ids)) {
 			id := ids[name]
 			fmt.Fprintf(&b, "%s: %s (%s)\n", name, id.ID, id.Source)
 			if id.Problem != "" {

@@ -41,10 +41,11 @@ func HandoffRouting(ns string) []string {
 	return left
 }
 
-// MarkedEntries counts ns's connection-tracking entries whose mark has bit (-1: conntrack
-// failed).
-func MarkedEntries(ns string, bit uint32) int {
-	out, err := exec.Command("ip", "netns", "exec", ns, "conntrack", "-L", "--mark", fmt.Sprintf("%#x/%#x", bit, bit)).Output()
+// MarkedEntries counts ns's connection-tracking entries whose mark has bit and that match
+// conntrack's filter options, if any (such as "-d", an address) (-1: conntrack failed).
+func MarkedEntries(ns string, bit uint32, filter ...string) int {
+	args := append([]string{"netns", "exec", ns, "conntrack", "-L", "--mark", fmt.Sprintf("%#x/%#x", bit, bit)}, filter...)
+	out, err := exec.Command("ip", args...).Output()
 	if err != nil {
 		return -1
 	}

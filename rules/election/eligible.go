@@ -29,10 +29,11 @@ type Candidate struct {
 	Cordoned bool
 	// LocalEndpoint: the node holds a ready endpoint of the Service.
 	LocalEndpoint bool
-	// LocalServing: the node holds no ready endpoint of the Service but one whose pod
-	// terminates and still serves (evicted by a drain), which kube-proxy sends the node's
-	// traffic to. Under LocalOnly it answers only when no node with a ready endpoint may, so
-	// the address stays where its connections are served until a replacement is ready.
+	// LocalServing: the node holds an endpoint of the Service whose pod terminates and still
+	// serves (evicted by a drain), which kube-proxy sends the node's traffic to while it holds
+	// no ready one. Under LocalOnly such a node (without LocalEndpoint) answers only when no
+	// node with a ready endpoint may, so the address stays where its connections are served
+	// until a replacement is ready.
 	LocalServing bool
 	// Weight is the sum of the L2Advertisements' preferredNodeSelectors weights the node
 	// matches: among eligible nodes, the heaviest answer (Preferred).

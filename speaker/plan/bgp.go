@@ -2,6 +2,7 @@ package plan
 
 import (
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 
@@ -106,7 +107,7 @@ func advertise(p *Plan, ad *v1alpha1.BGPAdvertisement, service string, ip netip.
 		}
 		if s.IPv6 == ip.Is4() {
 			// The session's local address is of the other family: name this node's own.
-			a.NextHop = addressOfFamily(mine, ip.Is4())
+			a.NextHop = rules.LowestOfFamily(maps.Keys(mine), ip.Is4())
 		}
 		routes := p.BGP.Routes[s.Peer]
 		r, had := routes[prefix]

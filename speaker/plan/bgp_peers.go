@@ -285,17 +285,6 @@ func findNode(nodes []corev1.Node, name string) *corev1.Node {
 	return nil
 }
 
-// addressOfFamily is the lowest of the addresses of one family, or the zero Addr.
-func addressOfFamily(addrs map[netip.Addr]bool, v4 bool) netip.Addr {
-	var best netip.Addr
-	for a := range addrs {
-		if a.Is4() == v4 && (!best.IsValid() || a.Less(best)) {
-			best = a
-		}
-	}
-	return best
-}
-
 func familyName(v4 bool) string {
 	if v4 {
 		return "IPv4"
