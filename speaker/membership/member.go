@@ -18,7 +18,8 @@ type member struct {
 	to        memberlist.Address // the same, as memberlist sends to it (heartbeats, goodbyes)
 	saidBye   string             // the life that said goodbye
 	foundDead string             // the life the fast path found dead
-	heard     time.Time          // its last heartbeat; zero: it sends none, so it is not watched
+	heard     time.Time          // its last heartbeat's arrival; zero: it sends none, so it is not watched
+	recounted time.Time          // its silence counted afresh from here when after heard (silentSince)
 	seq       uint64             // its last direct heartbeat's sequence number (heartbeat.go)
 	beating   bool               // its heartbeats arrive: alive even if memberlist dropped it
 	checking  bool               // a check of its kernel is under way
@@ -28,6 +29,17 @@ type member struct {
 // goodbye nor been found dead.
 func (m *member) alive() bool {
 	return (m.inList || m.beating) && m.saidBye != m.life && m.foundDead != m.life
+}
+
+// silentSince is where the member's silence counts from: its last heartbeat, or later where a
+// check found it alive or this node stalled (watch.go). heard itself stays the last arrival,
+// which the acceptance rule orders heartbeats by: moved past a heartbeat that arrived but was
+// not read yet, it would refuse that one as out of order.
+func (m *member) silentSince() time.Time {
+	if m.recounted.After(m.heard) {
+		return m.recounted
+	}
+	return m.heard
 }
 
 // heartbeatsFor is how long heartbeats still go to a member memberlist dropped: a partition

@@ -164,7 +164,7 @@ func (g *Group) forgive(now time.Time) {
 	defer g.mu.Unlock()
 	for _, m := range g.members {
 		if !m.heard.IsZero() {
-			m.heard = now
+			m.recounted = now
 		}
 	}
 }
@@ -184,7 +184,7 @@ func (g *Group) checkSilent(now time.Time) {
 			g.startCheck(name, m)
 			continue
 		}
-		silence := now.Sub(m.heard)
+		silence := now.Sub(m.silentSince())
 		if m.heard.IsZero() || silence <= 2*g.heartbeat {
 			continue
 		}
@@ -227,10 +227,8 @@ func (g *Group) check(name, life string, gossip netip.AddrPort) {
 			return
 		}
 		if dead == "" || m.heard.After(start) {
-			if !m.heard.IsZero() {
-				m.heard = time.Now() // the next check waits for another silence
-			}
-			m.foundDead = "" // alive, whatever was found or told before
+			m.recounted = time.Now() // the next check waits for another silence
+			m.foundDead = ""         // alive, whatever was found or told before
 			return
 		}
 		found = m.foundDead != life
@@ -248,7 +246,7 @@ func (g *Group) heardOfDeath(name, life string) {
 		return // this process lives: the watcher lost it, and its checks will find it again
 	}
 	g.update(name, "a watcher found it dead", func(m *member) {
-		if m.life == life && (m.heard.IsZero() || time.Since(m.heard) > 2*g.heartbeat) {
+		if m.life == life && (m.heard.IsZero() || time.Since(m.silentSince()) > 2*g.heartbeat) {
 			m.foundDead = life
 		}
 	})
@@ -274,7 +272,7 @@ func (g *Group) heardHeartbeat(h heartbeat) {
 		if refused != "" {
 			return
 		}
-		if !m.heard.IsZero() && h.at.Sub(m.heard) > 2*g.heartbeat {
+		if !m.heard.IsZero() && h.at.Sub(m.silentSince()) > 2*g.heartbeat {
 			resumed = append(resumed, m.gossip.Addr())
 		}
 		m.seq, m.heard, m.beating, m.foundDead = after.seq, after.heard, true, ""

@@ -136,3 +136,28 @@ func TestHeartbeatsOutliveMemberlist(t *testing.T) {
 		t.Fatalf("b's loss was told as %+v, want its heartbeats stopping", ch)
 	}
 }
+
+// TestCheckRefusesNoHeartbeatInFlight: a heartbeat that arrived at a's socket while a's check of
+// b's kernel was under way, and that a reads only after the check found b alive, is taken, not
+// refused as older than the check (the flood test under load lost one so).
+func TestCheckRefusesNoHeartbeatInFlight(t *testing.T) {
+	a, b := startPair(t)
+	a.stopWatching() // a reads, sends and checks only as this test says
+	b.stopWatching()
+	a.mu.Lock()
+	life, gossip := a.members["b"].life, a.members["b"].gossip
+	a.mu.Unlock()
+	seq := seqOf(a, "b")
+
+	arrived := time.Now()
+	a.check("b", life, gossip)
+	if !a.IsAlive("b") {
+		t.Fatal("b's kernel did not accept a's check")
+	}
+	packet, err := b.seal.seal(heartbeatBody(seq+1, string(a.life), "b", b.life))
+	must(t, err)
+	a.heardDirect(packet, arrived)
+	if got, refused := seqOf(a, "b"), a.HeartbeatsRefused(); got != seq+1 {
+		t.Fatalf("a did not take b's heartbeat that arrived during the check (refused: %v)", refused)
+	}
+}
