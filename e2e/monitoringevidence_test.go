@@ -12,6 +12,8 @@ import (
 
 	promv1 "github.com/prometheus/client_golang/api/prometheus/v1"
 	"github.com/prometheus/common/model"
+
+	"github.com/portico-lb/portico/rules"
 )
 
 // What the lab's Prometheus records of its own work: when an alert fired by its clock, the
@@ -168,81 +170,96 @@ func (m *monitoredLab) groupOf(t *testing.T, alert string) string {
 
 // unexplained are the alerts of fired that tell of Portico: all of them, but a
 // PorticoSpeakerDown that fired only because Prometheus's scrapes of live speakers timed out
-// (speakerScrapesTimedOut).
-func (m *monitoredLab) unexplained(t *testing.T, fired []string, from time.Time) []string {
+// on a starved machine (speakerScrapesTimedOut, on what leases and pressure saw). Each one
+// kept says why its evidence fell short.
+func (m *monitoredLab) unexplained(t *testing.T, fired []string, from time.Time, leases *leaseRenewals, pressure *cpuPressure) []string {
 	var out []string
 	for _, a := range fired {
 		if a == "PorticoSpeakerDown" {
-			if why := m.speakerScrapesTimedOut(t, from); why != "" {
+			why, excused := m.speakerScrapesTimedOut(t, from, leases, pressure)
+			if excused {
 				t.Logf("PorticoSpeakerDown fired, which tells of the machine, not of Portico: %s", why)
 				continue
 			}
+			t.Logf("PorticoSpeakerDown fired, and the evidence does not excuse it: %s", why)
 		}
 		out = append(out, a)
 	}
 	return out
 }
 
+// starvedShare is the least part of a span during which the kernel must have seen a task
+// waiting for a CPU for the span to count as the machine's starvation.
+const starvedShare = 0.5
+
 // speakerScrapesTimedOut says why every firing of PorticoSpeakerDown since from tells of a
 // starved machine: over each firing's span (its for: and two scrapes before its first firing
 // evaluation, to its last), every failed scrape of the speaker timed out (a speaker that is
-// down refuses the connection at once), and the controller saw no speaker's Lease run out,
-// sampling it at least every leaseDuration (a speaker hung so long that it fires the alert
-// stops renewing it). "" when any firing lacks that evidence.
-func (m *monitoredLab) speakerScrapesTimedOut(t *testing.T, from time.Time) string {
-	var why []string
+// down refuses the connection at once), the test's watch saw the speaker renew its Lease at
+// least every leaseDuration (a speaker hung so long that it fires the alert stops renewing
+// it), and the kernel saw some task waiting for a CPU during at least starvedShare of the
+// span. The controller's count of stale speakers is no witness here: its scrapes time out on
+// the starved machine along with the speaker's. When any firing lacks that evidence, excused
+// is false and why says what it lacks.
+func (m *monitoredLab) speakerScrapesTimedOut(t *testing.T, from time.Time, leases *leaseRenewals, pressure *cpuPressure) (why string, excused bool) {
+	var said []string
 	for _, firing := range m.samples(t, `ALERTS{alertname="PorticoSpeakerDown", alertstate="firing"}`, from, time.Now()) {
 		instance := firing.Metric["instance"]
 		first, last := firing.Values[0].Timestamp.Time(), firing.Values[len(firing.Values)-1].Timestamp.Time()
 		spanFrom := first.Add(-m.fors["PorticoSpeakerDown"] - 2*scrapeInterval)
-		target := fmt.Sprintf(`{job="portico-speaker-metrics", instance=%q}`, instance)
-		took := map[model.Time]float64{}
-		for _, s := range m.samples(t, "scrape_duration_seconds"+target, spanFrom, last) {
-			for _, p := range s.Values {
-				took[p.Timestamp] = float64(p.Value)
-			}
+		span := fmt.Sprintf("%s, %s to %s", instance, spanFrom.Format("15:04:05.000"), last.Format("15:04:05.000"))
+		failed, fastest := m.failedScrapes(t, instance, spanFrom, last)
+		if failed == 0 {
+			return span + ": no failed scrape in Prometheus's up series", false
 		}
-		failed, fastest := 0, math.Inf(1)
-		for _, s := range m.samples(t, "up"+target, spanFrom, last) {
-			for _, p := range s.Values {
-				if p.Value == 0 {
-					failed++
-					fastest = math.Min(fastest, took[p.Timestamp])
-				}
-			}
+		if fastest < 0.9*scrapeTimeout.Seconds() {
+			return fmt.Sprintf("%s: a failed scrape ended after %.3fs, before the %v timeout", span, fastest, scrapeTimeout), false
 		}
-		if failed == 0 || fastest < 0.9*scrapeTimeout.Seconds() {
-			return ""
+		if short := leases.shortOf(m.speakerLease(instance), spanFrom, last); short != "" {
+			return fmt.Sprintf("%s: %d failed scrapes each timed out, but %s", span, failed, short), false
 		}
-		renewed, samples := m.leasesRenewed(t, spanFrom, last)
-		if !renewed {
-			return ""
+		share, over, err := pressure.share(spanFrom, last)
+		if err != nil {
+			return fmt.Sprintf("%s: %d failed scrapes each timed out and the Lease was renewed, but %v", span, failed, err), false
 		}
-		why = append(why, fmt.Sprintf("%s's %d failed scrapes in %v each timed out (the quickest after %.2fs), and the controller saw every Lease renewed in %d samples",
-			instance, failed, last.Sub(spanFrom).Round(time.Second), fastest, samples))
+		if share < starvedShare {
+			return fmt.Sprintf("%s: %d failed scrapes each timed out and the Lease was renewed, but some task waited for a CPU only %.0f%% of %v",
+				span, failed, 100*share, over.Round(time.Millisecond)), false
+		}
+		said = append(said, fmt.Sprintf("%s's %d failed scrapes in %v each timed out (the quickest after %.2fs), its Lease was renewed at least every %v, and some task waited for a CPU %.0f%% of the time",
+			instance, failed, last.Sub(spanFrom).Round(time.Second), fastest, leaseDuration, 100*share))
 	}
-	return strings.Join(why, "; ")
+	return strings.Join(said, "; "), len(said) > 0
 }
 
-// leasesRenewed says whether the controller's portico_speakers{state="stale"} was 0 in every
-// sample between from and to, with no gap longer than leaseDuration, and how many samples.
-func (m *monitoredLab) leasesRenewed(t *testing.T, from, to time.Time) (bool, int) {
-	var at []time.Time
-	for _, s := range m.samples(t, `portico_speakers{state="stale"}`, from, to) {
+// failedScrapes counts the failed scrapes of a speaker between from and to, by Prometheus's up
+// series, and the shortest any of them took.
+func (m *monitoredLab) failedScrapes(t *testing.T, instance model.LabelValue, from, to time.Time) (failed int, fastest float64) {
+	target := fmt.Sprintf(`{job="portico-speaker-metrics", instance=%q}`, instance)
+	took := map[model.Time]float64{}
+	for _, s := range m.samples(t, "scrape_duration_seconds"+target, from, to) {
 		for _, p := range s.Values {
-			if p.Value != 0 {
-				return false, 0
+			took[p.Timestamp] = float64(p.Value)
+		}
+	}
+	fastest = math.Inf(1)
+	for _, s := range m.samples(t, "up"+target, from, to) {
+		for _, p := range s.Values {
+			if p.Value == 0 {
+				failed++
+				fastest = math.Min(fastest, took[p.Timestamp])
 			}
-			at = append(at, p.Timestamp.Time())
 		}
 	}
-	slices.SortFunc(at, time.Time.Compare)
-	prev := from
-	for _, a := range append(at, to) {
-		if a.Sub(prev) > leaseDuration {
-			return false, len(at)
+	return failed, fastest
+}
+
+// speakerLease is the name of the Lease of the speaker Prometheus scrapes at instance.
+func (m *monitoredLab) speakerLease(instance model.LabelValue) string {
+	for _, n := range m.e.Nodes {
+		if n.IPv4.Addr().String()+":7474" == string(instance) {
+			return rules.SpeakerLeaseName(n.Name)
 		}
-		prev = a
 	}
-	return true, len(at)
+	return "of no node at " + string(instance)
 }
