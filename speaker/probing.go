@@ -159,10 +159,16 @@ type ConflictProbing struct {
 	// Probes per address per round, Spacing apart (RFC 5227: PROBE_NUM 3, 1-2 s apart).
 	Probes  int
 	Spacing time.Duration
+	// ForgetAfter is how many rounds in a row a MAC must leave an address unanswered before
+	// its answer is dropped (1: the first round without it; less counts as 1). A busy host, an
+	// ARP rate limit or a Wi-Fi client asleep can miss a round's probes while it still uses
+	// the address, and one missed round must not hand it out.
+	ForgetAfter int
 }
 
-// DefaultConflictProbing: a round every 30 s, three probes a second apart.
-var DefaultConflictProbing = ConflictProbing{Interval: 30 * time.Second, Probes: 3, Spacing: time.Second}
+// DefaultConflictProbing: a round every 30 s, three probes a second apart, an answer dropped
+// after 3 rounds (90 s) without it.
+var DefaultConflictProbing = ConflictProbing{Interval: 30 * time.Second, Probes: 3, Spacing: time.Second, ForgetAfter: 3}
 
 // heardAnswer is one MAC heard answering for an address on an interface.
 type heardAnswer struct {
@@ -171,25 +177,44 @@ type heardAnswer struct {
 	iface string
 }
 
-// foreignAnswers is a round's answers as the Speaker status lists them: those from MACs this
-// node does not answer with, at most MaxForeignAnswers (the lowest addresses), sorted, each
-// keeping the time it was first heard from prev, so an unchanged round writes nothing.
-func foreignAnswers(heard []heardAnswer, ours []string, prev []v1alpha1.ForeignAnswer, now metav1.Time) []v1alpha1.ForeignAnswer {
-	var out []v1alpha1.ForeignAnswer
+// keptAnswer is a foreign answer the status lists, and how many rounds in a row since its
+// MAC last answered for its address.
+type keptAnswer struct {
+	v1alpha1.ForeignAnswer
+	missed int
+}
+
+// foreignAnswers are the answers the Speaker status lists after a round: those heard from MACs
+// this node does not answer with, and those of prev not heard this round while their address
+// is still one of the round's targets and their MAC has missed fewer than forgetAfter rounds
+// in a row; at most MaxForeignAnswers (the lowest addresses), sorted. Each keeps the time it
+// was first heard from prev, so an unchanged round writes nothing. An address no longer a
+// target (a Service's now, or another node's to probe) is dropped at once.
+func foreignAnswers(heard []heardAnswer, ours []string, targets []netip.Addr, prev []keptAnswer, forgetAfter int, now metav1.Time) []keptAnswer {
+	same := func(a, b v1alpha1.ForeignAnswer) bool { return a.IP == b.IP && a.MAC == b.MAC }
+	var out []keptAnswer
 	for _, h := range heard {
 		if slices.Contains(ours, h.mac) {
 			continue
 		}
 		a := v1alpha1.ForeignAnswer{IP: h.ip.String(), MAC: h.mac, Interface: h.iface, Since: now}
-		if i := slices.IndexFunc(prev, func(p v1alpha1.ForeignAnswer) bool { return p.IP == a.IP && p.MAC == a.MAC }); i >= 0 {
+		if i := slices.IndexFunc(prev, func(p keptAnswer) bool { return same(p.ForeignAnswer, a) }); i >= 0 {
 			a.Since = prev[i].Since
 		}
-		out = append(out, a)
+		out = append(out, keptAnswer{ForeignAnswer: a})
 	}
-	slices.SortFunc(out, func(a, b v1alpha1.ForeignAnswer) int {
+	for _, p := range prev {
+		heardAgain := slices.ContainsFunc(out, func(k keptAnswer) bool { return same(k.ForeignAnswer, p.ForeignAnswer) })
+		ip, err := netip.ParseAddr(p.IP)
+		if heardAgain || err != nil || !slices.Contains(targets, ip) || slices.Contains(ours, p.MAC) || p.missed+1 >= forgetAfter {
+			continue
+		}
+		out = append(out, keptAnswer{ForeignAnswer: p.ForeignAnswer, missed: p.missed + 1})
+	}
+	slices.SortFunc(out, func(a, b keptAnswer) int {
 		return cmp.Or(netip.MustParseAddr(a.IP).Compare(netip.MustParseAddr(b.IP)), strings.Compare(a.MAC, b.MAC), strings.Compare(a.Interface, b.Interface))
 	})
-	out = slices.CompactFunc(out, func(a, b v1alpha1.ForeignAnswer) bool { return a.IP == b.IP && a.MAC == b.MAC })
+	out = slices.CompactFunc(out, func(a, b keptAnswer) bool { return same(a.ForeignAnswer, b.ForeignAnswer) })
 	return out[:min(len(out), v1alpha1.MaxForeignAnswers)]
 }
 
@@ -222,6 +247,30 @@ func (s *Speaker) conflictRound(ctx context.Context) {
 		s.Log.V(1).Info("conflict probes: reading links", "error", err.Error())
 		return
 	}
+	heard := s.probeConflicts(targets, links)
+	var prev []keptAnswer
+	if p := s.reporter.foreign.Load(); p != nil {
+		prev = p.answers
+	}
+	probed := make([]netip.Addr, len(targets))
+	for i, t := range targets {
+		probed[i] = t.IP
+	}
+	now := metav1.NewTime(time.Now().Truncate(time.Second))
+	found := foreignAnswers(heard, l2.MACs(links), probed, prev, s.Conflicts.ForgetAfter, now)
+	for _, a := range found {
+		if a.Since.Equal(&now) {
+			s.Log.Info("a foreign host answers for a pool address not yet handed out", "ip", a.IP, "mac", a.MAC, "interface", a.Interface)
+		}
+	}
+	s.reporter.foreign.Store(&foreignRound{answers: found, at: now})
+	if len(found) > 0 || len(prev) > 0 {
+		s.trigger(causeStatus)
+	}
+}
+
+// probeConflicts probes the targets, each on its interfaces, and returns what answered.
+func (s *Speaker) probeConflicts(targets []plan.ConflictTarget, links []l2.Link) []heardAnswer {
 	verdicts := l2.Decide(links)
 	byIface := map[string][]netip.Addr{}
 	for _, t := range targets {
@@ -251,36 +300,27 @@ func (s *Speaker) conflictRound(ctx context.Context) {
 			}
 		}
 	}
-	var prev []v1alpha1.ForeignAnswer
-	if p := s.reporter.foreign.Load(); p != nil {
-		prev = p.answers
-	}
-	now := metav1.NewTime(time.Now().Truncate(time.Second))
-	found := foreignAnswers(heard, l2.MACs(links), prev, now)
-	for _, a := range found {
-		if a.Since.Equal(&now) {
-			s.Log.Info("a foreign host answers for a pool address not yet handed out", "ip", a.IP, "mac", a.MAC, "interface", a.Interface)
-		}
-	}
-	s.reporter.foreign.Store(&foreignRound{answers: found, at: now})
-	if len(found) > 0 || len(prev) > 0 {
-		s.trigger(causeStatus)
-	}
+	return heard
 }
 
 // foreignRound is a probe round's foreign answers and when it ended.
 type foreignRound struct {
-	answers []v1alpha1.ForeignAnswer
+	answers []keptAnswer
 	at      metav1.Time
 }
 
 // setForeign puts the round's answers in st, with the time of the round while there are any:
 // the controller counts them only while that time is recent (a speaker that stopped holds
-// nothing back), so each round that hears anything rewrites it; a quiet round writes nothing.
+// nothing back), so each round that lists anything (heard now, or kept from an earlier round)
+// rewrites it; a quiet round writes nothing.
 func (r *foreignRound) setForeign(st *v1alpha1.SpeakerStatus) {
 	if r == nil || len(r.answers) == 0 {
 		return
 	}
 	at := r.at
-	st.ForeignAnswers, st.ProbedAt = r.answers, &at
+	answers := make([]v1alpha1.ForeignAnswer, len(r.answers))
+	for i, a := range r.answers {
+		answers[i] = a.ForeignAnswer
+	}
+	st.ForeignAnswers, st.ProbedAt = answers, &at
 }

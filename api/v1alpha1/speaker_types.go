@@ -157,8 +157,9 @@ type SpeakerStatus struct {
 	// +kubebuilder:validation:Minimum=0
 	// +optional
 	OmittedSelfChecks int32 `json:"omittedSelfChecks,omitempty"`
-	// ForeignAnswers are the latest probe round's answers from foreign hosts (MACs no speaker
-	// answers with) for pool addresses not yet handed out, at most 64, sorted by IP.
+	// ForeignAnswers are the answers of foreign hosts (MACs no speaker answers with) to the
+	// conflict probes of pool addresses not yet handed out, each kept until its MAC leaves the
+	// address unanswered for several rounds in a row, at most 64, sorted by IP.
 	// +kubebuilder:validation:MaxItems=64
 	// +listType=atomic
 	// +optional

@@ -165,6 +165,8 @@ func bindProbeFlags(o *options) {
 		"how often the addresses pools hand out next are probed (ARP probe from 0.0.0.0, DAD-style NDP) for foreign hosts already using them; 0 switches it off")
 	flag.IntVar(&o.conflicts.Probes, "conflict-probe-count", o.conflicts.Probes, "probes per address per round (RFC 5227: 3)")
 	flag.DurationVar(&o.conflicts.Spacing, "conflict-probe-spacing", o.conflicts.Spacing, "time between two probes of one address, during which answers are collected")
+	flag.IntVar(&o.conflicts.ForgetAfter, "conflict-probe-forget-after", o.conflicts.ForgetAfter,
+		"how many rounds in a row a foreign host must leave an address unanswered before it is no longer held back (1: the first round without an answer); a busy host can miss one round's probes")
 }
 
 func run(o options) error {

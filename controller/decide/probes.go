@@ -27,7 +27,7 @@ const proxyAnswererAddrs = 3
 
 // FindingTTL bounds how long a speaker's foreign answers count without being confirmed: while
 // its Speaker says Ready and its latest probe round (status.probedAt, written every round while
-// it hears anything) is at most this old. With rounds every 30 s that is 6 rounds missed; a
+// it lists anything) is at most this old. With rounds every 30 s that is 6 rounds missed; a
 // speaker that stopped, lost the apiserver or was cut off the LAN holds nothing back longer.
 // A probedAt further ahead than this (a node's clock far off) does not count either.
 const FindingTTL = 3 * time.Minute
